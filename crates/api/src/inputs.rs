@@ -1,0 +1,270 @@
+//! The three input kinds network admins edit. Field names follow das-schiff-network-operator where the
+//! concept is the same, so existing manifests port by changing `apiVersion`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Kernel device names are at most 15 bytes (`IFNAMSIZ - 1`); VRF names become device names.
+pub const VRF_NAME_PATTERN: &str = "^[a-zA-Z0-9._-]{1,15}$";
+/// A unicast or multicast MAC in colon notation, either case.
+pub const MAC_PATTERN: &str = "^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$";
+
+/// One entry of a VRF's import or export prefix list.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PrefixItem {
+    /// Network prefix in CIDR notation, e.g. `10.0.76.80/28` or `fd00:1::/64`.
+    pub cidr: String,
+    /// Sequence number in the generated prefix list. When omitted the item's position (1-based) is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub seq: Option<u32>,
+    /// Match prefixes at least this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 128))]
+    pub ge: Option<u8>,
+    /// Match prefixes at most this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 128))]
+    pub le: Option<u8>,
+    /// What to do with a matching prefix.
+    pub action: PrefixAction,
+}
+
+impl PrefixItem {
+    /// The sequence number this item gets in the generated prefix list: its own `seq`, or its 1-based
+    /// position in the list when `seq` is omitted.
+    pub fn effective_seq(&self, index: usize) -> u64 {
+        self.seq.map(u64::from).unwrap_or(index as u64 + 1)
+    }
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefixAction {
+    Permit,
+    Deny,
+}
+
+/// A VRF with its VXLAN layer-3 VNI, route target and route leaking between it and the default VRF.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "VRFRouteConfiguration",
+    plural = "vrfrouteconfigurations",
+    shortname = "vrf",
+    category = "netwave",
+    derive = "PartialEq",
+    doc = "A VRF on the selected nodes: its L3 VNI, table, route target and import/export prefix lists.",
+    printcolumn(name = "VRF", type_ = "string", json_path = ".spec.vrf"),
+    printcolumn(name = "VNI", type_ = "integer", json_path = ".spec.vni"),
+    printcolumn(name = "Table", type_ = "integer", json_path = ".spec.tableId"),
+    printcolumn(name = "Seq", type_ = "integer", json_path = ".spec.seq", priority = 1),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VRFRouteConfigurationSpec {
+    /// VRF name; it becomes the kernel device name, so at most 15 characters of `[a-zA-Z0-9._-]`.
+    #[schemars(length(min = 1, max = 15), pattern(r"^[a-zA-Z0-9._-]{1,15}$"))]
+    pub vrf: String,
+    /// Layer-3 VXLAN network identifier of the VRF.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16777215))]
+    pub vni: Option<u32>,
+    /// BGP route target, e.g. `65000:100`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_target: Option<String>,
+    /// Kernel routing table of the VRF. Allocated deterministically from the VRF name when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub table_id: Option<u32>,
+    /// Prefixes imported from this VRF into the default VRF.
+    #[serde(default)]
+    pub import: Vec<PrefixItem>,
+    /// Prefixes exported from the default VRF into this VRF.
+    #[serde(default)]
+    pub export: Vec<PrefixItem>,
+    /// Aggregate prefixes announced from this VRF.
+    #[serde(default)]
+    pub aggregate: Vec<String>,
+    /// Order of this VRF's entries in the generated route maps.
+    #[schemars(range(min = 1, max = 65534))]
+    pub seq: u32,
+    /// BGP communities attached to exported routes, e.g. `65000:10`.
+    #[serde(default)]
+    pub communities: Vec<String>,
+    /// MTU of the VRF's layer-3 VXLAN devices. Defaults to 9000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1000, max = 9000))]
+    pub mtu: Option<u32>,
+    /// Nodes that get this VRF. All nodes when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+}
+
+/// A layer-2 segment: VLAN, its VXLAN VNI, a bridge with anycast gateway addresses, optionally in a VRF.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "Layer2NetworkConfiguration",
+    plural = "layer2networkconfigurations",
+    shortname = "l2",
+    category = "netwave",
+    derive = "PartialEq",
+    doc = "A layer-2 segment on the selected nodes: VLAN, VXLAN VNI, bridge with anycast gateways.",
+    printcolumn(name = "VLAN", type_ = "integer", json_path = ".spec.id"),
+    printcolumn(name = "VNI", type_ = "integer", json_path = ".spec.vni"),
+    printcolumn(name = "VRF", type_ = "string", json_path = ".spec.vrf"),
+    printcolumn(name = "MTU", type_ = "integer", json_path = ".spec.mtu"),
+    printcolumn(
+        name = "Gateways",
+        type_ = "string",
+        json_path = ".spec.anycastGateways",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Layer2NetworkConfigurationSpec {
+    /// VLAN id of the segment.
+    #[schemars(range(min = 1, max = 4094))]
+    pub id: u16,
+    /// VXLAN network identifier of the segment.
+    #[schemars(range(min = 1, max = 16777215))]
+    pub vni: u32,
+    /// MTU of the segment's bridge and VXLAN device.
+    #[schemars(range(min = 1000, max = 9000))]
+    pub mtu: u32,
+    /// MAC address the anycast gateway answers with on every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$"))]
+    pub anycast_mac: Option<String>,
+    /// Gateway addresses with their prefix length, identical on every node, e.g. `10.250.0.1/24`.
+    #[serde(default)]
+    pub anycast_gateways: Vec<String>,
+    /// VRF (its `spec.vrf` name) the segment's bridge is enslaved to. The default VRF when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), pattern(r"^[a-zA-Z0-9._-]{1,15}$"))]
+    pub vrf: Option<String>,
+    /// Answer ARP/ND from the bridge's neighbour table instead of flooding it over VXLAN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neigh_suppression: Option<bool>,
+    /// Nodes that get this segment. All nodes when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+}
+
+/// Static routes and policy rules for one kernel routing table.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "RoutingTable",
+    plural = "routingtables",
+    shortname = "rt",
+    category = "netwave",
+    derive = "PartialEq",
+    doc = "Static routes and policy routing rules for one kernel routing table on the selected nodes.",
+    printcolumn(name = "Table", type_ = "integer", json_path = ".spec.tableId"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingTableSpec {
+    /// Kernel routing table id.
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub table_id: u32,
+    /// Routes in the table.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+    /// Policy rules that send traffic to the table.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Nodes that get this table. All nodes when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Route {
+    /// Destination network in CIDR notation.
+    pub prefix: String,
+    /// Next-hop address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// Output device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15))]
+    pub dev: Option<String>,
+    /// Route type. `unicast` needs `via` or `dev`.
+    #[serde(rename = "type", default)]
+    pub kind: RouteType,
+    /// Route metric (priority); lower wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+}
+
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum RouteType {
+    #[default]
+    Unicast,
+    Blackhole,
+    Unreachable,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Rule {
+    /// Source network in CIDR notation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Destination network in CIDR notation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Incoming interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15))]
+    pub iif: Option<String>,
+    /// Rule priority; lower is evaluated first. 32766 and 32767 belong to the kernel's `main` and
+    /// `default` rules and cannot be used.
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub priority: u32,
+}

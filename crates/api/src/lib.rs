@@ -1,0 +1,51 @@
+//! netwave's Kubernetes resources, group `netwave.dev`, version `v1alpha1`, all cluster-scoped.
+//!
+//! ```text
+//!  admins edit                      configurator writes                agent writes
+//!  VRFRouteConfiguration ┐
+//!  Layer2NetworkConfig.  ├─ fold ─► NetworkConfigRevision ─ render ─► NodeNetworkConfig.spec
+//!  RoutingTable          ┘          (immutable snapshot,              NodeNetworkConfig.status
+//!                                    rollout status)
+//! ```
+//!
+//! This crate holds the types, the CRDs generated from them ([`crds`]) and the per-object semantic
+//! validation a schema cannot express ([`validate`]). Fleet-wide rules live in `netwave-core`.
+
+// kube-derive's repeated `printcolumn(type_ = …)` attributes look duplicated to clippy; they are not.
+#![allow(clippy::duplicated_attributes)]
+
+pub mod inputs;
+pub mod manifest;
+pub mod rollout;
+pub mod validate;
+
+pub use inputs::*;
+pub use rollout::*;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// API group of every netwave resource.
+pub const GROUP: &str = "netwave.dev";
+/// API version of every netwave resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Every netwave CRD with the file name it is committed under in `crds/`.
+pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        ("vrfrouteconfigurations.yaml", VRFRouteConfiguration::crd()),
+        (
+            "layer2networkconfigurations.yaml",
+            Layer2NetworkConfiguration::crd(),
+        ),
+        ("routingtables.yaml", RoutingTable::crd()),
+        ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
+        ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),
+    ]
+}
+
+/// The YAML committed for a CRD: a generated-file header, then the object.
+pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
+    let body = serde_saphyr::to_string(crd).expect("a CRD always serializes to YAML");
+    format!("# Generated from crates/api by `make crds`. Do not edit.\n{body}")
+}

@@ -1,0 +1,410 @@
+//! The two rollout kinds: `NetworkConfigRevision` (one immutable, content-addressed snapshot of all inputs,
+//! plus the admin knobs and rollout status) and `NodeNetworkConfig` (one per node; the configurator writes
+//! `spec`, the node's agent writes `status`).
+//!
+//! Status schemas are deliberately permissive (strings, not enums): a rollback of netwave itself must
+//! never make stored status invalid against an older CRD.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::inputs::{
+    Layer2NetworkConfigurationSpec, PrefixItem, RouteType, RoutingTableSpec,
+    VRFRouteConfigurationSpec,
+};
+
+/// Annotation on a NodeNetworkConfig: RFC 3339 time the configurator assigned `spec.revision`. The apply
+/// timeout counts from here, so a dead or brand-new agent also times out.
+pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
+
+/// One immutable snapshot of every input, and the rollout of it across the fleet.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "NetworkConfigRevision",
+    plural = "networkconfigrevisions",
+    shortname = "ncr",
+    category = "netwave",
+    status = "NetworkConfigRevisionStatus",
+    derive = "PartialEq",
+    doc = "An immutable, content-addressed snapshot of all netwave inputs and the state of its rollout.",
+    printcolumn(name = "Seq", type_ = "integer", json_path = ".spec.sequence"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Updated", type_ = "integer", json_path = ".status.updated"),
+    printcolumn(name = "Total", type_ = "integer", json_path = ".status.total"),
+    printcolumn(
+        name = "In-Progress",
+        type_ = "integer",
+        json_path = ".status.inProgress"
+    ),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed"),
+    printcolumn(
+        name = "Failed-Node",
+        type_ = "string",
+        json_path = ".status.failedNodes[0].node"
+    ),
+    printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused"),
+    printcolumn(
+        name = "Hash",
+        type_ = "string",
+        json_path = ".spec.hash",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkConfigRevisionSpec {
+    /// Hex sha256 of the canonical serialization of `inputs`. Never changes.
+    pub hash: String,
+    /// Monotonic revision number; the newest revision that is not `Failed` is the rollout target.
+    pub sequence: u64,
+    /// The folded, sorted snapshot of every input object. Never changes.
+    pub inputs: RevisionInputs,
+    /// How the rollout proceeds. Admins may edit these while it runs.
+    #[serde(default)]
+    pub rollout: RolloutPolicy,
+    /// Stop making new assignments; nodes already in flight finish.
+    #[serde(default)]
+    pub paused: bool,
+    /// Bump to re-arm a `Failed` revision: it is rolled out again and agents re-apply it.
+    #[serde(default)]
+    pub retry: u32,
+}
+
+/// Every input object at the time of the snapshot, each list sorted by name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionInputs {
+    #[serde(default)]
+    pub vrfs: Vec<NamedVrf>,
+    #[serde(default)]
+    pub layer2s: Vec<NamedLayer2>,
+    #[serde(default)]
+    pub routing_tables: Vec<NamedRoutingTable>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NamedVrf {
+    pub name: String,
+    pub spec: VRFRouteConfigurationSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NamedLayer2 {
+    pub name: String,
+    pub spec: Layer2NetworkConfigurationSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NamedRoutingTable {
+    pub name: String,
+    pub spec: RoutingTableSpec,
+}
+
+/// Rollout knobs. Anything omitted falls back to the configurator's defaults.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// Nodes in flight at once: a count (`2`) or a share of eligible nodes (`"10%"`, rounded down, at
+    /// least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^(100|[1-9]?[0-9])%$"))]
+    pub max_unavailable: Option<IntOrString>,
+    /// Failed nodes that halt the rollout and roll touched nodes back. Defaults to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_failures: Option<u32>,
+    /// A node that has not reported `Provisioned` this long after assignment has failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub apply_timeout_seconds: Option<u32>,
+    /// No node updated for this long sets `Progressing=False` (`ProgressDeadlineExceeded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: Option<u32>,
+    /// Canary nodes go first, then the rollout waits `bakeSeconds` before continuing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+    /// Node label that names a failure domain (e.g. `topology.kubernetes.io/zone`); the rollout moves
+    /// round-robin across domains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+    /// Nodes in flight at once within one failure domain: a count or a share of the domain's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^(100|[1-9]?[0-9])%$"))]
+    pub max_unavailable_per_domain: Option<IntOrString>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// How many nodes (first in rollout order) are canaries. Ignored when `selector` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub count: Option<u32>,
+    /// Nodes matching this selector are the canaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Wait this long after the last canary is updated before going on.
+    #[serde(default)]
+    pub bake_seconds: u32,
+}
+
+/// Rollout progress, written by the configurator only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NetworkConfigRevisionStatus {
+    /// `Pending`, `Progressing`, `Complete`, `Failed` or `Superseded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// `Validated`, `Progressing`, `Available`, `Degraded`, `Paused`.
+    pub conditions: Vec<Condition>,
+    /// Nodes this revision applies to.
+    pub total: u32,
+    /// Nodes whose agent reports `Provisioned` for this revision.
+    pub updated: u32,
+    /// Nodes assigned this revision that have not reported yet.
+    pub in_progress: u32,
+    /// Eligible nodes not yet assigned.
+    pub queued: u32,
+    /// Nodes that failed this revision.
+    pub failed: u32,
+    /// Not Ready or cordoned nodes, left for later.
+    pub skipped: u32,
+    pub failed_nodes: Vec<FailedNode>,
+    pub validation: ValidationResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// When `spec.paused` was first seen set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<Time>,
+    /// The `spec.retry` value the current attempt belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_retry: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// What the rollout is waiting on, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedNode {
+    pub node: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+}
+
+/// Fleet-wide validation of a revision before anything is rolled out.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ValidationResult {
+    /// Problems that block the revision.
+    pub errors: Vec<String>,
+    /// Problems worth knowing about that do not block it.
+    pub warnings: Vec<String>,
+}
+
+/// The desired network configuration of one node, fully resolved. `metadata.name` is the node name.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "NodeNetworkConfig",
+    plural = "nodenetworkconfigs",
+    shortname = "nnc",
+    category = "netwave",
+    status = "NodeNetworkConfigStatus",
+    derive = "PartialEq",
+    doc = "The fully resolved network configuration of one node (name = node name) and its agent's report.",
+    printcolumn(name = "Revision", type_ = "string", json_path = ".spec.revision"),
+    printcolumn(
+        name = "Observed",
+        type_ = "string",
+        json_path = ".status.observedRevision"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Last-Good",
+        type_ = "string",
+        json_path = ".status.lastGoodRevision",
+        priority = 1
+    ),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeNetworkConfigSpec {
+    /// Name of the NetworkConfigRevision this config was rendered from.
+    pub revision: String,
+    /// That revision's sequence.
+    pub sequence: u64,
+    /// Hex sha256 of `config`; equal hashes mean equal kernel state.
+    pub config_hash: String,
+    /// The revision's `spec.retry`: an agent re-applies a revision it reported `Invalid` only when this
+    /// changes.
+    #[serde(default)]
+    pub retry: u32,
+    pub config: NodeConfig,
+}
+
+/// Everything the agent creates on the node, with final device names and table ids.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeConfig {
+    #[serde(default)]
+    pub vrfs: Vec<VrfConfig>,
+    #[serde(default)]
+    pub layer2s: Vec<Layer2Config>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default)]
+    pub rules: Vec<RuleConfig>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VrfConfig {
+    /// VRF name as the admin wrote it (`spec.vrf`).
+    pub name: String,
+    /// VRF device name.
+    pub device: String,
+    /// Kernel routing table bound to the VRF device.
+    pub table: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vni: Option<u32>,
+    pub mtu: u32,
+    /// Bridge and VXLAN device of the layer-3 VNI, when the VRF has a VNI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vxlan: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_target: Option<String>,
+    #[serde(default)]
+    pub import: Vec<PrefixItem>,
+    #[serde(default)]
+    pub export: Vec<PrefixItem>,
+    #[serde(default)]
+    pub aggregate: Vec<String>,
+    #[serde(default)]
+    pub communities: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Layer2Config {
+    pub vlan: u16,
+    pub vni: u32,
+    pub mtu: u32,
+    /// Bridge device carrying the anycast gateway.
+    pub bridge: String,
+    /// VXLAN device enslaved to the bridge.
+    pub vxlan: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anycast_mac: Option<String>,
+    #[serde(default)]
+    pub anycast_gateways: Vec<String>,
+    /// VRF device the bridge is enslaved to; the default VRF when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vrf: Option<String>,
+    #[serde(default)]
+    pub neigh_suppression: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteConfig {
+    pub table: u32,
+    pub prefix: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    #[serde(rename = "type", default)]
+    pub kind: RouteType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleConfig {
+    pub priority: u32,
+    pub table: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iif: Option<String>,
+}
+
+/// The agent's report, written by the node's agent only.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NodeNetworkConfigStatus {
+    /// `Provisioning`, `Provisioned` or `Invalid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Revision the phase refers to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_revision: Option<String>,
+    /// `spec.retry` the phase refers to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_retry: Option<u32>,
+    /// `configHash` of the config the kernel is running now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// Newest revision this node ran healthily; what it restores on failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_good_revision: Option<String>,
+    /// Machine-readable cause, e.g. `ApplyFailed`, `HealthCheckFailed`, `KernelUnsupported`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    pub probes: Vec<ProbeResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Kernel features by name (`vrf`, `vlan`, `bridgeVlanFiltering`, …) and whether they work.
+    pub kernel_capabilities: BTreeMap<String, bool>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeResult {
+    /// What was probed, e.g. `interface eth0`, `tcp 198.18.0.1:179`, `icmp 198.18.0.1`, `api`.
+    pub name: String,
+    /// `Passed`, `Failed` or `Skipped`.
+    pub result: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether this probe gated the apply (it passed before the apply started).
+    #[serde(default)]
+    pub gating: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<f64>,
+}

@@ -1,0 +1,389 @@
+//! Semantic validation of single input objects: the rules an OpenAPI schema cannot express. Each function
+//! returns every problem it finds, each with the field path it concerns, so an admin fixes them all at once.
+//!
+//! Rules that span objects or nodes (duplicate VNIs, table collisions, references to other objects) need
+//! the whole fleet and live in `netwave-core`'s fleet validation.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::inputs::{
+    Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, RouteType, RoutingTableSpec,
+    VRFRouteConfigurationSpec,
+};
+
+/// One problem with one field.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FieldError {
+    /// JSON path of the field, e.g. `spec.import[3].cidr`.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// Kernel tables netwave must not manage: `unspec`, `default`, `main`, `local`.
+pub const RESERVED_TABLES: [u32; 4] = [0, 253, 254, 255];
+/// Priorities of the kernel's own `main` and `default` rules.
+pub const RESERVED_RULE_PRIORITIES: [u32; 2] = [32766, 32767];
+
+#[derive(Default)]
+struct Problems(Vec<FieldError>);
+
+impl Problems {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// Parses a network in CIDR notation that must be a network address (no host bits set).
+pub fn parse_network(s: &str) -> Result<IpNet, String> {
+    let net: IpNet = s.parse().map_err(|_| {
+        format!("{s} is not a network in CIDR notation (e.g. 10.0.0.0/24 or fd00::/64)")
+    })?;
+    if net.trunc() != net {
+        return Err(format!(
+            "{s} is not a network address (want {})",
+            net.trunc()
+        ));
+    }
+    Ok(net)
+}
+
+/// Parses an interface address (`address/prefix-length`) that must be a host address inside its prefix:
+/// neither the network address nor, for IPv4, the broadcast address.
+pub fn parse_host_address(s: &str) -> Result<IpNet, String> {
+    let net: IpNet = s
+        .parse()
+        .map_err(|_| format!("{s} is not an address with prefix length (e.g. 10.250.0.1/24)"))?;
+    let host_bits = net.max_prefix_len() - net.prefix_len();
+    // /31 and /32 (and /127, /128) have no network or broadcast address to avoid.
+    if host_bits >= 2 {
+        if net.addr() == net.network() {
+            return Err(format!(
+                "{s} is the network address of {}, not a host address",
+                net.trunc()
+            ));
+        }
+        if matches!(net, IpNet::V4(_)) && net.addr() == net.broadcast() {
+            return Err(format!(
+                "{s} is the broadcast address of {}, not a host address",
+                net.trunc()
+            ));
+        }
+    }
+    Ok(net)
+}
+
+fn check_prefix_list(items: &[PrefixItem], field: &str, p: &mut Problems) {
+    // Two items are the same when cidr, action, ge and le agree.
+    type ItemKey = (PrefixAction, String, Option<u8>, Option<u8>);
+    let mut seen_items: BTreeMap<ItemKey, usize> = BTreeMap::new();
+    let mut seen_seq: BTreeMap<u64, usize> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("spec.{field}[{i}]");
+        match parse_network(&item.cidr) {
+            Err(e) => p.push(format!("{at}.cidr"), e),
+            Ok(net) => {
+                let len = net.prefix_len();
+                let max = net.max_prefix_len();
+                for (name, value) in [("ge", item.ge), ("le", item.le)] {
+                    if let Some(v) = value {
+                        if v > max {
+                            p.push(
+                                format!("{at}.{name}"),
+                                format!(
+                                    "{v} is longer than an {} prefix can be ({max})",
+                                    family(&net)
+                                ),
+                            );
+                        } else if v < len {
+                            p.push(
+                                format!("{at}.{name}"),
+                                format!(
+                                    "{v} is shorter than the prefix length of {} ({len})",
+                                    item.cidr
+                                ),
+                            );
+                        }
+                    }
+                }
+                if let (Some(ge), Some(le)) = (item.ge, item.le)
+                    && ge > le
+                {
+                    p.push(
+                        format!("{at}.ge"),
+                        format!("ge {ge} is greater than le {le}"),
+                    );
+                }
+            }
+        }
+        let key = (
+            item.action,
+            item.cidr.to_ascii_lowercase(),
+            item.ge,
+            item.le,
+        );
+        if let Some(first) = first_seen(&mut seen_items, key, i) {
+            p.push(
+                at.clone(),
+                format!("duplicates spec.{field}[{first}] (same cidr, action, ge and le)"),
+            );
+        }
+        let seq = item.effective_seq(i);
+        if let Some(first) = first_seen(&mut seen_seq, seq, i) {
+            p.push(
+                format!("{at}.seq"),
+                format!("sequence {seq} is already used by spec.{field}[{first}]"),
+            );
+        }
+    }
+}
+
+/// Records `index` as the first holder of `key`; returns the earlier holder if there was one.
+fn first_seen<K: Ord>(seen: &mut BTreeMap<K, usize>, key: K, index: usize) -> Option<usize> {
+    match seen.entry(key) {
+        Entry::Occupied(e) => Some(*e.get()),
+        Entry::Vacant(e) => {
+            e.insert(index);
+            None
+        }
+    }
+}
+
+fn family(net: &IpNet) -> &'static str {
+    match net {
+        IpNet::V4(_) => "IPv4",
+        IpNet::V6(_) => "IPv6",
+    }
+}
+
+fn check_table(table: u32, path: &str, p: &mut Problems) {
+    if RESERVED_TABLES.contains(&table) {
+        p.push(
+            path,
+            format!("table {table} is reserved for the kernel's unspec/default/main/local tables"),
+        );
+    }
+}
+
+/// A BGP route target or community value: `<asn>:<number>` or `<ipv4>:<number>`.
+fn check_route_target(value: &str, path: &str, p: &mut Problems) {
+    let ok = value.rsplit_once(':').is_some_and(|(admin, assigned)| {
+        assigned.parse::<u32>().is_ok()
+            && (admin.parse::<u32>().is_ok() || admin.parse::<std::net::Ipv4Addr>().is_ok())
+    });
+    if !ok {
+        p.push(
+            path,
+            format!("{value} is not a route target (want <asn>:<number> or <ipv4>:<number>)"),
+        );
+    }
+}
+
+/// Standard (`65000:10`), large (`65000:1:2`) or well-known (`no-export`, …) BGP community.
+fn check_community(value: &str, path: &str, p: &mut Problems) {
+    const WELL_KNOWN: [&str; 5] = [
+        "no-export",
+        "no-advertise",
+        "local-as",
+        "no-peer",
+        "blackhole",
+    ];
+    let parts: Vec<&str> = value.split(':').collect();
+    let ok = WELL_KNOWN.contains(&value)
+        || match parts.len() {
+            2 => parts.iter().all(|n| n.parse::<u16>().is_ok()),
+            3 => parts.iter().all(|n| n.parse::<u32>().is_ok()),
+            _ => false,
+        };
+    if !ok {
+        p.push(
+            path,
+            format!("{value} is not a BGP community (want <asn>:<value>, <asn>:<a>:<b> or a well-known name)"),
+        );
+    }
+}
+
+/// Problems with one `VRFRouteConfiguration` spec.
+pub fn validate_vrf(spec: &VRFRouteConfigurationSpec) -> Vec<FieldError> {
+    let mut p = Problems::default();
+    check_prefix_list(&spec.import, "import", &mut p);
+    check_prefix_list(&spec.export, "export", &mut p);
+    let mut aggregates = BTreeMap::new();
+    for (i, agg) in spec.aggregate.iter().enumerate() {
+        match parse_network(agg) {
+            Err(e) => p.push(format!("spec.aggregate[{i}]"), e),
+            Ok(net) => {
+                if let Some(first) = first_seen(&mut aggregates, net, i) {
+                    p.push(
+                        format!("spec.aggregate[{i}]"),
+                        format!("duplicates spec.aggregate[{first}]"),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(table) = spec.table_id {
+        check_table(table, "spec.tableId", &mut p);
+    }
+    if let Some(rt) = &spec.route_target {
+        check_route_target(rt, "spec.routeTarget", &mut p);
+    }
+    for (i, c) in spec.communities.iter().enumerate() {
+        check_community(c, &format!("spec.communities[{i}]"), &mut p);
+    }
+    p.0
+}
+
+/// Problems with one `Layer2NetworkConfiguration` spec.
+pub fn validate_layer2(spec: &Layer2NetworkConfigurationSpec) -> Vec<FieldError> {
+    let mut p = Problems::default();
+    let mut seen: BTreeMap<IpAddr, usize> = BTreeMap::new();
+    for (i, gw) in spec.anycast_gateways.iter().enumerate() {
+        let path = format!("spec.anycastGateways[{i}]");
+        match parse_host_address(gw) {
+            Err(e) => p.push(path, e),
+            Ok(net) => {
+                if let Some(first) = first_seen(&mut seen, net.addr(), i) {
+                    p.push(
+                        path,
+                        format!("{} is already spec.anycastGateways[{first}]", net.addr()),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(mac) = &spec.anycast_mac
+        && let Some(first) = mac.get(0..2).and_then(|o| u8::from_str_radix(o, 16).ok())
+    {
+        if first & 1 == 1 {
+            p.push(
+                "spec.anycastMac",
+                format!("{mac} is a multicast address; a gateway needs a unicast MAC"),
+            );
+        } else if mac.split(':').all(|o| o == "00") {
+            p.push("spec.anycastMac", format!("{mac} is the all-zero address"));
+        }
+    }
+    if !spec.anycast_gateways.is_empty() && spec.anycast_mac.is_none() {
+        p.push(
+            "spec.anycastMac",
+            "required when anycastGateways are set: every node must answer with the same MAC",
+        );
+    }
+    p.0
+}
+
+/// Problems with one `RoutingTable` spec.
+pub fn validate_routing_table(spec: &RoutingTableSpec) -> Vec<FieldError> {
+    let mut p = Problems::default();
+    check_table(spec.table_id, "spec.tableId", &mut p);
+    let mut routes: BTreeMap<(IpNet, Option<u32>), usize> = BTreeMap::new();
+    for (i, route) in spec.routes.iter().enumerate() {
+        let at = format!("spec.routes[{i}]");
+        let prefix = match parse_network(&route.prefix) {
+            Err(e) => {
+                p.push(format!("{at}.prefix"), e);
+                None
+            }
+            Ok(net) => Some(net),
+        };
+        match route.kind {
+            RouteType::Unicast => {
+                if route.via.is_none() && route.dev.is_none() {
+                    p.push(at.clone(), "a unicast route needs `via` or `dev`");
+                }
+            }
+            RouteType::Blackhole | RouteType::Unreachable => {
+                let kind = if route.kind == RouteType::Blackhole {
+                    "blackhole"
+                } else {
+                    "unreachable"
+                };
+                if route.via.is_some() {
+                    p.push(
+                        format!("{at}.via"),
+                        format!("a {kind} route has no next hop"),
+                    );
+                }
+                if route.dev.is_some() {
+                    p.push(format!("{at}.dev"), format!("a {kind} route has no device"));
+                }
+            }
+        }
+        if let Some(via) = &route.via {
+            match via.parse::<IpAddr>() {
+                Err(_) => p.push(format!("{at}.via"), format!("{via} is not an IP address")),
+                Ok(addr) => {
+                    if let Some(net) = prefix
+                        && addr.is_ipv4() != matches!(net, IpNet::V4(_))
+                        // An IPv4 route via an IPv6 next hop is valid (RFC 5549); the reverse is not.
+                        && matches!(net, IpNet::V6(_))
+                    {
+                        p.push(
+                            format!("{at}.via"),
+                            format!("{via} is IPv4 but the prefix {} is IPv6", route.prefix),
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(net) = prefix
+            && let Some(first) = first_seen(&mut routes, (net, route.metric), i)
+        {
+            p.push(
+                at,
+                format!("duplicates spec.routes[{first}] (same prefix and metric)"),
+            );
+        }
+    }
+    let mut priorities: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let at = format!("spec.rules[{i}]");
+        if RESERVED_RULE_PRIORITIES.contains(&rule.priority) {
+            p.push(
+                format!("{at}.priority"),
+                format!(
+                    "priority {} belongs to the kernel's main/default rule",
+                    rule.priority
+                ),
+            );
+        }
+        if let Some(first) = first_seen(&mut priorities, rule.priority, i) {
+            p.push(
+                format!("{at}.priority"),
+                format!(
+                    "priority {} is already used by spec.rules[{first}]",
+                    rule.priority
+                ),
+            );
+        }
+        let mut families = Vec::new();
+        for (name, value) in [("from", &rule.from), ("to", &rule.to)] {
+            if let Some(v) = value {
+                match parse_network(v) {
+                    Err(e) => p.push(format!("{at}.{name}"), e),
+                    Ok(net) => families.push(family(&net)),
+                }
+            }
+        }
+        if families.len() == 2 && families[0] != families[1] {
+            p.push(at, "`from` and `to` are of different address families");
+        }
+    }
+    p.0
+}

@@ -1,0 +1,77 @@
+//! The CRDs committed in `crds/` must be exactly what the Rust types generate: a cluster must never run a
+//! schema that differs from the code reading it.
+
+use std::path::Path;
+
+#[test]
+fn committed_crds_match_the_rust_types() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../crds");
+    let mut drifted = Vec::new();
+    for (file, crd) in netwave_api::crds() {
+        let want = netwave_api::crd_yaml(&crd);
+        let have = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        if have != want {
+            let diff = similar::TextDiff::from_lines(&have, &want);
+            drifted.push(format!(
+                "crds/{file} differs from the Rust types:\n{}",
+                diff.unified_diff().header("committed", "generated")
+            ));
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "{}\nRun `make crds` and commit the result.",
+        drifted.join("\n")
+    );
+}
+
+#[test]
+fn every_kind_is_cluster_scoped_with_short_name_and_columns() {
+    let crds = netwave_api::crds();
+    let short: Vec<_> = crds
+        .iter()
+        .map(|(_, c)| {
+            c.spec
+                .names
+                .short_names
+                .clone()
+                .unwrap_or_default()
+                .join(",")
+        })
+        .collect();
+    assert_eq!(short, ["vrf", "l2", "rt", "ncr", "nnc"]);
+    for (file, crd) in &crds {
+        assert_eq!(crd.spec.scope, "Cluster", "{file}");
+        assert_eq!(crd.spec.group, "netwave.dev", "{file}");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(
+            version
+                .additional_printer_columns
+                .as_ref()
+                .is_some_and(|c| c.len() >= 2),
+            "{file}"
+        );
+    }
+    for (file, crd) in &crds[3..] {
+        let sub = crd.spec.versions[0].subresources.as_ref();
+        assert!(
+            sub.and_then(|s| s.status.as_ref()).is_some(),
+            "{file} needs a status subresource"
+        );
+    }
+}
+
+#[test]
+fn status_fields_are_strings_not_enums() {
+    // An older CRD must accept status written by a newer netwave, or a rollback of netwave breaks.
+    for (file, crd) in &netwave_api::crds()[3..] {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let status = &schema["openAPIV3Schema"]["properties"]["status"];
+        assert!(status.is_object(), "{file}");
+        assert!(
+            !status.to_string().contains("\"enum\""),
+            "{file}: status has an enum"
+        );
+    }
+}

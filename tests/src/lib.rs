@@ -1,0 +1,1 @@
+//! netwave end-to-end harness (fleet in network namespaces); see issue 7.
