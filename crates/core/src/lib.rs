@@ -1,1 +1,13 @@
-//! core
+//! netwave's functional core: everything that *decides*, as pure, synchronous, deterministic code.
+//! Time and randomness come in as arguments; no tokio, no kube client, no netlink, no I/O.
+//!
+//! ```text
+//!  inputs (VRF, L2, RT specs) + nodes ──► revision::  canonical hash, when to create a revision
+//!                                    ──► render::    one NodeConfig + configHash per node
+//!                                    ──► fleet::     fleet-wide validation (errors block, warnings shown)
+//!  revisions + nodes + NNCs + now    ──► rollout::   step() -> Plan { assignments, status, events, report }
+//! ```
+
+pub mod types;
+
+pub use types::*;
