@@ -315,13 +315,10 @@ pub fn validate_routing_table(spec: &RoutingTableSpec) -> Vec<FieldError> {
                     "unreachable"
                 };
                 if route.via.is_some() {
-                    p.push(
-                        format!("{at}.via"),
-                        format!("a {kind} route has no next hop"),
-                    );
+                    p.push(format!("{at}.via"), format!("{kind} route has no next hop"));
                 }
                 if route.dev.is_some() {
-                    p.push(format!("{at}.dev"), format!("a {kind} route has no device"));
+                    p.push(format!("{at}.dev"), format!("{kind} route has no device"));
                 }
             }
         }

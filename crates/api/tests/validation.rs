@@ -1,0 +1,326 @@
+//! Semantic validation: one good and at least one bad input per rule, each bad one naming its field path.
+
+use netwave_api::validate::{FieldError, validate_layer2, validate_routing_table, validate_vrf};
+use netwave_api::{
+    Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, Route, RouteType, RoutingTableSpec,
+    Rule, VRFRouteConfigurationSpec,
+};
+
+fn vrf() -> VRFRouteConfigurationSpec {
+    VRFRouteConfigurationSpec {
+        vrf: "cluster".into(),
+        vni: Some(2001000),
+        route_target: Some("65188:2001".into()),
+        table_id: None,
+        import: vec![],
+        export: vec![],
+        aggregate: vec![],
+        seq: 10,
+        communities: vec![],
+        mtu: None,
+        node_selector: None,
+    }
+}
+
+fn item(cidr: &str, ge: Option<u8>, le: Option<u8>) -> PrefixItem {
+    PrefixItem {
+        cidr: cidr.into(),
+        seq: None,
+        ge,
+        le,
+        action: PrefixAction::Permit,
+    }
+}
+
+fn l2() -> Layer2NetworkConfigurationSpec {
+    Layer2NetworkConfigurationSpec {
+        id: 100,
+        vni: 1000100,
+        mtu: 9000,
+        anycast_mac: Some("02:00:5e:00:01:01".into()),
+        anycast_gateways: vec!["10.250.0.1/24".into(), "fd00:250::1/64".into()],
+        vrf: Some("cluster".into()),
+        neigh_suppression: None,
+        node_selector: None,
+    }
+}
+
+fn rt() -> RoutingTableSpec {
+    RoutingTableSpec {
+        table_id: 100,
+        routes: vec![],
+        rules: vec![],
+        node_selector: None,
+    }
+}
+
+fn route(prefix: &str, via: Option<&str>, dev: Option<&str>, kind: RouteType) -> Route {
+    Route {
+        prefix: prefix.into(),
+        via: via.map(Into::into),
+        dev: dev.map(Into::into),
+        kind,
+        metric: None,
+    }
+}
+
+fn rule(from: Option<&str>, to: Option<&str>, priority: u32) -> Rule {
+    Rule {
+        from: from.map(Into::into),
+        to: to.map(Into::into),
+        iif: None,
+        priority,
+    }
+}
+
+/// Renders problems as `path: message` lines, the way an admin sees them.
+fn lines(problems: Vec<FieldError>) -> Vec<String> {
+    problems.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn prefix_cidr_must_parse_and_be_a_network_address() {
+    let mut spec = vrf();
+    spec.import = vec![
+        item("10.0.0.0/8", None, None),
+        item("10.0.76.0/24", None, None),
+        item("10.0.77.0/24", None, None),
+        item("10.0.76.81/28", None, None),
+    ];
+    spec.export = vec![
+        item("fd00:1::1/64", None, None),
+        item("not-a-cidr", None, None),
+    ];
+    assert_eq!(
+        lines(validate_vrf(&spec)),
+        [
+            "spec.import[3].cidr: 10.0.76.81/28 is not a network address (want 10.0.76.80/28)",
+            "spec.export[0].cidr: fd00:1::1/64 is not a network address (want fd00:1::/64)",
+            "spec.export[1].cidr: not-a-cidr is not a network in CIDR notation (e.g. 10.0.0.0/24 or fd00::/64)",
+        ]
+    );
+    spec.import.truncate(3);
+    spec.export.clear();
+    assert_eq!(lines(validate_vrf(&spec)), Vec::<String>::new());
+}
+
+#[test]
+fn ge_and_le_stay_within_the_family_and_len_le_ge_le_le() {
+    let mut spec = vrf();
+    spec.import = vec![
+        item("10.0.0.0/16", Some(24), Some(32)),
+        item("fd00::/48", Some(64), Some(128)),
+        item("10.1.0.0/16", Some(33), None),
+        item("10.2.0.0/16", Some(8), None),
+        item("10.3.0.0/16", Some(28), Some(24)),
+        item("10.4.0.0/16", None, Some(12)),
+    ];
+    assert_eq!(
+        lines(validate_vrf(&spec)),
+        [
+            "spec.import[2].ge: 33 is longer than an IPv4 prefix can be (32)",
+            "spec.import[3].ge: 8 is shorter than the prefix length of 10.2.0.0/16 (16)",
+            "spec.import[4].ge: ge 28 is greater than le 24",
+            "spec.import[5].le: 12 is shorter than the prefix length of 10.4.0.0/16 (16)",
+        ]
+    );
+}
+
+#[test]
+fn no_duplicate_prefix_item_within_a_list() {
+    let mut spec = vrf();
+    spec.export = vec![
+        item("10.0.0.0/16", None, Some(24)),
+        item("10.0.0.0/16", None, Some(28)),
+        PrefixItem {
+            seq: Some(7),
+            ..item("10.0.0.0/16", None, Some(24))
+        },
+    ];
+    assert_eq!(
+        lines(validate_vrf(&spec)),
+        ["spec.export[2]: duplicates spec.export[0] (same cidr, action, ge and le)"]
+    );
+    // The same item with the other action, or in the other list, is not a duplicate.
+    spec.export[2].action = PrefixAction::Deny;
+    spec.import = vec![item("10.0.0.0/16", None, Some(24))];
+    assert!(validate_vrf(&spec).is_empty());
+}
+
+#[test]
+fn no_duplicate_effective_seq_within_a_list() {
+    let mut spec = vrf();
+    // Item 0 has no seq, so its effective seq is its position: 1. Item 2 claims 1 explicitly.
+    spec.import = vec![
+        item("10.0.0.0/16", None, None),
+        PrefixItem {
+            seq: Some(20),
+            ..item("10.1.0.0/16", None, None)
+        },
+        PrefixItem {
+            seq: Some(1),
+            ..item("10.2.0.0/16", None, None)
+        },
+    ];
+    assert_eq!(
+        lines(validate_vrf(&spec)),
+        ["spec.import[2].seq: sequence 1 is already used by spec.import[0]"]
+    );
+    spec.import[2].seq = Some(30);
+    assert!(validate_vrf(&spec).is_empty());
+}
+
+#[test]
+fn vrf_aggregates_tables_route_targets_and_communities() {
+    let mut spec = vrf();
+    spec.aggregate = vec![
+        "10.102.0.0/16".into(),
+        "10.102.0.1/16".into(),
+        "10.102.0.0/16".into(),
+    ];
+    spec.table_id = Some(254);
+    spec.route_target = Some("65188".into());
+    spec.communities = vec![
+        "65188:100".into(),
+        "65000:1:2".into(),
+        "no-export".into(),
+        "70000:1".into(),
+    ];
+    assert_eq!(
+        lines(validate_vrf(&spec)),
+        [
+            "spec.aggregate[1]: 10.102.0.1/16 is not a network address (want 10.102.0.0/16)",
+            "spec.aggregate[2]: duplicates spec.aggregate[0]",
+            "spec.tableId: table 254 is reserved for the kernel's unspec/default/main/local tables",
+            "spec.routeTarget: 65188 is not a route target (want <asn>:<number> or <ipv4>:<number>)",
+            "spec.communities[3]: 70000:1 is not a BGP community (want <asn>:<value>, <asn>:<a>:<b> or a well-known name)",
+        ]
+    );
+    spec.aggregate.truncate(1);
+    spec.table_id = Some(2001);
+    spec.route_target = Some("10.0.0.1:2001".into());
+    spec.communities.truncate(3);
+    assert!(validate_vrf(&spec).is_empty());
+}
+
+#[test]
+fn anycast_gateways_are_host_addresses_inside_their_prefix() {
+    let mut spec = l2();
+    assert!(validate_layer2(&spec).is_empty());
+    spec.anycast_gateways = vec![
+        "10.250.0.0/24".into(),
+        "10.250.0.255/24".into(),
+        "fd00:250::/64".into(),
+        "10.250.0.1".into(),
+        "10.250.1.1/24".into(),
+        "10.250.1.1/25".into(),
+        "10.250.2.0/31".into(),
+        "10.250.3.7/32".into(),
+    ];
+    assert_eq!(
+        lines(validate_layer2(&spec)),
+        [
+            "spec.anycastGateways[0]: 10.250.0.0/24 is the network address of 10.250.0.0/24, not a host address",
+            "spec.anycastGateways[1]: 10.250.0.255/24 is the broadcast address of 10.250.0.0/24, not a host address",
+            "spec.anycastGateways[2]: fd00:250::/64 is the network address of fd00:250::/64, not a host address",
+            "spec.anycastGateways[3]: 10.250.0.1 is not an address with prefix length (e.g. 10.250.0.1/24)",
+            "spec.anycastGateways[5]: 10.250.1.1 is already spec.anycastGateways[4]",
+        ]
+    );
+}
+
+#[test]
+fn anycast_mac_is_unicast_and_required_with_gateways() {
+    let mut spec = l2();
+    spec.anycast_mac = Some("01:00:5e:00:00:01".into());
+    assert_eq!(
+        lines(validate_layer2(&spec)),
+        [
+            "spec.anycastMac: 01:00:5e:00:00:01 is a multicast address; a gateway needs a unicast MAC"
+        ]
+    );
+    spec.anycast_mac = Some("00:00:00:00:00:00".into());
+    assert_eq!(
+        lines(validate_layer2(&spec)),
+        ["spec.anycastMac: 00:00:00:00:00:00 is the all-zero address"]
+    );
+    spec.anycast_mac = None;
+    assert_eq!(
+        lines(validate_layer2(&spec)),
+        [
+            "spec.anycastMac: required when anycastGateways are set: every node must answer with the same MAC"
+        ]
+    );
+    spec.anycast_gateways.clear();
+    assert!(validate_layer2(&spec).is_empty());
+}
+
+#[test]
+fn routes_have_via_or_dev_unless_blackhole_or_unreachable() {
+    let mut spec = rt();
+    spec.routes = vec![
+        route(
+            "10.200.0.0/16",
+            Some("10.250.11.254"),
+            None,
+            RouteType::Unicast,
+        ),
+        route("10.201.0.0/16", None, Some("l2.111"), RouteType::Unicast),
+        route("192.0.2.0/24", None, None, RouteType::Blackhole),
+        route("fd00:dead::/48", None, None, RouteType::Unreachable),
+        route("0.0.0.0/0", Some("fd00::1"), None, RouteType::Unicast),
+    ];
+    assert!(validate_routing_table(&spec).is_empty());
+    spec.routes = vec![
+        route("10.200.0.0/16", None, None, RouteType::Unicast),
+        route("192.0.2.0/24", Some("10.0.0.1"), None, RouteType::Blackhole),
+        route(
+            "198.51.100.0/24",
+            None,
+            Some("eth0"),
+            RouteType::Unreachable,
+        ),
+        route("10.9.0.1/16", Some("10.0.0.1"), None, RouteType::Unicast),
+        route("fd00:1::/64", Some("10.0.0.1"), None, RouteType::Unicast),
+        route("10.8.0.0/16", Some("gateway"), None, RouteType::Unicast),
+        route("10.200.0.0/16", Some("10.0.0.2"), None, RouteType::Unicast),
+    ];
+    assert_eq!(
+        lines(validate_routing_table(&spec)),
+        [
+            "spec.routes[0]: a unicast route needs `via` or `dev`",
+            "spec.routes[1].via: a blackhole route has no next hop",
+            "spec.routes[2].dev: an unreachable route has no device",
+            "spec.routes[3].prefix: 10.9.0.1/16 is not a network address (want 10.9.0.0/16)",
+            "spec.routes[4].via: 10.0.0.1 is IPv4 but the prefix fd00:1::/64 is IPv6",
+            "spec.routes[5].via: gateway is not an IP address",
+            "spec.routes[6]: duplicates spec.routes[0] (same prefix and metric)",
+        ]
+    );
+}
+
+#[test]
+fn rules_use_networks_free_priorities_and_one_family() {
+    let mut spec = rt();
+    spec.rules = vec![
+        rule(Some("10.250.11.0/24"), None, 1000),
+        rule(None, Some("fd00:200::/48"), 1001),
+    ];
+    assert!(validate_routing_table(&spec).is_empty());
+    spec.table_id = 0;
+    spec.rules = vec![
+        rule(Some("10.250.11.1/24"), None, 1000),
+        rule(None, Some("10.0.0.0/8"), 1000),
+        rule(Some("10.0.0.0/8"), Some("fd00::/8"), 32766),
+    ];
+    assert_eq!(
+        lines(validate_routing_table(&spec)),
+        [
+            "spec.tableId: table 0 is reserved for the kernel's unspec/default/main/local tables",
+            "spec.rules[0].from: 10.250.11.1/24 is not a network address (want 10.250.11.0/24)",
+            "spec.rules[1].priority: priority 1000 is already used by spec.rules[0]",
+            "spec.rules[2].priority: priority 32766 belongs to the kernel's main/default rule",
+            "spec.rules[2]: `from` and `to` are of different address families",
+        ]
+    );
+}
