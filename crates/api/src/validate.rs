@@ -310,9 +310,9 @@ pub fn validate_routing_table(spec: &RoutingTableSpec) -> Vec<FieldError> {
             }
             RouteType::Blackhole | RouteType::Unreachable => {
                 let kind = if route.kind == RouteType::Blackhole {
-                    "blackhole"
+                    "a blackhole"
                 } else {
-                    "unreachable"
+                    "an unreachable"
                 };
                 if route.via.is_some() {
                     p.push(format!("{at}.via"), format!("{kind} route has no next hop"));
