@@ -1,0 +1,219 @@
+//! Command line and environment configuration. Every value is checked at start: a configurator that would
+//! misbehave later refuses to start and says which flag is wrong.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "netwave-configurator",
+    version,
+    about = "Rolls netwave network config out to the fleet"
+)]
+pub struct Args {
+    /// Kubeconfig file. Without it: in-cluster service account, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "NETWAVE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "netwave-system")]
+    pub lease_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "NETWAVE_LEASE_NAME",
+        default_value = "netwave-configurator"
+    )]
+    pub lease_name: String,
+    /// This replica's identity in the Lease. Defaults to the pod name, else host name and process id.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// How long a Lease stays valid after its last renewal.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long stops writing. Must be below --lease-duration.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub renew_deadline: Duration,
+    /// Time between Lease acquire/renew attempts. Must be below --renew-deadline.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub retry_period: Duration,
+
+    /// Default for `spec.rollout.maxUnavailable`: nodes in flight at once, a count or a percentage.
+    #[arg(long, default_value = "10%", value_parser = parse_int_or_percent)]
+    pub max_unavailable: IntOrPercent,
+    /// Default for `spec.rollout.maxFailures`: failed nodes that halt a rollout.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_failures: u32,
+    /// Default for `spec.rollout.applyTimeoutSeconds`.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub apply_timeout: Duration,
+    /// Default for `spec.rollout.progressDeadlineSeconds`.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub progress_deadline: Duration,
+    /// Revisions kept; older ones no node references are deleted.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub revision_history_limit: u32,
+    /// Underlay MTU the VXLAN devices' MTU must fit in (VXLAN adds 50 bytes over IPv4, 70 over IPv6).
+    #[arg(long, default_value_t = 9100, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub underlay_mtu: u32,
+    /// Full reconcile at least this often even without changes.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub resync_interval: Duration,
+
+    /// Address of /metrics.
+    #[arg(long, env = "NETWAVE_METRICS_ADDR", default_value = "0.0.0.0:9090")]
+    pub metrics_addr: SocketAddr,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "NETWAVE_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "NETWAVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// `maxUnavailable`-style value: an absolute count or a percentage of eligible nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntOrPercent {
+    Int(u32),
+    Percent(u32),
+}
+
+pub fn parse_int_or_percent(s: &str) -> Result<IntOrPercent, String> {
+    let bad =
+        || format!("{s:?} is neither a count (e.g. 2) nor a percentage from 1% to 100% (e.g. 10%)");
+    match s.strip_suffix('%') {
+        Some(p) => match p.parse::<u32>() {
+            Ok(v @ 1..=100) => Ok(IntOrPercent::Percent(v)),
+            _ => Err(bad()),
+        },
+        None => match s.parse::<u32>() {
+            Ok(v @ 1..) => Ok(IntOrPercent::Int(v)),
+            _ => Err(bad()),
+        },
+    }
+}
+
+impl Args {
+    /// Cross-flag checks clap cannot express.
+    pub fn check(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "--renew-deadline ({:?}) must be below --lease-duration ({:?}): a leader must stop writing \
+                 before another replica may take over",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "--retry-period ({:?}) must be below --renew-deadline ({:?}), or the leader loses the lease \
+                 between two renewals",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        if self.lease_duration < Duration::from_secs(1) {
+            return Err(
+                "--lease-duration must be at least 1s (the Lease stores whole seconds)".into(),
+            );
+        }
+        for (flag, d) in [
+            ("--apply-timeout", self.apply_timeout),
+            ("--progress-deadline", self.progress_deadline),
+        ] {
+            if d < Duration::from_secs(1) {
+                return Err(format!("{flag} must be at least 1s"));
+            }
+        }
+        if self.resync_interval < Duration::from_secs(1) {
+            return Err("--resync-interval must be at least 1s".into());
+        }
+        Ok(())
+    }
+
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<Args, String> {
+        let mut argv = vec!["netwave-configurator"];
+        argv.extend_from_slice(extra);
+        let args = Args::try_parse_from(argv).map_err(|e| e.to_string())?;
+        args.check()?;
+        Ok(args)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.max_unavailable, IntOrPercent::Percent(10));
+        assert_eq!(args.lease_duration, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn max_unavailable_takes_counts_and_percentages() {
+        assert_eq!(
+            parse(&["--max-unavailable", "3"]).unwrap().max_unavailable,
+            IntOrPercent::Int(3)
+        );
+        assert_eq!(
+            parse(&["--max-unavailable", "25%"])
+                .unwrap()
+                .max_unavailable,
+            IntOrPercent::Percent(25)
+        );
+        for bad in ["0", "0%", "101%", "ten", "-1", "5.5"] {
+            let err = parse(&[&format!("--max-unavailable={bad}")]).unwrap_err();
+            assert!(err.contains("neither a count"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn lease_timings_must_nest() {
+        let err = parse(&["--lease-duration", "10s", "--renew-deadline", "10s"]).unwrap_err();
+        assert!(err.contains("--renew-deadline"), "{err}");
+        let err = parse(&["--retry-period", "12s"]).unwrap_err();
+        assert!(err.contains("--retry-period"), "{err}");
+        let err = parse(&["--lease-duration", "soon"]).unwrap_err();
+        assert!(err.contains("--lease-duration"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        assert!(
+            parse(&["--max-failures", "0"])
+                .unwrap_err()
+                .contains("--max-failures")
+        );
+        assert!(
+            parse(&["--log-format", "xml"])
+                .unwrap_err()
+                .contains("--log-format")
+        );
+        assert!(
+            parse(&["--metrics-addr", "localhost"])
+                .unwrap_err()
+                .contains("--metrics-addr")
+        );
+        assert!(
+            parse(&["--underlay-mtu", "900"])
+                .unwrap_err()
+                .contains("--underlay-mtu")
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, the way client-go's `leaderelection` does it:
+//! GET the lease, then create it or `replace` it with its `resourceVersion` as precondition; a 409 means
+//! another replica got there first.
+//!
+//! Why not kube-lease-manager 0.13: its `watch()` channel keeps reporting leadership while renewals fail
+//! with API errors (the error path only logs and backs off), so a partitioned leader would keep writing
+//! after its lease expired and another replica took over. Here leadership has a local deadline: a leader
+//! that has not renewed within `renew_deadline` stops writing at once, before any other replica may take
+//! over (`renew_deadline < lease_duration`). Expiry of someone else's lease is judged by when *we* last saw
+//! its record change (local monotonic clock), as client-go does, so clock skew between nodes cannot cause
+//! two leaders.
+//!
+//! ```text
+//!   follower ──(lease free or expired; replace with rv succeeds)──► leader
+//!   leader ──(renew ok every retry_period)──► leader
+//!   leader ──(no successful renew for renew_deadline | 409 | holder changed)──► follower
+//!   leader ──(shutdown: release = clear holder)──► gone
+//! ```
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    /// How long a lease stays valid after its last renewal, for other replicas.
+    pub lease_duration: Duration,
+    /// A leader that could not renew for this long stops acting as leader. Must be < `lease_duration`.
+    pub renew_deadline: Duration,
+    /// Time between attempts to acquire or renew.
+    pub retry_period: Duration,
+}
+
+/// What this replica may do right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leadership {
+    Follower,
+    /// Leader until the given instant unless renewed before it.
+    Leader {
+        until: Instant,
+    },
+}
+
+/// A cheap handle to ask "may I write now?".
+#[derive(Clone, Debug)]
+pub struct LeaderGate {
+    rx: watch::Receiver<Leadership>,
+}
+
+impl LeaderGate {
+    /// True while this replica holds the lease and its last renewal is recent enough.
+    pub fn is_leader(&self) -> bool {
+        matches!(*self.rx.borrow(), Leadership::Leader { until } if Instant::now() < until)
+    }
+
+    /// Waits until leadership changes (gained or lost).
+    pub async fn changed(&mut self) -> bool {
+        let _ = self.rx.changed().await;
+        self.is_leader()
+    }
+
+    /// A gate that is always leader (single-replica mode and tests).
+    pub fn always() -> Self {
+        let (_tx, rx) = watch::channel(Leadership::Leader {
+            until: Instant::now() + Duration::from_secs(1 << 40),
+        });
+        // Dropping the sender keeps the last value readable.
+        Self { rx }
+    }
+}
+
+/// Runs the election loop until `shutdown` resolves, then releases the lease if held.
+pub struct Elector {
+    api: Api<Lease>,
+    config: LeaseConfig,
+    tx: watch::Sender<Leadership>,
+    /// The holder record we saw last and when we first saw it (local clock).
+    observed: Option<(String, Option<MicroTime>, Instant)>,
+}
+
+impl Elector {
+    pub fn new(client: kube::Client, config: LeaseConfig) -> (Self, LeaderGate) {
+        assert!(
+            config.renew_deadline < config.lease_duration,
+            "renew deadline must be below lease duration"
+        );
+        let (tx, rx) = watch::channel(Leadership::Follower);
+        let api = Api::namespaced(client, &config.namespace);
+        (
+            Self {
+                api,
+                config,
+                tx,
+                observed: None,
+            },
+            LeaderGate { rx },
+        )
+    }
+
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let started = Instant::now();
+            match self.try_acquire_or_renew(started).await {
+                Ok(true) => self.set(Leadership::Leader {
+                    until: started + self.config.renew_deadline,
+                }),
+                Ok(false) => self.set(Leadership::Follower),
+                Err(e) => {
+                    // Keep what we have: a leader stays leader until its local deadline passes.
+                    warn!(error = %e, lease = %self.config.name, "lease acquire/renew failed");
+                    if let Leadership::Leader { until } = *self.tx.borrow()
+                        && Instant::now() >= until
+                    {
+                        self.set(Leadership::Follower);
+                    }
+                }
+            }
+            let next = Instant::now() + self.config.retry_period;
+            let deadline = match *self.tx.borrow() {
+                Leadership::Leader { until } => next.min(until),
+                Leadership::Follower => next,
+            };
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+        self.release().await;
+    }
+
+    fn set(&self, new: Leadership) {
+        let was_leader = matches!(*self.tx.borrow(), Leadership::Leader { .. });
+        let is_leader = matches!(new, Leadership::Leader { .. });
+        if was_leader != is_leader {
+            info!(identity = %self.config.identity, leader = is_leader, "leadership changed");
+        }
+        self.tx.send_replace(new);
+    }
+
+    async fn try_acquire_or_renew(&mut self, now: Instant) -> Result<bool, kube::Error> {
+        let me = &self.config.identity;
+        let duration_secs = self.config.lease_duration.as_secs().max(1) as i32;
+        let stamp = MicroTime(Timestamp::now());
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me.clone()),
+                    lease_duration_seconds: Some(duration_secs),
+                    acquire_time: Some(stamp.clone()),
+                    renew_time: Some(stamp),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        // Track when the holder record last changed, by our own clock.
+        let record = (holder.clone(), spec.renew_time.clone());
+        match &self.observed {
+            Some((h, r, _)) if (h, r) == (&record.0, &record.1) => {}
+            _ => self.observed = Some((record.0, record.1, now)),
+        }
+        let observed_at = self.observed.as_ref().map(|o| o.2).unwrap_or(now);
+        let their_duration =
+            Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_secs).max(1) as u64);
+        let held_by_other = !holder.is_empty() && holder != *me;
+        if held_by_other && now < observed_at + their_duration {
+            return Ok(false);
+        }
+        if holder != *me {
+            spec.acquire_time = Some(stamp.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.holder_identity = Some(me.clone());
+        spec.lease_duration_seconds = Some(duration_secs);
+        spec.renew_time = Some(stamp);
+        // `lease` still carries the resourceVersion we read: a concurrent writer makes this a 409.
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the lease up so a standby takes over at once instead of waiting for expiry.
+    async fn release(&mut self) {
+        if !matches!(*self.tx.borrow(), Leadership::Leader { .. }) {
+            return;
+        }
+        self.set(Leadership::Follower);
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => info!(lease = %self.config.name, "lease released"),
+            Err(e) => {
+                warn!(error = %e, "could not release the lease; standby takes over after expiry")
+            }
+        }
+    }
+}

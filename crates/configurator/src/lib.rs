@@ -1,0 +1,15 @@
+//! netwave-configurator: the leader-elected imperative shell around `netwave-core`.
+//!
+//! ```text
+//!  watches (reflectors)                 reconcile (every replica computes)          writes (leader only)
+//!  VRF / L2 / RoutingTable ─┐
+//!  Nodes                    ├─► stores ─► snapshot ─► core::render/validate/step ─► Plan ─► writer ─► API
+//!  NodeNetworkConfigs       │
+//!  NetworkConfigRevisions  ─┘
+//!  Lease ◄──── lease::Elector (client-go style; local renew deadline gates every write)
+//! ```
+
+pub mod args;
+pub mod http;
+pub mod lease;
+pub mod metrics;

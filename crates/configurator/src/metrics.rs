@@ -1,0 +1,182 @@
+//! Prometheus metrics of the configurator (DESIGN.md §5). Label values come from small fixed sets
+//! (phases, node states, reasons, error categories); never object names or error strings.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeStateLabels {
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiErrorLabels {
+    pub verb: Verb,
+    pub category: &'static str,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Verb {
+    create,
+    patch,
+    delete,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    /// Revisions by phase (a gauge per phase, set on every reconcile).
+    pub revisions: Family<PhaseLabels, Gauge>,
+    /// Nodes of the target revision by rollout state.
+    pub nodes: Family<NodeStateLabels, Gauge>,
+    pub assignments: Family<ReasonLabels, Counter>,
+    pub node_failures: Counter,
+    pub rollbacks: Counter,
+    pub revisions_failed: Counter,
+    /// Time from assigning a revision to a node until its agent reported Provisioned.
+    pub node_apply_duration: Histogram,
+    /// Time from a revision becoming target until it completed.
+    pub rollout_duration: Histogram,
+    pub reconcile_duration: Histogram,
+    pub api_errors: Family<ApiErrorLabels, Counter>,
+    /// Writes a replica skipped because it was not (or no longer) the leader.
+    pub writes_dropped: Counter,
+    pub leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("netwave");
+        let m = Metrics {
+            revisions: Family::default(),
+            nodes: Family::default(),
+            assignments: Family::default(),
+            node_failures: Counter::default(),
+            rollbacks: Counter::default(),
+            revisions_failed: Counter::default(),
+            node_apply_duration: Histogram::new(exponential_buckets(0.25, 2.0, 12)),
+            rollout_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            api_errors: Family::default(),
+            writes_dropped: Counter::default(),
+            leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register("revisions", "Revisions by phase", m.revisions.clone());
+        registry.register(
+            "rollout_nodes",
+            "Nodes of the target revision by rollout state",
+            m.nodes.clone(),
+        );
+        registry.register(
+            "assignments",
+            "Revision assignments to nodes by reason",
+            m.assignments.clone(),
+        );
+        registry.register(
+            "node_failures",
+            "Nodes that failed a revision",
+            m.node_failures.clone(),
+        );
+        registry.register(
+            "rollbacks",
+            "Nodes sent back to the last good revision",
+            m.rollbacks.clone(),
+        );
+        registry.register(
+            "revision_failures",
+            "Revisions that went Failed",
+            m.revisions_failed.clone(),
+        );
+        registry.register(
+            "node_apply_duration_seconds",
+            "Time from assignment to Provisioned per node",
+            m.node_apply_duration.clone(),
+        );
+        registry.register(
+            "rollout_duration_seconds",
+            "Time from a revision becoming target to Complete",
+            m.rollout_duration.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time of one reconcile (snapshot, plan, writes)",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "api_errors",
+            "Kubernetes API write errors by verb and category",
+            m.api_errors.clone(),
+        );
+        registry.register(
+            "writes_dropped",
+            "Writes skipped because this replica is not the leader",
+            m.writes_dropped.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader lease",
+            m.leader.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_prefixed_and_typed() {
+        let m = Metrics::default();
+        m.assignments
+            .get_or_create(&ReasonLabels { reason: "rollout" })
+            .inc();
+        m.api_errors
+            .get_or_create(&ApiErrorLabels {
+                verb: Verb::patch,
+                category: "server",
+            })
+            .inc();
+        let text = m.encode();
+        assert!(
+            text.contains("# TYPE netwave_assignments counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netwave_assignments_total{reason=\"rollout\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netwave_api_errors_total{verb=\"patch\",category=\"server\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE netwave_node_apply_duration_seconds histogram"),
+            "{text}"
+        );
+    }
+}
