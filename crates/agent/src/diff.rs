@@ -1,0 +1,332 @@
+//! `diff(desired, observed) -> Vec<NetOp>`: the ordered kernel operations that turn what the kernel has into
+//! what the config wants. Pure and deterministic; the netlink shell executes the list without making any
+//! choice of its own.
+//!
+//! Order (each stage only depends on earlier ones, so the ops inside one stage may run concurrently):
+//!
+//! ```text
+//!  del rules → del routes → del addresses → del ports → del bridges → del VRFs
+//!  → add links → set VRFs → set bridges (enslave to VRF) → set ports (enslave to bridge)
+//!  → bridge-port flags → add addresses → add/replace routes → add rules
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use ipnet::IpNet;
+
+use crate::model::{Dataplane, Link, LinkKind, Mac, Route, RouteAction, RouteKey, Rule};
+
+/// What the kernel has: the managed objects plus the names of every link the agent does not own (so a
+/// desired device can never take over a foreign one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub managed: Dataplane,
+    pub foreign_links: BTreeSet<String>,
+}
+
+/// Attribute changes on an existing (or just created) link. `None` fields stay as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkChange {
+    /// Write the ownership alias (only right after the agent created the link).
+    pub mark: bool,
+    pub mtu: Option<u32>,
+    pub mac: Option<Mac>,
+    /// `Some(None)`: release from its master.
+    pub master: Option<Option<String>>,
+    pub up: Option<bool>,
+}
+
+/// One kernel write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetOp {
+    DelRule(Rule),
+    DelRoute(Route),
+    DelAddr {
+        dev: String,
+        addr: IpNet,
+    },
+    DelLink {
+        name: String,
+        kind: LinkKind,
+    },
+    AddLink {
+        name: String,
+        kind: LinkKind,
+        mtu: Option<u32>,
+        mac: Option<Mac>,
+    },
+    SetLink {
+        name: String,
+        /// [`LinkKind::rank`] of the link: masters are set up before their ports.
+        rank: u8,
+        change: LinkChange,
+    },
+    SetNeighSuppress {
+        name: String,
+        on: bool,
+    },
+    AddAddr {
+        dev: String,
+        addr: IpNet,
+    },
+    AddRoute(Route),
+    ReplaceRoute(Route),
+    AddRule(Rule),
+}
+
+impl NetOp {
+    /// Stage in the order above. Ops of one stage are independent of each other.
+    pub fn stage(&self) -> u8 {
+        match self {
+            NetOp::DelRule(_) => 0,
+            NetOp::DelRoute(_) => 1,
+            NetOp::DelAddr { .. } => 2,
+            NetOp::DelLink { kind, .. } => 5 - kind.rank(),
+            NetOp::AddLink { .. } => 6,
+            NetOp::SetLink { rank, .. } => 7 + rank,
+            NetOp::SetNeighSuppress { .. } => 10,
+            NetOp::AddAddr { .. } => 11,
+            NetOp::AddRoute(_) | NetOp::ReplaceRoute(_) => 12,
+            NetOp::AddRule(_) => 13,
+        }
+    }
+}
+
+/// `ip`-like rendering, used in logs, Events and golden tests.
+impl fmt::Display for NetOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetOp::DelRule(r) => write!(f, "rule del {r}"),
+            NetOp::DelRoute(r) => write!(f, "route del {r}"),
+            NetOp::DelAddr { dev, addr } => write!(f, "addr del {addr} dev {dev}"),
+            NetOp::DelLink { name, .. } => write!(f, "link del {name}"),
+            NetOp::AddLink {
+                name,
+                kind,
+                mtu,
+                mac,
+            } => {
+                write!(f, "link add {name}")?;
+                if let Some(m) = mtu {
+                    write!(f, " mtu {m}")?;
+                }
+                if let Some(m) = mac {
+                    write!(f, " address {m}")?;
+                }
+                write!(f, " type {kind}")
+            }
+            NetOp::SetLink { name, change, .. } => {
+                write!(f, "link set {name}")?;
+                if change.mark {
+                    write!(f, " alias {}", crate::model::MANAGED_ALIAS)?;
+                }
+                if let Some(m) = change.mtu {
+                    write!(f, " mtu {m}")?;
+                }
+                if let Some(m) = change.mac {
+                    write!(f, " address {m}")?;
+                }
+                match &change.master {
+                    Some(Some(m)) => write!(f, " master {m}")?,
+                    Some(None) => write!(f, " nomaster")?,
+                    None => {}
+                }
+                match change.up {
+                    Some(true) => write!(f, " up")?,
+                    Some(false) => write!(f, " down")?,
+                    None => {}
+                }
+                Ok(())
+            }
+            NetOp::SetNeighSuppress { name, on } => write!(
+                f,
+                "link set {name} type bridge_slave neigh_suppress {}",
+                if *on { "on" } else { "off" }
+            ),
+            NetOp::AddAddr { dev, addr } => write!(f, "addr add {addr} dev {dev}"),
+            NetOp::AddRoute(r) => write!(f, "route add {r}"),
+            NetOp::ReplaceRoute(r) => write!(f, "route replace {r}"),
+            NetOp::AddRule(r) => write!(f, "rule add {r}"),
+        }
+    }
+}
+
+/// The desired config cannot be applied without touching something the agent does not own.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DiffError {
+    #[error("device {name} already exists and is not managed by netwave; refusing to take it over")]
+    ForeignLink { name: String },
+}
+
+fn route(key: &RouteKey, action: &RouteAction) -> Route {
+    Route {
+        key: key.clone(),
+        action: action.clone(),
+    }
+}
+
+/// Operations that make `observed` equal `desired` (for the managed objects). Empty when nothing differs:
+/// re-applying the same config writes nothing.
+pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, DiffError> {
+    let actual = &observed.managed;
+    if let Some(name) = desired
+        .links
+        .keys()
+        .find(|n| observed.foreign_links.contains(*n))
+    {
+        return Err(DiffError::ForeignLink { name: name.clone() });
+    }
+
+    let mut ops = Vec::new();
+
+    // Links that go away entirely or must be recreated (a kind parameter such as the VNI changed).
+    let mut removed: BTreeMap<&str, &Link> = BTreeMap::new();
+    let mut created: Vec<&Link> = Vec::new();
+    for (name, have) in &actual.links {
+        match desired.links.get(name) {
+            None => {
+                removed.insert(name, have);
+            }
+            Some(want) if want.kind != have.kind => {
+                removed.insert(name, have);
+                created.push(want);
+            }
+            Some(_) => {}
+        }
+    }
+    created.extend(
+        desired
+            .links
+            .values()
+            .filter(|l| !actual.links.contains_key(&l.name)),
+    );
+    created.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
+
+    for r in actual.rules.difference(&desired.rules) {
+        ops.push(NetOp::DelRule(r.clone()));
+    }
+    // Routes through a removed link vanish with it; deleting them first is harmless and keeps the list
+    // independent of that kernel behaviour.
+    for (key, action) in &actual.routes {
+        if !desired.routes.contains_key(key) {
+            ops.push(NetOp::DelRoute(route(key, action)));
+        }
+    }
+    for (name, have) in &actual.links {
+        if removed.contains_key(name.as_str()) {
+            continue;
+        }
+        let want = &desired.links[name];
+        for addr in have.addresses.difference(&want.addresses) {
+            ops.push(NetOp::DelAddr {
+                dev: name.clone(),
+                addr: *addr,
+            });
+        }
+    }
+    let mut dels: Vec<&Link> = removed.values().copied().collect();
+    dels.sort_by(|a, b| (b.kind.rank(), &a.name).cmp(&(a.kind.rank(), &b.name)));
+    for l in dels {
+        ops.push(NetOp::DelLink {
+            name: l.name.clone(),
+            kind: l.kind.clone(),
+        });
+    }
+    for l in &created {
+        ops.push(NetOp::AddLink {
+            name: l.name.clone(),
+            kind: l.kind.clone(),
+            mtu: l.mtu,
+            mac: l.mac,
+        });
+    }
+
+    // Attribute changes, masters before ports.
+    let fresh: BTreeSet<&str> = created.iter().map(|l| l.name.as_str()).collect();
+    let mut order: Vec<&Link> = desired.links.values().collect();
+    order.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
+    // A link's master changes, or its master is recreated (which releases every port of the old one).
+    let master_lost = |want: &Link, have: &Link| {
+        want.master != have.master
+            || want
+                .master
+                .as_deref()
+                .is_some_and(|m| removed.contains_key(m))
+    };
+    let mut port_flags = Vec::new();
+    let mut addrs = Vec::new();
+    for want in order {
+        let is_new = fresh.contains(want.name.as_str());
+        let have = (!is_new).then(|| &actual.links[&want.name]);
+        let change = match have {
+            None => LinkChange {
+                mark: true,
+                master: want.master.as_ref().map(|m| Some(m.clone())),
+                up: want.up.then_some(true),
+                ..LinkChange::default()
+            },
+            Some(have) => LinkChange {
+                mark: false,
+                mtu: want.mtu.filter(|m| have.mtu != Some(*m)),
+                mac: want.mac.filter(|m| have.mac != Some(*m)),
+                master: master_lost(want, have).then(|| want.master.clone()),
+                up: (want.up != have.up).then_some(want.up),
+            },
+        };
+        if change != LinkChange::default() {
+            ops.push(NetOp::SetLink {
+                name: want.name.clone(),
+                rank: want.kind.rank(),
+                change,
+            });
+        }
+        // The flag lives on the bridge port, so it is (re)applied whenever the link is (re)enslaved.
+        let master_is_bridge = want
+            .master
+            .as_ref()
+            .and_then(|m| desired.links.get(m))
+            .is_some_and(|m| m.kind == LinkKind::Bridge);
+        if master_is_bridge {
+            let reenslaved = have.is_none_or(|h| master_lost(want, h));
+            let current = if reenslaved {
+                false
+            } else {
+                have.is_some_and(|h| h.neigh_suppress)
+            };
+            if want.neigh_suppress != current {
+                port_flags.push(NetOp::SetNeighSuppress {
+                    name: want.name.clone(),
+                    on: want.neigh_suppress,
+                });
+            }
+        }
+        let have_addrs = have.map(|h| &h.addresses);
+        for addr in &want.addresses {
+            if !have_addrs.is_some_and(|h| h.contains(addr)) {
+                addrs.push(NetOp::AddAddr {
+                    dev: want.name.clone(),
+                    addr: *addr,
+                });
+            }
+        }
+    }
+    ops.extend(port_flags);
+    ops.extend(addrs);
+
+    for (key, action) in &desired.routes {
+        // A route through a recreated device was removed by the kernel with the old device.
+        let through_new = matches!(action, RouteAction::Unicast { dev: Some(d), .. } if removed.contains_key(d.as_str()));
+        match actual.routes.get(key) {
+            None => ops.push(NetOp::AddRoute(route(key, action))),
+            Some(_) if through_new => ops.push(NetOp::AddRoute(route(key, action))),
+            Some(have) if have != action => ops.push(NetOp::ReplaceRoute(route(key, action))),
+            Some(_) => {}
+        }
+    }
+    for r in desired.rules.difference(&actual.rules) {
+        ops.push(NetOp::AddRule(r.clone()));
+    }
+    debug_assert!(ops.windows(2).all(|w| w[0].stage() <= w[1].stage()));
+    Ok(ops)
+}

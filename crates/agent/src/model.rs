@@ -1,0 +1,616 @@
+//! The dataplane model: the kernel objects the agent manages, as plain data. Both sides of a reconcile
+//! use it — [`desired`] builds it from a [`NodeConfig`] plus node-local [`NodeSettings`], and the netlink
+//! shell observes the kernel into it — so [`crate::diff`] can compare them without a kernel.
+//!
+//! Ownership: a link is the agent's when its alias is [`MANAGED_ALIAS`] (and, when the node configures
+//! name prefixes, its name starts with one of them); a route or rule is the agent's when its protocol is
+//! [`RTPROT_NETWAVE`]. Nothing else is ever changed or deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use netwave_api::{NodeConfig, RouteType};
+use serde::{Deserialize, Serialize};
+
+/// Link alias (`IFLA_IFALIAS`) that marks a link as created and owned by the agent.
+pub const MANAGED_ALIAS: &str = "netwave:managed";
+
+/// Route and rule protocol (`rtm_protocol` / `FRA_PROTOCOL`) that marks a route or rule as the agent's.
+/// 242 (0xf2) is unassigned in iproute2's `rt_protos` and far from the routing daemons' values
+/// (zebra 11, bird 12, bgp 186 … eigrp 192); `ip route show proto 242` lists what the agent owns.
+pub const RTPROT_NETWAVE: u8 = 242;
+
+/// IANA VXLAN UDP port.
+pub const VXLAN_PORT: u16 = 4789;
+
+/// Main routing table id: its default route is never the agent's to touch.
+pub const MAIN_TABLE: u32 = 254;
+
+/// Node-local settings that are not part of the rollout (they differ per node and never change with a
+/// revision).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSettings {
+    /// Underlay address VXLAN devices send from (`local`); none lets the kernel choose.
+    pub vxlan_local: Option<IpAddr>,
+    /// VXLAN UDP destination port.
+    pub vxlan_port: u16,
+    /// Physical trunk interface; when set, every layer-2 segment also gets a VLAN sub-interface
+    /// (`vlan.<id>`) on it, enslaved to the segment's bridge.
+    pub vlan_trunk: Option<String>,
+    /// When non-empty, a link is only ever considered the agent's if its name starts with one of these
+    /// (in addition to the alias marker), and desired devices must be named accordingly.
+    pub name_prefixes: Vec<String>,
+    /// Interfaces the agent must never touch, whatever their alias says (e.g. the management NIC).
+    pub protected: Vec<String>,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            vxlan_local: None,
+            vxlan_port: VXLAN_PORT,
+            vlan_trunk: None,
+            name_prefixes: Vec::new(),
+            protected: Vec::new(),
+        }
+    }
+}
+
+impl NodeSettings {
+    /// Whether a link with this name and alias belongs to the agent.
+    pub fn owns(&self, name: &str, alias: Option<&str>) -> bool {
+        alias == Some(MANAGED_ALIAS) && self.name_allowed(name)
+    }
+
+    fn name_allowed(&self, name: &str) -> bool {
+        !self.protected.iter().any(|p| p == name)
+            && self.vlan_trunk.as_deref() != Some(name)
+            && (self.name_prefixes.is_empty()
+                || self.name_prefixes.iter().any(|p| name.starts_with(p)))
+    }
+}
+
+/// A 48-bit MAC address.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Mac(pub [u8; 6]);
+
+impl Mac {
+    pub fn parse(s: &str) -> Option<Mac> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for b in &mut out {
+            let p = parts.next()?;
+            if p.len() != 2 {
+                return None;
+            }
+            *b = u8::from_str_radix(p, 16).ok()?;
+        }
+        parts.next().is_none().then_some(Mac(out))
+    }
+}
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
+    }
+}
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// What kind of device a link is, with the parameters the kernel cannot change in place: a difference in
+/// any of them means delete and recreate.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LinkKind {
+    Vrf {
+        table: u32,
+    },
+    Bridge,
+    Vxlan {
+        vni: u32,
+        local: Option<IpAddr>,
+        port: u16,
+        learning: bool,
+    },
+    Vlan {
+        parent: String,
+        id: u16,
+    },
+}
+
+impl LinkKind {
+    /// Creation order: masters before the ports enslaved to them (VRF ← bridge ← vxlan/vlan).
+    pub fn rank(&self) -> u8 {
+        match self {
+            LinkKind::Vrf { .. } => 0,
+            LinkKind::Bridge => 1,
+            LinkKind::Vxlan { .. } | LinkKind::Vlan { .. } => 2,
+        }
+    }
+
+    pub fn feature(&self) -> Feature {
+        match self {
+            LinkKind::Vrf { .. } => Feature::Vrf,
+            LinkKind::Bridge => Feature::Bridge,
+            LinkKind::Vxlan { .. } => Feature::Vxlan,
+            LinkKind::Vlan { .. } => Feature::Vlan,
+        }
+    }
+}
+
+impl fmt::Display for LinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkKind::Vrf { table } => write!(f, "vrf table {table}"),
+            LinkKind::Bridge => write!(f, "bridge"),
+            LinkKind::Vxlan {
+                vni,
+                local,
+                port,
+                learning,
+            } => {
+                write!(f, "vxlan id {vni}")?;
+                if let Some(l) = local {
+                    write!(f, " local {l}")?;
+                }
+                write!(f, " dstport {port}")?;
+                if !learning {
+                    write!(f, " nolearning")?;
+                }
+                Ok(())
+            }
+            LinkKind::Vlan { parent, id } => write!(f, "vlan link {parent} id {id}"),
+        }
+    }
+}
+
+/// One managed link and everything the agent sets on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub name: String,
+    pub kind: LinkKind,
+    /// `None`: the agent does not care (e.g. a VRF device keeps the kernel's default).
+    pub mtu: Option<u32>,
+    /// `None`: the kernel's choice is fine.
+    pub mac: Option<Mac>,
+    /// The link's master (VRF or bridge) by name.
+    pub master: Option<String>,
+    pub up: bool,
+    /// Bridge port flag `neigh_suppress` (only meaningful while enslaved to a bridge).
+    pub neigh_suppress: bool,
+    /// Addresses with prefix length (`10.250.0.1/24`); IPv6 link-local addresses are the kernel's and
+    /// never part of the model.
+    pub addresses: BTreeSet<IpNet>,
+}
+
+/// How a route forwards.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum RouteAction {
+    Unicast {
+        via: Option<IpAddr>,
+        dev: Option<String>,
+    },
+    Blackhole,
+    Unreachable,
+}
+
+/// The kernel's identity of a route: a second route with the same key replaces the first.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RouteKey {
+    pub table: u32,
+    /// Always a network address (host bits cleared): the kernel rejects anything else with EINVAL.
+    pub dst: IpNet,
+    pub metric: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Route {
+    pub key: RouteKey,
+    pub action: RouteAction,
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.action {
+            RouteAction::Unicast { .. } => write!(f, "{}", self.key.dst)?,
+            RouteAction::Blackhole => write!(f, "blackhole {}", self.key.dst)?,
+            RouteAction::Unreachable => write!(f, "unreachable {}", self.key.dst)?,
+        }
+        if let RouteAction::Unicast { via, dev } = &self.action {
+            if let Some(v) = via {
+                write!(f, " via {v}")?;
+            }
+            if let Some(d) = dev {
+                write!(f, " dev {d}")?;
+            }
+        }
+        write!(f, " table {}", self.key.table)?;
+        if self.key.metric != 0 {
+            write!(f, " metric {}", self.key.metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// Address family of a rule (rules are per family in the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Rule {
+    pub family: Family,
+    pub priority: u32,
+    pub table: u32,
+    pub from: Option<IpNet>,
+    pub to: Option<IpNet>,
+    pub iif: Option<String>,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fam = match self.family {
+            Family::V4 => "-4",
+            Family::V6 => "-6",
+        };
+        write!(f, "{fam} priority {}", self.priority)?;
+        if let Some(x) = &self.from {
+            write!(f, " from {x}")?;
+        }
+        if let Some(x) = &self.to {
+            write!(f, " to {x}")?;
+        }
+        if let Some(x) = &self.iif {
+            write!(f, " iif {x}")?;
+        }
+        write!(f, " lookup {}", self.table)
+    }
+}
+
+/// Every managed kernel object of a node. `BTreeMap`/`BTreeSet` so iteration (and thus the operation list)
+/// is deterministic.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dataplane {
+    pub links: BTreeMap<String, Link>,
+    pub routes: BTreeMap<RouteKey, RouteAction>,
+    pub rules: BTreeSet<Rule>,
+}
+
+impl Dataplane {
+    /// Number of managed objects (links, addresses, routes, rules), for the `managed objects` metric.
+    pub fn object_count(&self) -> usize {
+        self.links.len()
+            + self
+                .links
+                .values()
+                .map(|l| l.addresses.len())
+                .sum::<usize>()
+            + self.routes.len()
+            + self.rules.len()
+    }
+
+    /// Kernel features this dataplane needs.
+    pub fn required_features(&self) -> BTreeSet<Feature> {
+        self.links.values().map(|l| l.kind.feature()).collect()
+    }
+}
+
+/// Kernel features the agent relies on, probed at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Feature {
+    Vrf,
+    Vlan,
+    Bridge,
+    Vxlan,
+    BridgeVlanFiltering,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 5] = [
+        Feature::Vrf,
+        Feature::Vlan,
+        Feature::Bridge,
+        Feature::Vxlan,
+        Feature::BridgeVlanFiltering,
+    ];
+
+    /// Name used in NNC status `kernelCapabilities` and in `KernelUnsupported` messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Vrf => "vrf",
+            Feature::Vlan => "vlan",
+            Feature::Bridge => "bridge",
+            Feature::Vxlan => "vxlan",
+            Feature::BridgeVlanFiltering => "bridgeVlanFiltering",
+        }
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which kernel features work on this node.
+pub type Capabilities = BTreeMap<Feature, bool>;
+
+/// The features `dp` needs that `caps` says are missing (unknown features count as missing).
+pub fn missing_features(dp: &Dataplane, caps: &Capabilities) -> Vec<Feature> {
+    dp.required_features()
+        .into_iter()
+        .filter(|f| !caps.get(f).copied().unwrap_or(false))
+        .collect()
+}
+
+/// A config that cannot be turned into kernel objects; each variant names the offending field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ModelError {
+    #[error("{field}: {value:?} is not valid: {why}")]
+    InvalidValue {
+        field: String,
+        value: String,
+        why: String,
+    },
+    #[error("device {name} is declared twice ({first} and {second})")]
+    DuplicateDevice {
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("{field}: device name {name:?} is not one the agent may manage ({why})")]
+    DeviceName {
+        field: String,
+        name: String,
+        why: String,
+    },
+    #[error("{field}: the default route of the main table is never managed by netwave")]
+    MainDefaultRoute { field: String },
+    #[error("{field}: route {key} is declared twice")]
+    DuplicateRoute { field: String, key: String },
+}
+
+fn invalid(field: impl Into<String>, value: &str, why: impl Into<String>) -> ModelError {
+    ModelError::InvalidValue {
+        field: field.into(),
+        value: value.to_string(),
+        why: why.into(),
+    }
+}
+
+fn parse_net(field: &str, s: &str) -> Result<IpNet, ModelError> {
+    s.parse::<IpNet>()
+        .map_err(|_| invalid(field, s, "not a prefix in CIDR notation"))
+}
+
+/// Name of the VLAN sub-interface of segment `id` on the trunk.
+pub fn vlan_device(id: u16) -> String {
+    format!("vlan.{id}")
+}
+
+struct Builder<'a> {
+    settings: &'a NodeSettings,
+    dp: Dataplane,
+    origin: BTreeMap<String, String>,
+}
+
+impl Builder<'_> {
+    fn add_link(&mut self, field: String, link: Link) -> Result<(), ModelError> {
+        let name = link.name.clone();
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', ':']) || name == "." {
+            return Err(ModelError::DeviceName {
+                field,
+                name,
+                why: "kernel device names are 1 to 15 bytes without '/', ':' or spaces".into(),
+            });
+        }
+        if !self.settings.name_allowed(&name) {
+            return Err(ModelError::DeviceName {
+                field,
+                name,
+                why: "protected interface, trunk, or missing a configured name prefix".into(),
+            });
+        }
+        if let Some(first) = self.origin.get(&name) {
+            return Err(ModelError::DuplicateDevice {
+                name,
+                first: first.clone(),
+                second: field,
+            });
+        }
+        self.origin.insert(name.clone(), field);
+        self.dp.links.insert(name, link);
+        Ok(())
+    }
+}
+
+fn new_link(name: &str, kind: LinkKind, mtu: Option<u32>) -> Link {
+    Link {
+        name: name.to_string(),
+        kind,
+        mtu,
+        mac: None,
+        master: None,
+        up: true,
+        neigh_suppress: false,
+        addresses: BTreeSet::new(),
+    }
+}
+
+/// The kernel objects a node must have for `cfg`. Pure: same inputs, same result.
+pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, ModelError> {
+    let mut b = Builder {
+        settings,
+        dp: Dataplane::default(),
+        origin: BTreeMap::new(),
+    };
+    let vxlan = |vni: u32| LinkKind::Vxlan {
+        vni,
+        local: settings.vxlan_local,
+        port: settings.vxlan_port,
+        learning: false,
+    };
+    for (i, vrf) in cfg.vrfs.iter().enumerate() {
+        let at = format!("vrfs[{i}]");
+        b.add_link(
+            format!("{at}.device"),
+            new_link(&vrf.device, LinkKind::Vrf { table: vrf.table }, None),
+        )?;
+        // The layer-3 VNI: a bridge in the VRF with a VXLAN port, both at the VRF's MTU.
+        if let (Some(vni), Some(br), Some(vx)) = (vrf.vni, &vrf.bridge, &vrf.vxlan) {
+            let mut bridge = new_link(br, LinkKind::Bridge, Some(vrf.mtu));
+            bridge.master = Some(vrf.device.clone());
+            b.add_link(format!("{at}.bridge"), bridge)?;
+            let mut port = new_link(vx, vxlan(vni), Some(vrf.mtu));
+            port.master = Some(br.clone());
+            b.add_link(format!("{at}.vxlan"), port)?;
+        }
+    }
+    for (i, l2) in cfg.layer2s.iter().enumerate() {
+        let at = format!("layer2s[{i}]");
+        let mut bridge = new_link(&l2.bridge, LinkKind::Bridge, Some(l2.mtu));
+        bridge.master = l2.vrf.clone();
+        if let Some(mac) = &l2.anycast_mac {
+            bridge.mac =
+                Some(Mac::parse(mac).ok_or_else(|| {
+                    invalid(format!("{at}.anycastMac"), mac, "not a MAC address")
+                })?);
+        }
+        for (j, gw) in l2.anycast_gateways.iter().enumerate() {
+            let field = format!("{at}.anycastGateways[{j}]");
+            let net = parse_net(&field, gw)?;
+            if !bridge.addresses.insert(net) {
+                return Err(invalid(field, gw, "listed twice"));
+            }
+        }
+        b.add_link(format!("{at}.bridge"), bridge)?;
+        let mut port = new_link(&l2.vxlan, vxlan(l2.vni), Some(l2.mtu));
+        port.master = Some(l2.bridge.clone());
+        port.neigh_suppress = l2.neigh_suppression;
+        b.add_link(format!("{at}.vxlan"), port)?;
+        if let Some(trunk) = &settings.vlan_trunk {
+            let mut sub = new_link(
+                &vlan_device(l2.vlan),
+                LinkKind::Vlan {
+                    parent: trunk.clone(),
+                    id: l2.vlan,
+                },
+                Some(l2.mtu),
+            );
+            sub.master = Some(l2.bridge.clone());
+            b.add_link(format!("{at}.vlan"), sub)?;
+        }
+    }
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let at = format!("routes[{i}]");
+        let dst = parse_net(&format!("{at}.prefix"), &r.prefix)?.trunc();
+        if r.table == MAIN_TABLE && dst.prefix_len() == 0 {
+            return Err(ModelError::MainDefaultRoute { field: at });
+        }
+        let action = match r.kind {
+            RouteType::Blackhole => RouteAction::Blackhole,
+            RouteType::Unreachable => RouteAction::Unreachable,
+            RouteType::Unicast => {
+                let via = match &r.via {
+                    None => None,
+                    Some(v) => {
+                        let ip: IpAddr = v
+                            .parse()
+                            .map_err(|_| invalid(format!("{at}.via"), v, "not an IP address"))?;
+                        if ip.is_ipv4() != matches!(dst, IpNet::V4(_)) {
+                            return Err(invalid(
+                                format!("{at}.via"),
+                                v,
+                                format!("address family differs from prefix {dst}"),
+                            ));
+                        }
+                        Some(ip)
+                    }
+                };
+                if via.is_none() && r.dev.is_none() {
+                    return Err(invalid(
+                        at.clone(),
+                        &r.prefix,
+                        "a unicast route needs via or dev",
+                    ));
+                }
+                RouteAction::Unicast {
+                    via,
+                    dev: r.dev.clone(),
+                }
+            }
+        };
+        let key = RouteKey {
+            table: r.table,
+            dst,
+            metric: r.metric.unwrap_or(0),
+        };
+        if b.dp.routes.contains_key(&key) {
+            return Err(ModelError::DuplicateRoute {
+                field: at,
+                key: format!("{dst} table {} metric {}", key.table, key.metric),
+            });
+        }
+        b.dp.routes.insert(key, action);
+    }
+    for (i, r) in cfg.rules.iter().enumerate() {
+        let at = format!("rules[{i}]");
+        let from = r
+            .from
+            .as_deref()
+            .map(|s| parse_net(&format!("{at}.from"), s).map(|n| n.trunc()))
+            .transpose()?;
+        let to =
+            r.to.as_deref()
+                .map(|s| parse_net(&format!("{at}.to"), s).map(|n| n.trunc()))
+                .transpose()?;
+        let fams: Vec<Family> = match (from.or(to), to) {
+            (Some(a), Some(b)) if a.addr().is_ipv4() != b.addr().is_ipv4() => {
+                return Err(invalid(
+                    format!("{at}.to"),
+                    r.to.as_deref().unwrap_or_default(),
+                    "address family differs from `from`",
+                ));
+            }
+            (Some(IpNet::V4(_)), _) => vec![Family::V4],
+            (Some(IpNet::V6(_)), _) => vec![Family::V6],
+            // No prefix fixes the family: the rule applies to both, as `iif X lookup T` means.
+            (None, _) => vec![Family::V4, Family::V6],
+        };
+        for family in fams {
+            b.dp.rules.insert(Rule {
+                family,
+                priority: r.priority,
+                table: r.table,
+                from,
+                to,
+                iif: r.iif.clone(),
+            });
+        }
+    }
+    // Masters must be links of this dataplane: the agent never enslaves into a device it does not own.
+    for link in b.dp.links.values() {
+        if let Some(m) = &link.master
+            && !b.dp.links.contains_key(m)
+        {
+            return Err(ModelError::DeviceName {
+                field: b.origin[&link.name].clone(),
+                name: m.clone(),
+                why: format!("master of {} is not a device of this config", link.name),
+            });
+        }
+    }
+    Ok(b.dp)
+}
