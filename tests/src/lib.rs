@@ -1,1 +1,4 @@
-//! netwave end-to-end harness (fleet in network namespaces); see issue 7.
+//! netwave end-to-end harness: a fleet of nodes in network namespaces on one machine, the testbed API
+//! server, configurators and agents as real processes. Used by the end-to-end tests and `make demo`.
+
+pub mod netns;

@@ -1,0 +1,224 @@
+//! A fleet of "nodes" on one machine: a `fabric` network namespace with a bridge, and one namespace per
+//! node wired to it with a veth pair and an underlay address in 198.18.0.0/15.
+//!
+//! ```text
+//!   <run>-fabric:   br0 ─┬─ v<id>n0 ══ veth ══ eth0  <run>-node0  198.18.0.1/16
+//!                        ├─ v<id>n1 ══ veth ══ eth0  <run>-node1  198.18.0.2/16
+//!                        └─ …
+//! ```
+//!
+//! Every name carries a per-run prefix that includes our process id, so parallel runs never collide and
+//! [`sweep_stale`] can remove what a SIGKILLed run left behind. Namespaces are deleted on drop — also when a
+//! test panics — and deleting a namespace deletes every link in it.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use anyhow::{Context, Result, bail};
+
+/// Prefix of every namespace this harness creates: `nwt<pid>x<seq>-…`.
+pub const NETNS_PREFIX: &str = "nwt";
+
+/// Runs a command, failing with its stderr when it exits non-zero.
+pub fn run(program: &str, args: &[&str]) -> Result<Output> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{program} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
+/// `ip` with the given arguments.
+pub fn ip(args: &[&str]) -> Result<String> {
+    Ok(String::from_utf8_lossy(&run("ip", args)?.stdout).into_owned())
+}
+
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+/// One node's namespace.
+#[derive(Clone, Debug)]
+pub struct NodeNs {
+    /// Node name as the fleet knows it (`node-0`, …).
+    pub name: String,
+    /// Network namespace name.
+    pub netns: String,
+    pub underlay: Ipv4Addr,
+}
+
+/// The fabric and node namespaces of one run. Dropping it deletes them all.
+#[derive(Debug)]
+pub struct NetnsFleet {
+    pub run_id: String,
+    pub fabric: String,
+    pub nodes: Vec<NodeNs>,
+}
+
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Underlay prefix length: one flat L2 underlay for up to 65k nodes.
+pub const UNDERLAY_PREFIX_LEN: u8 = 16;
+
+impl NetnsFleet {
+    /// Builds the fabric and `n` nodes. Needs root.
+    pub fn build(n: usize) -> Result<Self> {
+        if !is_root() {
+            bail!("building network namespaces needs root");
+        }
+        sweep_stale();
+        let seq = RUNS.fetch_add(1, Ordering::Relaxed);
+        let run_id = format!("{NETNS_PREFIX}{}x{seq}", std::process::id());
+        let mut fleet = NetnsFleet {
+            fabric: format!("{run_id}-fabric"),
+            run_id,
+            nodes: Vec::new(),
+        };
+        // From here on, drop cleans up whatever was created, also on an early return.
+        ip(&["netns", "add", &fleet.fabric])?;
+        ip(&["-n", &fleet.fabric, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &fleet.fabric, "link", "set", "br0", "up"])?;
+        ip(&["-n", &fleet.fabric, "link", "set", "lo", "up"])?;
+        for i in 0..n {
+            fleet.add_node()?;
+            let _ = i;
+        }
+        Ok(fleet)
+    }
+
+    /// Adds one more node (for join-mid-rollout scenarios) and returns it.
+    pub fn add_node(&mut self) -> Result<NodeNs> {
+        let i = self.nodes.len();
+        let octets = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + 1 + i as u32;
+        let node = NodeNs {
+            name: format!("node-{i}"),
+            netns: format!("{}-node{i}", self.run_id),
+            underlay: Ipv4Addr::from(octets),
+        };
+        ip(&["netns", "add", &node.netns])?;
+        self.nodes.push(node.clone());
+        // Fabric-side name must fit in 15 bytes and be unique per run within the fabric namespace.
+        let fabric_side = format!("n{i}");
+        ip(&[
+            "-n",
+            &self.fabric,
+            "link",
+            "add",
+            &fabric_side,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &node.netns,
+        ])?;
+        ip(&[
+            "-n",
+            &self.fabric,
+            "link",
+            "set",
+            &fabric_side,
+            "master",
+            "br0",
+            "up",
+        ])?;
+        let addr = format!("{}/{UNDERLAY_PREFIX_LEN}", node.underlay);
+        ip(&["-n", &node.netns, "addr", "add", &addr, "dev", "eth0"])?;
+        ip(&["-n", &node.netns, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &node.netns, "link", "set", "lo", "up"])?;
+        Ok(node)
+    }
+
+    /// Removes a node's namespace (for leave-mid-rollout scenarios).
+    pub fn remove_node(&mut self, name: &str) -> Result<()> {
+        let Some(pos) = self.nodes.iter().position(|n| n.name == name) else {
+            bail!("no node {name}");
+        };
+        let node = self.nodes.remove(pos);
+        ip(&["netns", "del", &node.netns])?;
+        Ok(())
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeNs> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Runs `ip` inside a node's namespace.
+    pub fn ip_in(&self, node: &str, args: &[&str]) -> Result<String> {
+        let ns = &self
+            .node(node)
+            .with_context(|| format!("no node {node}"))?
+            .netns;
+        let mut full = vec!["-n", ns.as_str()];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+
+    /// Pings `target` once from inside `node`'s namespace; true if a reply came back.
+    pub fn ping(&self, node: &str, target: &str) -> Result<bool> {
+        let ns = &self
+            .node(node)
+            .with_context(|| format!("no node {node}"))?
+            .netns;
+        let status = Command::new("ip")
+            .args([
+                "netns", "exec", ns, "ping", "-c", "1", "-W", "2", "-q", target,
+            ])
+            .output()
+            .context("running ping")?
+            .status;
+        Ok(status.success())
+    }
+}
+
+impl Drop for NetnsFleet {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            let _ = ip(&["netns", "del", &node.netns]);
+        }
+        let _ = ip(&["netns", "del", &self.fabric]);
+    }
+}
+
+/// Deletes namespaces left behind by harness runs whose process no longer exists (a SIGKILLed test
+/// cannot run its destructors).
+pub fn sweep_stale() {
+    let Ok(list) = ip(&["netns", "list"]) else {
+        return;
+    };
+    for line in list.lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let Some(rest) = name.strip_prefix(NETNS_PREFIX) else {
+            continue;
+        };
+        let Some(pid) = rest.split('x').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "del", name]);
+        }
+    }
+}
+
+/// Namespaces currently present that belong to run `run_id`.
+pub fn namespaces_of(run_id: &str) -> Vec<String> {
+    ip(&["netns", "list"])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(run_id))
+        .map(str::to_string)
+        .collect()
+}
