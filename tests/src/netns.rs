@@ -90,9 +90,8 @@ impl NetnsFleet {
         ip(&["-n", &fleet.fabric, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &fleet.fabric, "link", "set", "br0", "up"])?;
         ip(&["-n", &fleet.fabric, "link", "set", "lo", "up"])?;
-        for i in 0..n {
+        for _ in 0..n {
             fleet.add_node()?;
-            let _ = i;
         }
         Ok(fleet)
     }
