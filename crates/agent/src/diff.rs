@@ -166,6 +166,19 @@ fn route(key: &RouteKey, action: &RouteAction) -> Route {
     }
 }
 
+/// Whether the kernel's route does what the wanted one asks. A gateway route without `dev` is reported by
+/// the kernel with the device it resolved to; that device is the kernel's choice, not drift.
+fn route_matches(want: &RouteAction, have: &RouteAction) -> bool {
+    match (want, have) {
+        (RouteAction::Unicast { via: wv, dev: None }, RouteAction::Unicast { via: hv, .. })
+            if wv.is_some() =>
+        {
+            wv == hv
+        }
+        _ => want == have,
+    }
+}
+
 /// Operations that make `observed` equal `desired` (for the managed objects). Empty when nothing differs:
 /// re-applying the same config writes nothing.
 pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, DiffError> {
@@ -320,7 +333,9 @@ pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, Diff
         match actual.routes.get(key) {
             None => ops.push(NetOp::AddRoute(route(key, action))),
             Some(_) if through_new => ops.push(NetOp::AddRoute(route(key, action))),
-            Some(have) if have != action => ops.push(NetOp::ReplaceRoute(route(key, action))),
+            Some(have) if !route_matches(action, have) => {
+                ops.push(NetOp::ReplaceRoute(route(key, action)))
+            }
             Some(_) => {}
         }
     }

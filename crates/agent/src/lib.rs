@@ -15,3 +15,4 @@
 
 pub mod diff;
 pub mod model;
+pub mod netlink;

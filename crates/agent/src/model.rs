@@ -25,6 +25,9 @@ pub const RTPROT_NETWAVE: u8 = 242;
 /// IANA VXLAN UDP port.
 pub const VXLAN_PORT: u16 = 4789;
 
+/// Metric the kernel gives an IPv6 route added without one (`IP6_RT_PRIO_USER`).
+pub const IPV6_DEFAULT_METRIC: u32 = 1024;
+
 /// Main routing table id: its default route is never the agent's to touch.
 pub const MAIN_TABLE: u32 = 254;
 
@@ -552,10 +555,15 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
                 }
             }
         };
+        // The kernel gives IPv6 routes without a metric 1024; model it so the diff agrees.
+        let metric = match (r.metric.unwrap_or(0), dst) {
+            (0, IpNet::V6(_)) => IPV6_DEFAULT_METRIC,
+            (m, _) => m,
+        };
         let key = RouteKey {
             table: r.table,
             dst,
-            metric: r.metric.unwrap_or(0),
+            metric,
         };
         if b.dp.routes.contains_key(&key) {
             return Err(ModelError::DuplicateRoute {

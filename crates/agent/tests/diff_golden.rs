@@ -239,7 +239,7 @@ fn route_changes() {
             "route del blackhole 192.0.2.0/24 table 100",
             "route replace 10.99.0.0/16 via 10.10.0.253 table 100",
             "route add unreachable 203.0.113.0/24 table 100 metric 20",
-            "route add fd00:99::/64 dev l2.20 table 200",
+            "route add fd00:99::/64 dev l2.20 table 200 metric 1024",
         ]
     );
 }

@@ -1,0 +1,323 @@
+//! The netlink shell against the real kernel, each test in its own throwaway network namespace (root).
+//! Covers what this kernel supports: bridges, vxlan, veth, addresses, routes in tables, rules.
+
+mod common;
+
+use anyhow::{Result, ensure};
+use common::{in_netns, ip, ip_can};
+use netwave_agent::diff::diff;
+use netwave_agent::model::{Feature, NodeSettings, desired};
+use netwave_agent::netlink::{Netlink, NetlinkError};
+use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig};
+
+fn settings() -> NodeSettings {
+    NodeSettings {
+        vxlan_local: Some("198.18.0.10".parse().unwrap()),
+        protected: vec!["eth0".into()],
+        ..NodeSettings::default()
+    }
+}
+
+fn l2(vlan: u16, vni: u32) -> Layer2Config {
+    Layer2Config {
+        vlan,
+        vni,
+        mtu: 1450,
+        bridge: format!("l2.{vlan}"),
+        vxlan: format!("vx.{vlan}"),
+        anycast_mac: Some("02:00:5e:00:01:01".into()),
+        anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
+        vrf: None,
+        neigh_suppression: vlan == 20,
+    }
+}
+
+fn route(
+    table: u32,
+    prefix: &str,
+    via: Option<&str>,
+    dev: Option<&str>,
+    kind: RouteType,
+) -> RouteConfig {
+    RouteConfig {
+        table,
+        prefix: prefix.into(),
+        via: via.map(str::to_string),
+        dev: dev.map(str::to_string),
+        kind,
+        metric: None,
+    }
+}
+
+fn config() -> NodeConfig {
+    NodeConfig {
+        vrfs: vec![],
+        layer2s: vec![l2(10, 1010), l2(20, 1020)],
+        routes: vec![
+            route(
+                100,
+                "198.19.0.0/16",
+                Some("198.18.10.254"),
+                None,
+                RouteType::Unicast,
+            ),
+            route(
+                100,
+                "198.19.1.0/24",
+                None,
+                Some("l2.20"),
+                RouteType::Unicast,
+            ),
+            // host bits set on purpose: the agent masks them (the kernel would say EINVAL)
+            route(100, "198.19.2.9/24", None, None, RouteType::Blackhole),
+            RouteConfig {
+                metric: Some(50),
+                ..route(1000, "0.0.0.0/0", None, None, RouteType::Unreachable)
+            },
+            route(
+                100,
+                "fd00:99::/64",
+                Some("fd00:10::fe"),
+                None,
+                RouteType::Unicast,
+            ),
+        ],
+        rules: vec![
+            RuleConfig {
+                priority: 1000,
+                table: 100,
+                from: Some("198.18.10.0/24".into()),
+                to: None,
+                iif: None,
+            },
+            RuleConfig {
+                priority: 1001,
+                table: 1000,
+                from: None,
+                to: None,
+                iif: Some("l2.20".into()),
+            },
+        ],
+    }
+}
+
+#[test]
+fn apply_from_empty_then_reapply_writes_nothing() {
+    in_netns("apply_from_empty_then_reapply_writes_nothing", || async {
+        let nl = Netlink::connect(settings())?;
+        let want = desired(&config(), nl.settings())?;
+        let first = nl.reconcile(&want).await?;
+        ensure!(first.writes > 0 && !first.applied.is_empty());
+
+        let link = ip(&["-d", "link", "show", "vx.20"])?;
+        for needle in [
+            "vxlan id 1020",
+            "local 198.18.0.10",
+            "dstport 4789",
+            "nolearning",
+            "master l2.20",
+            "neigh_suppress on",
+            "alias netwave:managed",
+            "mtu 1450",
+        ] {
+            ensure!(link.contains(needle), "vx.20 lacks {needle:?}:\n{link}");
+        }
+        ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("neigh_suppress off"));
+        let br = ip(&["link", "show", "l2.10"])?;
+        ensure!(
+            br.contains("02:00:5e:00:01:01") && br.contains("state UP") || br.contains(",UP"),
+            "{br}"
+        );
+        let addrs = ip(&["addr", "show", "l2.10"])?;
+        ensure!(
+            addrs.contains("198.18.10.1/24") && addrs.contains("fd00:10::1/64"),
+            "{addrs}"
+        );
+        let routes = ip(&["route", "show", "table", "100", "proto", "242"])?;
+        for needle in [
+            "198.19.0.0/16 via 198.18.10.254",
+            "198.19.1.0/24 dev l2.20",
+            "blackhole 198.19.2.0/24",
+        ] {
+            ensure!(
+                routes.contains(needle),
+                "table 100 lacks {needle:?}:\n{routes}"
+            );
+        }
+        ensure!(ip(&["route", "show", "table", "1000"])?.contains("unreachable default"));
+        ensure!(
+            ip(&["-6", "route", "show", "table", "100"])?.contains("fd00:99::/64 via fd00:10::fe")
+        );
+        let rules = ip(&["rule", "show"])?;
+        ensure!(
+            rules.contains("1000:\tfrom 198.18.10.0/24 lookup 100 proto 242"),
+            "{rules}"
+        );
+        ensure!(
+            rules.contains("1001:\tfrom all iif l2.20 lookup 1000 proto 242"),
+            "{rules}"
+        );
+        // The rule has an action: lookups through it work (a rule without one fails with EINVAL).
+        let got = ip(&["route", "get", "198.19.0.1", "from", "198.18.10.1"])?;
+        ensure!(got.contains("via 198.18.10.254"), "{got}");
+
+        // Verify and idempotence: the kernel matches, a second apply writes nothing.
+        let snap = nl.observe().await?;
+        ensure!(diff(&want, &snap.observed)?.is_empty());
+        let before = nl.writes();
+        let again = nl.reconcile(&want).await?;
+        ensure!(again.applied.is_empty(), "re-apply did {:?}", again.applied);
+        ensure!(nl.writes() == before && again.writes == 0);
+
+        // Back to empty removes everything the agent made.
+        let empty = desired(&NodeConfig::default(), nl.settings())?;
+        nl.reconcile(&empty).await?;
+        let links = ip(&["-o", "link", "show"])?;
+        ensure!(!links.contains("l2.") && !links.contains("vx."), "{links}");
+        ensure!(
+            ip(&["route", "show", "table", "all", "proto", "242"])?
+                .trim()
+                .is_empty()
+        );
+        ensure!(!ip(&["rule", "show"])?.contains("proto 242"));
+        Ok(())
+    });
+}
+
+#[test]
+fn drift_is_repaired_and_reported() {
+    in_netns("drift_is_repaired_and_reported", || async {
+        let nl = Netlink::connect(settings())?;
+        let want = desired(&config(), nl.settings())?;
+        nl.reconcile(&want).await?;
+        // Someone changes things behind the agent's back.
+        ip(&["link", "set", "l2.10", "mtu", "1400"])?;
+        ip(&["addr", "del", "198.18.20.1/24", "dev", "l2.20"])?;
+        ip(&["route", "del", "198.19.0.0/16", "table", "100"])?;
+        ip(&["link", "del", "vx.20"])?;
+        ip(&["link", "set", "vx.10", "down"])?;
+        ip(&["rule", "del", "priority", "1000"])?;
+
+        let fix = nl.reconcile(&want).await?;
+        let applied: Vec<String> = fix.applied.iter().map(ToString::to_string).collect();
+        for needle in [
+            "link set l2.10 mtu 1450",
+            "addr add 198.18.20.1/24 dev l2.20",
+            "route add 198.19.0.0/16 via 198.18.10.254 table 100",
+            "link add vx.20 mtu 1450 type vxlan id 1020 local 198.18.0.10 dstport 4789 nolearning",
+            "link set vx.20 type bridge_slave neigh_suppress on",
+            "link set vx.10 up",
+            "rule add -4 priority 1000 from 198.18.10.0/24 lookup 100",
+        ] {
+            ensure!(
+                applied.iter().any(|a| a == needle),
+                "{needle:?} not in {applied:#?}"
+            );
+        }
+        ensure!(diff(&want, &nl.observe().await?.observed)?.is_empty());
+        ensure!(nl.reconcile(&want).await?.writes == 0);
+        Ok(())
+    });
+}
+
+#[test]
+fn unmanaged_objects_are_never_touched() {
+    in_netns("unmanaged_objects_are_never_touched", || async {
+        // A management-like veth with an address and routes, a foreign bridge, a foreign route in a
+        // table the agent also uses, a foreign rule.
+        ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+        ])?;
+        ip(&["addr", "add", "198.18.0.10/24", "dev", "eth0"])?;
+        ip(&["link", "set", "eth0", "up"])?;
+        ip(&["link", "set", "eth0p", "up"])?;
+        ip(&["route", "add", "default", "via", "198.18.0.1"])?;
+        ip(&["link", "add", "br-other", "type", "bridge"])?;
+        ip(&[
+            "route",
+            "add",
+            "198.19.50.0/24",
+            "via",
+            "198.18.0.1",
+            "table",
+            "100",
+        ])?;
+        ip(&[
+            "rule",
+            "add",
+            "priority",
+            "500",
+            "from",
+            "198.18.0.0/24",
+            "lookup",
+            "100",
+        ])?;
+        let snapshot = || -> Result<String> {
+            Ok(format!(
+                "{}{}{}{}{}",
+                ip(&["-d", "link", "show", "eth0"])?,
+                ip(&["-d", "link", "show", "br-other"])?,
+                ip(&["addr", "show", "eth0"])?,
+                ip(&["route", "show", "table", "main"])?
+                    + &ip(&["route", "show", "table", "100", "proto", "boot"])?,
+                ip(&["rule", "show", "priority", "500"])?,
+            ))
+        };
+        let before = snapshot()?;
+
+        let nl = Netlink::connect(settings())?;
+        nl.reconcile(&desired(&config(), nl.settings())?).await?;
+        nl.reconcile(&desired(&NodeConfig::default(), nl.settings())?)
+            .await?;
+        ensure!(snapshot()? == before, "foreign state changed");
+
+        // A foreign device with a name the config wants is refused before any write.
+        let mut cfg = config();
+        cfg.layer2s[0].bridge = "br-other".into();
+        let w = nl.writes();
+        let err = nl
+            .reconcile(&desired(&cfg, nl.settings())?)
+            .await
+            .unwrap_err();
+        ensure!(matches!(err, NetlinkError::Conflict(_)), "{err}");
+        ensure!(nl.writes() == w, "wrote before refusing");
+        // Even a foreign link that carries our alias but is protected stays foreign.
+        ip(&["link", "set", "eth0", "alias", "netwave:managed"])?;
+        let snap = nl.observe().await?;
+        ensure!(snap.observed.foreign_links.contains("eth0"));
+        ensure!(!snap.observed.managed.links.contains_key("eth0"));
+        Ok(())
+    });
+}
+
+#[test]
+fn capabilities_match_what_the_kernel_accepts() {
+    in_netns("capabilities_match_what_the_kernel_accepts", || async {
+        let nl = Netlink::connect(settings())?;
+        let caps = nl.capabilities().await;
+        let vrf = ip_can(&["link", "add", "t0", "type", "vrf", "table", "10"]);
+        let bridge = ip_can(&["link", "add", "t0", "type", "bridge"]);
+        let vxlan = ip_can(&[
+            "link", "add", "t0", "type", "vxlan", "id", "5", "dstport", "0",
+        ]);
+        let vlan_filtering =
+            ip_can(&["link", "add", "t0", "type", "bridge", "vlan_filtering", "1"]);
+        ip(&["link", "add", "t1", "type", "bridge"])?;
+        let vlan = ip_can(&["link", "add", "t0", "link", "t1", "type", "vlan", "id", "5"]);
+        ip(&["link", "del", "t1"])?;
+        ensure!(caps[&Feature::Vrf] == vrf, "vrf: {caps:?}");
+        ensure!(
+            caps[&Feature::Bridge] == bridge && bridge,
+            "bridge: {caps:?}"
+        );
+        ensure!(caps[&Feature::Vxlan] == vxlan && vxlan, "vxlan: {caps:?}");
+        ensure!(
+            caps[&Feature::BridgeVlanFiltering] == vlan_filtering,
+            "{caps:?}"
+        );
+        ensure!(caps[&Feature::Vlan] == vlan, "vlan: {caps:?}");
+        // The probes leave nothing behind.
+        ensure!(!ip(&["-o", "link", "show"])?.contains("nwprobe"));
+        Ok(())
+    });
+}
