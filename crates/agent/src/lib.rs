@@ -13,6 +13,7 @@
 //! Pure decision code (`model`, `diff`, `health::verdict`, `reconcile::decide`) is kept apart from the
 //! code that does I/O (`netlink`, `backup`, `health` probes, the Kubernetes shell).
 
+pub mod backup;
 pub mod diff;
 pub mod model;
 pub mod netlink;

@@ -1,0 +1,310 @@
+//! Durable agent state in the state dir (a hostPath, so it survives agent restarts and node reboots):
+//!
+//! - `last-good.json`: the last config that applied and passed health checks, its revision and config
+//!   hash, a generation that grows with every save, and a sha256 checksum over all of that. A file that
+//!   does not parse or whose checksum does not match is [`BackupError::Corrupt`]: reported, never applied.
+//! - `applying.json`: written before every apply and removed after its outcome is settled. Finding it at
+//!   start means the agent died mid-apply: restore the last good config first.
+//!
+//! Every write is atomic (omicron's ledger pattern): write a temp file, fsync it, rename it over the
+//! target, fsync the directory. A crash leaves either the old or the new file, never a torn one.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use netwave_api::NodeConfig;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub const LAST_GOOD_FILE: &str = "last-good.json";
+pub const APPLYING_FILE: &str = "applying.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("creating state dir {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is corrupt ({why}); it will not be applied")]
+    Corrupt { path: PathBuf, why: String },
+}
+
+/// The last config this node ran healthily.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastGood {
+    pub revision: String,
+    pub config_hash: String,
+    pub config: NodeConfig,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LastGoodFile {
+    generation: u64,
+    #[serde(flatten)]
+    last_good: LastGood,
+    /// Hex sha256 of the canonical JSON of `{generation, revision, configHash, config}`.
+    checksum: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Checked<'a> {
+    generation: u64,
+    last_good: &'a LastGood,
+}
+
+fn checksum(generation: u64, last_good: &LastGood) -> String {
+    let bytes = serde_json::to_vec(&Checked {
+        generation,
+        last_good,
+    })
+    .expect("state always serializes");
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// What was being applied when the marker was written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applying {
+    pub revision: String,
+    pub retry: u32,
+    pub config_hash: String,
+}
+
+/// The agent's state directory.
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    pub fn open(dir: impl Into<PathBuf>) -> Result<StateDir, BackupError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|source| BackupError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(StateDir { dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The last good config, `None` when there is none yet.
+    pub fn load_last_good(&self) -> Result<Option<LastGood>, BackupError> {
+        Ok(self.load_file()?.map(|f| f.last_good))
+    }
+
+    fn load_file(&self) -> Result<Option<LastGoodFile>, BackupError> {
+        let path = self.dir.join(LAST_GOOD_FILE);
+        let Some(bytes) = read_opt(&path)? else {
+            return Ok(None);
+        };
+        let file: LastGoodFile =
+            serde_json::from_slice(&bytes).map_err(|e| BackupError::Corrupt {
+                path: path.clone(),
+                why: format!("not a backup file: {e}"),
+            })?;
+        let want = checksum(file.generation, &file.last_good);
+        if want != file.checksum {
+            return Err(BackupError::Corrupt {
+                path,
+                why: format!("checksum {} does not match content {want}", file.checksum),
+            });
+        }
+        Ok(Some(file))
+    }
+
+    /// Saves `last_good` atomically with the next generation. A corrupt previous file is overwritten.
+    pub fn save_last_good(&self, last_good: &LastGood) -> Result<(), BackupError> {
+        let generation = match self.load_file() {
+            Ok(Some(f)) => f.generation + 1,
+            _ => 1,
+        };
+        let file = LastGoodFile {
+            generation,
+            checksum: checksum(generation, last_good),
+            last_good: last_good.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file).expect("state always serializes");
+        self.write_atomic(LAST_GOOD_FILE, &bytes)
+    }
+
+    /// Writes the applying marker (before any kernel change).
+    pub fn mark_applying(&self, applying: &Applying) -> Result<(), BackupError> {
+        let bytes = serde_json::to_vec(applying).expect("state always serializes");
+        self.write_atomic(APPLYING_FILE, &bytes)
+    }
+
+    /// The applying marker, if an apply did not finish. An unreadable marker still means an apply was
+    /// interrupted; it comes back with empty fields.
+    pub fn applying(&self) -> Result<Option<Applying>, BackupError> {
+        let path = self.dir.join(APPLYING_FILE);
+        Ok(read_opt(&path)?.map(|b| {
+            serde_json::from_slice(&b).unwrap_or(Applying {
+                revision: String::new(),
+                retry: 0,
+                config_hash: String::new(),
+            })
+        }))
+    }
+
+    pub fn clear_applying(&self) -> Result<(), BackupError> {
+        let path = self.dir.join(APPLYING_FILE);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(BackupError::Write { path, source }),
+        }
+        self.sync_dir()
+    }
+
+    fn sync_dir(&self) -> Result<(), BackupError> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| BackupError::Write {
+                path: self.dir.clone(),
+                source,
+            })
+    }
+
+    fn write_atomic(&self, name: &str, bytes: &[u8]) -> Result<(), BackupError> {
+        let path = self.dir.join(name);
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        let err = |source| BackupError::Write {
+            path: path.clone(),
+            source,
+        };
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(err)?;
+        f.write_all(bytes).map_err(err)?;
+        f.sync_all().map_err(err)?;
+        drop(f);
+        fs::rename(&tmp, &path).map_err(err)?;
+        self.sync_dir()
+    }
+}
+
+fn read_opt(path: &Path) -> Result<Option<Vec<u8>>, BackupError> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(BackupError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwave_api::Layer2Config;
+
+    fn good(rev: &str) -> LastGood {
+        LastGood {
+            revision: rev.into(),
+            config_hash: format!("hash-{rev}"),
+            config: NodeConfig {
+                layer2s: vec![Layer2Config {
+                    vlan: 10,
+                    vni: 1010,
+                    mtu: 1500,
+                    bridge: "l2.10".into(),
+                    vxlan: "vx.10".into(),
+                    anycast_mac: None,
+                    anycast_gateways: vec!["10.0.0.1/24".into()],
+                    vrf: None,
+                    neigh_suppression: false,
+                }],
+                ..NodeConfig::default()
+            },
+        }
+    }
+
+    #[test]
+    fn round_trip_and_generation_grows() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(t.path().join("state")).unwrap();
+        assert_eq!(s.load_last_good().unwrap(), None);
+        s.save_last_good(&good("r1")).unwrap();
+        s.save_last_good(&good("r2")).unwrap();
+        assert_eq!(s.load_last_good().unwrap(), Some(good("r2")));
+        assert_eq!(s.load_file().unwrap().unwrap().generation, 2);
+        // No temp file is left behind.
+        let names: Vec<_> = fs::read_dir(s.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, [LAST_GOOD_FILE]);
+    }
+
+    #[test]
+    fn tampered_content_is_detected_and_not_returned() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(t.path()).unwrap();
+        s.save_last_good(&good("r1")).unwrap();
+        let path = t.path().join(LAST_GOOD_FILE);
+        let text = fs::read_to_string(&path).unwrap();
+        fs::write(&path, text.replace("10.0.0.1/24", "10.0.0.9/24")).unwrap();
+        let err = s.load_last_good().unwrap_err();
+        assert!(matches!(err, BackupError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("checksum"), "{err}");
+    }
+
+    #[test]
+    fn truncated_file_is_corrupt() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(t.path()).unwrap();
+        s.save_last_good(&good("r1")).unwrap();
+        let path = t.path().join(LAST_GOOD_FILE);
+        let bytes = fs::read(&path).unwrap();
+        fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        let err = s.load_last_good().unwrap_err();
+        assert!(err.to_string().contains("not a backup file"), "{err}");
+        // A fresh save repairs it.
+        s.save_last_good(&good("r2")).unwrap();
+        assert_eq!(s.load_last_good().unwrap(), Some(good("r2")));
+    }
+
+    #[test]
+    fn applying_marker_lifecycle() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(t.path()).unwrap();
+        assert_eq!(s.applying().unwrap(), None);
+        let a = Applying {
+            revision: "r3".into(),
+            retry: 1,
+            config_hash: "h".into(),
+        };
+        s.mark_applying(&a).unwrap();
+        // A new agent process sees it.
+        let again = StateDir::open(t.path()).unwrap();
+        assert_eq!(again.applying().unwrap(), Some(a));
+        again.clear_applying().unwrap();
+        assert_eq!(s.applying().unwrap(), None);
+        again.clear_applying().unwrap();
+    }
+}
