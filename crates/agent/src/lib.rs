@@ -15,5 +15,6 @@
 
 pub mod backup;
 pub mod diff;
+pub mod health;
 pub mod model;
 pub mod netlink;

@@ -214,6 +214,30 @@ impl Netlink {
             .collect())
     }
 
+    /// Every link's name and whether it is up (administratively up and with carrier), for the interface
+    /// health probe.
+    pub async fn link_states(&self) -> Result<Vec<(String, bool)>, NetlinkError> {
+        let links = self
+            .dump(
+                RouteNetlinkMessage::GetLink(LinkMessage::default()),
+                "links",
+            )
+            .await?;
+        Ok(links
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => link_name(&l).map(|n| {
+                    let f = l.header.flags;
+                    (
+                        n,
+                        f.contains(LinkFlags::Up) && f.contains(LinkFlags::LowerUp),
+                    )
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Reads every managed object (and the names of all other links) from the kernel.
     pub async fn observe(&self) -> Result<Snapshot, NetlinkError> {
         let links = self

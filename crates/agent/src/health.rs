@@ -1,0 +1,511 @@
+//! Health probes around an apply: interfaces that must be up (name globs), TCP connect and ICMP echo
+//! reachability targets, and an uncached API-server probe.
+//!
+//! Gating (DESIGN.md §4): every probe runs once *before* the apply; only probes that passed then can fail
+//! the apply afterwards (a target that was already unreachable says nothing about the new config). After
+//! the apply, failing gating probes are retried with exponential backoff until they pass or the deadline
+//! passes. The decisions ([`gating`], [`first_gating_failure`], [`backoff`]) are pure; [`Prober`] does
+//! the I/O.
+//!
+//! ICMP uses a socket2 ICMP socket (an unprivileged `SOCK_DGRAM` "ping socket" where the node allows it,
+//! else `SOCK_RAW`, which the agent's CAP_NET_RAW permits) driven by tokio's `AsyncFd`. socket2 is the
+//! socket crate tokio itself builds on and is already in the tree; shelling out to `ping` would depend on
+//! the image shipping iputils and on parsing its output, and the ping crates add dependencies for ~60
+//! lines of echo request/reply handling.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, join_all};
+use netwave_api::ProbeResult;
+use serde::{Deserialize, Serialize};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::time::{Instant, timeout};
+
+use crate::netlink::Netlink;
+
+/// Health configuration, read from the agent's health config file (YAML).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct HealthConfig {
+    /// Interface name globs (`*`, `?`); every matching interface must be up, and each glob must match.
+    pub interfaces: Vec<String>,
+    /// TCP targets that must accept a connection, e.g. `198.18.0.1:179`.
+    pub tcp: Vec<SocketAddr>,
+    /// ICMP echo targets.
+    pub icmp: Vec<IpAddr>,
+    /// Probe the API server (uncached request) after an apply.
+    pub api_server: bool,
+    /// One probe attempt gives up after this long.
+    pub attempt_timeout_seconds: f64,
+    /// All retries after an apply fit within this long.
+    pub deadline_seconds: f64,
+    /// Wait this long after an apply before probing (routing daemons, ARP).
+    pub settle_seconds: f64,
+    pub backoff_initial_seconds: f64,
+    pub backoff_max_seconds: f64,
+    /// Node taints removed once the node is healthy.
+    pub taints: Vec<String>,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            interfaces: Vec::new(),
+            tcp: Vec::new(),
+            icmp: Vec::new(),
+            api_server: true,
+            attempt_timeout_seconds: 1.0,
+            deadline_seconds: 30.0,
+            settle_seconds: 1.0,
+            backoff_initial_seconds: 0.2,
+            backoff_max_seconds: 2.0,
+            taints: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HealthConfigError {
+    #[error("reading health config {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("health config {path}: {why}")]
+    Parse { path: String, why: String },
+}
+
+impl HealthConfig {
+    pub fn load(path: &std::path::Path) -> Result<HealthConfig, HealthConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| HealthConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let cfg: HealthConfig =
+            serde_saphyr::from_str(&text).map_err(|e| HealthConfigError::Parse {
+                path: p.clone(),
+                why: e.to_string(),
+            })?;
+        for (name, v) in [
+            ("attemptTimeoutSeconds", cfg.attempt_timeout_seconds),
+            ("deadlineSeconds", cfg.deadline_seconds),
+            ("backoffInitialSeconds", cfg.backoff_initial_seconds),
+            ("backoffMaxSeconds", cfg.backoff_max_seconds),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(HealthConfigError::Parse {
+                    path: p,
+                    why: format!("{name} must be a positive number of seconds, got {v}"),
+                });
+            }
+        }
+        if !(cfg.settle_seconds.is_finite() && cfg.settle_seconds >= 0.0) {
+            return Err(HealthConfigError::Parse {
+                path: p,
+                why: format!("settleSeconds must be >= 0, got {}", cfg.settle_seconds),
+            });
+        }
+        Ok(cfg)
+    }
+
+    pub fn probes(&self) -> Vec<Probe> {
+        let mut v: Vec<Probe> = self
+            .interfaces
+            .iter()
+            .cloned()
+            .map(Probe::Interface)
+            .collect();
+        v.extend(self.tcp.iter().copied().map(Probe::Tcp));
+        v.extend(self.icmp.iter().copied().map(Probe::Icmp));
+        if self.api_server {
+            v.push(Probe::Api);
+        }
+        v
+    }
+
+    pub fn deadline(&self) -> Duration {
+        Duration::from_secs_f64(self.deadline_seconds)
+    }
+
+    pub fn settle(&self) -> Duration {
+        Duration::from_secs_f64(self.settle_seconds)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    Interface(String),
+    Tcp(SocketAddr),
+    Icmp(IpAddr),
+    Api,
+}
+
+impl Probe {
+    /// Name in status and in `HealthCheckFailed` messages.
+    pub fn name(&self) -> String {
+        match self {
+            Probe::Interface(g) => format!("interface {g}"),
+            Probe::Tcp(a) => format!("reachability {a}"),
+            Probe::Icmp(ip) => format!("reachability icmp {ip}"),
+            Probe::Api => "api".into(),
+        }
+    }
+}
+
+/// Glob match with `*` (any run) and `?` (one character).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Names of the probes that passed before the apply: the only ones allowed to fail it.
+pub fn gating(before: &[ProbeResult]) -> BTreeSet<String> {
+    before
+        .iter()
+        .filter(|r| r.result == PASSED)
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+/// The first gating probe that failed after the apply, if any.
+pub fn first_gating_failure(after: &[ProbeResult]) -> Option<&ProbeResult> {
+    after.iter().find(|r| r.gating && r.result != PASSED)
+}
+
+/// Delay before retry `attempt` (0-based): initial × 2^attempt, capped.
+pub fn backoff(attempt: u32, cfg: &HealthConfig) -> Duration {
+    let secs = cfg.backoff_initial_seconds * 2f64.powi(attempt.min(30) as i32);
+    Duration::from_secs_f64(secs.min(cfg.backoff_max_seconds))
+}
+
+pub const PASSED: &str = "Passed";
+pub const FAILED: &str = "Failed";
+
+/// An uncached API-server request (in the Kubernetes shell: `GET /version`).
+pub type ApiCheck = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// Runs probes. Sockets are opened on the calling thread, i.e. in its network namespace.
+#[derive(Clone)]
+pub struct Prober {
+    pub cfg: HealthConfig,
+    netlink: Netlink,
+    api: Option<ApiCheck>,
+}
+
+impl Prober {
+    pub fn new(cfg: HealthConfig, netlink: Netlink, api: Option<ApiCheck>) -> Prober {
+        Prober { cfg, netlink, api }
+    }
+
+    /// One attempt, bounded by the attempt timeout (or `limit` if shorter).
+    pub async fn check(&self, probe: &Probe, limit: Duration) -> Result<(), String> {
+        let t = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds).min(limit);
+        match timeout(t, self.check_inner(probe)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no answer within {:.1}s", t.as_secs_f64())),
+        }
+    }
+
+    async fn check_inner(&self, probe: &Probe) -> Result<(), String> {
+        match probe {
+            Probe::Interface(glob) => {
+                let links = self
+                    .netlink
+                    .link_states()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let matching: Vec<_> = links.iter().filter(|(n, _)| glob_match(glob, n)).collect();
+                if matching.is_empty() {
+                    return Err("no interface matches".into());
+                }
+                let down: Vec<&str> = matching
+                    .iter()
+                    .filter(|(_, up)| !up)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                if down.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("down: {}", down.join(", ")))
+                }
+            }
+            Probe::Tcp(addr) => tokio::net::TcpStream::connect(addr)
+                .await
+                .map(drop)
+                .map_err(|e| format!("connect: {e}")),
+            Probe::Icmp(ip) => {
+                let t = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds);
+                icmp_echo(*ip, t).await
+            }
+            Probe::Api => match &self.api {
+                Some(f) => f().await,
+                None => Err("no API client configured".into()),
+            },
+        }
+    }
+
+    /// Every probe once, concurrently (the baseline before an apply, or a re-check after a rollback).
+    pub async fn run_once(&self, gating: &BTreeSet<String>) -> Vec<ProbeResult> {
+        let probes = self.cfg.probes();
+        let limit = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds);
+        join_all(probes.iter().map(|p| async move {
+            let start = Instant::now();
+            let r = self.check(p, limit).await;
+            result(p, r, gating, start.elapsed())
+        }))
+        .await
+    }
+
+    /// After an apply: retries failing probes with backoff until every gating probe passed or the
+    /// deadline passed. Non-gating probes are reported but never extend the wait.
+    pub async fn run_until_healthy(&self, gating: &BTreeSet<String>) -> Vec<ProbeResult> {
+        let deadline = Instant::now() + self.cfg.deadline();
+        let probes = self.cfg.probes();
+        let mut last: BTreeMap<usize, ProbeResult> = BTreeMap::new();
+        let mut attempt = 0;
+        loop {
+            let pending: Vec<(usize, &Probe)> = probes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| last.get(i).is_none_or(|r| r.result != PASSED))
+                .collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let rs = join_all(pending.iter().map(|(i, p)| async move {
+                let start = Instant::now();
+                let r = self.check(p, left.max(Duration::from_millis(1))).await;
+                (*i, result(p, r, gating, start.elapsed()))
+            }))
+            .await;
+            last.extend(rs);
+            let gating_ok = last.values().all(|r| !r.gating || r.result == PASSED);
+            let now = Instant::now();
+            if gating_ok || now >= deadline {
+                break;
+            }
+            tokio::time::sleep(backoff(attempt, &self.cfg).min(deadline - now)).await;
+            attempt += 1;
+        }
+        last.into_values().collect()
+    }
+}
+
+fn result(
+    p: &Probe,
+    r: Result<(), String>,
+    gating: &BTreeSet<String>,
+    took: Duration,
+) -> ProbeResult {
+    let name = p.name();
+    ProbeResult {
+        gating: gating.contains(&name),
+        name,
+        result: if r.is_ok() { PASSED } else { FAILED }.into(),
+        message: r.err(),
+        duration_seconds: Some((took.as_secs_f64() * 1000.0).round() / 1000.0),
+    }
+}
+
+static ICMP_SEQ: AtomicU16 = AtomicU16::new(1);
+
+/// One ICMP echo request and its reply. The socket is opened here, on the calling thread (its network
+/// namespace); the blocking receive, bounded by `wait`, runs on tokio's blocking pool. (`AsyncFd::new` is
+/// deprecated as unsound and its replacement is `unsafe`, which this workspace forbids.)
+async fn icmp_echo(ip: IpAddr, wait: Duration) -> Result<(), String> {
+    let (domain, proto, request, reply) = match ip {
+        IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4, 8u8, 0u8),
+        IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6, 128, 129),
+    };
+    let (sock, raw) = match Socket::new(domain, Type::DGRAM, Some(proto)) {
+        Ok(s) => (s, false),
+        Err(_) => (
+            Socket::new(domain, Type::RAW, Some(proto)).map_err(|e| format!("icmp socket: {e}"))?,
+            true,
+        ),
+    };
+    sock.set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+        .map_err(|e| e.to_string())?;
+    // Connected: the kernel delivers only this target's packets to the socket.
+    sock.connect(&SockAddr::from(SocketAddr::new(ip, 0)))
+        .map_err(|e| format!("connect: {e}"))?;
+    let id = (std::process::id() as u16).to_be_bytes();
+    let seq = ICMP_SEQ.fetch_add(1, Ordering::Relaxed).to_be_bytes();
+    let mut pkt = vec![request, 0, 0, 0, id[0], id[1], seq[0], seq[1]];
+    pkt.extend_from_slice(b"netwave-probe");
+    if ip.is_ipv4() {
+        // ICMPv4 needs our checksum on a raw socket (ping sockets recompute it); the kernel does ICMPv6's.
+        let c = checksum(&pkt).to_be_bytes();
+        pkt[2] = c[0];
+        pkt[3] = c[1];
+    }
+    sock.send(&pkt).map_err(|e| format!("send: {e}"))?;
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + wait;
+        let mut buf = [0u8; 1500];
+        while std::time::Instant::now() < deadline {
+            let n = match (&sock).read(&mut buf) {
+                Ok(n) => n,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    break;
+                }
+                Err(e) => return Err(format!("receive: {e}")),
+            };
+            let mut msg = &buf[..n];
+            if raw && ip.is_ipv4() && !msg.is_empty() {
+                // Raw IPv4 sockets deliver the IP header too.
+                let ihl = usize::from(msg[0] & 0x0f) * 4;
+                msg = msg.get(ihl..).unwrap_or_default();
+            }
+            if msg.len() >= 8 && msg[0] == reply && msg[6..8] == seq && (!raw || msg[4..6] == id) {
+                return Ok(());
+            }
+        }
+        Err(format!("no echo reply within {:.1}s", wait.as_secs_f64()))
+    })
+    .await
+    .map_err(|e| format!("icmp task: {e}"))?
+}
+
+fn checksum(b: &[u8]) -> u16 {
+    let mut sum: u32 = b
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pr(name: &str, result: &str, gating: bool) -> ProbeResult {
+        ProbeResult {
+            name: name.into(),
+            result: result.into(),
+            message: None,
+            gating,
+            duration_seconds: None,
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("eth*", "eth0"));
+        assert!(glob_match("eth*", "eth"));
+        assert!(glob_match("l2.?0", "l2.10"));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("eth*", "veth0"));
+        assert!(!glob_match("l2.?", "l2.10"));
+        assert!(!glob_match("a*b", "aXXc"));
+    }
+
+    #[test]
+    fn only_probes_that_passed_before_gate_the_apply() {
+        let before = [
+            pr("reachability 198.18.0.1:179", PASSED, false),
+            pr("reachability icmp 198.18.9.9", FAILED, false),
+            pr("api", PASSED, false),
+        ];
+        let g = gating(&before);
+        assert_eq!(
+            g,
+            BTreeSet::from(["api".to_string(), "reachability 198.18.0.1:179".to_string()])
+        );
+        // The target that was already down still fails: not a reason to roll back.
+        let after = [
+            pr("reachability 198.18.0.1:179", PASSED, true),
+            pr("reachability icmp 198.18.9.9", FAILED, false),
+            pr("api", PASSED, true),
+        ];
+        assert_eq!(first_gating_failure(&after), None);
+        let after = [
+            pr("reachability 198.18.0.1:179", FAILED, true),
+            pr("api", PASSED, true),
+        ];
+        assert_eq!(
+            first_gating_failure(&after).map(|r| r.name.as_str()),
+            Some("reachability 198.18.0.1:179")
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let cfg = HealthConfig {
+            backoff_initial_seconds: 0.1,
+            backoff_max_seconds: 1.0,
+            ..HealthConfig::default()
+        };
+        let ms: Vec<u128> = (0..6).map(|a| backoff(a, &cfg).as_millis()).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000]);
+    }
+
+    #[test]
+    fn icmp_checksum_matches_rfc1071_example() {
+        // Echo request id 1 seq 1, no payload: checksum 0xf7fd.
+        assert_eq!(checksum(&[8, 0, 0, 0, 0, 1, 0, 1]), 0xf7fd);
+    }
+
+    #[test]
+    fn config_file_is_validated() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("health.yaml");
+        std::fs::write(
+            &p,
+            "interfaces: [\"eth*\"]\ntcp: [\"198.18.0.1:179\"]\nicmp: [\"198.18.0.1\"]\ndeadlineSeconds: 5\n",
+        )
+        .unwrap();
+        let cfg = HealthConfig::load(&p).unwrap();
+        assert_eq!(cfg.deadline(), Duration::from_secs(5));
+        let names: Vec<String> = cfg.probes().iter().map(Probe::name).collect();
+        assert_eq!(
+            names,
+            [
+                "interface eth*",
+                "reachability 198.18.0.1:179",
+                "reachability icmp 198.18.0.1",
+                "api"
+            ]
+        );
+        std::fs::write(&p, "deadlineSeconds: 0\n").unwrap();
+        assert!(
+            HealthConfig::load(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("deadlineSeconds")
+        );
+        std::fs::write(&p, "tcp: [\"not-an-address\"]\n").unwrap();
+        assert!(HealthConfig::load(&p).is_err());
+        std::fs::write(&p, "deadlineSecs: 3\n").unwrap();
+        assert!(HealthConfig::load(&p).is_err());
+    }
+}
