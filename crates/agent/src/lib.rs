@@ -18,3 +18,4 @@ pub mod diff;
 pub mod health;
 pub mod model;
 pub mod netlink;
+pub mod reconcile;
