@@ -298,7 +298,13 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
             if t.status {
                 // The status subresource changes status only.
                 let status = new.get("status").cloned();
+                let managed = new["metadata"].get("managedFields").cloned();
                 new = (**old).clone();
+                if c.preset_managed
+                    && let Some(m) = managed
+                {
+                    new["metadata"]["managedFields"] = m;
+                }
                 match status {
                     Some(s) => new["status"] = s,
                     None => {

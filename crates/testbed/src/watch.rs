@@ -206,14 +206,9 @@ impl Watcher {
                     None => std::future::pending().await,
                 }
             };
+            // Biased: a cut signalled before a write must win over that write's notification.
             tokio::select! {
-                r = notify.changed() => if r.is_err() { return },
-                _ = sleep => return,
-                _ = ticker.tick(), if self.p.bookmarks => {
-                    if self.tx.send(Ok(self.bookmark(cursor, false))).await.is_err() {
-                        return;
-                    }
-                }
+                biased;
                 r = cuts.changed() => {
                     let cut = r.is_err()
                         || self.shared.faults.cut_epoch() != epoch
@@ -224,6 +219,13 @@ impl Watcher {
                     }
                 }
                 _ = self.tx.closed() => return,
+                r = notify.changed() => if r.is_err() { return },
+                _ = sleep => return,
+                _ = ticker.tick(), if self.p.bookmarks => {
+                    if self.tx.send(Ok(self.bookmark(cursor, false))).await.is_err() {
+                        return;
+                    }
+                }
             }
         }
     }
