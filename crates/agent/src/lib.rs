@@ -19,3 +19,4 @@ pub mod health;
 pub mod model;
 pub mod netlink;
 pub mod reconcile;
+pub mod shell;
