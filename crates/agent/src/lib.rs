@@ -18,5 +18,3 @@ pub mod diff;
 pub mod health;
 pub mod model;
 pub mod netlink;
-pub mod reconcile;
-pub mod shell;

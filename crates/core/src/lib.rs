@@ -8,6 +8,10 @@
 //!  revisions + nodes + NNCs + now    ──► rollout::   step() -> Plan { assignments, status, events, report }
 //! ```
 
+pub mod fleet;
+pub mod render;
+pub mod revision;
+pub mod selector;
 pub mod types;
 
 pub use types::*;

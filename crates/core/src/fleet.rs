@@ -1,0 +1,910 @@
+//! Fleet validation: every rule that needs more than one object or the nodes, run over a revision's
+//! inputs before anything is rolled out. Errors block the revision (it goes `Failed` without touching a
+//! node); warnings are shown in its status.
+//!
+//! ```text
+//!  RevisionInputs + nodes + FleetParams ──► per object:   API validation, ranges, selector, names, MTU
+//!                                       ──► fleet-wide:   duplicate VNI / VRF name, missing VRF
+//!                                       ──► per node*:    VLAN, table, device, gateway, route, rule clashes;
+//!                                                         VRF or device missing where it is referenced
+//!                                       ──► FleetValidation { errors, warnings }   (* per group of nodes
+//!                                                                                  selecting the same objects)
+//! ```
+//!
+//! Each [`Finding`] names the objects, the field when there is one, and every node concerned (its
+//! `Display` shortens long node lists). Rules that clash only when two objects meet on a node (VLAN,
+//! table, device names, gateways, routes, rule priorities) are checked only where both are selected:
+//! the same VLAN in two racks is fine. VNIs and VRF names are fabric-wide identities, so duplicates are
+//! errors wherever the objects are.
+//!
+//! Warnings: an object that selects no node; RoutingTables sharing a table id on a node (their routes and
+//! rules are merged); a cluster with no nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use ipnet::IpNet;
+use netwave_api::validate::{
+    FieldError, parse_host_address, validate_layer2, validate_routing_table, validate_vrf,
+};
+use netwave_api::{RevisionInputs, RouteConfig, RuleConfig, ValidationResult};
+
+use crate::render::index::Index;
+use crate::render::{
+    DEFAULT_VRF_MTU, InputKind, InputRef, NodeInfo, layer2_bridge_name, layer2_vxlan_name,
+    vrf_bridge_name, vrf_vxlan_name,
+};
+
+/// The underlay MTU assumed when the configurator is not told otherwise (typical for a jumbo-frame
+/// datacenter fabric).
+pub const DEFAULT_UNDERLAY_MTU: u32 = 9100;
+/// Linux' limit on interface names (`IFNAMSIZ - 1`).
+pub const MAX_DEVICE_NAME: usize = 15;
+/// Findings written into a revision's status, per list; the rest are counted in one closing line.
+pub const MAX_STATUS_FINDINGS: usize = 50;
+/// Nodes named in a finding's text before "and N more".
+pub const NODES_SHOWN: usize = 5;
+
+/// Address family of the VXLAN underlay (what the VTEPs talk over).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnderlayFamily {
+    #[default]
+    Ipv4,
+    Ipv6,
+}
+
+impl UnderlayFamily {
+    /// Bytes VXLAN adds to an inner frame: outer Ethernet 14 + IP (20 or 40) + UDP 8 + VXLAN 8.
+    pub fn vxlan_overhead(self) -> u32 {
+        match self {
+            UnderlayFamily::Ipv4 => 50,
+            UnderlayFamily::Ipv6 => 70,
+        }
+    }
+}
+
+/// Facts about the fabric validation needs that are not in the inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetParams {
+    /// MTU of the underlay interfaces VXLAN packets leave through.
+    pub underlay_mtu: u32,
+    pub underlay_family: UnderlayFamily,
+}
+
+impl Default for FleetParams {
+    fn default() -> Self {
+        FleetParams {
+            underlay_mtu: DEFAULT_UNDERLAY_MTU,
+            underlay_family: UnderlayFamily::Ipv4,
+        }
+    }
+}
+
+/// Which rule a finding comes from. [`Check::as_str`] is a fixed, bounded set: fit for Event reasons and
+/// metric labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// A single object's spec is invalid (API validation or a schema range).
+    ObjectSpec,
+    InvalidSelector,
+    DuplicateVrfName,
+    DuplicateVni,
+    MissingVrf,
+    VrfNotOnNode,
+    DuplicateVlan,
+    TableCollision,
+    DeviceNameTooLong,
+    DeviceNameCollision,
+    DeviceNotOnNode,
+    MtuExceedsUnderlay,
+    AnycastGatewayOverlap,
+    RouteConflict,
+    RulePriorityConflict,
+    /// Warning: the object is on no node.
+    SelectsNoNode,
+    /// Warning: RoutingTables share a table id on a node.
+    SharedRoutingTable,
+    /// Warning: there are no nodes at all.
+    NoNodes,
+}
+
+impl Check {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::ObjectSpec => "ObjectSpec",
+            Check::InvalidSelector => "InvalidSelector",
+            Check::DuplicateVrfName => "DuplicateVrfName",
+            Check::DuplicateVni => "DuplicateVni",
+            Check::MissingVrf => "MissingVrf",
+            Check::VrfNotOnNode => "VrfNotOnNode",
+            Check::DuplicateVlan => "DuplicateVlan",
+            Check::TableCollision => "TableCollision",
+            Check::DeviceNameTooLong => "DeviceNameTooLong",
+            Check::DeviceNameCollision => "DeviceNameCollision",
+            Check::DeviceNotOnNode => "DeviceNotOnNode",
+            Check::MtuExceedsUnderlay => "MtuExceedsUnderlay",
+            Check::AnycastGatewayOverlap => "AnycastGatewayOverlap",
+            Check::RouteConflict => "RouteConflict",
+            Check::RulePriorityConflict => "RulePriorityConflict",
+            Check::SelectsNoNode => "SelectsNoNode",
+            Check::SharedRoutingTable => "SharedRoutingTable",
+            Check::NoNodes => "NoNodes",
+        }
+    }
+}
+
+/// One problem: the rule, the objects, the field (for single-object problems), what is wrong, and every
+/// node concerned (sorted; empty when the problem is not about nodes).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    pub check: Check,
+    pub objects: Vec<InputRef>,
+    pub field: Option<String>,
+    pub message: String,
+    pub nodes: Vec<String>,
+}
+
+/// `Kind/a, Kind/b field: message (nodes: n1, n2, n3, n4, n5 and 45 more)`.
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, o) in self.objects.iter().enumerate() {
+            write!(f, "{}{o}", if i > 0 { ", " } else { "" })?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, " {field}")?;
+        }
+        if !self.objects.is_empty() || self.field.is_some() {
+            f.write_str(": ")?;
+        }
+        f.write_str(&self.message)?;
+        if !self.nodes.is_empty() {
+            f.write_str(" (nodes: ")?;
+            for (i, n) in self.nodes.iter().take(NODES_SHOWN).enumerate() {
+                write!(f, "{}{n}", if i > 0 { ", " } else { "" })?;
+            }
+            if self.nodes.len() > NODES_SHOWN {
+                write!(f, " and {} more", self.nodes.len() - NODES_SHOWN)?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
+/// The result of [`validate`]: both lists sorted by (check, objects, field, message).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetValidation {
+    pub errors: Vec<Finding>,
+    pub warnings: Vec<Finding>,
+}
+
+impl FleetValidation {
+    /// No errors: the revision may be rolled out.
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// The revision's `status.validation`: at most [`MAX_STATUS_FINDINGS`] lines per list (a status must
+    /// stay small), then one line counting the rest.
+    pub fn to_status(&self) -> ValidationResult {
+        fn lines(findings: &[Finding], what: &str) -> Vec<String> {
+            let mut out: Vec<String> = findings
+                .iter()
+                .take(MAX_STATUS_FINDINGS)
+                .map(ToString::to_string)
+                .collect();
+            if findings.len() > MAX_STATUS_FINDINGS {
+                out.push(format!(
+                    "and {} more {what}",
+                    findings.len() - MAX_STATUS_FINDINGS
+                ));
+            }
+            out
+        }
+        ValidationResult {
+            errors: lines(&self.errors, "errors"),
+            warnings: lines(&self.warnings, "warnings"),
+        }
+    }
+}
+
+/// Validates the whole fleet. Never panics on bad input; every problem becomes a finding.
+pub fn validate(
+    inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+    params: &FleetParams,
+) -> FleetValidation {
+    let mut v = Validator {
+        ix: Index::build(inputs, nodes),
+        params: *params,
+        out: FleetValidation::default(),
+    };
+    v.per_object();
+    v.fleet_wide();
+    v.vrf_references();
+    v.duplicate_vlans();
+    v.tables();
+    v.devices();
+    v.anycast_gateways();
+    v.routes_and_rules();
+    v.out.errors.sort();
+    v.out.errors.dedup();
+    v.out.warnings.sort();
+    v.out.warnings.dedup();
+    v.out
+}
+
+/// An object by position in the index's canonical lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Obj {
+    Vrf(usize),
+    L2(usize),
+    Rt(usize),
+}
+
+struct Validator<'a> {
+    ix: Index<'a>,
+    params: FleetParams,
+    out: FleetValidation,
+}
+
+impl Validator<'_> {
+    fn object(&self, o: Obj) -> InputRef {
+        match o {
+            Obj::Vrf(i) => InputRef::new(InputKind::Vrf, &self.ix.vrfs[i].name),
+            Obj::L2(i) => InputRef::new(InputKind::Layer2, &self.ix.l2s[i].name),
+            Obj::Rt(i) => InputRef::new(InputKind::RoutingTable, &self.ix.rts[i].name),
+        }
+    }
+
+    fn sel(&self, o: Obj) -> Option<u32> {
+        match o {
+            Obj::Vrf(i) => self.ix.vrf_sel[i],
+            Obj::L2(i) => self.ix.l2_sel[i],
+            Obj::Rt(i) => self.ix.rt_sel[i],
+        }
+    }
+
+    fn all_objects(&self) -> impl Iterator<Item = Obj> + use<> {
+        let (v, l, r) = (self.ix.vrfs.len(), self.ix.l2s.len(), self.ix.rts.len());
+        (0..v)
+            .map(Obj::Vrf)
+            .chain((0..l).map(Obj::L2))
+            .chain((0..r).map(Obj::Rt))
+    }
+
+    /// Nodes where any of `objs` is.
+    fn nodes_of(&self, objs: &[Obj]) -> Vec<String> {
+        let sels: Vec<Option<u32>> = objs.iter().map(|&o| self.sel(o)).collect();
+        let groups =
+            (0..self.ix.groups.len()).filter(|&g| sels.iter().any(|&s| self.ix.groups[g].has(s)));
+        self.ix.node_names(groups)
+    }
+
+    /// For objects that clash when they meet on a node: each subset (≥ 2, as positions in `members`) that
+    /// meets, with the groups where it does.
+    fn co_located(&self, members: &[Obj]) -> BTreeMap<Vec<usize>, Vec<usize>> {
+        let sels: Vec<Option<u32>> = members.iter().map(|&o| self.sel(o)).collect();
+        let mut out: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
+        for (g, group) in self.ix.groups.iter().enumerate() {
+            let present: Vec<usize> = (0..members.len()).filter(|&m| group.has(sels[m])).collect();
+            if present.len() >= 2 {
+                out.entry(present).or_default().push(g);
+            }
+        }
+        out
+    }
+
+    fn push(
+        &mut self,
+        error: bool,
+        check: Check,
+        objs: &[Obj],
+        field: Option<String>,
+        message: String,
+        nodes: Vec<String>,
+    ) {
+        let mut objects: Vec<InputRef> = objs.iter().map(|&o| self.object(o)).collect();
+        objects.sort();
+        objects.dedup();
+        let finding = Finding {
+            check,
+            objects,
+            field,
+            message,
+            nodes,
+        };
+        if error {
+            self.out.errors.push(finding);
+        } else {
+            self.out.warnings.push(finding);
+        }
+    }
+
+    /// An error about one object, on the nodes where that object is.
+    fn object_error(&mut self, check: Check, o: Obj, field: &str, message: String) {
+        let nodes = self.nodes_of(&[o]);
+        self.push(true, check, &[o], Some(field.to_string()), message, nodes);
+    }
+
+    fn per_object(&mut self) {
+        for (obj, errors) in self.ix.selector_errors.clone() {
+            for e in errors {
+                self.out.errors.push(Finding {
+                    check: Check::InvalidSelector,
+                    objects: vec![obj.clone()],
+                    field: Some(format!("spec.nodeSelector.{}", e.path)),
+                    message: e.problem.to_string(),
+                    nodes: Vec::new(),
+                });
+            }
+        }
+        let overhead = self.params.underlay_family.vxlan_overhead();
+        let underlay = self.params.underlay_mtu;
+        let family = match self.params.underlay_family {
+            UnderlayFamily::Ipv4 => "IPv4",
+            UnderlayFamily::Ipv6 => "IPv6",
+        };
+        let mtu_problem = |mtu: u32| {
+            (mtu + overhead > underlay).then(|| {
+                format!(
+                    "MTU {mtu} plus {overhead} bytes of VXLAN-over-{family} overhead exceeds the underlay \
+                     MTU {underlay} (at most {} fits)",
+                    underlay.saturating_sub(overhead)
+                )
+            })
+        };
+        for i in 0..self.ix.vrfs.len() {
+            let o = Obj::Vrf(i);
+            let s = &self.ix.vrfs[i].spec;
+            let mut problems = validate_vrf(s);
+            check_vrf_name(&s.vrf, "spec.vrf", &mut problems);
+            if let Some(vni) = s.vni {
+                check_range(u64::from(vni), 1, 16_777_215, "spec.vni", &mut problems);
+            }
+            if let Some(mtu) = s.mtu {
+                check_range(u64::from(mtu), 1000, 9000, "spec.mtu", &mut problems);
+            }
+            check_range(u64::from(s.seq), 1, 65534, "spec.seq", &mut problems);
+            let too_long: Vec<String> = if s.vni.is_some() {
+                vec![vrf_bridge_name(&s.vrf), vrf_vxlan_name(&s.vrf)]
+            } else {
+                Vec::new()
+            }
+            .into_iter()
+            .filter(|d| d.len() > MAX_DEVICE_NAME)
+            .collect();
+            let mtu = s.vni.and(mtu_problem(s.mtu.unwrap_or(DEFAULT_VRF_MTU)));
+            for p in problems {
+                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+            }
+            if !too_long.is_empty() {
+                self.object_error(
+                    Check::DeviceNameTooLong,
+                    o,
+                    "spec.vrf",
+                    format!(
+                        "device names {} are longer than {MAX_DEVICE_NAME} characters (a VRF with a VNI \
+                         needs a name of at most {} characters)",
+                        too_long.join(", "),
+                        MAX_DEVICE_NAME - 3
+                    ),
+                );
+            }
+            if let Some(m) = mtu {
+                self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
+            }
+        }
+        for i in 0..self.ix.l2s.len() {
+            let o = Obj::L2(i);
+            let s = &self.ix.l2s[i].spec;
+            let mut problems = validate_layer2(s);
+            check_range(u64::from(s.id), 1, 4094, "spec.id", &mut problems);
+            check_range(u64::from(s.vni), 1, 16_777_215, "spec.vni", &mut problems);
+            check_range(u64::from(s.mtu), 1000, 9000, "spec.mtu", &mut problems);
+            if let Some(vrf) = &s.vrf {
+                check_vrf_name(vrf, "spec.vrf", &mut problems);
+            }
+            let mtu = mtu_problem(s.mtu);
+            for p in problems {
+                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+            }
+            if let Some(m) = mtu {
+                self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
+            }
+        }
+        for i in 0..self.ix.rts.len() {
+            let o = Obj::Rt(i);
+            let s = &self.ix.rts[i].spec;
+            let problems = validate_routing_table(s);
+            let mut long = Vec::new();
+            for (j, r) in s.routes.iter().enumerate() {
+                if let Some(dev) = r.dev.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
+                    long.push((format!("spec.routes[{j}].dev"), dev.clone()));
+                }
+            }
+            for (j, r) in s.rules.iter().enumerate() {
+                if let Some(dev) = r.iif.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
+                    long.push((format!("spec.rules[{j}].iif"), dev.clone()));
+                }
+            }
+            for p in problems {
+                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+            }
+            for (field, dev) in long {
+                self.object_error(
+                    Check::DeviceNameTooLong,
+                    o,
+                    &field,
+                    format!("device name {dev} is longer than {MAX_DEVICE_NAME} characters"),
+                );
+            }
+        }
+        // Placement warnings.
+        if self.ix.nodes.is_empty() {
+            if self.all_objects().next().is_some() {
+                self.push(
+                    false,
+                    Check::NoNodes,
+                    &[],
+                    None,
+                    "the cluster has no nodes: nothing will be rolled out".into(),
+                    Vec::new(),
+                );
+            }
+            return;
+        }
+        for o in self.all_objects() {
+            let sel = self.sel(o);
+            if sel.is_some() && !self.ix.groups.iter().any(|g| g.has(sel)) {
+                self.push(
+                    false,
+                    Check::SelectsNoNode,
+                    &[o],
+                    Some("spec.nodeSelector".into()),
+                    "selects no node, so it is rolled out nowhere".into(),
+                    Vec::new(),
+                );
+            }
+        }
+    }
+
+    fn vrfs_named(&self) -> BTreeMap<&str, Vec<Obj>> {
+        let mut by_name: BTreeMap<&str, Vec<Obj>> = BTreeMap::new();
+        for (i, v) in self.ix.vrfs.iter().enumerate() {
+            by_name
+                .entry(v.spec.vrf.as_str())
+                .or_default()
+                .push(Obj::Vrf(i));
+        }
+        by_name
+    }
+
+    fn fleet_wide(&mut self) {
+        let by_name: Vec<(String, Vec<Obj>)> = self
+            .vrfs_named()
+            .into_iter()
+            .filter(|(_, objs)| objs.len() > 1)
+            .map(|(n, objs)| (n.to_string(), objs))
+            .collect();
+        for (name, objs) in by_name {
+            let nodes = self.nodes_of(&objs);
+            self.push(
+                true,
+                Check::DuplicateVrfName,
+                &objs,
+                None,
+                format!("VRF name {name} is defined by more than one object"),
+                nodes,
+            );
+        }
+        let mut by_vni: BTreeMap<u32, Vec<Obj>> = BTreeMap::new();
+        for (i, v) in self.ix.vrfs.iter().enumerate() {
+            if let Some(vni) = v.spec.vni {
+                by_vni.entry(vni).or_default().push(Obj::Vrf(i));
+            }
+        }
+        for (i, l) in self.ix.l2s.iter().enumerate() {
+            by_vni.entry(l.spec.vni).or_default().push(Obj::L2(i));
+        }
+        for (vni, objs) in by_vni.into_iter().filter(|(_, o)| o.len() > 1) {
+            let nodes = self.nodes_of(&objs);
+            self.push(
+                true,
+                Check::DuplicateVni,
+                &objs,
+                None,
+                format!(
+                    "VNI {vni} is used by more than one object; a VNI names one VRF or segment across \
+                     the whole fabric"
+                ),
+                nodes,
+            );
+        }
+    }
+
+    /// Layer-2 segments name a VRF that must exist, and be on every node the segment is on.
+    fn vrf_references(&mut self) {
+        let by_name: BTreeMap<String, Vec<Obj>> = self
+            .vrfs_named()
+            .into_iter()
+            .map(|(n, o)| (n.to_string(), o))
+            .collect();
+        for i in 0..self.ix.l2s.len() {
+            let o = Obj::L2(i);
+            let Some(vrf) = self.ix.l2s[i].spec.vrf.clone() else {
+                continue;
+            };
+            let Some(owners) = by_name.get(&vrf) else {
+                self.object_error(
+                    Check::MissingVrf,
+                    o,
+                    "spec.vrf",
+                    format!(
+                        "VRF {vrf} does not exist (no VRFRouteConfiguration has spec.vrf: {vrf})"
+                    ),
+                );
+                continue;
+            };
+            let own_sels: Vec<Option<u32>> = owners.iter().map(|&v| self.sel(v)).collect();
+            let l2_sel = self.sel(o);
+            let missing: Vec<usize> = (0..self.ix.groups.len())
+                .filter(|&g| {
+                    let group = &self.ix.groups[g];
+                    group.has(l2_sel) && !own_sels.iter().any(|&s| group.has(s))
+                })
+                .collect();
+            if !missing.is_empty() {
+                let nodes = self.ix.node_names(missing);
+                let mut objs = vec![o];
+                objs.extend(owners);
+                self.push(
+                    true,
+                    Check::VrfNotOnNode,
+                    &objs,
+                    Some("spec.vrf".into()),
+                    format!(
+                        "VRF {vrf} is not on these nodes (its nodeSelector does not select them), but the \
+                         segment is"
+                    ),
+                    nodes,
+                );
+            }
+        }
+    }
+
+    fn duplicate_vlans(&mut self) {
+        let mut by_vlan: BTreeMap<u16, Vec<Obj>> = BTreeMap::new();
+        for (i, l) in self.ix.l2s.iter().enumerate() {
+            by_vlan.entry(l.spec.id).or_default().push(Obj::L2(i));
+        }
+        for (vlan, members) in by_vlan.into_iter().filter(|(_, m)| m.len() > 1) {
+            for (subset, groups) in self.co_located(&members) {
+                let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
+                let nodes = self.ix.node_names(groups);
+                self.push(
+                    true,
+                    Check::DuplicateVlan,
+                    &objs,
+                    None,
+                    format!("VLAN {vlan} is used by more than one segment on the same node"),
+                    nodes,
+                );
+            }
+        }
+    }
+
+    fn tables(&mut self) {
+        let mut by_table: BTreeMap<u32, Vec<Obj>> = BTreeMap::new();
+        for (i, &t) in self.ix.vrf_tables.iter().enumerate() {
+            by_table.entry(t).or_default().push(Obj::Vrf(i));
+        }
+        for (i, r) in self.ix.rts.iter().enumerate() {
+            by_table
+                .entry(r.spec.table_id)
+                .or_default()
+                .push(Obj::Rt(i));
+        }
+        for (table, members) in by_table.into_iter().filter(|(_, m)| m.len() > 1) {
+            for (subset, groups) in self.co_located(&members) {
+                let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
+                let nodes = self.ix.node_names(groups);
+                if objs.iter().any(|o| matches!(o, Obj::Vrf(_))) {
+                    self.push(
+                        true,
+                        Check::TableCollision,
+                        &objs,
+                        None,
+                        format!(
+                            "routing table {table} is claimed by more than one object on the same node; \
+                             a VRF needs a table of its own"
+                        ),
+                        nodes,
+                    );
+                } else {
+                    self.push(
+                        false,
+                        Check::SharedRoutingTable,
+                        &objs,
+                        None,
+                        format!(
+                            "RoutingTables share table {table} on the same node; their routes and rules \
+                             are merged"
+                        ),
+                        nodes,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every device name netwave creates, with the objects creating it and what it is.
+    fn device_owners(&self) -> BTreeMap<String, Vec<(Obj, String)>> {
+        let mut owners: BTreeMap<String, Vec<(Obj, String)>> = BTreeMap::new();
+        for (i, v) in self.ix.vrfs.iter().enumerate() {
+            let s = &v.spec;
+            let o = Obj::Vrf(i);
+            let vrf = &s.vrf;
+            owners
+                .entry(vrf.clone())
+                .or_default()
+                .push((o, format!("VRF device of VRF {vrf}")));
+            if s.vni.is_some() {
+                owners
+                    .entry(vrf_bridge_name(vrf))
+                    .or_default()
+                    .push((o, format!("L3 VNI bridge of VRF {vrf}")));
+                owners
+                    .entry(vrf_vxlan_name(vrf))
+                    .or_default()
+                    .push((o, format!("L3 VNI VXLAN device of VRF {vrf}")));
+            }
+        }
+        for (i, l) in self.ix.l2s.iter().enumerate() {
+            let vlan = l.spec.id;
+            owners
+                .entry(layer2_bridge_name(vlan))
+                .or_default()
+                .push((Obj::L2(i), format!("bridge of VLAN {vlan}")));
+            owners
+                .entry(layer2_vxlan_name(vlan))
+                .or_default()
+                .push((Obj::L2(i), format!("VXLAN device of VLAN {vlan}")));
+        }
+        owners
+    }
+
+    fn devices(&mut self) {
+        let owners = self.device_owners();
+        for (device, claims) in &owners {
+            // Same-named VRFs and same-VLAN segments clash on every device they make; DuplicateVrfName and
+            // DuplicateVlan already say so once. Report only clashes between different kinds of names.
+            let roles: BTreeSet<&str> = claims.iter().map(|(_, r)| r.as_str()).collect();
+            if roles.len() < 2 {
+                continue;
+            }
+            let members: Vec<Obj> = claims.iter().map(|(o, _)| *o).collect();
+            for (subset, groups) in self.co_located(&members) {
+                let roles: BTreeSet<&str> = subset.iter().map(|&m| claims[m].1.as_str()).collect();
+                if roles.len() < 2 {
+                    continue;
+                }
+                let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
+                let nodes = self.ix.node_names(groups);
+                self.push(
+                    true,
+                    Check::DeviceNameCollision,
+                    &objs,
+                    None,
+                    format!(
+                        "device {device} would be the {} on the same node",
+                        roles.into_iter().collect::<Vec<_>>().join(" and the ")
+                    ),
+                    nodes,
+                );
+            }
+        }
+        // Routes and rules naming a netwave device must only be on nodes that have it. Names netwave does
+        // not create (eth0, bond0, …) are the node's own business.
+        for i in 0..self.ix.rts.len() {
+            let o = Obj::Rt(i);
+            let s = &self.ix.rts[i].spec;
+            let refs: Vec<(String, &str)> =
+                s.routes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, r)| Some((format!("spec.routes[{j}].dev"), r.dev.as_deref()?)))
+                    .chain(s.rules.iter().enumerate().filter_map(|(j, r)| {
+                        Some((format!("spec.rules[{j}].iif"), r.iif.as_deref()?))
+                    }))
+                    .collect();
+            for (field, dev) in refs {
+                let Some(claims) = owners.get(dev) else {
+                    continue;
+                };
+                let own_sels: Vec<Option<u32>> = claims.iter().map(|(c, _)| self.sel(*c)).collect();
+                let rt_sel = self.sel(o);
+                let missing: Vec<usize> = (0..self.ix.groups.len())
+                    .filter(|&g| {
+                        let group = &self.ix.groups[g];
+                        group.has(rt_sel) && !own_sels.iter().any(|&s| group.has(s))
+                    })
+                    .collect();
+                if missing.is_empty() {
+                    continue;
+                }
+                let nodes = self.ix.node_names(missing);
+                let mut objs = vec![o];
+                objs.extend(claims.iter().map(|(c, _)| *c));
+                let what = claims[0].1.clone();
+                self.push(
+                    true,
+                    Check::DeviceNotOnNode,
+                    &objs,
+                    Some(field),
+                    format!("device {dev} ({what}) is not on these nodes, but the RoutingTable is"),
+                    nodes,
+                );
+            }
+        }
+    }
+
+    /// Gateways of different segments in the same VRF must not overlap where the segments meet: the
+    /// kernel would hold two connected routes for the same addresses in one table.
+    fn anycast_gateways(&mut self) {
+        // (VRF, network) → (segment, gateway as written)
+        let mut by_vrf: BTreeMap<Option<&str>, Vec<(IpNet, usize, &str)>> = BTreeMap::new();
+        for (i, l) in self.ix.l2s.iter().enumerate() {
+            for g in &l.spec.anycast_gateways {
+                if let Ok(net) = parse_host_address(g) {
+                    by_vrf.entry(l.spec.vrf.as_deref()).or_default().push((
+                        net.trunc(),
+                        i,
+                        g.as_str(),
+                    ));
+                }
+            }
+        }
+        // Pairs of segments with their first overlapping gateways.
+        let mut pairs: BTreeMap<(usize, usize), (String, String, String)> = BTreeMap::new();
+        for (vrf, mut nets) in by_vrf {
+            // Containing prefixes sort before what they contain, so a stack of nested prefixes finds
+            // every overlapping pair in one pass.
+            nets.sort();
+            let mut stack: Vec<(IpNet, usize, &str)> = Vec::new();
+            for cur in nets {
+                while stack.last().is_some_and(|top| !top.0.contains(&cur.0)) {
+                    stack.pop();
+                }
+                for outer in &stack {
+                    if outer.1 != cur.1 {
+                        let (a, b) = if outer.1 < cur.1 {
+                            (outer, &cur)
+                        } else {
+                            (&cur, outer)
+                        };
+                        pairs.entry((a.1, b.1)).or_insert_with(|| {
+                            (
+                                a.2.to_string(),
+                                b.2.to_string(),
+                                vrf.unwrap_or("default").to_string(),
+                            )
+                        });
+                    }
+                }
+                stack.push(cur);
+            }
+        }
+        for ((a, b), (ga, gb, vrf)) in pairs {
+            let members = [Obj::L2(a), Obj::L2(b)];
+            for (_, groups) in self.co_located(&members) {
+                let nodes = self.ix.node_names(groups);
+                self.push(
+                    true,
+                    Check::AnycastGatewayOverlap,
+                    &members,
+                    None,
+                    format!(
+                        "anycast gateways {ga} and {gb} overlap in VRF {vrf}, and both segments are on the \
+                         same node"
+                    ),
+                    nodes,
+                );
+            }
+        }
+    }
+
+    /// Routes with the same kernel key, or rules with the same priority, that differ between
+    /// RoutingTables on one node. (Within one RoutingTable the API validation catches them.)
+    fn routes_and_rules(&mut self) {
+        type RouteKey = (u32, String, Option<u32>);
+        let mut routes: BTreeMap<RouteKey, Vec<(usize, RouteConfig)>> = BTreeMap::new();
+        let mut rules: BTreeMap<u32, Vec<(usize, RuleConfig)>> = BTreeMap::new();
+        for (i, rt) in self.ix.rts.iter().enumerate() {
+            // Compare what render emits (canonical addresses), so equal routes written differently merge.
+            let (rendered_routes, rendered_rules) = crate::render::table_config(rt);
+            for route in rendered_routes {
+                routes
+                    .entry((route.table, route.prefix.clone(), route.metric))
+                    .or_default()
+                    .push((i, route));
+            }
+            for rule in rendered_rules {
+                rules.entry(rule.priority).or_default().push((i, rule));
+            }
+        }
+        fn conflicting<T: PartialEq>(entries: &[(usize, T)]) -> Option<Vec<Obj>> {
+            let mut rts: Vec<usize> = entries.iter().map(|(i, _)| *i).collect();
+            rts.dedup();
+            let differ = entries.iter().any(|(_, e)| e != &entries[0].1);
+            (rts.len() > 1 && differ).then(|| rts.into_iter().map(Obj::Rt).collect())
+        }
+        for ((table, prefix, metric), entries) in routes {
+            let Some(members) = conflicting(&entries) else {
+                continue;
+            };
+            for (subset, groups) in self.co_located(&members) {
+                let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
+                let nodes = self.ix.node_names(groups);
+                let metric =
+                    metric.map_or_else(|| "no metric".to_string(), |m| format!("metric {m}"));
+                self.push(
+                    true,
+                    Check::RouteConflict,
+                    &objs,
+                    None,
+                    format!(
+                        "route {prefix} ({metric}) in table {table} is defined differently by more than \
+                         one RoutingTable on the same node"
+                    ),
+                    nodes,
+                );
+            }
+        }
+        for (priority, entries) in rules {
+            let Some(members) = conflicting(&entries) else {
+                continue;
+            };
+            for (subset, groups) in self.co_located(&members) {
+                let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
+                let nodes = self.ix.node_names(groups);
+                self.push(
+                    true,
+                    Check::RulePriorityConflict,
+                    &objs,
+                    None,
+                    format!(
+                        "rule priority {priority} is used by different rules of more than one \
+                         RoutingTable on the same node"
+                    ),
+                    nodes,
+                );
+            }
+        }
+    }
+}
+
+fn check_range(value: u64, min: u64, max: u64, path: &str, problems: &mut Vec<FieldError>) {
+    if !(min..=max).contains(&value) {
+        problems.push(FieldError {
+            path: path.to_string(),
+            message: format!("{value} is out of range {min}..={max}"),
+        });
+    }
+}
+
+fn check_vrf_name(name: &str, path: &str, problems: &mut Vec<FieldError>) {
+    let ok = (1..=MAX_DEVICE_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+    if !ok {
+        problems.push(FieldError {
+            path: path.to_string(),
+            message: format!(
+                "{name:?} is not a VRF name: 1 to {MAX_DEVICE_NAME} characters of [a-zA-Z0-9._-] (it \
+                 becomes a kernel device name)"
+            ),
+        });
+    }
+}

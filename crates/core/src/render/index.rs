@@ -1,0 +1,178 @@
+//! The shared preparation step of render and fleet validation: inputs in canonical order, selectors
+//! compiled and deduplicated, VRF tables allocated, and nodes grouped by which objects select them.
+//!
+//! Grouping is what makes 5,000 nodes cheap: each distinct selector is evaluated once per node, and
+//! every later step (render, hash, per-node checks) runs once per *group* of nodes that select exactly
+//! the same objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use netwave_api::validate::RESERVED_TABLES;
+use netwave_api::{NamedLayer2, NamedRoutingTable, NamedVrf, RevisionInputs};
+use sha2::{Digest, Sha256};
+
+use super::{InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE};
+use crate::revision::canonical_refs;
+use crate::selector::{Selector, SelectorError};
+
+/// Nodes that select exactly the same set of distinct selectors.
+pub(crate) struct Group {
+    /// Bit `s` set when distinct selector `s` matches these nodes.
+    bits: Vec<u64>,
+    /// Indices into [`Index::nodes`], ascending (so in name order).
+    pub nodes: Vec<u32>,
+}
+
+impl Group {
+    /// Whether an object with this selector index is on the group's nodes. Objects with an invalid
+    /// selector (`None`) are on no node.
+    pub fn has(&self, selector: Option<u32>) -> bool {
+        selector.is_some_and(|s| self.bits[(s / 64) as usize] & (1 << (s % 64)) != 0)
+    }
+}
+
+pub(crate) struct Index<'a> {
+    pub vrfs: Vec<&'a NamedVrf>,
+    pub l2s: Vec<&'a NamedLayer2>,
+    pub rts: Vec<&'a NamedRoutingTable>,
+    /// Sorted by name, one per name.
+    pub nodes: Vec<&'a NodeInfo>,
+    /// Distinct selector of each object (parallel to `vrfs`, `l2s`, `rts`); `None` when invalid.
+    pub vrf_sel: Vec<Option<u32>>,
+    pub l2_sel: Vec<Option<u32>>,
+    pub rt_sel: Vec<Option<u32>>,
+    /// Table of each VRF, parallel to `vrfs`.
+    pub vrf_tables: Vec<u32>,
+    /// Objects whose selector does not compile, in canonical order.
+    pub selector_errors: Vec<(InputRef, Vec<SelectorError>)>,
+    /// In order of each group's first node.
+    pub groups: Vec<Group>,
+}
+
+impl<'a> Index<'a> {
+    pub fn build(inputs: &'a RevisionInputs, nodes: &'a [NodeInfo]) -> Self {
+        let vrfs = canonical_refs(&inputs.vrfs, |o| &o.name);
+        let l2s = canonical_refs(&inputs.layer2s, |o| &o.name);
+        let rts = canonical_refs(&inputs.routing_tables, |o| &o.name);
+
+        let mut distinct: BTreeMap<Selector, u32> = BTreeMap::new();
+        let mut selector_errors = Vec::new();
+        let mut compile = |kind, name: &str, sel| match Selector::parse(sel) {
+            Ok(s) => {
+                let next = distinct.len() as u32;
+                Some(*distinct.entry(s).or_insert(next))
+            }
+            Err(errors) => {
+                selector_errors.push((InputRef::new(kind, name), errors));
+                None
+            }
+        };
+        let vrf_sel: Vec<_> = vrfs
+            .iter()
+            .map(|o| compile(InputKind::Vrf, &o.name, o.spec.node_selector.as_ref()))
+            .collect();
+        let l2_sel: Vec<_> = l2s
+            .iter()
+            .map(|o| compile(InputKind::Layer2, &o.name, o.spec.node_selector.as_ref()))
+            .collect();
+        let rt_sel: Vec<_> = rts
+            .iter()
+            .map(|o| {
+                compile(
+                    InputKind::RoutingTable,
+                    &o.name,
+                    o.spec.node_selector.as_ref(),
+                )
+            })
+            .collect();
+        let mut selectors: Vec<(u32, Selector)> =
+            distinct.into_iter().map(|(s, i)| (i, s)).collect();
+        selectors.sort_by_key(|(i, _)| *i);
+
+        let mut sorted_nodes: Vec<&NodeInfo> = nodes.iter().collect();
+        sorted_nodes.sort();
+        sorted_nodes.dedup_by(|a, b| a.name == b.name);
+
+        let words = selectors.len().div_ceil(64);
+        let mut by_bits: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
+        let mut groups: Vec<Group> = Vec::new();
+        for (n, node) in sorted_nodes.iter().enumerate() {
+            let mut bits = vec![0u64; words];
+            for (i, sel) in &selectors {
+                if sel.matches(&node.labels) {
+                    bits[(*i / 64) as usize] |= 1 << (*i % 64);
+                }
+            }
+            let g = *by_bits.entry(bits).or_insert_with_key(|bits| {
+                groups.push(Group {
+                    bits: bits.clone(),
+                    nodes: Vec::new(),
+                });
+                groups.len() - 1
+            });
+            groups[g].nodes.push(n as u32);
+        }
+
+        let vrf_tables = allocate_tables(&vrfs, &rts);
+        Index {
+            vrfs,
+            l2s,
+            rts,
+            nodes: sorted_nodes,
+            vrf_sel,
+            l2_sel,
+            rt_sel,
+            vrf_tables,
+            selector_errors,
+            groups,
+        }
+    }
+
+    /// Names of the nodes in these groups, sorted.
+    pub fn node_names(&self, groups: impl IntoIterator<Item = usize>) -> Vec<String> {
+        let mut ids: Vec<u32> = groups
+            .into_iter()
+            .flat_map(|g| self.groups[g].nodes.iter().copied())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|n| self.nodes[n as usize].name.clone())
+            .collect()
+    }
+}
+
+/// Tables of `vrfs` (canonical order): `tableId`, or the allocation described in the `render` module docs.
+pub(crate) fn allocate_tables(vrfs: &[&NamedVrf], rts: &[&NamedRoutingTable]) -> Vec<u32> {
+    let mut used: BTreeSet<u32> = RESERVED_TABLES.into_iter().collect();
+    used.extend(vrfs.iter().filter_map(|v| v.spec.table_id));
+    used.extend(rts.iter().map(|r| r.spec.table_id));
+    let mut tables: Vec<u32> = vrfs.iter().map(|v| v.spec.table_id.unwrap_or(0)).collect();
+    let mut pending: Vec<usize> = (0..vrfs.len())
+        .filter(|&i| vrfs[i].spec.table_id.is_none())
+        .collect();
+    // Earlier (VRF name, object order) wins a contested slot, whatever order the inputs came in.
+    pending.sort_by(|&a, &b| vrfs[a].spec.vrf.cmp(&vrfs[b].spec.vrf).then(a.cmp(&b)));
+    for i in pending {
+        let mut t = home_slot(&vrfs[i].spec.vrf);
+        // The range holds 10 million ids; it cannot fill up with the objects one cluster has, but stop
+        // after a full lap rather than loop forever.
+        for _ in 0..TABLE_ALLOC_SIZE {
+            if !used.contains(&t) {
+                break;
+            }
+            t = TABLE_ALLOC_BASE + (t - TABLE_ALLOC_BASE + 1) % TABLE_ALLOC_SIZE;
+        }
+        used.insert(t);
+        tables[i] = t;
+    }
+    tables
+}
+
+/// The id a VRF gets when nothing else holds it: depends on the VRF name only.
+fn home_slot(vrf: &str) -> u32 {
+    let digest = Sha256::digest(vrf.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    TABLE_ALLOC_BASE + (u64::from_be_bytes(first) % u64::from(TABLE_ALLOC_SIZE)) as u32
+}

@@ -1,0 +1,217 @@
+//! Revisions: the content hash of a snapshot of the inputs, the revision object's name, and the rules
+//! for when the configurator creates (or re-targets) a `NetworkConfigRevision`.
+//!
+//! ```text
+//!  VRF/L2/RT objects ──canonical_inputs──► RevisionInputs (sorted) ──inputs_hash──► sha256 hex
+//!                                                                     │
+//!  existing NCRs (name, sequence, hash, phase, retry) + sequence floor ┴──decide──► Decision
+//! ```
+//!
+//! **Canonical form.** Each object list is sorted by object name (ties, which Kubernetes never produces,
+//! by the JSON of the spec), and serialized with serde_json from the typed structs: struct fields come out
+//! in declaration order and label maps are `BTreeMap`s, so neither input order nor map order can change
+//! the bytes. Lists *inside* a spec (import items, gateways, routes) are kept as the admin wrote them:
+//! validation messages point at `spec.routes[3]`, and that index must be the admin's. Reordering such a
+//! list therefore makes a new revision, whose rendered node configs are identical — the rollout moves every
+//! node by the `configHash` fast path without touching a kernel.
+//!
+//! The hash covers the serialization of the API types, so adding a field to them (even an optional one
+//! that serializes when set) changes hashes only for objects that set it.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use netwave_api::{
+    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision, RevisionInputs,
+};
+
+/// Prefix of revision object names.
+pub const REVISION_NAME_PREFIX: &str = "rev-";
+/// Hex digits of the hash in a revision name (40 bits: a clash needs ~10^6 revisions alive at once, and
+/// [`decide`] lengthens the name if one happens anyway).
+pub const REVISION_NAME_HEX: usize = 10;
+
+/// `items` sorted canonically: by name, ties by the JSON of the whole item.
+pub(crate) fn canonical_refs<T: Serialize>(items: &[T], name: impl Fn(&T) -> &str) -> Vec<&T> {
+    let mut v: Vec<&T> = items.iter().collect();
+    v.sort_by(|a, b| name(a).cmp(name(b)).then_with(|| json(a).cmp(&json(b))));
+    v
+}
+
+fn json<T: Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("netwave API types always serialize to JSON")
+}
+
+/// Same field names as [`RevisionInputs`], so it serializes to exactly the bytes of the canonical
+/// `RevisionInputs` without cloning it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CanonicalInputs<'a> {
+    vrfs: Vec<&'a NamedVrf>,
+    layer2s: Vec<&'a NamedLayer2>,
+    routing_tables: Vec<&'a NamedRoutingTable>,
+}
+
+impl<'a> CanonicalInputs<'a> {
+    fn new(inputs: &'a RevisionInputs) -> Self {
+        CanonicalInputs {
+            vrfs: canonical_refs(&inputs.vrfs, |o| &o.name),
+            layer2s: canonical_refs(&inputs.layer2s, |o| &o.name),
+            routing_tables: canonical_refs(&inputs.routing_tables, |o| &o.name),
+        }
+    }
+}
+
+/// The snapshot to store in `NetworkConfigRevision.spec.inputs`: every list sorted canonically.
+pub fn canonical_inputs(inputs: &RevisionInputs) -> RevisionInputs {
+    let c = CanonicalInputs::new(inputs);
+    RevisionInputs {
+        vrfs: c.vrfs.into_iter().cloned().collect(),
+        layer2s: c.layer2s.into_iter().cloned().collect(),
+        routing_tables: c.routing_tables.into_iter().cloned().collect(),
+    }
+}
+
+/// Hex sha256 of the canonical serialization of `inputs` (`spec.hash`). Independent of the order of the
+/// objects in `inputs`; equal to `sha256(serde_json::to_vec(&canonical_inputs(inputs)))`.
+pub fn inputs_hash(inputs: &RevisionInputs) -> String {
+    let mut hasher = Sha256::new();
+    serde_json::to_writer(&mut hasher, &CanonicalInputs::new(inputs))
+        .expect("netwave API types always serialize to JSON");
+    hex::encode(hasher.finalize())
+}
+
+/// The revision object name for a hash: `rev-` and the first [`REVISION_NAME_HEX`] hex digits. A valid
+/// DNS-1123 name. [`decide`] may lengthen it if another hash already holds that name.
+pub fn revision_name(hash: &str) -> String {
+    name_with_len(hash, REVISION_NAME_HEX)
+}
+
+fn name_with_len(hash: &str, len: usize) -> String {
+    let hex: String = hash
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .map(|c| c.to_ascii_lowercase())
+        .take(len)
+        .collect();
+    format!("{REVISION_NAME_PREFIX}{hex}")
+}
+
+/// What [`decide`] needs to know about one existing `NetworkConfigRevision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingRevision {
+    pub name: String,
+    /// `spec.sequence`.
+    pub sequence: u64,
+    /// `spec.hash`.
+    pub hash: String,
+    /// `status.phase == "Failed"`.
+    pub failed: bool,
+    /// `spec.retry`.
+    pub retry: u32,
+    /// `status.observedRetry`: the `spec.retry` the current phase belongs to.
+    pub observed_retry: Option<u32>,
+}
+
+impl ExistingRevision {
+    /// Reads the fields [`decide`] uses from a revision object.
+    pub fn from_object(ncr: &NetworkConfigRevision) -> Self {
+        let status = ncr.status.as_ref();
+        ExistingRevision {
+            name: ncr.metadata.name.clone().unwrap_or_default(),
+            sequence: ncr.spec.sequence,
+            hash: ncr.spec.hash.clone(),
+            failed: status.and_then(|s| s.phase.as_deref()) == Some("Failed"),
+            retry: ncr.spec.retry,
+            observed_retry: status.and_then(|s| s.observed_retry),
+        }
+    }
+
+    /// Failed, and not re-armed: an admin bumping `spec.retry` above the attempt that failed makes the
+    /// revision eligible again even before the rollout has picked that up.
+    pub fn is_failed(&self) -> bool {
+        self.failed && self.retry <= self.observed_retry.unwrap_or(0)
+    }
+}
+
+/// What the configurator does about the current inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The inputs equal the current target (the newest revision that is not Failed): nothing to do.
+    NoChange { name: String },
+    /// The inputs equal a revision that failed. Do not create anything (it would fail the same way);
+    /// report it (condition/Event) so the admin changes the inputs or bumps that revision's `spec.retry`.
+    EqualsFailed { name: String },
+    /// The inputs equal an older good revision: give it `new_sequence` (patch `spec.sequence`) so it is the
+    /// newest and becomes the target again, like a Deployment rollback re-using its old ReplicaSet.
+    Reactivate { name: String, new_sequence: u64 },
+    /// New inputs: create a revision with this name, sequence and hash.
+    Create {
+        name: String,
+        sequence: u64,
+        hash: String,
+    },
+}
+
+/// Decides what to do with inputs whose [`inputs_hash`] is `hash`, given every existing revision.
+///
+/// `sequence_floor` keeps sequences monotonic when history is deleted: pass the highest sequence the
+/// caller can see anywhere besides `existing` — at least the maximum `spec.sequence` over all
+/// NodeNetworkConfigs (nodes keep referencing revisions the history limit may not delete, but an admin
+/// can delete anything). The next sequence is `max(existing sequences, sequence_floor) + 1`.
+///
+/// Rules, in order:
+/// 1. target = the revision with the highest sequence that is not [failed](ExistingRevision::is_failed);
+///    `hash == target.hash` → [`Decision::NoChange`];
+/// 2. the newest other revision with this hash is failed → [`Decision::EqualsFailed`];
+/// 3. it is good (so older than the target) → [`Decision::Reactivate`] with the next sequence;
+/// 4. otherwise → [`Decision::Create`] with the next sequence and [`revision_name`] (lengthened to 16,
+///    24, 32 then 59 hex digits if an existing revision with another hash holds that name).
+pub fn decide(hash: &str, existing: &[ExistingRevision], sequence_floor: u64) -> Decision {
+    let next = existing
+        .iter()
+        .map(|r| r.sequence)
+        .chain([sequence_floor])
+        .max()
+        .unwrap_or(0)
+        + 1;
+    // Ties in sequence never happen with one writer; break them by name so the choice is deterministic.
+    let newest = |it: &mut dyn Iterator<Item = &ExistingRevision>| {
+        it.max_by(|a, b| {
+            a.sequence
+                .cmp(&b.sequence)
+                .then_with(|| a.name.cmp(&b.name))
+        })
+        .cloned()
+    };
+    let target = newest(&mut existing.iter().filter(|r| !r.is_failed()));
+    if let Some(t) = &target
+        && t.hash == hash
+    {
+        return Decision::NoChange {
+            name: t.name.clone(),
+        };
+    }
+    if let Some(same) = newest(&mut existing.iter().filter(|r| r.hash == hash)) {
+        return if same.is_failed() {
+            Decision::EqualsFailed { name: same.name }
+        } else {
+            Decision::Reactivate {
+                name: same.name,
+                new_sequence: next,
+            }
+        };
+    }
+    let name = [REVISION_NAME_HEX, 16, 24, 32, 59]
+        .into_iter()
+        .map(|len| name_with_len(hash, len))
+        .find(|n| !existing.iter().any(|r| &r.name == n))
+        // 59 hex digits of sha256 clashing with a different hash does not happen; fall back to the
+        // longest name rather than panic.
+        .unwrap_or_else(|| name_with_len(hash, 59));
+    Decision::Create {
+        name,
+        sequence: next,
+        hash: hash.to_string(),
+    }
+}

@@ -1,0 +1,308 @@
+//! Revision hashing, naming and the rules for creating revisions, one test per rule.
+
+mod support_inputs;
+
+use netwave_api::RevisionInputs;
+use netwave_core::revision::{
+    Decision, ExistingRevision, canonical_inputs, decide, inputs_hash, revision_name,
+};
+use proptest::prelude::*;
+use sha2::Digest;
+use support_inputs::*;
+
+fn rev(name: &str, sequence: u64, hash: &str, failed: bool) -> ExistingRevision {
+    ExistingRevision {
+        name: name.into(),
+        sequence,
+        hash: hash.into(),
+        failed,
+        retry: 0,
+        observed_retry: failed.then_some(0),
+    }
+}
+
+const H1: &str = "1111111111aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const H2: &str = "2222222222bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const H3: &str = "3333333333cccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+
+#[test]
+fn first_inputs_create_sequence_one() {
+    assert_eq!(
+        decide(H1, &[], 0),
+        Decision::Create {
+            name: "rev-1111111111".into(),
+            sequence: 1,
+            hash: H1.into()
+        }
+    );
+}
+
+#[test]
+fn no_change_when_inputs_equal_the_target() {
+    let existing = [rev("rev-1", 1, H1, false), rev("rev-2", 2, H2, false)];
+    assert_eq!(
+        decide(H2, &existing, 0),
+        Decision::NoChange {
+            name: "rev-2".into()
+        }
+    );
+}
+
+#[test]
+fn target_is_the_newest_revision_that_is_not_failed() {
+    // rev-2 failed; the fleet is going back to rev-1, so inputs equal to rev-1 change nothing.
+    let existing = [rev("rev-1", 1, H1, false), rev("rev-2", 2, H2, true)];
+    assert_eq!(
+        decide(H1, &existing, 0),
+        Decision::NoChange {
+            name: "rev-1".into()
+        }
+    );
+}
+
+#[test]
+fn inputs_equal_to_a_failed_revision_are_reported_not_created() {
+    let existing = [rev("rev-1", 1, H1, false), rev("rev-2", 2, H2, true)];
+    assert_eq!(
+        decide(H2, &existing, 0),
+        Decision::EqualsFailed {
+            name: "rev-2".into()
+        }
+    );
+    // Also when the failed revision is older than the current target.
+    let existing = [
+        rev("rev-1", 1, H1, false),
+        rev("rev-2", 2, H2, true),
+        rev("rev-3", 3, H3, false),
+    ];
+    assert_eq!(
+        decide(H2, &existing, 0),
+        Decision::EqualsFailed {
+            name: "rev-2".into()
+        }
+    );
+}
+
+#[test]
+fn inputs_equal_to_an_older_good_revision_reactivate_it_with_the_next_sequence() {
+    let existing = [rev("rev-1", 1, H1, false), rev("rev-2", 2, H2, false)];
+    assert_eq!(
+        decide(H1, &existing, 0),
+        Decision::Reactivate {
+            name: "rev-1".into(),
+            new_sequence: 3
+        }
+    );
+}
+
+#[test]
+fn a_retried_failed_revision_counts_as_good_and_is_reactivated() {
+    // rev-2 failed, the admin moved on to rev-3, then reverted the inputs to rev-2's and bumped its
+    // spec.retry: rev-2 becomes the target again.
+    let mut failed = rev("rev-2", 2, H2, true);
+    failed.retry = 1;
+    let existing = [
+        rev("rev-1", 1, H1, false),
+        failed,
+        rev("rev-3", 3, H3, false),
+    ];
+    assert_eq!(
+        decide(H2, &existing, 0),
+        Decision::Reactivate {
+            name: "rev-2".into(),
+            new_sequence: 4
+        }
+    );
+}
+
+#[test]
+fn a_revision_that_failed_again_after_retry_is_failed() {
+    let mut r = rev("rev-2", 2, H2, true);
+    r.retry = 1;
+    r.observed_retry = Some(1);
+    assert!(r.is_failed());
+    assert_eq!(
+        decide(H2, &[rev("rev-1", 1, H1, false), r], 0),
+        Decision::EqualsFailed {
+            name: "rev-2".into()
+        }
+    );
+}
+
+#[test]
+fn changed_inputs_create_with_max_sequence_plus_one() {
+    let existing = [rev("rev-1", 7, H1, false), rev("rev-2", 4, H2, true)];
+    assert_eq!(
+        decide(H3, &existing, 0),
+        Decision::Create {
+            name: revision_name(H3),
+            sequence: 8,
+            hash: H3.into()
+        }
+    );
+}
+
+#[test]
+fn fail_forward_new_inputs_after_a_failure_create_a_new_target() {
+    let existing = [rev("rev-1", 1, H1, false), rev("rev-2", 2, H2, true)];
+    assert!(matches!(
+        decide(H3, &existing, 0),
+        Decision::Create { sequence: 3, .. }
+    ));
+}
+
+#[test]
+fn sequence_stays_monotonic_after_history_deletion_via_the_floor() {
+    // Every revision up to 41 was deleted; a NodeNetworkConfig still says sequence 41.
+    assert!(matches!(
+        decide(H1, &[], 41),
+        Decision::Create { sequence: 42, .. }
+    ));
+    assert!(matches!(
+        decide(H1, &[rev("rev-2", 2, H2, false)], 41),
+        Decision::Create { sequence: 42, .. }
+    ));
+}
+
+#[test]
+fn name_clash_with_another_hash_lengthens_the_name() {
+    // Same first 10 hex digits, different hash.
+    let other = "1111111111ffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
+    let existing = [rev(&revision_name(other), 1, other, false)];
+    assert_eq!(
+        decide(H1, &existing, 0),
+        Decision::Create {
+            name: "rev-1111111111aaaaaa".into(),
+            sequence: 2,
+            hash: H1.into()
+        }
+    );
+}
+
+#[test]
+fn revision_name_is_dns_1123() {
+    let name = revision_name(&inputs_hash(&sample_inputs()));
+    assert_eq!(name.len(), 14);
+    assert!(name.starts_with("rev-"));
+    assert!(
+        name.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    );
+}
+
+#[test]
+fn from_object_reads_phase_sequence_hash_and_retry() {
+    let mut ncr = netwave_api::NetworkConfigRevision::new(
+        "rev-abc",
+        netwave_api::NetworkConfigRevisionSpec {
+            hash: H1.into(),
+            sequence: 5,
+            inputs: RevisionInputs::default(),
+            rollout: Default::default(),
+            paused: false,
+            retry: 2,
+        },
+    );
+    ncr.status = Some(netwave_api::NetworkConfigRevisionStatus {
+        phase: Some("Failed".into()),
+        observed_retry: Some(1),
+        ..Default::default()
+    });
+    let r = ExistingRevision::from_object(&ncr);
+    assert_eq!(
+        r,
+        ExistingRevision {
+            name: "rev-abc".into(),
+            sequence: 5,
+            hash: H1.into(),
+            failed: true,
+            retry: 2,
+            observed_retry: Some(1)
+        }
+    );
+    assert!(!r.is_failed(), "retry 2 re-arms a failure of attempt 1");
+}
+
+// ---- hashing ----
+
+#[test]
+fn sample_inputs_hash_is_pinned() {
+    // If this changes, every cluster makes a new (no-op) revision on upgrade. Change it only on purpose.
+    assert_eq!(
+        inputs_hash(&sample_inputs()),
+        "a3676909f3f97a7f61f56bee66c96bfbcfd9cd2c598fa18744c76e4398177104"
+    );
+}
+
+#[test]
+fn hash_is_sha256_of_the_canonical_snapshot() {
+    let inputs = sample_inputs();
+    let canonical = canonical_inputs(&inputs);
+    let want = hex::encode(sha2::Sha256::digest(
+        serde_json::to_vec(&canonical).unwrap(),
+    ));
+    assert_eq!(inputs_hash(&inputs), want);
+    assert_eq!(inputs_hash(&canonical), want);
+    let names: Vec<&str> = canonical.vrfs.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["backup", "cluster", "internet", "storage"]);
+}
+
+#[test]
+fn any_change_to_a_spec_changes_the_hash() {
+    let base = sample_inputs();
+    let mut changed = base.clone();
+    changed.layer2s[3].spec.mtu -= 1;
+    assert_ne!(inputs_hash(&base), inputs_hash(&changed));
+    let mut renamed = base.clone();
+    renamed.routing_tables[0].name.push('x');
+    assert_ne!(inputs_hash(&base), inputs_hash(&renamed));
+}
+
+fn shuffle<T>(v: &mut [T], mut seed: u64) {
+    for i in (1..v.len()).rev() {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.swap(i, (seed >> 33) as usize % (i + 1));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn hash_is_independent_of_object_order(seed in any::<u64>()) {
+        let inputs = sample_inputs();
+        let mut shuffled = inputs.clone();
+        shuffle(&mut shuffled.vrfs, seed);
+        shuffle(&mut shuffled.layer2s, seed ^ 7);
+        shuffle(&mut shuffled.routing_tables, seed ^ 13);
+        prop_assert_eq!(inputs_hash(&inputs), inputs_hash(&shuffled));
+        prop_assert_eq!(canonical_inputs(&inputs), canonical_inputs(&shuffled));
+    }
+
+    #[test]
+    fn hash_survives_a_json_round_trip(seed in any::<u64>(), keep in 0usize..12) {
+        // Stored in the API server as JSON and read back by another configurator replica.
+        let mut inputs = sample_inputs();
+        shuffle(&mut inputs.layer2s, seed);
+        inputs.layer2s.truncate(keep);
+        let back: RevisionInputs =
+            serde_json::from_str(&serde_json::to_string(&inputs).unwrap()).unwrap();
+        prop_assert_eq!(inputs_hash(&inputs), inputs_hash(&back));
+    }
+
+    #[test]
+    fn decide_never_reuses_a_sequence(seqs in prop::collection::vec((1u64..50, any::<bool>()), 0..8), floor in 0u64..60) {
+        let existing: Vec<ExistingRevision> = seqs
+            .iter()
+            .enumerate()
+            .map(|(i, (s, f))| rev(&format!("rev-{i}"), *s, &format!("{i:064x}"), *f))
+            .collect();
+        let max = existing.iter().map(|r| r.sequence).max().unwrap_or(0).max(floor);
+        match decide(H3, &existing, floor) {
+            Decision::Create { sequence, .. } => prop_assert_eq!(sequence, max + 1),
+            other => prop_assert!(false, "new hash must create, got {:?}", other),
+        }
+    }
+}
