@@ -1,0 +1,987 @@
+//! The API verbs on the store, with the real server's object semantics: resourceVersion
+//! preconditions, uid/creationTimestamp, generation on spec changes, status isolation,
+//! finalizers, schema enforcement, managedFields, garbage collection.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::resources::{self, ResourceType};
+use crate::schema;
+use crate::selector::Selectors;
+use crate::ssa::{self, Scope, Writer};
+use crate::status::{ApiError, Cause};
+use crate::store::{Store, object_key};
+
+/// The object or collection a request addresses.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub rt: Arc<ResourceType>,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// Addresses the `/status` subresource.
+    pub status: bool,
+}
+
+impl Target {
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+
+    fn key(&self) -> String {
+        object_key(self.namespace.as_deref(), self.name())
+    }
+
+    fn api_version(&self) -> String {
+        self.rt.api_version(&self.version)
+    }
+
+    fn scope(&self) -> Scope {
+        match (self.rt.status, self.status) {
+            (true, true) => Scope::Status,
+            (true, false) => Scope::Main,
+            _ => Scope::All,
+        }
+    }
+}
+
+/// `fieldValidation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// Options of a write.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub manager: String,
+    pub dry_run: bool,
+    pub force: bool,
+    pub validation: FieldValidation,
+    /// Garbage-collect dependents (ownerReferences) on delete.
+    pub gc: bool,
+}
+
+/// A successful write.
+#[derive(Debug)]
+pub struct Written {
+    pub object: Value,
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
+/// Patch content types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+/// RFC 3339 seconds, as `metav1.Time`.
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Presents a stored object in the requested version.
+pub fn present(obj: &Arc<Value>, t: &Target) -> Arc<Value> {
+    let want = t.api_version();
+    if obj["apiVersion"].as_str() == Some(want.as_str()) {
+        obj.clone()
+    } else {
+        let mut o = (**obj).clone();
+        o["apiVersion"] = json!(want);
+        Arc::new(o)
+    }
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+pub fn get(st: &Store, t: &Target) -> Result<Arc<Value>, ApiError> {
+    st.get(&t.rt, &t.key())
+        .map(|o| present(&o, t))
+        .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))
+}
+
+/// Continue tokens: hex of `rv/key`, opaque to clients.
+fn encode_continue(rv: u64, key: &str) -> String {
+    format!("{rv}/{key}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn decode_continue(s: &str) -> Option<(u64, String)> {
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (rv, key) = text.split_once('/')?;
+    Some((rv.parse().ok()?, key.to_string()))
+}
+
+/// A page of a list.
+pub struct Page {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+pub fn list(
+    st: &Store,
+    t: &Target,
+    sel: &Selectors,
+    limit: Option<usize>,
+    cont: Option<&str>,
+) -> Result<Page, ApiError> {
+    let (rv, after) = match cont.filter(|c| !c.is_empty()) {
+        Some(c) => {
+            let (rv, key) = decode_continue(c)
+                .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+            if rv < st.compacted() {
+                return Err(ApiError::gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
+            (rv, Some(key))
+        }
+        None => (st.resource_version(), None),
+    };
+    let limit = limit.filter(|l| *l > 0);
+    let mut items = Vec::new();
+    let mut last_key = None;
+    let mut more = false;
+    let mut remaining = 0usize;
+    if let (Some(name), None) = (sel.fields.single_name(), &after) {
+        // Fast path for the single-object watchers/lists (`metadata.name=<x>`).
+        let key = object_key(t.namespace.as_deref(), name);
+        if let Some(o) = st.get(&t.rt, &key).filter(|o| sel.matches(o)) {
+            items.push(present(&o, t));
+        }
+    } else {
+        for (k, o) in st.range(&t.rt, t.namespace.as_deref(), after.as_deref()) {
+            if !sel.matches(o) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                more = true;
+                remaining += 1;
+                continue;
+            }
+            items.push(present(o, t));
+            last_key = Some(k.clone());
+        }
+    }
+    let continue_token = if more {
+        last_key.map(|k| encode_continue(rv, &k))
+    } else {
+        None
+    };
+    Ok(Page {
+        items,
+        resource_version: rv,
+        remaining: more.then_some(remaining),
+        continue_token,
+    })
+}
+
+fn meta_mut(obj: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+}
+
+fn without_meta_status(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    v
+}
+
+fn same_ignoring_bookkeeping(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("managedFields");
+            m.remove("resourceVersion");
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+/// The part of every write after the verb computed the new object.
+struct Commit<'a> {
+    old: Option<Arc<Value>>,
+    /// managedFields already computed (server-side apply).
+    preset_managed: bool,
+    /// An empty resourceVersion is refused (update of a custom resource).
+    require_rv: bool,
+    opts: &'a WriteOptions,
+}
+
+fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<Written, ApiError> {
+    let rt = t.rt.clone();
+    let name = t.name().to_string();
+    new["apiVersion"] = json!(t.api_version());
+    new["kind"] = json!(rt.kind);
+    let now = now();
+    let mut warnings = Vec::new();
+    match &c.old {
+        None => {
+            let uid = st.new_uid();
+            let m = meta_mut(&mut new);
+            m.insert("uid".into(), json!(uid));
+            m.insert("creationTimestamp".into(), json!(now));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("resourceVersion");
+            if rt.generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+            if rt.status && rt.custom && !t.status {
+                new.as_object_mut().map(|o| o.remove("status"));
+            }
+            if rt.is_namespace() {
+                new["status"] = json!({"phase": "Active"});
+            }
+        }
+        Some(old) => {
+            let body_rv = new["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if !body_rv.is_empty()
+                && Some(body_rv.as_str()) != old["metadata"]["resourceVersion"].as_str()
+            {
+                return Err(ApiError::stale(&rt, &name));
+            }
+            if body_rv.is_empty() && c.require_rv {
+                return Err(ApiError::invalid(
+                    &rt,
+                    &name,
+                    vec![Cause {
+                        reason: "FieldValueInvalid".into(),
+                        message: "Invalid value: 0x0: must be specified for an update".into(),
+                        field: "metadata.resourceVersion".into(),
+                    }],
+                ));
+            }
+            if t.status {
+                // The status subresource changes status only.
+                let status = new.get("status").cloned();
+                let managed = new["metadata"].get("managedFields").cloned();
+                new = (**old).clone();
+                if c.preset_managed
+                    && let Some(m) = managed
+                {
+                    new["metadata"]["managedFields"] = m;
+                }
+                match status {
+                    Some(s) => new["status"] = s,
+                    None => {
+                        new.as_object_mut().map(|o| o.remove("status"));
+                    }
+                }
+            } else if rt.status {
+                match old.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        new.as_object_mut().map(|o| o.remove("status"));
+                    }
+                }
+            }
+            let keep = [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "name",
+                "namespace",
+                "resourceVersion",
+            ];
+            let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
+            let m = meta_mut(&mut new);
+            for k in keep {
+                match old_meta.get(k) {
+                    Some(v) => m.insert(k.into(), v.clone()),
+                    None => m.remove(k),
+                };
+            }
+            if old_meta.contains_key("deletionTimestamp") {
+                let before: Vec<&Value> = old_meta
+                    .get("finalizers")
+                    .and_then(|f| f.as_array())
+                    .map(|a| a.iter().collect())
+                    .unwrap_or_default();
+                let added = m
+                    .get("finalizers")
+                    .and_then(|f| f.as_array())
+                    .is_some_and(|a| a.iter().any(|f| !before.contains(&f)));
+                if added {
+                    return Err(ApiError::invalid(
+                        &rt,
+                        &name,
+                        vec![Cause {
+                            reason: "FieldValueForbidden".into(),
+                            message: "Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                            field: "metadata.finalizers".into(),
+                        }],
+                    ));
+                }
+            }
+        }
+    }
+    // Schema: prune, default, validate.
+    if let Some(schema) = rt.schemas.get(&t.version) {
+        let out = schema::enforce(schema, &mut new);
+        if !out.pruned.is_empty() {
+            match c.opts.validation {
+                FieldValidation::Strict => {
+                    let list: Vec<String> = out
+                        .pruned
+                        .iter()
+                        .map(|p| format!("unknown field \"{p}\""))
+                        .collect();
+                    return Err(ApiError::bad_request(format!(
+                        "strict decoding error: {}",
+                        list.join(", ")
+                    )));
+                }
+                FieldValidation::Warn => {
+                    warnings.extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")))
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+        if !out.errors.is_empty() {
+            return Err(ApiError::invalid(&rt, &name, out.errors));
+        }
+    }
+    let event_name_ok = rt.plural == "events"; // event names carry a dot-hex suffix, any case
+    if !is_dns_subdomain(&name) && !event_name_ok {
+        return Err(ApiError::invalid(
+            &rt,
+            &name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                ),
+                field: "metadata.name".into(),
+            }],
+        ));
+    }
+    // A CRD is checked and accepted as the apiextensions server would.
+    let mut defined = None;
+    if rt.is_crd() {
+        let d = resources::from_crd(&new).map_err(|(field, message)| {
+            ApiError::invalid(
+                &rt,
+                &name,
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message,
+                    field,
+                }],
+            )
+        })?;
+        if let Some(other) = st.registry.get(&d.key())
+            && !other.custom
+        {
+            return Err(ApiError::invalid(
+                &rt,
+                &name,
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "Invalid value: built-in resource".into(),
+                    field: "spec.names.plural".into(),
+                }],
+            ));
+        }
+        new["status"] = json!({
+            "acceptedNames": new["spec"]["names"],
+            "storedVersions": [d.versions.first()],
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ],
+        });
+        defined = Some(d);
+    }
+    if let Some(old) = &c.old
+        && rt.generation
+        && without_meta_status(old) != without_meta_status(&new)
+    {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
+        new["metadata"]["generation"] = json!(g);
+    }
+    let api_version = t.api_version();
+    let subresource = if t.status { "status" } else { "" };
+    if !c.preset_managed {
+        let writer = Writer {
+            manager: &c.opts.manager,
+            subresource,
+            api_version: &api_version,
+            time: &now,
+            scope: t.scope(),
+        };
+        ssa::record_update(c.old.as_deref(), &mut new, &writer);
+    }
+    if let Some(old) = &c.old
+        && same_ignoring_bookkeeping(old, &new)
+    {
+        return Ok(Written {
+            object: (**old).clone(),
+            created: false,
+            warnings,
+        });
+    }
+    let key = t.key();
+    let finished = new["metadata"].get("deletionTimestamp").is_some()
+        && new["metadata"]["finalizers"]
+            .as_array()
+            .is_none_or(|f| f.is_empty());
+    if c.opts.dry_run {
+        return Ok(Written {
+            object: new,
+            created: c.old.is_none(),
+            warnings,
+        });
+    }
+    if finished {
+        let last = st.remove(&rt, &key).map(|o| (*o).clone()).unwrap_or(new);
+        after_removal(st, &rt, &last, c.opts.gc);
+        return Ok(Written {
+            object: last,
+            created: false,
+            warnings,
+        });
+    }
+    let created = c.old.is_none();
+    let stored = st.put(&rt, &key, new);
+    if let Some(d) = defined {
+        if let Some(old_def) = st.registry.get(&d.key())
+            && old_def.namespaced != d.namespaced
+        {
+            st.drop_resource(&old_def);
+        }
+        st.registry.register(d);
+    }
+    Ok(Written {
+        object: (*stored).clone(),
+        created,
+        warnings,
+    })
+}
+
+pub fn create(
+    st: &mut Store,
+    t: &Target,
+    body: Value,
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
+    create_with(st, t, body, opts, false)
+}
+
+fn create_with(
+    st: &mut Store,
+    t: &Target,
+    mut body: Value,
+    opts: &WriteOptions,
+    preset_managed: bool,
+) -> Result<Written, ApiError> {
+    let rt = t.rt.clone();
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request is not a JSON object",
+        ));
+    }
+    if let Some(k) = body["kind"].as_str()
+        && k != rt.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({})",
+            body["apiVersion"].as_str().unwrap_or_default(),
+            t.api_version()
+        )));
+    }
+    let ns_body = body["metadata"]["namespace"].as_str().map(String::from);
+    if rt.namespaced {
+        let ns = t
+            .namespace
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("the namespace of the object is required"))?;
+        if ns_body.as_deref().is_some_and(|b| b != ns) {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        meta_mut(&mut body).insert("namespace".into(), json!(ns));
+        let ns_type = st
+            .registry
+            .get("/namespaces")
+            .expect("namespaces is built in");
+        if st.get(&ns_type, &ns).is_none() {
+            return Err(ApiError::namespace_not_found(&ns));
+        }
+    } else {
+        meta_mut(&mut body).remove("namespace");
+    }
+    let mut name = body["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() {
+        if let Some(g) = body["metadata"]["generateName"].as_str() {
+            name = format!("{g}{}", st.random_suffix());
+            meta_mut(&mut body).insert("name".into(), json!(name));
+        } else {
+            return Err(ApiError::invalid(
+                &rt,
+                "",
+                vec![Cause {
+                    reason: "FieldValueRequired".into(),
+                    message: "Required value: name or generateName is required".into(),
+                    field: "metadata.name".into(),
+                }],
+            ));
+        }
+    }
+    let t = Target {
+        name: Some(name.clone()),
+        ..t.clone()
+    };
+    if st.get(&rt, &t.key()).is_some() {
+        return Err(ApiError::already_exists(&rt, &name));
+    }
+    commit(
+        st,
+        &t,
+        body,
+        Commit {
+            old: None,
+            preset_managed,
+            require_rv: false,
+            opts,
+        },
+    )
+}
+
+fn load_live(st: &Store, t: &Target) -> Result<Arc<Value>, ApiError> {
+    st.get(&t.rt, &t.key())
+        .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))
+}
+
+pub fn replace(
+    st: &mut Store,
+    t: &Target,
+    body: Value,
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
+    if let Some(n) = body["metadata"]["name"].as_str()
+        && n != t.name()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({})",
+            t.name()
+        )));
+    }
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request is not a JSON object",
+        ));
+    }
+    let old = load_live(st, t)?;
+    let require_rv = t.rt.custom;
+    commit(
+        st,
+        t,
+        body,
+        Commit {
+            old: Some(old),
+            preset_managed: false,
+            require_rv,
+            opts,
+        },
+    )
+}
+
+fn parse_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text =
+        std::str::from_utf8(body).map_err(|_| ApiError::bad_request("apply body is not UTF-8"))?;
+    serde_saphyr::from_str::<Value>(text)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
+pub fn patch(
+    st: &mut Store,
+    t: &Target,
+    kind: PatchKind,
+    body: &[u8],
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
+    let rt = t.rt.clone();
+    if kind == PatchKind::Strategic && rt.custom {
+        return Err(ApiError::unsupported_media(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    if kind == PatchKind::Apply {
+        return apply(st, t, body, opts);
+    }
+    let live = load_live(st, t)?;
+    let mut doc = (*live).clone();
+    match kind {
+        PatchKind::Json => {
+            let ops: json_patch::Patch = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(&mut doc, &ops).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
+            })?;
+        }
+        PatchKind::Merge | PatchKind::Strategic => {
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid merge patch: {e}")))?;
+            if !p.is_object() {
+                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+            }
+            // Strategic merge on built-ins is treated as a JSON merge patch; `$patch`
+            // directives are dropped.
+            let mut p = p;
+            strip_directives(&mut p);
+            json_patch::merge(&mut doc, &p);
+        }
+        PatchKind::Apply => unreachable!("handled above"),
+    }
+    commit(
+        st,
+        t,
+        doc,
+        Commit {
+            old: Some(live),
+            preset_managed: false,
+            require_rv: false,
+            opts,
+        },
+    )
+}
+
+fn strip_directives(v: &mut Value) {
+    if let Some(m) = v.as_object_mut() {
+        m.retain(|k, _| !k.starts_with("$setElementOrder") && k != "$patch" && k != "$retainKeys");
+        for c in m.values_mut() {
+            strip_directives(c);
+        }
+    }
+}
+
+fn apply(
+    st: &mut Store,
+    t: &Target,
+    body: &[u8],
+    opts: &WriteOptions,
+) -> Result<Written, ApiError> {
+    let rt = t.rt.clone();
+    let mut applied = parse_apply_body(body)?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request(
+            "the apply configuration is not an object",
+        ));
+    }
+    if opts.manager.is_empty() {
+        return Err(ApiError::bad_request(
+            "PATCH /apply requires fieldManager to be set",
+        ));
+    }
+    if applied["apiVersion"].as_str().is_none_or(|a| a.is_empty())
+        || applied["kind"].as_str().is_none_or(|k| k.is_empty())
+    {
+        return Err(ApiError::bad_request(
+            "invalid object type: apiVersion and kind must be set",
+        ));
+    }
+    if applied["kind"].as_str() != Some(rt.kind.as_str()) {
+        return Err(ApiError::bad_request(format!(
+            "the kind of the applied object ({}) does not match the resource ({})",
+            applied["kind"].as_str().unwrap_or_default(),
+            rt.kind
+        )));
+    }
+    match applied["metadata"]["name"].as_str() {
+        Some(n) if n != t.name() => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({})",
+                t.name()
+            )));
+        }
+        Some(_) => {}
+        None => {
+            meta_mut(&mut applied).insert("name".into(), json!(t.name()));
+        }
+    }
+    if let Some(ns) = &t.namespace {
+        meta_mut(&mut applied).insert("namespace".into(), json!(ns));
+    }
+    let api_version = t.api_version();
+    let now = now();
+    let subresource = if t.status { "status" } else { "" };
+    let writer = Writer {
+        manager: &opts.manager,
+        subresource,
+        api_version: &api_version,
+        time: &now,
+        scope: t.scope(),
+    };
+    let live = st.get(&rt, &t.key());
+    match live {
+        None => {
+            if t.status {
+                return Err(ApiError::not_found(&rt, t.name()));
+            }
+            let merged = ssa::apply(None, &applied, opts.force, &writer)
+                .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
+            create_with(st, t, merged, opts, true)
+        }
+        Some(live) => {
+            let merged = ssa::apply(Some(&live), &applied, opts.force, &writer)
+                .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
+            commit(
+                st,
+                t,
+                merged,
+                Commit {
+                    old: Some(live),
+                    preset_managed: true,
+                    require_rv: false,
+                    opts,
+                },
+            )
+        }
+    }
+}
+
+/// Delete options from the request body.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    /// `Orphan` keeps dependents.
+    pub orphan: bool,
+}
+
+impl DeleteOptions {
+    pub fn from_body(v: &Value) -> Self {
+        DeleteOptions {
+            uid: v["preconditions"]["uid"].as_str().map(String::from),
+            resource_version: v["preconditions"]["resourceVersion"]
+                .as_str()
+                .map(String::from),
+            orphan: v["propagationPolicy"].as_str() == Some("Orphan")
+                || v["orphanDependents"].as_bool() == Some(true),
+        }
+    }
+}
+
+pub fn delete(
+    st: &mut Store,
+    t: &Target,
+    del: &DeleteOptions,
+    opts: &WriteOptions,
+) -> Result<Value, ApiError> {
+    let rt = t.rt.clone();
+    let live = load_live(st, t)?;
+    let meta = &live["metadata"];
+    if let Some(uid) = &del.uid
+        && meta["uid"].as_str() != Some(uid.as_str())
+    {
+        return Err(ApiError::conflict(
+            &rt,
+            t.name(),
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta["uid"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(rv) = &del.resource_version
+        && meta["resourceVersion"].as_str() != Some(rv.as_str())
+    {
+        return Err(ApiError::conflict(
+            &rt,
+            t.name(),
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                meta["resourceVersion"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
+    if has_finalizers {
+        if meta.get("deletionTimestamp").is_some() {
+            return Ok(present(&live, t).as_ref().clone());
+        }
+        let mut o = (*live).clone();
+        o["metadata"]["deletionTimestamp"] = json!(now());
+        o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        if rt.generation {
+            o["metadata"]["generation"] = json!(meta["generation"].as_i64().unwrap_or(1) + 1);
+        }
+        if opts.dry_run {
+            return Ok(o);
+        }
+        let stored = st.put(&rt, &t.key(), o);
+        return Ok((*stored).clone());
+    }
+    if opts.dry_run {
+        return Ok((*live).clone());
+    }
+    let last = st
+        .remove(&rt, &t.key())
+        .map(|o| (*o).clone())
+        .unwrap_or_default();
+    let gc = opts.gc && !del.orphan;
+    after_removal(st, &rt, &last, gc);
+    Ok(last)
+}
+
+/// What follows an object's removal: a CRD stops serving its resource, a namespace's contents go,
+/// dependents are collected.
+fn after_removal(st: &mut Store, rt: &ResourceType, last: &Value, gc: bool) {
+    if rt.is_crd()
+        && let Ok(d) = resources::from_crd(last)
+        && let Some(served) = st.registry.get(&d.key())
+    {
+        st.drop_resource(&served);
+        st.registry.unregister(&d.key());
+    }
+    if rt.is_namespace()
+        && let Some(ns) = last["metadata"]["name"].as_str()
+    {
+        let prefix = format!("{ns}/");
+        let doomed: Vec<(String, String)> = st
+            .all_objects()
+            .into_iter()
+            .filter(|(_, k, _)| k.starts_with(&prefix))
+            .map(|(r, k, _)| (r, k))
+            .collect();
+        for (r, k) in doomed {
+            if let Some(t) = st.registry.get(&r) {
+                st.remove(&t, &k);
+            }
+        }
+    }
+    if gc && let Some(uid) = last["metadata"]["uid"].as_str() {
+        collect_dependents(st, uid);
+    }
+}
+
+/// Background garbage collection: dependents whose every owner is gone are deleted (their own
+/// finalizers honoured); dependents with other live owners lose only this ownerReference.
+fn collect_dependents(st: &mut Store, owner_uid: &str) {
+    let live_uids: std::collections::HashSet<String> = st
+        .all_objects()
+        .iter()
+        .filter_map(|(_, _, o)| o["metadata"]["uid"].as_str().map(String::from))
+        .collect();
+    let dependents: Vec<(String, String, Arc<Value>)> = st
+        .all_objects()
+        .into_iter()
+        .filter(|(_, _, o)| {
+            o["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(owner_uid)))
+        })
+        .collect();
+    for (r, key, obj) in dependents {
+        let Some(rt) = st.registry.get(&r) else {
+            continue;
+        };
+        let refs = obj["metadata"]["ownerReferences"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let others_alive = refs.iter().any(|x| {
+            x["uid"].as_str() != Some(owner_uid)
+                && x["uid"].as_str().is_some_and(|u| live_uids.contains(u))
+        });
+        let (ns, name) = match key.split_once('/') {
+            Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
+            None => (None, key.clone()),
+        };
+        let version = obj["apiVersion"]
+            .as_str()
+            .and_then(|a| a.rsplit('/').next())
+            .unwrap_or("v1")
+            .to_string();
+        let t = Target {
+            rt: rt.clone(),
+            version,
+            namespace: ns,
+            name: Some(name),
+            status: false,
+        };
+        let opts = WriteOptions {
+            manager: "kube-controller-manager".into(),
+            gc: true,
+            ..WriteOptions::default()
+        };
+        if others_alive {
+            let mut o = (*obj).clone();
+            let kept: Vec<Value> = refs
+                .into_iter()
+                .filter(|x| x["uid"].as_str() != Some(owner_uid))
+                .collect();
+            o["metadata"]["ownerReferences"] = json!(kept);
+            let _ = commit(
+                st,
+                &t,
+                o,
+                Commit {
+                    old: Some(obj),
+                    preset_managed: false,
+                    require_rv: false,
+                    opts: &opts,
+                },
+            );
+        } else {
+            let _ = delete(st, &t, &DeleteOptions::default(), &opts);
+        }
+    }
+}
