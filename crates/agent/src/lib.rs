@@ -18,3 +18,5 @@ pub mod diff;
 pub mod health;
 pub mod model;
 pub mod netlink;
+pub mod reconcile;
+pub mod shell;

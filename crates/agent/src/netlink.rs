@@ -364,11 +364,11 @@ impl Netlink {
             let (group, tail) = rest.split_at(n);
             rest = tail;
             let idx: &BTreeMap<String, u32> = index;
-            let results: Vec<Result<(), NetlinkError>> = stream::iter(group)
-                .map(|op| self.exec(op, idx))
-                .buffered(IN_FLIGHT)
-                .collect()
-                .await;
+            // Futures collected first: a stream holding the closure makes the caller's future !Send
+            // (higher-ranked lifetime inference), which would keep the agent off multi-threaded spawns.
+            let futs: Vec<_> = group.iter().map(|op| self.exec(op, idx)).collect();
+            let results: Vec<Result<(), NetlinkError>> =
+                stream::iter(futs).buffered(IN_FLIGHT).collect().await;
             if let Some(err) = results.into_iter().find_map(Result::err) {
                 return Err(err);
             }

@@ -66,3 +66,55 @@ pub fn ip_can(args: &[&str]) -> bool {
     }
     ok
 }
+
+/// A second network namespace held by a `sleep` child we started (killed by pid on drop, which frees the
+/// namespace). Used as the far end of a veth pair: probe targets must not be local addresses.
+pub struct PeerNs {
+    child: std::process::Child,
+}
+
+impl PeerNs {
+    pub fn new() -> Result<PeerNs> {
+        let child = Command::new("unshare")
+            .args(["-n", "sleep", "600"])
+            .spawn()
+            .context("spawning unshare -n sleep")?;
+        // Wait until the child is in its own namespace.
+        let me = std::fs::read_link("/proc/thread-self/ns/net")?;
+        for _ in 0..200 {
+            if let Ok(ns) = std::fs::read_link(format!("/proc/{}/ns/net", child.id()))
+                && ns != me
+            {
+                return Ok(PeerNs { child });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        bail!("unshare child never entered a new namespace")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs `f` on a thread inside the peer namespace (sockets it opens live there).
+    pub fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let path = format!("/proc/{}/ns/net", self.child.id());
+        std::thread::spawn(move || -> Result<T> {
+            let ns = std::fs::File::open(&path)?;
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("peer thread panicked"))?
+    }
+}
+
+impl Drop for PeerNs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

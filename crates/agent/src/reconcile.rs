@@ -1,0 +1,441 @@
+//! One apply, end to end, with rollback (DESIGN.md §4):
+//!
+//! ```text
+//!  config ─► model::desired ──(bad field)──────────────────────────► Invalid InvalidConfig    (no change)
+//!         ─► missing kernel features ───────────────────────────────► Invalid KernelUnsupported (no change)
+//!         ─► probes once (which ones gate) ─► applying marker ─► netlink reconcile + verify
+//!               ├─(write failed / not converged)─► restore last good ─► re-probe ─► Invalid ApplyFailed
+//!               └─► settle ─► probes with retries until the deadline
+//!                     ├─(a gating probe failed)──► restore last good ─► re-probe ─► Invalid HealthCheckFailed
+//!                     └─► save last good ─► clear marker ─► Provisioned
+//! ```
+//!
+//! The rollback never waits for the API server: if the new config cut it off, the API probe fails, the
+//! node restores locally, and the shell reports when the server is reachable again.
+//! [`decide`] (pure) says whether a NodeNetworkConfig needs an apply at all.
+
+use std::fmt;
+
+use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, ProbeResult};
+
+use crate::backup::{Applying, BackupError, LastGood, StateDir};
+use crate::health::{Prober, first_gating_failure, gating};
+use crate::model::{Capabilities, Dataplane, desired, missing_features};
+use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
+
+/// Why a revision is `Invalid`. The string form is the NNC `status.reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    InvalidConfig,
+    KernelUnsupported,
+    ApplyFailed,
+    HealthCheckFailed,
+    /// The agent died mid-apply; the last good config was restored at start.
+    ApplyInterrupted,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidConfig => "InvalidConfig",
+            Reason::KernelUnsupported => "KernelUnsupported",
+            Reason::ApplyFailed => "ApplyFailed",
+            Reason::HealthCheckFailed => "HealthCheckFailed",
+            Reason::ApplyInterrupted => "ApplyInterrupted",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+pub const PROVISIONED: &str = "Provisioned";
+pub const INVALID: &str = "Invalid";
+pub const PROVISIONING: &str = "Provisioning";
+
+/// The config an NNC asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub revision: String,
+    pub retry: u32,
+    pub config_hash: String,
+    pub config: NodeConfig,
+}
+
+impl From<&NodeNetworkConfigSpec> for Target {
+    fn from(s: &NodeNetworkConfigSpec) -> Target {
+        Target {
+            revision: s.revision.clone(),
+            retry: s.retry,
+            config_hash: s.config_hash.clone(),
+            config: s.config.clone(),
+        }
+    }
+}
+
+/// What an apply (or a start-up recovery) ended with; the shell turns it into NNC status, metrics and
+/// Events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub revision: String,
+    pub retry: u32,
+    /// `None`: Provisioned.
+    pub reason: Option<Reason>,
+    /// `Reason: detail`, naming the failed step or probe.
+    pub message: String,
+    /// configHash of the config the kernel runs now, when known.
+    pub running_hash: Option<String>,
+    pub last_good_revision: Option<String>,
+    pub probes: Vec<ProbeResult>,
+    /// Operations applied for the target (before any rollback).
+    pub applied: usize,
+    pub writes: u64,
+    /// A rollback to the last good config happened (successfully or not: see `message`).
+    pub rolled_back: bool,
+}
+
+impl Outcome {
+    pub fn phase(&self) -> &'static str {
+        if self.reason.is_none() {
+            PROVISIONED
+        } else {
+            INVALID
+        }
+    }
+}
+
+/// What the agent should do about its NNC. Pure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Apply the spec's config.
+    Apply,
+    /// The kernel already runs this config (same configHash): report the new revision Provisioned and
+    /// record it as last good, without touching the kernel.
+    FastPath,
+    /// Already reported for this revision and retry; nothing to do (drift repair runs on its timer).
+    UpToDate,
+    /// Reported `Invalid` for this revision and retry: not re-applied until `spec.retry` changes.
+    SkipInvalid,
+}
+
+pub fn decide(
+    spec: &NodeNetworkConfigSpec,
+    status: Option<&NodeNetworkConfigStatus>,
+    running_hash: Option<&str>,
+) -> Decision {
+    let same_attempt = status.is_some_and(|s| {
+        s.observed_revision.as_deref() == Some(spec.revision.as_str())
+            && s.observed_retry.unwrap_or(0) == spec.retry
+    });
+    match status.and_then(|s| s.phase.as_deref()) {
+        Some(INVALID) if same_attempt => return Decision::SkipInvalid,
+        Some(PROVISIONED) if same_attempt && running_hash == Some(spec.config_hash.as_str()) => {
+            return Decision::UpToDate;
+        }
+        _ => {}
+    }
+    if running_hash == Some(spec.config_hash.as_str()) {
+        Decision::FastPath
+    } else {
+        Decision::Apply
+    }
+}
+
+/// The agent's dataplane side: netlink, state dir, probes and the kernel's capabilities.
+#[derive(Clone)]
+pub struct Agent {
+    pub netlink: Netlink,
+    pub state: StateDir,
+    pub prober: Prober,
+    pub caps: Capabilities,
+}
+
+/// What a restore did.
+struct Restore {
+    /// configHash and revision now running, if the restore succeeded.
+    running: Option<(String, String)>,
+    note: String,
+}
+
+impl Agent {
+    fn dataplane(&self, cfg: &NodeConfig) -> Result<Dataplane, String> {
+        desired(cfg, self.netlink.settings()).map_err(|e| e.to_string())
+    }
+
+    /// The last good config from disk; a corrupt file is reported as `Err` and never used.
+    pub fn last_good(&self) -> Result<Option<LastGood>, BackupError> {
+        self.state.load_last_good()
+    }
+
+    /// Applies `t` with health checks and rollback. Never panics on kernel or probe failures: every
+    /// failure is an `Invalid` outcome naming its step.
+    pub async fn apply(&self, t: &Target) -> Outcome {
+        let last_good = self.last_good();
+        let lg_rev = last_good
+            .as_ref()
+            .ok()
+            .and_then(|l| l.as_ref().map(|l| l.revision.clone()));
+        let lg_hash = last_good
+            .as_ref()
+            .ok()
+            .and_then(|l| l.as_ref().map(|l| l.config_hash.clone()));
+        let invalid = |reason: Reason, detail: String| Outcome {
+            revision: t.revision.clone(),
+            retry: t.retry,
+            reason: Some(reason),
+            message: format!("{reason}: {detail}"),
+            running_hash: lg_hash.clone(),
+            last_good_revision: lg_rev.clone(),
+            probes: Vec::new(),
+            applied: 0,
+            writes: 0,
+            rolled_back: false,
+        };
+
+        // Refusals before any change.
+        let want = match self.dataplane(&t.config) {
+            Ok(d) => d,
+            Err(e) => return invalid(Reason::InvalidConfig, e),
+        };
+        let missing = missing_features(&want, &self.caps);
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|f| f.name()).collect();
+            return invalid(
+                Reason::KernelUnsupported,
+                format!("this kernel does not support {}", names.join(", ")),
+            );
+        }
+        match self.netlink.observe().await {
+            Ok(snap) => {
+                if let Err(e) = crate::diff::diff(&want, &snap.observed) {
+                    return invalid(Reason::ApplyFailed, e.to_string());
+                }
+            }
+            Err(e) => return invalid(Reason::ApplyFailed, format!("observe: {e}")),
+        }
+
+        let before = self.prober.run_once(&Default::default()).await;
+        let gate = gating(&before);
+        if let Err(e) = self.state.mark_applying(&Applying {
+            revision: t.revision.clone(),
+            retry: t.retry,
+            config_hash: t.config_hash.clone(),
+        }) {
+            return invalid(Reason::ApplyFailed, format!("writing applying marker: {e}"));
+        }
+
+        let writes0 = self.netlink.writes();
+        let applied = self.netlink.reconcile(&want).await;
+        let (failure, probes, applied_n) = match applied {
+            Err(e) => (Some((Reason::ApplyFailed, e.to_string())), Vec::new(), 0),
+            Ok(ReconcileReport { applied, .. }) => {
+                tokio::time::sleep(self.prober.cfg.settle()).await;
+                let after = self.prober.run_until_healthy(&gate).await;
+                let fail = first_gating_failure(&after).map(|r| {
+                    (
+                        Reason::HealthCheckFailed,
+                        format!("{}: {}", r.name, r.message.as_deref().unwrap_or("failed")),
+                    )
+                });
+                (fail, after, applied.len())
+            }
+        };
+        let writes = self.netlink.writes() - writes0;
+
+        let Some((reason, detail)) = failure else {
+            let saved = self.state.save_last_good(&LastGood {
+                revision: t.revision.clone(),
+                config_hash: t.config_hash.clone(),
+                config: t.config.clone(),
+            });
+            let _ = self.state.clear_applying();
+            let note = match saved {
+                Ok(()) => String::new(),
+                Err(e) => format!("; backup not written: {e}"),
+            };
+            return Outcome {
+                revision: t.revision.clone(),
+                retry: t.retry,
+                reason: None,
+                message: format!("applied {applied_n} operations{note}"),
+                running_hash: Some(t.config_hash.clone()),
+                last_good_revision: Some(t.revision.clone()),
+                probes,
+                applied: applied_n,
+                writes,
+                rolled_back: false,
+            };
+        };
+
+        let restore = self.restore().await;
+        let _ = self.prober.run_once(&gate).await;
+        let _ = self.state.clear_applying();
+        Outcome {
+            revision: t.revision.clone(),
+            retry: t.retry,
+            reason: Some(reason),
+            message: format!("{reason}: {detail}; {}", restore.note),
+            running_hash: restore.running.as_ref().map(|r| r.0.clone()),
+            last_good_revision: restore.running.map(|r| r.1).or(lg_rev),
+            probes,
+            applied: applied_n,
+            writes,
+            rolled_back: true,
+        }
+    }
+
+    /// Puts the last good config back (or removes every managed object when there is none yet). A corrupt
+    /// backup is never applied: the kernel is left as it is and the note says so.
+    async fn restore(&self) -> Restore {
+        let (cfg, hash, rev) = match self.last_good() {
+            Ok(Some(lg)) => (lg.config, lg.config_hash, lg.revision),
+            Ok(None) => (NodeConfig::default(), String::new(), String::new()),
+            Err(e) => {
+                return Restore {
+                    running: None,
+                    note: format!("nothing restored: {e}"),
+                };
+            }
+        };
+        let what = if rev.is_empty() {
+            "no last good config yet: removed every netwave object".to_string()
+        } else {
+            format!("restored last good revision {rev}")
+        };
+        let result = match self.dataplane(&cfg) {
+            Ok(dp) => self.netlink.reconcile(&dp).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(_) => Restore {
+                running: (!rev.is_empty()).then_some((hash, rev)),
+                note: what,
+            },
+            Err(e) => Restore {
+                running: None,
+                note: format!("restore failed: {e}"),
+            },
+        }
+    }
+
+    /// At start: if an apply was interrupted (marker present), restore the last good config first and
+    /// return the interrupted revision's outcome (`Invalid`, `ApplyInterrupted`).
+    pub async fn recover(&self) -> Result<Option<Outcome>, BackupError> {
+        let Some(marker) = self.state.applying()? else {
+            return Ok(None);
+        };
+        let restore = self.restore().await;
+        self.state.clear_applying()?;
+        let reason = Reason::ApplyInterrupted;
+        Ok(Some(Outcome {
+            revision: marker.revision.clone(),
+            retry: marker.retry,
+            reason: Some(reason),
+            message: format!(
+                "{reason}: the agent stopped while applying revision {}; {}",
+                marker.revision, restore.note
+            ),
+            running_hash: restore.running.as_ref().map(|r| r.0.clone()),
+            last_good_revision: restore.running.map(|r| r.1),
+            probes: Vec::new(),
+            applied: 0,
+            writes: 0,
+            rolled_back: true,
+        }))
+    }
+
+    /// Drift repair: bring the kernel back to the config it should be running (the last good one).
+    /// Returns what had drifted (empty: nothing). A corrupt backup is an error, never applied.
+    pub async fn repair_drift(&self) -> Result<ReconcileReport, DriftError> {
+        let cfg = self
+            .last_good()
+            .map_err(DriftError::Backup)?
+            .map(|l| l.config)
+            .unwrap_or_default();
+        let dp = self.dataplane(&cfg).map_err(DriftError::Config)?;
+        Ok(self.netlink.reconcile(&dp).await?)
+    }
+
+    /// Records `t` as last good without touching the kernel (the fast path: same configHash).
+    pub fn record_fast_path(&self, t: &Target) -> Result<(), BackupError> {
+        self.state.save_last_good(&LastGood {
+            revision: t.revision.clone(),
+            config_hash: t.config_hash.clone(),
+            config: t.config.clone(),
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriftError {
+    #[error(transparent)]
+    Backup(BackupError),
+    #[error("last good config: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(rev: &str, retry: u32, hash: &str) -> NodeNetworkConfigSpec {
+        NodeNetworkConfigSpec {
+            revision: rev.into(),
+            sequence: 1,
+            config_hash: hash.into(),
+            retry,
+            config: NodeConfig::default(),
+        }
+    }
+
+    fn status(phase: &str, rev: &str, retry: u32) -> NodeNetworkConfigStatus {
+        NodeNetworkConfigStatus {
+            phase: Some(phase.into()),
+            observed_revision: Some(rev.into()),
+            observed_retry: Some(retry),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn invalid_revision_is_not_reapplied_until_retry_changes() {
+        let st = status(INVALID, "r2", 0);
+        assert_eq!(
+            decide(&spec("r2", 0, "h2"), Some(&st), Some("h1")),
+            Decision::SkipInvalid
+        );
+        assert_eq!(
+            decide(&spec("r2", 1, "h2"), Some(&st), Some("h1")),
+            Decision::Apply
+        );
+        // A newer revision is applied even though the previous one was invalid.
+        assert_eq!(
+            decide(&spec("r3", 0, "h3"), Some(&st), Some("h1")),
+            Decision::Apply
+        );
+    }
+
+    #[test]
+    fn same_hash_takes_the_fast_path_and_provisioned_is_up_to_date() {
+        assert_eq!(
+            decide(&spec("r2", 0, "h1"), None, Some("h1")),
+            Decision::FastPath
+        );
+        let st = status(PROVISIONED, "r2", 0);
+        assert_eq!(
+            decide(&spec("r2", 0, "h1"), Some(&st), Some("h1")),
+            Decision::UpToDate
+        );
+        // Reported Provisioned but the kernel runs something else (e.g. restored after a crash).
+        assert_eq!(
+            decide(&spec("r2", 0, "h2"), Some(&st), Some("h1")),
+            Decision::Apply
+        );
+        assert_eq!(decide(&spec("r1", 0, "h1"), None, None), Decision::Apply);
+    }
+}

@@ -1,0 +1,132 @@
+//! Command line and environment configuration, checked at start: an agent that would misbehave later
+//! refuses to start and names the flag.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::model::{NodeSettings, VXLAN_PORT};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "netwave-agent",
+    version,
+    about = "Applies this node's netwave network config"
+)]
+pub struct Args {
+    /// This node's name: the agent watches only the NodeNetworkConfig and Node of that name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Directory for the last good config backup and the applying marker (a hostPath).
+    #[arg(long, env = "NETWAVE_STATE_DIR", default_value = "/var/lib/netwave")]
+    pub state_dir: PathBuf,
+    /// Health config file (YAML): interface globs, TCP/ICMP targets, API probe, timeouts, taints.
+    #[arg(long, env = "NETWAVE_HEALTH_CONFIG")]
+    pub health_config: Option<PathBuf>,
+    /// How often the kernel is compared with the running config and drift repaired.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub drift_interval: Duration,
+    /// Underlay address VXLAN devices send from.
+    #[arg(long, env = "NETWAVE_VXLAN_LOCAL")]
+    pub vxlan_local: Option<IpAddr>,
+    /// VXLAN UDP port.
+    #[arg(long, default_value_t = VXLAN_PORT)]
+    pub vxlan_port: u16,
+    /// Trunk interface for per-segment VLAN sub-interfaces (none: VXLAN only).
+    #[arg(long, env = "NETWAVE_VLAN_TRUNK")]
+    pub vlan_trunk: Option<String>,
+    /// Interfaces never touched whatever their alias (the management NIC). Repeatable.
+    #[arg(
+        long = "protect",
+        env = "NETWAVE_PROTECTED_INTERFACES",
+        value_delimiter = ','
+    )]
+    pub protected: Vec<String>,
+    /// Only links whose names start with one of these are ever managed. Repeatable; none: alias only.
+    #[arg(
+        long = "name-prefix",
+        env = "NETWAVE_NAME_PREFIXES",
+        value_delimiter = ','
+    )]
+    pub name_prefixes: Vec<String>,
+    /// Kubeconfig file. Without it: in-cluster service account, then $KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "NETWAVE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address of /metrics.
+    #[arg(long, env = "NETWAVE_METRICS_ADDR", default_value = "0.0.0.0:9091")]
+    pub metrics_addr: SocketAddr,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "NETWAVE_HEALTH_ADDR", default_value = "0.0.0.0:8082")]
+    pub health_addr: SocketAddr,
+    #[arg(long, env = "NETWAVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+impl Args {
+    /// Checks values clap cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.node_name.is_empty() {
+            return Err("--node-name / NODE_NAME must not be empty".into());
+        }
+        if self.drift_interval < Duration::from_secs(1) {
+            return Err(format!(
+                "--drift-interval {:?} is too short (at least 1s)",
+                self.drift_interval
+            ));
+        }
+        if self.vxlan_port == 0 {
+            return Err("--vxlan-port must not be 0".into());
+        }
+        Ok(())
+    }
+
+    pub fn node_settings(&self) -> NodeSettings {
+        NodeSettings {
+            vxlan_local: self.vxlan_local,
+            vxlan_port: self.vxlan_port,
+            vlan_trunk: self.vlan_trunk.clone(),
+            name_prefixes: self.name_prefixes.clone(),
+            protected: self.protected.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_checks() {
+        let a = Args::try_parse_from([
+            "netwave-agent",
+            "--node-name",
+            "n1",
+            "--protect",
+            "eth0,eth1",
+            "--drift-interval",
+            "30s",
+        ])
+        .unwrap();
+        assert_eq!(a.state_dir, PathBuf::from("/var/lib/netwave"));
+        assert_eq!(a.node_settings().protected, ["eth0", "eth1"]);
+        assert_eq!(a.node_settings().vxlan_port, 4789);
+        assert!(a.check().is_ok());
+        let bad = Args::try_parse_from([
+            "netwave-agent",
+            "--node-name",
+            "n1",
+            "--drift-interval",
+            "10ms",
+        ])
+        .unwrap();
+        assert!(bad.check().unwrap_err().contains("--drift-interval"));
+    }
+}

@@ -1,0 +1,133 @@
+//! Agent metrics (DESIGN.md §5): apply duration and results, probe status and duration, rollbacks,
+//! drift corrections, managed objects, netlink writes. Labels come from fixed sets (results, reasons,
+//! probe kinds) or the node's own health config (probe names), never from API objects or error strings.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplyLabels {
+    /// `Provisioned` or `Invalid`.
+    pub phase: &'static str,
+    /// Empty for `Provisioned`.
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub probe: String,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub apply_duration: Histogram,
+    pub applies: Family<ApplyLabels, Counter>,
+    /// 1 while the probe passes, 0 while it fails.
+    pub probe_up: Family<ProbeLabels, Gauge>,
+    pub probe_duration: Family<ProbeLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub rollbacks: Counter,
+    pub drift_corrections: Counter,
+    pub managed_objects: Gauge,
+    pub netlink_writes: Counter,
+    pub status_write_errors: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("netwave_agent");
+        let apply_duration = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "apply_duration_seconds",
+            "Time to apply a config: netlink, settle and health probes",
+            apply_duration.clone(),
+        );
+        let applies = Family::<ApplyLabels, Counter>::default();
+        registry.register(
+            "applies",
+            "Applies by resulting phase and reason",
+            applies.clone(),
+        );
+        let probe_up = Family::<ProbeLabels, Gauge>::default();
+        registry.register(
+            "probe_up",
+            "Whether a health probe passed on its last run",
+            probe_up.clone(),
+        );
+        let probe_duration =
+            Family::<ProbeLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "probe_duration_seconds",
+            "Duration of a health probe's last run",
+            probe_duration.clone(),
+        );
+        let rollbacks = Counter::default();
+        registry.register(
+            "rollbacks",
+            "Restores of the last good config",
+            rollbacks.clone(),
+        );
+        let drift_corrections = Counter::default();
+        registry.register(
+            "drift_corrections",
+            "Kernel operations that repaired drift from the running config",
+            drift_corrections.clone(),
+        );
+        let managed_objects = Gauge::default();
+        registry.register(
+            "managed_objects",
+            "Links, addresses, routes and rules the agent manages",
+            managed_objects.clone(),
+        );
+        let netlink_writes = Counter::default();
+        registry.register(
+            "netlink_writes",
+            "Netlink write requests sent",
+            netlink_writes.clone(),
+        );
+        let status_write_errors = Counter::default();
+        registry.register(
+            "status_write_errors",
+            "Failed NodeNetworkConfig status writes (retried)",
+            status_write_errors.clone(),
+        );
+        Metrics {
+            registry,
+            apply_duration,
+            applies,
+            probe_up,
+            probe_duration,
+            rollbacks,
+            drift_corrections,
+            managed_objects,
+            netlink_writes,
+            status_write_errors,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding to a String cannot fail");
+        out
+    }
+
+    pub fn record_probes(&self, probes: &[netwave_api::ProbeResult]) {
+        for p in probes {
+            let l = ProbeLabels {
+                probe: p.name.clone(),
+            };
+            self.probe_up
+                .get_or_create(&l)
+                .set(i64::from(p.result == crate::health::PASSED));
+            if let Some(d) = p.duration_seconds {
+                self.probe_duration.get_or_create(&l).set(d);
+            }
+        }
+    }
+}

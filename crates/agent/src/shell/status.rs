@@ -1,0 +1,112 @@
+//! NodeNetworkConfig status from an [`Outcome`] (pure). The agent is the only writer of NNC status.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use netwave_api::NodeNetworkConfigStatus;
+
+use crate::model::Capabilities;
+use crate::reconcile::{Outcome, PROVISIONING, Target};
+
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn caps_map(caps: &Capabilities) -> std::collections::BTreeMap<String, bool> {
+    caps.iter()
+        .map(|(f, ok)| (f.name().to_string(), *ok))
+        .collect()
+}
+
+fn transition(prev: Option<&NodeNetworkConfigStatus>, phase: &str, now: &Time) -> Option<Time> {
+    match prev {
+        Some(p) if p.phase.as_deref() == Some(phase) => {
+            p.last_transition_time.clone().or(Some(now.clone()))
+        }
+        _ => Some(now.clone()),
+    }
+}
+
+/// Status reporting `o`.
+pub fn from_outcome(
+    o: &Outcome,
+    prev: Option<&NodeNetworkConfigStatus>,
+    caps: &Capabilities,
+    now: Time,
+) -> NodeNetworkConfigStatus {
+    let phase = o.phase();
+    NodeNetworkConfigStatus {
+        phase: Some(phase.to_string()),
+        observed_revision: Some(o.revision.clone()),
+        observed_retry: Some(o.retry),
+        config_hash: o.running_hash.clone(),
+        last_good_revision: o.last_good_revision.clone(),
+        reason: o.reason.map(|r| r.as_str().to_string()),
+        message: Some(o.message.clone()),
+        last_transition_time: transition(prev, phase, &now),
+        probes: o.probes.clone(),
+        agent_version: Some(AGENT_VERSION.to_string()),
+        kernel_capabilities: caps_map(caps),
+    }
+}
+
+/// Status while `t` is being applied: the running config and last good revision stay what they were.
+pub fn provisioning(
+    t: &Target,
+    prev: Option<&NodeNetworkConfigStatus>,
+    caps: &Capabilities,
+    now: Time,
+) -> NodeNetworkConfigStatus {
+    NodeNetworkConfigStatus {
+        phase: Some(PROVISIONING.to_string()),
+        observed_revision: Some(t.revision.clone()),
+        observed_retry: Some(t.retry),
+        config_hash: prev.and_then(|p| p.config_hash.clone()),
+        last_good_revision: prev.and_then(|p| p.last_good_revision.clone()),
+        reason: None,
+        message: Some(format!("applying revision {}", t.revision)),
+        last_transition_time: transition(prev, PROVISIONING, &now),
+        probes: Vec::new(),
+        agent_version: Some(AGENT_VERSION.to_string()),
+        kernel_capabilities: caps_map(caps),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Feature;
+    use crate::reconcile::Reason;
+
+    fn t(s: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
+    }
+
+    #[test]
+    fn invalid_outcome_names_reason_and_keeps_transition_time_while_phase_holds() {
+        let o = Outcome {
+            revision: "r2".into(),
+            retry: 1,
+            reason: Some(Reason::HealthCheckFailed),
+            message: "HealthCheckFailed: reachability 198.18.0.1:179: connect: refused".into(),
+            running_hash: Some("h1".into()),
+            last_good_revision: Some("r1".into()),
+            probes: vec![],
+            applied: 3,
+            writes: 5,
+            rolled_back: true,
+        };
+        let caps = Capabilities::from([(Feature::Vrf, false), (Feature::Bridge, true)]);
+        let s = from_outcome(&o, None, &caps, t(100));
+        assert_eq!(s.phase.as_deref(), Some("Invalid"));
+        assert_eq!(s.reason.as_deref(), Some("HealthCheckFailed"));
+        assert_eq!(s.observed_retry, Some(1));
+        assert_eq!(s.config_hash.as_deref(), Some("h1"));
+        assert!(!s.kernel_capabilities["vrf"]);
+        assert_eq!(s.last_transition_time, Some(t(100)));
+        let again = from_outcome(&o, Some(&s), &caps, t(200));
+        assert_eq!(again.last_transition_time, Some(t(100)));
+        let ok = Outcome { reason: None, ..o };
+        assert_eq!(
+            from_outcome(&ok, Some(&s), &caps, t(300)).last_transition_time,
+            Some(t(300))
+        );
+        assert_eq!(from_outcome(&ok, Some(&s), &caps, t(300)).reason, None);
+    }
+}

@@ -1,0 +1,332 @@
+//! Apply with health checks and rollback against the real kernel, in throwaway namespaces (root).
+//!
+//! Topology per test: our namespace `veth0 198.18.8.1/24` ══ `veth1 198.18.8.2/24` in a peer namespace
+//! with a TCP listener on 198.18.8.2:179 (the "BGP peer" the probes check).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use common::{PeerNs, in_netns, ip};
+use netwave_agent::backup::{Applying, StateDir};
+use netwave_agent::diff::diff;
+use netwave_agent::health::{FAILED, HealthConfig, Prober};
+use netwave_agent::model::{Feature, NodeSettings, desired};
+use netwave_agent::netlink::Netlink;
+use netwave_agent::reconcile::{Agent, Reason, Target};
+use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, VrfConfig};
+
+struct Env {
+    agent: Agent,
+    _peer: PeerNs,
+    _listener: std::net::TcpListener,
+    _dir: tempfile::TempDir,
+}
+
+async fn env(health: HealthConfig) -> Result<Env> {
+    let peer = PeerNs::new()?;
+    let pid = peer.pid().to_string();
+    ip(&[
+        "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
+    ])?;
+    ip(&["addr", "add", "198.18.8.1/24", "dev", "veth0"])?;
+    ip(&["link", "set", "veth0", "up"])?;
+    let listener = peer.run(|| {
+        ip(&["link", "set", "lo", "up"])?;
+        ip(&["addr", "add", "198.18.8.2/24", "dev", "veth1"])?;
+        ip(&["link", "set", "veth1", "up"])?;
+        Ok(std::net::TcpListener::bind("198.18.8.2:179")?)
+    })?;
+    let settings = NodeSettings {
+        vxlan_local: Some("198.18.8.1".parse()?),
+        protected: vec!["veth0".into()],
+        ..NodeSettings::default()
+    };
+    let netlink = Netlink::connect(settings)?;
+    let dir = tempfile::tempdir()?;
+    let agent = Agent {
+        caps: netlink.capabilities().await,
+        prober: Prober::new(health, netlink.clone(), None),
+        state: StateDir::open(dir.path())?,
+        netlink,
+    };
+    Ok(Env {
+        agent,
+        _peer: peer,
+        _listener: listener,
+        _dir: dir,
+    })
+}
+
+fn health() -> HealthConfig {
+    HealthConfig {
+        interfaces: vec!["veth0".into()],
+        tcp: vec!["198.18.8.2:179".parse().unwrap()],
+        icmp: vec!["198.18.8.2".parse().unwrap()],
+        api_server: false,
+        attempt_timeout_seconds: 0.3,
+        deadline_seconds: 2.0,
+        settle_seconds: 0.0,
+        backoff_initial_seconds: 0.05,
+        backoff_max_seconds: 0.4,
+        taints: vec![],
+    }
+}
+
+fn good() -> NodeConfig {
+    NodeConfig {
+        layer2s: vec![Layer2Config {
+            vlan: 10,
+            vni: 1010,
+            mtu: 1450,
+            bridge: "l2.10".into(),
+            vxlan: "vx.10".into(),
+            anycast_mac: Some("02:00:5e:00:01:01".into()),
+            anycast_gateways: vec!["198.18.10.1/24".into()],
+            vrf: None,
+            neigh_suppression: true,
+        }],
+        routes: vec![RouteConfig {
+            table: 100,
+            prefix: "198.19.0.0/16".into(),
+            via: Some("198.18.8.2".into()),
+            dev: None,
+            kind: RouteType::Unicast,
+            metric: None,
+        }],
+        ..NodeConfig::default()
+    }
+}
+
+fn target(rev: &str, config: NodeConfig) -> Target {
+    Target {
+        revision: rev.into(),
+        retry: 0,
+        config_hash: format!("hash-{rev}"),
+        config,
+    }
+}
+
+/// The kernel runs exactly `cfg` (for the managed objects).
+async fn runs(agent: &Agent, cfg: &NodeConfig) -> Result<bool> {
+    let want = desired(cfg, agent.netlink.settings())?;
+    Ok(diff(&want, &agent.netlink.observe().await?.observed)?.is_empty())
+}
+
+#[test]
+fn config_that_cuts_the_probe_target_is_rolled_back_and_reported_invalid() {
+    in_netns(
+        "config_that_cuts_the_probe_target_is_rolled_back",
+        || async {
+            let e = env(health()).await?;
+            let ok = e.agent.apply(&target("r1", good())).await;
+            ensure!(ok.reason.is_none(), "r1: {}", ok.message);
+            ensure!(
+                ok.probes.iter().all(|p| p.gating && p.result == "Passed"),
+                "{:?}",
+                ok.probes
+            );
+
+            // r2 blackholes the peer in the main table (a more specific route than the connected /24).
+            let mut bad = good();
+            bad.routes.push(RouteConfig {
+                table: 254,
+                prefix: "198.18.8.2/32".into(),
+                via: None,
+                dev: None,
+                kind: RouteType::Blackhole,
+                metric: None,
+            });
+            let start = Instant::now();
+            let out = e.agent.apply(&target("r2", bad)).await;
+            let took = start.elapsed();
+            ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
+            ensure!(
+                out.message
+                    .starts_with("HealthCheckFailed: reachability 198.18.8.2:179"),
+                "{}",
+                out.message
+            );
+            ensure!(
+                out.message.contains("restored last good revision r1"),
+                "{}",
+                out.message
+            );
+            ensure!(out.rolled_back && out.last_good_revision.as_deref() == Some("r1"));
+            ensure!(out.running_hash.as_deref() == Some("hash-r1"));
+            ensure!(took < Duration::from_secs(4), "rollback took {took:?}");
+            ensure!(runs(&e.agent, &good()).await?, "kernel is not back on r1");
+            ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
+            ensure!(e.agent.state.applying()?.is_none());
+            ensure!(e.agent.last_good()?.unwrap().revision == "r1");
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn apply_error_restores_and_names_the_step() {
+    in_netns("apply_error_restores_and_names_the_step", || async {
+        let e = env(health()).await?;
+        ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+        let mut bad = good();
+        bad.layer2s[0].mtu = 1400;
+        // A gateway that is on no connected network: the kernel refuses the route.
+        bad.routes.push(RouteConfig {
+            table: 100,
+            prefix: "203.0.113.0/24".into(),
+            via: Some("192.0.2.77".into()),
+            dev: None,
+            kind: RouteType::Unicast,
+            metric: None,
+        });
+        let out = e.agent.apply(&target("r2", bad)).await;
+        ensure!(out.reason == Some(Reason::ApplyFailed), "{out:?}");
+        ensure!(
+            out.message
+                .contains("route add 203.0.113.0/24 via 192.0.2.77 table 100"),
+            "{}",
+            out.message
+        );
+        ensure!(runs(&e.agent, &good()).await?, "kernel is not back on r1");
+        ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1450"));
+        Ok(())
+    });
+}
+
+#[test]
+fn a_probe_that_failed_before_does_not_gate() {
+    in_netns("a_probe_that_failed_before_does_not_gate", || async {
+        let mut h = health();
+        h.icmp.push("198.18.9.9".parse()?); // nobody there, before or after
+        let e = env(h).await?;
+        let out = e.agent.apply(&target("r1", good())).await;
+        ensure!(out.reason.is_none(), "{}", out.message);
+        let p = out
+            .probes
+            .iter()
+            .find(|p| p.name == "reachability icmp 198.18.9.9")
+            .expect("reported");
+        ensure!(p.result == FAILED && !p.gating, "{p:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn unsupported_kernel_feature_is_refused_before_any_change() {
+    in_netns(
+        "unsupported_kernel_feature_is_refused_before_any_change",
+        || async {
+            let e = env(health()).await?;
+            if e.agent.caps[&Feature::Vrf] {
+                eprintln!("SKIP: this kernel supports VRF; the kernel tier covers VRF configs");
+                return Ok(());
+            }
+            let mut cfg = good();
+            cfg.vrfs.push(VrfConfig {
+                name: "blue".into(),
+                device: "vr.blue".into(),
+                table: 100,
+                vni: None,
+                mtu: 9000,
+                bridge: None,
+                vxlan: None,
+                route_target: None,
+                import: vec![],
+                export: vec![],
+                aggregate: vec![],
+                communities: vec![],
+            });
+            let w = e.agent.netlink.writes();
+            let out = e.agent.apply(&target("r1", cfg)).await;
+            ensure!(out.reason == Some(Reason::KernelUnsupported), "{out:?}");
+            ensure!(out.message.contains("vrf"), "{}", out.message);
+            ensure!(e.agent.netlink.writes() == w, "wrote before refusing");
+            ensure!(e.agent.state.applying()?.is_none());
+            ensure!(!ip(&["-o", "link", "show"])?.contains("l2.10"));
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn restart_after_crash_mid_apply_restores_last_good() {
+    in_netns(
+        "restart_after_crash_mid_apply_restores_last_good",
+        || async {
+            let e = env(health()).await?;
+            ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+            // The agent dies half-way through r2: marker written, part of r2 in the kernel.
+            let mut r2 = good();
+            r2.layer2s[0].vni = 2010;
+            r2.layer2s[0].anycast_gateways = vec!["198.18.11.1/24".into()];
+            e.agent.state.mark_applying(&Applying {
+                revision: "r2".into(),
+                retry: 0,
+                config_hash: "hash-r2".into(),
+            })?;
+            e.agent
+                .netlink
+                .reconcile(&desired(&r2, e.agent.netlink.settings())?)
+                .await?;
+            ensure!(!runs(&e.agent, &good()).await?);
+
+            // A new agent process on the same state dir.
+            let netlink = Netlink::connect(e.agent.netlink.settings().clone())?;
+            let fresh = Agent {
+                caps: e.agent.caps.clone(),
+                prober: Prober::new(health(), netlink.clone(), None),
+                state: StateDir::open(e.agent.state.path())?,
+                netlink,
+            };
+            let out = fresh.recover().await?.expect("an interrupted apply");
+            ensure!(
+                out.reason == Some(Reason::ApplyInterrupted) && out.revision == "r2",
+                "{out:?}"
+            );
+            ensure!(out.last_good_revision.as_deref() == Some("r1"));
+            ensure!(runs(&fresh, &good()).await?, "not restored");
+            ensure!(fresh.recover().await?.is_none(), "marker not cleared");
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn corrupt_backup_is_reported_and_never_applied() {
+    in_netns("corrupt_backup_is_reported_and_never_applied", || async {
+        let e = env(health()).await?;
+        ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+        let file = e
+            .agent
+            .state
+            .path()
+            .join(netwave_agent::backup::LAST_GOOD_FILE);
+        let text = std::fs::read_to_string(&file)?;
+        std::fs::write(&file, text.replace("198.18.10.1/24", "198.18.99.1/24"))?;
+        // Drift repair refuses to use it.
+        let err = e.agent.repair_drift().await.unwrap_err();
+        ensure!(err.to_string().contains("corrupt"), "{err}");
+        ensure!(!ip(&["addr", "show", "l2.10"])?.contains("198.18.99.1"));
+        // A failing apply cannot restore from it, and says so.
+        let mut bad = good();
+        bad.routes.push(RouteConfig {
+            table: 254,
+            prefix: "198.18.8.2/32".into(),
+            via: None,
+            dev: None,
+            kind: RouteType::Blackhole,
+            metric: None,
+        });
+        let out = e.agent.apply(&target("r2", bad)).await;
+        ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
+        ensure!(
+            out.message.contains("nothing restored") && out.message.contains("corrupt"),
+            "{}",
+            out.message
+        );
+        ensure!(!ip(&["addr", "show", "l2.10"])?.contains("198.18.99.1"));
+        Ok(())
+    });
+}

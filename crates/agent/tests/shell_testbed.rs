@@ -1,0 +1,244 @@
+//! The whole agent (Kubernetes shell + dataplane) against the API testbed, in a throwaway network
+//! namespace (root): status reporting, skip-until-retry, drift repair, metrics.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use common::{in_netns, ip};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use netwave_agent::shell::{self, args::Args};
+use netwave_api::{
+    Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
+    RouteConfig, RouteType,
+};
+use netwave_testbed::{Testbed, TestbedOptions};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn good() -> NodeConfig {
+    NodeConfig {
+        layer2s: vec![Layer2Config {
+            vlan: 10,
+            vni: 1010,
+            mtu: 1450,
+            bridge: "l2.10".into(),
+            vxlan: "vx.10".into(),
+            anycast_mac: Some("02:00:5e:00:01:01".into()),
+            anycast_gateways: vec!["198.18.10.1/24".into()],
+            vrf: None,
+            neigh_suppression: true,
+        }],
+        ..NodeConfig::default()
+    }
+}
+
+fn spec(rev: &str, retry: u32, config: NodeConfig) -> NodeNetworkConfigSpec {
+    NodeNetworkConfigSpec {
+        revision: rev.into(),
+        sequence: 1,
+        config_hash: format!("hash-{rev}"),
+        retry,
+        config,
+    }
+}
+
+async fn wait_status(
+    api: &Api<NodeNetworkConfig>,
+    what: &str,
+    ok: impl Fn(&NodeNetworkConfigStatus) -> bool,
+) -> Result<NodeNetworkConfigStatus> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let n = api.get("n1").await?;
+        if let Some(s) = n.status
+            && ok(&s)
+        {
+            return Ok(s);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "timed out waiting for {what}; status: {:?}",
+                api.get("n1").await?.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn metrics() -> Result<String> {
+    let mut s = tokio::net::TcpStream::connect("127.0.0.1:19091").await?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
+    in_netns(
+        "agent_reports_status_skips_invalid_until_retry_and_repairs_drift",
+        || async {
+            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
+            let client = tb.client();
+            let nodes: Api<Node> = Api::all(client.clone());
+            let mut node = Node::default();
+            node.metadata.name = Some("n1".into());
+            node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+                taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                    key: "netwave.dev/network-unavailable".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            nodes.create(&PostParams::default(), &node).await?;
+            let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+            nncs.create(
+                &PostParams::default(),
+                &NodeNetworkConfig::new("n1", spec("r1", 0, good())),
+            )
+            .await?;
+
+            let dir = tempfile::tempdir()?;
+            let health = dir.path().join("health.yaml");
+            std::fs::write(
+                &health,
+                "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 0\ndeadlineSeconds: 2\n\
+             taints: [\"netwave.dev/network-unavailable\"]\n",
+            )?;
+            let args = Args {
+                node_name: "n1".into(),
+                state_dir: dir.path().join("state"),
+                health_config: Some(health),
+                drift_interval: Duration::from_secs(1),
+                vxlan_local: Some("198.18.0.10".parse()?),
+                vxlan_port: 4789,
+                vlan_trunk: None,
+                protected: vec![],
+                name_prefixes: vec![],
+                kubeconfig: None,
+                metrics_addr: "127.0.0.1:19091".parse()?,
+                health_addr: "127.0.0.1:19092".parse()?,
+                log_format: shell::args::LogFormat::Text,
+            };
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let agent = tokio::spawn(shell::run_with(args, client.clone(), async {
+                let _ = stopped.await;
+            }));
+
+            // r1 applies and is reported.
+            let s = wait_status(&nncs, "r1 Provisioned", |s| {
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.observed_revision.as_deref() == Some("r1")
+            })
+            .await?;
+            ensure!(s.config_hash.as_deref() == Some("hash-r1"), "{s:?}");
+            ensure!(s.last_good_revision.as_deref() == Some("r1"));
+            ensure!(s.agent_version.is_some() && s.kernel_capabilities.contains_key("vrf"));
+            ensure!(
+                s.probes
+                    .iter()
+                    .any(|p| p.name == "api" && p.result == "Passed" && p.gating),
+                "{:?}",
+                s.probes
+            );
+            ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 1010"));
+            // Healthy: the configured taint is gone and NetworkReady is True.
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let n = nodes.get("n1").await?;
+                let dump = format!("{:?} {:?}", n.spec, n.status);
+                let tainted = n.spec.and_then(|s| s.taints).is_some_and(|t| !t.is_empty());
+                let ready = n.status.and_then(|s| s.conditions).is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "NetworkReady" && c.status == "True")
+                });
+                if !tainted && ready {
+                    break;
+                }
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "taint/condition not updated: {dump}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+
+            // r2 cannot be applied: Invalid, r1 keeps running.
+            let mut bad = good();
+            bad.routes.push(RouteConfig {
+                table: 100,
+                prefix: "203.0.113.0/24".into(),
+                via: Some("192.0.2.77".into()),
+                dev: None,
+                kind: RouteType::Unicast,
+                metric: None,
+            });
+            let patch = json!({ "spec": spec("r2", 0, bad.clone()) });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let s = wait_status(&nncs, "r2 Invalid", |s| {
+                s.phase.as_deref() == Some("Invalid")
+                    && s.observed_revision.as_deref() == Some("r2")
+            })
+            .await?;
+            ensure!(s.reason.as_deref() == Some("ApplyFailed"), "{s:?}");
+            ensure!(
+                s.config_hash.as_deref() == Some("hash-r1")
+                    && s.last_good_revision.as_deref() == Some("r1")
+            );
+            let invalid = r#"netwave_agent_applies_total{phase="Invalid",reason="ApplyFailed"}"#;
+            ensure!(metric(&metrics().await?, invalid) == 1.0);
+
+            // A change that does not bump retry does not re-apply it …
+            let patch = json!({ "metadata": { "annotations": { "touch": "1" } } });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            ensure!(
+                metric(&metrics().await?, invalid) == 1.0,
+                "re-applied without a retry bump"
+            );
+            // … a retry bump does.
+            let patch = json!({ "spec": { "retry": 1 } });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            wait_status(&nncs, "r2 retry 1 Invalid", |s| {
+                s.phase.as_deref() == Some("Invalid") && s.observed_retry == Some(1)
+            })
+            .await?;
+            ensure!(metric(&metrics().await?, invalid) == 2.0);
+
+            // Drift is repaired on the timer and counted.
+            ip(&["link", "set", "l2.10", "mtu", "1400"])?;
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while !ip(&["link", "show", "l2.10"])?.contains("mtu 1450") {
+                ensure!(tokio::time::Instant::now() < deadline, "drift not repaired");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let m = metrics().await?;
+            ensure!(
+                metric(&m, "netwave_agent_drift_corrections_total") >= 1.0,
+                "{m}"
+            );
+
+            let _ = stop.send(());
+            agent.await.context("agent task")??;
+            Ok(())
+        },
+    );
+}
