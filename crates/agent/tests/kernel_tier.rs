@@ -1,0 +1,233 @@
+//! Agent dataplane tests that need VRF and VLAN support. Named `kernel_tier_*` so the kernel tier
+//! (tests/kernel-tier/run.sh, a Debian kernel under qemu) runs them; on a kernel without the feature they
+//! print SKIPPED and pass, except inside the tier (`NETWAVE_KERNEL_TIER=1`), where that is a failure.
+//! Assertions read the kernel through the agent's own observe plus `ip` (the real iproute2 in the guest).
+
+mod common;
+
+use anyhow::{Result, bail, ensure};
+use common::{in_netns, ip};
+use netwave_agent::diff::diff;
+use netwave_agent::model::{Feature, LinkKind, NodeSettings, desired};
+use netwave_agent::netlink::Netlink;
+use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig, VrfConfig};
+
+/// `Ok(false)`: skip (printed); an error inside the kernel tier.
+async fn has(nl: &Netlink, test: &str, needs: &[Feature]) -> Result<bool> {
+    let caps = nl.capabilities().await;
+    let missing: Vec<&str> = needs
+        .iter()
+        .filter(|f| !caps[f])
+        .map(|f| f.name())
+        .collect();
+    if missing.is_empty() {
+        return Ok(true);
+    }
+    if std::env::var_os("NETWAVE_KERNEL_TIER").is_some_and(|v| v == "1") {
+        bail!("{test}: kernel lacks {missing:?}; the kernel tier must provide it");
+    }
+    eprintln!(
+        "SKIPPED {test}: kernel lacks {missing:?}; it runs in the kernel tier (tests/kernel-tier/run.sh)"
+    );
+    Ok(false)
+}
+
+fn vrf(name: &str, table: u32, vni: u32) -> VrfConfig {
+    VrfConfig {
+        name: name.into(),
+        device: format!("vr.{name}"),
+        table,
+        vni: Some(vni),
+        mtu: 1450,
+        bridge: Some(format!("br.{name}")),
+        vxlan: Some(format!("vx.{name}")),
+        route_target: None,
+        import: vec![],
+        export: vec![],
+        aggregate: vec![],
+        communities: vec![],
+    }
+}
+
+fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
+    Layer2Config {
+        vlan,
+        vni: 1000 + u32::from(vlan),
+        mtu: 1450,
+        bridge: format!("l2.{vlan}"),
+        vxlan: format!("vx.{vlan}"),
+        anycast_mac: Some("02:00:5e:00:01:01".into()),
+        anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
+        vrf: vrf.map(str::to_string),
+        neigh_suppression: true,
+    }
+}
+
+fn vrf_config() -> NodeConfig {
+    NodeConfig {
+        vrfs: vec![vrf("blue", 100, 5000), vrf("red", 200, 6000)],
+        layer2s: vec![l2(10, Some("vr.blue")), l2(20, None)],
+        routes: vec![
+            RouteConfig {
+                table: 100,
+                prefix: "198.19.0.0/16".into(),
+                via: Some("198.18.10.254".into()),
+                dev: None,
+                kind: RouteType::Unicast,
+                metric: None,
+            },
+            RouteConfig {
+                table: 100,
+                prefix: "198.19.9.0/24".into(),
+                via: None,
+                dev: None,
+                kind: RouteType::Blackhole,
+                metric: Some(10),
+            },
+        ],
+        rules: vec![RuleConfig {
+            priority: 1000,
+            table: 200,
+            from: Some("198.18.20.0/24".into()),
+            to: None,
+            iif: None,
+        }],
+    }
+}
+
+fn settings() -> NodeSettings {
+    NodeSettings {
+        vxlan_local: Some("198.18.0.10".parse().unwrap()),
+        ..NodeSettings::default()
+    }
+}
+
+#[test]
+fn kernel_tier_vrfs_with_l3_vni_and_segments_in_vrfs() {
+    in_netns(
+        "kernel_tier_vrfs_with_l3_vni_and_segments_in_vrfs",
+        || async {
+            let nl = Netlink::connect(settings())?;
+            if !has(
+                &nl,
+                "kernel_tier_vrfs_with_l3_vni_and_segments_in_vrfs",
+                &[Feature::Vrf],
+            )
+            .await?
+            {
+                return Ok(());
+            }
+            let cfg = vrf_config();
+            let want = desired(&cfg, nl.settings())?;
+            nl.reconcile(&want).await?;
+            let snap = nl.observe().await?;
+            let links = &snap.observed.managed.links;
+            ensure!(links["vr.blue"].kind == LinkKind::Vrf { table: 100 });
+            ensure!(links["br.blue"].master.as_deref() == Some("vr.blue"));
+            ensure!(links["vx.blue"].master.as_deref() == Some("br.blue"));
+            ensure!(links["l2.10"].master.as_deref() == Some("vr.blue"));
+            ensure!(links["l2.20"].master.is_none());
+            // Routes in the VRF table, and the segment's connected route moved there by the kernel.
+            let t100 = ip(&["route", "show", "vrf", "vr.blue"])?;
+            ensure!(t100.contains("198.19.0.0/16 via 198.18.10.254"), "{t100}");
+            ensure!(t100.contains("blackhole 198.19.9.0/24"), "{t100}");
+            ensure!(t100.contains("198.18.10.0/24 dev l2.10"), "{t100}");
+            ensure!(nl.reconcile(&want).await?.writes == 0, "re-apply wrote");
+
+            // Move the segment from blue to red: one enslave; IPv6 addresses dropped by the VRF cycle are
+            // re-added by the converging second pass.
+            let mut moved = cfg.clone();
+            moved.layer2s[0].vrf = Some("vr.red".into());
+            let want2 = desired(&moved, nl.settings())?;
+            let r = nl.reconcile(&want2).await?;
+            let ops: Vec<String> = r.applied.iter().map(ToString::to_string).collect();
+            ensure!(
+                ops.first().map(String::as_str) == Some("link set l2.10 master vr.red"),
+                "{ops:?}"
+            );
+            ensure!(diff(&want2, &nl.observe().await?.observed)?.is_empty());
+            ensure!(ip(&["route", "show", "vrf", "vr.red"])?.contains("198.18.10.0/24 dev l2.10"));
+            ensure!(ip(&["-6", "addr", "show", "l2.10"])?.contains("fd00:10::1/64"));
+
+            // A VRF's table cannot change in place: recreated, members re-enslaved.
+            let mut retabled = moved.clone();
+            retabled.vrfs[1].table = 201;
+            let want3 = desired(&retabled, nl.settings())?;
+            nl.reconcile(&want3).await?;
+            let snap = nl.observe().await?;
+            ensure!(snap.observed.managed.links["vr.red"].kind == LinkKind::Vrf { table: 201 });
+            ensure!(snap.observed.managed.links["l2.10"].master.as_deref() == Some("vr.red"));
+            ensure!(nl.reconcile(&want3).await?.writes == 0);
+
+            nl.reconcile(&desired(&NodeConfig::default(), nl.settings())?)
+                .await?;
+            ensure!(nl.observe().await?.observed.managed.links.is_empty());
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn kernel_tier_vlan_sub_interfaces_on_a_trunk() {
+    in_netns("kernel_tier_vlan_sub_interfaces_on_a_trunk", || async {
+        ip(&[
+            "link", "add", "trunk0", "type", "veth", "peer", "name", "trunk1",
+        ])?;
+        ip(&["link", "set", "trunk0", "up"])?;
+        let s = NodeSettings {
+            vlan_trunk: Some("trunk0".into()),
+            ..settings()
+        };
+        let nl = Netlink::connect(s)?;
+        if !has(
+            &nl,
+            "kernel_tier_vlan_sub_interfaces_on_a_trunk",
+            &[Feature::Vlan],
+        )
+        .await?
+        {
+            return Ok(());
+        }
+        let cfg = NodeConfig {
+            layer2s: vec![l2(10, None), l2(20, None)],
+            ..NodeConfig::default()
+        };
+        let want = desired(&cfg, nl.settings())?;
+        nl.reconcile(&want).await?;
+        let d = ip(&["-d", "link", "show", "vlan.10"])?;
+        ensure!(
+            d.contains("vlan protocol 802.1Q id 10") && d.contains("master l2.10"),
+            "{d}"
+        );
+        ensure!(d.contains("vlan.10@trunk0"), "{d}");
+        ensure!(nl.reconcile(&want).await?.writes == 0);
+
+        let mut less = cfg.clone();
+        less.layer2s.truncate(1);
+        nl.reconcile(&desired(&less, nl.settings())?).await?;
+        let links = ip(&["-o", "link", "show"])?;
+        ensure!(
+            !links.contains("vlan.20") && links.contains("vlan.10") && links.contains("trunk0"),
+            "{links}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn kernel_tier_capabilities_are_all_detected() {
+    in_netns("kernel_tier_capabilities_are_all_detected", || async {
+        let nl = Netlink::connect(settings())?;
+        if !has(
+            &nl,
+            "kernel_tier_capabilities_are_all_detected",
+            &Feature::ALL,
+        )
+        .await?
+        {
+            return Ok(());
+        }
+        ensure!(!ip(&["-o", "link", "show"])?.contains("nwprobe"));
+        Ok(())
+    });
+}
