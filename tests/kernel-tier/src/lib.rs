@@ -276,7 +276,8 @@ pub async fn routes_v4(handle: &Handle) -> Result<Vec<Route4>> {
     Ok(dump.iter().map(route4).collect())
 }
 
-fn route4(msg: &RouteMessage) -> Route4 {
+/// Reduces a route message to [`Route4`].
+pub fn route4(msg: &RouteMessage) -> Route4 {
     let mut route = Route4 {
         table: u32::from(msg.header.table),
         destination: Ipv4Addr::UNSPECIFIED,

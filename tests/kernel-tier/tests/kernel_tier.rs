@@ -13,10 +13,11 @@ use netlink_packet_route::link::{
     AfSpecBridge, BridgeVlanInfoFlags, InfoBridge, InfoData, InfoKind, InfoVlan, InfoVrf,
     InfoVxlan, LinkAttribute, LinkExtentMask, VlanProtocol,
 };
+use netlink_packet_route::route::RouteFlags;
 use netlink_packet_route::rule::{RuleAction, RuleAttribute};
 use netwave_kernel_tier::{
-    Feature, Route4, controller, errno, info_data, kind, link, link_index, lower, routes_v4,
-    run_in_fresh_netns,
+    Feature, Route4, controller, errno, info_data, kind, link, link_index, lower, route4,
+    routes_v4, run_in_fresh_netns,
 };
 use nix::errno::Errno;
 use rtnetlink::{
@@ -64,6 +65,26 @@ fn vrf_table(vrf: &netlink_packet_route::link::LinkMessage) -> Option<u32> {
         }),
         _ => None,
     }
+}
+
+/// `ip route get <target> [oif <index>]`: the route the kernel would use.
+async fn route_get(handle: &Handle, target: Ipv4Addr, oif: Option<u32>) -> Result<Route4> {
+    let mut query = RouteMessageBuilder::<Ipv4Addr>::new().destination_prefix(target, 32);
+    if let Some(index) = oif {
+        query = query.output_interface(index);
+    }
+    let mut query = query.build();
+    // Without RTM_F_LOOKUP_TABLE the kernel reports every answer as table main (`ip route get` sets it).
+    query.header.flags |= RouteFlags::LookupTable;
+    let answer = handle
+        .route()
+        .get(query)
+        .execute()
+        .try_next()
+        .await
+        .with_context(|| format!("route get {target}"))?
+        .with_context(|| format!("route get {target}: no answer"))?;
+    Ok(route4(&answer))
 }
 
 fn in_table(routes: &[Route4], table: u32, destination: Ipv4Addr, prefix_len: u8) -> Vec<Route4> {
@@ -198,6 +219,20 @@ fn kernel_tier_vrf_with_table_route_and_rule() -> Result<()> {
                 "rule table: {:?}",
                 ours[0]
             );
+
+            // The kernel resolves through them: bound to the VRF (`ip route get … oif vrf-red`), and
+            // unbound through the rule (a rule without action would fail this lookup with EINVAL).
+            let target = net(100, 5);
+            let bound = route_get(&h, target, Some(vrf)).await?;
+            let unbound = route_get(&h, target, None).await?;
+            for (how, got) in [("oif vrf-red", bound), ("via rule 1001", unbound)] {
+                ensure!(
+                    got.table == TABLE
+                        && got.gateway == Some(net(10, 2))
+                        && got.oif == Some(dummy_index),
+                    "route get {target} {how}: {got:?}"
+                );
+            }
             Ok(())
         },
     )
