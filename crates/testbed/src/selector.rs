@@ -2,6 +2,8 @@
 
 use serde_json::Value;
 
+use crate::store::Object;
+
 #[derive(Debug, Clone, PartialEq)]
 enum Req {
     Eq(String, String),
@@ -86,7 +88,11 @@ impl LabelSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = &obj["metadata"]["labels"];
-        let get = |k: &str| labels.get(k).and_then(|v| v.as_str());
+        self.matches_with(|k| labels.get(k).and_then(|v| v.as_str()))
+    }
+
+    /// Matches against a label lookup.
+    pub fn matches_with<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             Req::Eq(k, v) => get(k) == Some(v.as_str()),
             Req::NotEq(k, v) => get(k) != Some(v.as_str()),
@@ -147,6 +153,24 @@ impl FieldSelector {
         }
     }
 
+    /// Matches a stored object, parsing it only for fields beyond name and namespace.
+    pub fn matches_object(&self, o: &Object) -> bool {
+        let simple = self.0.iter().all(|(p, _, _)| {
+            p.len() == 2 && p[0] == "metadata" && (p[1] == "name" || p[1] == "namespace")
+        });
+        if !simple {
+            return self.matches(&o.value());
+        }
+        self.0.iter().all(|(p, eq, want)| {
+            let got = if p[1] == "name" {
+                o.name.as_str()
+            } else {
+                o.namespace.as_deref().unwrap_or_default()
+            };
+            (got == want) == *eq
+        })
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(path, eq, want)| {
             let mut cur = obj;
@@ -173,6 +197,10 @@ pub struct Selectors {
 impl Selectors {
     pub fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    pub fn matches_object(&self, o: &Object) -> bool {
+        self.labels.matches_with(|k| o.label(k)) && self.fields.matches_object(o)
     }
 }
 

@@ -87,7 +87,11 @@ fn json_response(code: u16, v: &Value) -> Response<Body> {
     bytes_response(code, serde_json::to_vec(v).expect("JSON serializes"))
 }
 
-fn bytes_response(code: u16, b: Vec<u8>) -> Response<Body> {
+fn object_response(code: u16, o: &crate::store::Object) -> Response<Body> {
+    bytes_response(code, o.json.clone())
+}
+
+fn bytes_response(code: u16, b: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(full(b));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
@@ -544,7 +548,7 @@ async fn resource_request(
         "get" => {
             let obj = verbs::get(&shared.lock(), &t)?;
             if as_table {
-                let rv = obj["metadata"]["resourceVersion"].clone();
+                let rv = obj.value()["metadata"]["resourceVersion"].clone();
                 Ok(json_response(
                     200,
                     &table::table(
@@ -556,9 +560,9 @@ async fn resource_request(
                     ),
                 ))
             } else if as_meta {
-                Ok(json_response(200, &metadata_view(&obj)))
+                Ok(json_response(200, &metadata_view(&obj.value())))
             } else {
-                Ok(json_response(200, &obj))
+                Ok(object_response(200, &obj))
             }
         }
         "list" => {
@@ -597,9 +601,10 @@ async fn resource_request(
                     out.push(b',');
                 }
                 if as_meta {
-                    serde_json::to_writer(&mut out, &metadata_view(o)).expect("JSON serializes");
+                    serde_json::to_writer(&mut out, &metadata_view(&o.value()))
+                        .expect("JSON serializes");
                 } else {
-                    serde_json::to_writer(&mut out, &**o).expect("JSON serializes");
+                    out.extend_from_slice(&o.json);
                 }
             }
             out.extend_from_slice(b"]}");
@@ -651,14 +656,14 @@ async fn resource_request(
             let v = parse_json(&body)?;
             let w = shared.write(|st| verbs::create(st, &t, v, &opts))?;
             Ok(with_warnings(
-                json_response(if w.created { 201 } else { 200 }, &w.object),
+                object_response(if w.created { 201 } else { 200 }, &w.object),
                 &w.warnings,
             ))
         }
         "update" => {
             let v = parse_json(&body)?;
             let w = shared.write(|st| verbs::replace(st, &t, v, &opts))?;
-            Ok(with_warnings(json_response(200, &w.object), &w.warnings))
+            Ok(with_warnings(object_response(200, &w.object), &w.warnings))
         }
         "patch" => {
             let ct = content_type.split(';').next().unwrap_or_default().trim();
@@ -675,7 +680,7 @@ async fn resource_request(
             };
             let w = shared.write(|st| verbs::patch(st, &t, kind, &body, &opts))?;
             let code = if w.created { 201 } else { 200 };
-            Ok(with_warnings(json_response(code, &w.object), &w.warnings))
+            Ok(with_warnings(object_response(code, &w.object), &w.warnings))
         }
         "delete" => {
             let mut del = if body.is_empty() {
@@ -687,7 +692,7 @@ async fn resource_request(
                 del.orphan = true;
             }
             let obj = shared.write(|st| verbs::delete(st, &t, &del, &opts))?;
-            Ok(json_response(200, &obj))
+            Ok(object_response(200, &obj))
         }
         "deletecollection" => {
             let sel = selectors(&query, &t.rt)?;
@@ -700,17 +705,12 @@ async fn resource_request(
                 let page = verbs::list(st, &t, &sel, None, None)?;
                 let mut out = Vec::new();
                 for o in page.items {
-                    let name = o["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    let ns = o["metadata"]["namespace"].as_str().map(String::from);
                     let one = Target {
-                        name: Some(name),
-                        namespace: ns,
+                        name: Some(o.name.clone()),
+                        namespace: o.namespace.clone(),
                         ..t.clone()
                     };
-                    out.push(verbs::delete(st, &one, &del, &opts)?);
+                    out.push(verbs::delete(st, &one, &del, &opts)?.value());
                 }
                 Ok(out)
             })?;

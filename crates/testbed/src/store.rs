@@ -4,9 +4,67 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::resources::{Registry, ResourceType};
+
+/// A stored object: its JSON text (what GET, LIST and WATCH send, without re-serializing) and the
+/// few fields selectors and garbage collection need. Keeping text rather than `serde_json::Value`
+/// trees costs several times less memory per object.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub json: Bytes,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub api_version: String,
+    pub uid: String,
+    pub labels: Vec<(String, String)>,
+    /// uids of the ownerReferences.
+    pub owners: Vec<String>,
+}
+
+impl Object {
+    pub fn from_value(v: &Value) -> Object {
+        let meta = &v["metadata"];
+        let s = |x: &Value| x.as_str().unwrap_or_default().to_string();
+        Object {
+            json: Bytes::from(serde_json::to_vec(v).expect("JSON values serialize")),
+            name: s(&meta["name"]),
+            namespace: meta["namespace"].as_str().map(String::from),
+            api_version: s(&v["apiVersion"]),
+            uid: s(&meta["uid"]),
+            labels: meta["labels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            owners: meta["ownerReferences"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r["uid"].as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The object as a JSON tree (parsed on demand).
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).expect("stored objects are valid JSON")
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
 
 /// Kind of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +91,9 @@ pub struct Event {
     /// `group/plural` of the object.
     pub resource: Arc<str>,
     pub kind: EventType,
-    pub object: Arc<Value>,
+    pub object: Arc<Object>,
     /// The object before a modification (selector transitions need it).
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Object>>,
 }
 
 /// `ns/name` or `name`.
@@ -50,7 +108,7 @@ pub fn object_key(namespace: Option<&str>, name: &str) -> String {
 #[derive(Debug)]
 pub struct Store {
     pub registry: Registry,
-    objects: HashMap<String, BTreeMap<String, Arc<Value>>>,
+    objects: HashMap<String, BTreeMap<String, Arc<Object>>>,
     rv: u64,
     history: VecDeque<Event>,
     /// Watches from a resourceVersion below this get 410 Gone.
@@ -118,7 +176,7 @@ impl Store {
             .collect()
     }
 
-    pub fn get(&self, rt: &ResourceType, key: &str) -> Option<Arc<Value>> {
+    pub fn get(&self, rt: &ResourceType, key: &str) -> Option<Arc<Object>> {
         self.objects
             .get(&rt.key())
             .and_then(|m| m.get(key))
@@ -131,7 +189,7 @@ impl Store {
         rt: &ResourceType,
         namespace: Option<&'a str>,
         after: Option<&'a str>,
-    ) -> impl Iterator<Item = (&'a String, &'a Arc<Value>)> + 'a {
+    ) -> impl Iterator<Item = (&'a String, &'a Arc<Object>)> + 'a {
         let map = self.objects.get(&rt.key());
         let prefix = namespace.map(|ns| format!("{ns}/"));
         map.into_iter().flat_map(move |m| {
@@ -168,10 +226,10 @@ impl Store {
     }
 
     /// Stores `obj` under `key` with a fresh resourceVersion; records ADDED or MODIFIED.
-    pub fn put(&mut self, rt: &ResourceType, key: &str, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, rt: &ResourceType, key: &str, mut obj: Value) -> Arc<Object> {
         let rv = self.bump();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let obj = Arc::new(obj);
+        let obj = Arc::new(Object::from_value(&obj));
         let prev = self
             .objects
             .entry(rt.key())
@@ -193,12 +251,12 @@ impl Store {
     }
 
     /// Removes an object; records DELETED carrying the final state at a fresh resourceVersion.
-    pub fn remove(&mut self, rt: &ResourceType, key: &str) -> Option<Arc<Value>> {
+    pub fn remove(&mut self, rt: &ResourceType, key: &str) -> Option<Arc<Object>> {
         let old = self.objects.get_mut(&rt.key())?.remove(key)?;
         let rv = self.bump();
-        let mut last = (*old).clone();
+        let mut last = old.value();
         last["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let last = Arc::new(last);
+        let last = Arc::new(Object::from_value(&last));
         self.record(Event {
             rv,
             resource: rt.key().into(),
@@ -238,7 +296,7 @@ impl Store {
     }
 
     /// Every object of every resource (for garbage collection and namespace deletion).
-    pub fn all_objects(&self) -> Vec<(String, String, Arc<Value>)> {
+    pub fn all_objects(&self) -> Vec<(String, String, Arc<Object>)> {
         let mut out = Vec::new();
         for (rk, m) in &self.objects {
             for (k, v) in m {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::resources::{Column, ResourceType};
+use crate::store::Object;
 use crate::watch::metadata_view;
 
 /// Evaluates the simple JSONPath subset printer columns use: `.a.b`, `.a[0].b`, `.a['x.y']`.
@@ -99,7 +100,7 @@ fn default_columns() -> Vec<Column> {
 pub fn table(
     rt: &ResourceType,
     version: &str,
-    objs: &[Arc<Value>],
+    objs: &[Arc<Object>],
     include: &str,
     list_meta: Value,
 ) -> Value {
@@ -119,6 +120,7 @@ pub fn table(
     let rows: Vec<Value> = objs
         .iter()
         .map(|o| {
+            let o = &o.value();
             let mut cells = vec![o["metadata"]["name"].clone()];
             for c in &cols {
                 let v = json_path(o, &c.json_path).cloned().unwrap_or(Value::Null);
@@ -130,7 +132,7 @@ pub fn table(
             }
             let object = match include {
                 "None" => Value::Null,
-                "Object" => (**o).clone(),
+                "Object" => o.clone(),
                 _ => metadata_view(o),
             };
             json!({"cells": cells, "object": object})

@@ -11,7 +11,7 @@ use crate::schema;
 use crate::selector::Selectors;
 use crate::ssa::{self, Scope, Writer};
 use crate::status::{ApiError, Cause};
-use crate::store::{Store, object_key};
+use crate::store::{Object, Store, object_key};
 
 /// The object or collection a request addresses.
 #[derive(Debug, Clone)]
@@ -69,7 +69,7 @@ pub struct WriteOptions {
 /// A successful write.
 #[derive(Debug)]
 pub struct Written {
-    pub object: Value,
+    pub object: Arc<Object>,
     pub created: bool,
     pub warnings: Vec<String>,
 }
@@ -91,14 +91,14 @@ pub fn now() -> String {
 }
 
 /// Presents a stored object in the requested version.
-pub fn present(obj: &Arc<Value>, t: &Target) -> Arc<Value> {
+pub fn present(obj: &Arc<Object>, t: &Target) -> Arc<Object> {
     let want = t.api_version();
-    if obj["apiVersion"].as_str() == Some(want.as_str()) {
+    if obj.api_version == want {
         obj.clone()
     } else {
-        let mut o = (**obj).clone();
+        let mut o = obj.value();
         o["apiVersion"] = json!(want);
-        Arc::new(o)
+        Arc::new(Object::from_value(&o))
     }
 }
 
@@ -114,7 +114,7 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
-pub fn get(st: &Store, t: &Target) -> Result<Arc<Value>, ApiError> {
+pub fn get(st: &Store, t: &Target) -> Result<Arc<Object>, ApiError> {
     st.get(&t.rt, &t.key())
         .map(|o| present(&o, t))
         .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))
@@ -140,7 +140,7 @@ fn decode_continue(s: &str) -> Option<(u64, String)> {
 
 /// A page of a list.
 pub struct Page {
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<Arc<Object>>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -174,12 +174,12 @@ pub fn list(
     if let (Some(name), None) = (sel.fields.single_name(), &after) {
         // Fast path for the single-object watchers/lists (`metadata.name=<x>`).
         let key = object_key(t.namespace.as_deref(), name);
-        if let Some(o) = st.get(&t.rt, &key).filter(|o| sel.matches(o)) {
+        if let Some(o) = st.get(&t.rt, &key).filter(|o| sel.matches_object(o)) {
             items.push(present(&o, t));
         }
     } else {
         for (k, o) in st.range(&t.rt, t.namespace.as_deref(), after.as_deref()) {
-            if !sel.matches(o) {
+            if !sel.matches_object(o) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
@@ -238,7 +238,7 @@ fn same_ignoring_bookkeeping(a: &Value, b: &Value) -> bool {
 
 /// The part of every write after the verb computed the new object.
 struct Commit<'a> {
-    old: Option<Arc<Value>>,
+    old: Option<Arc<Object>>,
     /// managedFields already computed (server-side apply).
     preset_managed: bool,
     /// An empty resourceVersion is refused (update of a custom resource).
@@ -253,7 +253,8 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
     new["kind"] = json!(rt.kind);
     let now = now();
     let mut warnings = Vec::new();
-    match &c.old {
+    let old_value = c.old.as_ref().map(|o| o.value());
+    match &old_value {
         None => {
             let uid = st.new_uid();
             let m = meta_mut(&mut new);
@@ -299,7 +300,7 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
                 // The status subresource changes status only.
                 let status = new.get("status").cloned();
                 let managed = new["metadata"].get("managedFields").cloned();
-                new = (**old).clone();
+                new = old.clone();
                 if c.preset_managed
                     && let Some(m) = managed
                 {
@@ -438,7 +439,7 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
         });
         defined = Some(d);
     }
-    if let Some(old) = &c.old
+    if let Some(old) = &old_value
         && rt.generation
         && without_meta_status(old) != without_meta_status(&new)
     {
@@ -455,13 +456,13 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
             time: &now,
             scope: t.scope(),
         };
-        ssa::record_update(c.old.as_deref(), &mut new, &writer);
+        ssa::record_update(old_value.as_ref(), &mut new, &writer);
     }
-    if let Some(old) = &c.old
-        && same_ignoring_bookkeeping(old, &new)
+    if let (Some(old), Some(old_v)) = (&c.old, &old_value)
+        && same_ignoring_bookkeeping(old_v, &new)
     {
         return Ok(Written {
-            object: (**old).clone(),
+            object: old.clone(),
             created: false,
             warnings,
         });
@@ -473,13 +474,15 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
             .is_none_or(|f| f.is_empty());
     if c.opts.dry_run {
         return Ok(Written {
-            object: new,
+            object: Arc::new(Object::from_value(&new)),
             created: c.old.is_none(),
             warnings,
         });
     }
     if finished {
-        let last = st.remove(&rt, &key).map(|o| (*o).clone()).unwrap_or(new);
+        let last = st
+            .remove(&rt, &key)
+            .unwrap_or_else(|| Arc::new(Object::from_value(&new)));
         after_removal(st, &rt, &last, c.opts.gc);
         return Ok(Written {
             object: last,
@@ -498,7 +501,7 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
         st.registry.register(d);
     }
     Ok(Written {
-        object: (*stored).clone(),
+        object: stored,
         created,
         warnings,
     })
@@ -597,7 +600,7 @@ fn create_with(
     )
 }
 
-fn load_live(st: &Store, t: &Target) -> Result<Arc<Value>, ApiError> {
+fn load_live(st: &Store, t: &Target) -> Result<Arc<Object>, ApiError> {
     st.get(&t.rt, &t.key())
         .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))
 }
@@ -663,7 +666,7 @@ pub fn patch(
         return apply(st, t, body, opts);
     }
     let live = load_live(st, t)?;
-    let mut doc = (*live).clone();
+    let mut doc = live.value();
     match kind {
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_slice(body)
@@ -780,7 +783,7 @@ fn apply(
             create_with(st, t, merged, opts, true)
         }
         Some(live) => {
-            let merged = ssa::apply(Some(&live), &applied, opts.force, &writer)
+            let merged = ssa::apply(Some(&live.value()), &applied, opts.force, &writer)
                 .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
             commit(
                 st,
@@ -824,19 +827,20 @@ pub fn delete(
     t: &Target,
     del: &DeleteOptions,
     opts: &WriteOptions,
-) -> Result<Value, ApiError> {
+) -> Result<Arc<Object>, ApiError> {
     let rt = t.rt.clone();
     let live = load_live(st, t)?;
-    let meta = &live["metadata"];
+    let live_v = live.value();
+    let meta = &live_v["metadata"];
     if let Some(uid) = &del.uid
-        && meta["uid"].as_str() != Some(uid.as_str())
+        && live.uid != *uid
     {
         return Err(ApiError::conflict(
             &rt,
             t.name(),
             &format!(
                 "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta["uid"].as_str().unwrap_or_default()
+                live.uid
             ),
         ));
     }
@@ -855,27 +859,23 @@ pub fn delete(
     let has_finalizers = meta["finalizers"].as_array().is_some_and(|f| !f.is_empty());
     if has_finalizers {
         if meta.get("deletionTimestamp").is_some() {
-            return Ok(present(&live, t).as_ref().clone());
+            return Ok(present(&live, t));
         }
-        let mut o = (*live).clone();
+        let mut o = live_v.clone();
         o["metadata"]["deletionTimestamp"] = json!(now());
         o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
         if rt.generation {
             o["metadata"]["generation"] = json!(meta["generation"].as_i64().unwrap_or(1) + 1);
         }
         if opts.dry_run {
-            return Ok(o);
+            return Ok(Arc::new(Object::from_value(&o)));
         }
-        let stored = st.put(&rt, &t.key(), o);
-        return Ok((*stored).clone());
+        return Ok(st.put(&rt, &t.key(), o));
     }
     if opts.dry_run {
-        return Ok((*live).clone());
+        return Ok(live);
     }
-    let last = st
-        .remove(&rt, &t.key())
-        .map(|o| (*o).clone())
-        .unwrap_or_default();
+    let last = st.remove(&rt, &t.key()).unwrap_or(live);
     let gc = opts.gc && !del.orphan;
     after_removal(st, &rt, &last, gc);
     Ok(last)
@@ -883,18 +883,16 @@ pub fn delete(
 
 /// What follows an object's removal: a CRD stops serving its resource, a namespace's contents go,
 /// dependents are collected.
-fn after_removal(st: &mut Store, rt: &ResourceType, last: &Value, gc: bool) {
+fn after_removal(st: &mut Store, rt: &ResourceType, last: &Object, gc: bool) {
     if rt.is_crd()
-        && let Ok(d) = resources::from_crd(last)
+        && let Ok(d) = resources::from_crd(&last.value())
         && let Some(served) = st.registry.get(&d.key())
     {
         st.drop_resource(&served);
         st.registry.unregister(&d.key());
     }
-    if rt.is_namespace()
-        && let Some(ns) = last["metadata"]["name"].as_str()
-    {
-        let prefix = format!("{ns}/");
+    if rt.is_namespace() {
+        let prefix = format!("{}/", last.name);
         let doomed: Vec<(String, String)> = st
             .all_objects()
             .into_iter()
@@ -907,54 +905,43 @@ fn after_removal(st: &mut Store, rt: &ResourceType, last: &Value, gc: bool) {
             }
         }
     }
-    if gc && let Some(uid) = last["metadata"]["uid"].as_str() {
-        collect_dependents(st, uid);
+    if gc && !last.uid.is_empty() {
+        collect_dependents(st, &last.uid);
     }
 }
 
 /// Background garbage collection: dependents whose every owner is gone are deleted (their own
 /// finalizers honoured); dependents with other live owners lose only this ownerReference.
 fn collect_dependents(st: &mut Store, owner_uid: &str) {
-    let live_uids: std::collections::HashSet<String> = st
-        .all_objects()
+    let all = st.all_objects();
+    let dependents: Vec<&(String, String, Arc<Object>)> = all
         .iter()
-        .filter_map(|(_, _, o)| o["metadata"]["uid"].as_str().map(String::from))
+        .filter(|(_, _, o)| o.owners.iter().any(|u| u == owner_uid))
         .collect();
-    let dependents: Vec<(String, String, Arc<Value>)> = st
-        .all_objects()
-        .into_iter()
-        .filter(|(_, _, o)| {
-            o["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|refs| refs.iter().any(|r| r["uid"].as_str() == Some(owner_uid)))
-        })
-        .collect();
-    for (r, key, obj) in dependents {
-        let Some(rt) = st.registry.get(&r) else {
+    if dependents.is_empty() {
+        return;
+    }
+    let live_uids: std::collections::HashSet<&str> =
+        all.iter().map(|(_, _, o)| o.uid.as_str()).collect();
+    for (r, _, obj) in dependents {
+        let Some(rt) = st.registry.get(r) else {
             continue;
         };
-        let refs = obj["metadata"]["ownerReferences"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let others_alive = refs.iter().any(|x| {
-            x["uid"].as_str() != Some(owner_uid)
-                && x["uid"].as_str().is_some_and(|u| live_uids.contains(u))
-        });
-        let (ns, name) = match key.split_once('/') {
-            Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
-            None => (None, key.clone()),
-        };
-        let version = obj["apiVersion"]
-            .as_str()
-            .and_then(|a| a.rsplit('/').next())
+        let others_alive = obj
+            .owners
+            .iter()
+            .any(|u| u != owner_uid && live_uids.contains(u.as_str()));
+        let version = obj
+            .api_version
+            .rsplit('/')
+            .next()
             .unwrap_or("v1")
             .to_string();
         let t = Target {
             rt: rt.clone(),
             version,
-            namespace: ns,
-            name: Some(name),
+            namespace: obj.namespace.clone(),
+            name: Some(obj.name.clone()),
             status: false,
         };
         let opts = WriteOptions {
@@ -963,7 +950,11 @@ fn collect_dependents(st: &mut Store, owner_uid: &str) {
             ..WriteOptions::default()
         };
         if others_alive {
-            let mut o = (*obj).clone();
+            let mut o = obj.value();
+            let refs = o["metadata"]["ownerReferences"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             let kept: Vec<Value> = refs
                 .into_iter()
                 .filter(|x| x["uid"].as_str() != Some(owner_uid))
@@ -974,7 +965,7 @@ fn collect_dependents(st: &mut Store, owner_uid: &str) {
                 &t,
                 o,
                 Commit {
-                    old: Some(obj),
+                    old: Some(obj.clone()),
                     preset_managed: false,
                     require_rv: false,
                     opts: &opts,

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::selector::Selectors;
 use crate::server::Shared;
-use crate::store::{Event, EventType};
+use crate::store::{Event, EventType, Object};
 use crate::verbs::{Target, present};
 
 /// Query parameters of a watch.
@@ -41,6 +41,16 @@ fn line(kind: &str, obj: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+fn raw_line(kind: &str, json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
 pub fn metadata_view(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
@@ -54,29 +64,26 @@ struct Watcher {
 }
 
 impl Watcher {
-    fn in_scope(&self, obj: &Value) -> bool {
-        match &self.t.namespace {
-            Some(ns) => obj["metadata"]["namespace"].as_str() == Some(ns.as_str()),
+    fn matches(&self, obj: &Object) -> bool {
+        let in_scope = match &self.t.namespace {
+            Some(ns) => obj.namespace.as_deref() == Some(ns.as_str()),
             None => true,
-        }
+        };
+        in_scope && self.p.selectors.matches_object(obj)
     }
 
-    fn matches(&self, obj: &Value) -> bool {
-        self.in_scope(obj) && self.p.selectors.matches(obj)
-    }
-
-    async fn send_obj(&self, kind: EventType, obj: &Arc<Value>) -> bool {
+    async fn send_obj(&self, kind: EventType, obj: &Arc<Object>) -> bool {
         let obj = present(obj, &self.t);
         let body = if self.p.metadata_only {
-            line(kind.as_str(), &metadata_view(&obj))
+            line(kind.as_str(), &metadata_view(&obj.value()))
         } else {
-            line(kind.as_str(), &obj)
+            raw_line(kind.as_str(), &obj.json)
         };
         self.tx.send(Ok(body)).await.is_ok()
     }
 
     /// The event this watcher sees for a change, if any (selector transitions included).
-    fn translate(&self, ev: &Event) -> Option<(EventType, Arc<Value>)> {
+    fn translate(&self, ev: &Event) -> Option<(EventType, Arc<Object>)> {
         if *ev.resource != *self.key {
             return None;
         }
@@ -97,9 +104,9 @@ impl Watcher {
                     (false, true) => Some((EventType::Added, ev.object.clone())),
                     (true, false) => {
                         // The last state that matched, at the resourceVersion of the change.
-                        let mut last = ev.prev.as_deref().cloned().unwrap_or_default();
+                        let mut last = ev.prev.as_deref().map(Object::value).unwrap_or_default();
                         last["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
-                        Some((EventType::Deleted, Arc::new(last)))
+                        Some((EventType::Deleted, Arc::new(Object::from_value(&last))))
                     }
                     (false, false) => None,
                 }
@@ -128,12 +135,12 @@ impl Watcher {
             None => rv_param.is_empty() || rv_param == "0",
         };
         // Initial state (a consistent snapshot) or the starting point in history.
-        let start: Result<(u64, Vec<Arc<Value>>), String> = {
+        let start: Result<(u64, Vec<Arc<Object>>), String> = {
             let st = self.shared.lock();
             if initial {
-                let items: Vec<Arc<Value>> = st
+                let items: Vec<Arc<Object>> = st
                     .range(&self.t.rt, self.t.namespace.as_deref(), None)
-                    .filter(|(_, o)| self.p.selectors.matches(o))
+                    .filter(|(_, o)| self.p.selectors.matches_object(o))
                     .map(|(_, o)| o.clone())
                     .collect();
                 Ok((st.resource_version(), items))
