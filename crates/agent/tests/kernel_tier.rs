@@ -136,14 +136,24 @@ fn kernel_tier_vrfs_with_l3_vni_and_segments_in_vrfs() {
 
             // Move the segment from blue to red: one enslave; IPv6 addresses dropped by the VRF cycle are
             // re-added by the converging second pass.
+            // Its gateway route follows it into red's table (a blue route via a red gateway would be
+            // unreachable, and the kernel drops routes through a device that leaves the VRF).
             let mut moved = cfg.clone();
             moved.layer2s[0].vrf = Some("vr.red".into());
+            moved.routes[0].table = 200;
             let want2 = desired(&moved, nl.settings())?;
             let r = nl.reconcile(&want2).await?;
             let ops: Vec<String> = r.applied.iter().map(ToString::to_string).collect();
             ensure!(
-                ops.first().map(String::as_str) == Some("link set l2.10 master vr.red"),
+                ops.iter().any(|o| o == "link set l2.10 master vr.red")
+                    && ops
+                        .iter()
+                        .any(|o| o == "route add 198.19.0.0/16 via 198.18.10.254 table 200"),
                 "{ops:?}"
+            );
+            ensure!(
+                ip(&["route", "show", "vrf", "vr.red"])?
+                    .contains("198.19.0.0/16 via 198.18.10.254")
             );
             ensure!(diff(&want2, &nl.observe().await?.observed)?.is_empty());
             ensure!(ip(&["route", "show", "vrf", "vr.red"])?.contains("198.18.10.0/24 dev l2.10"));
@@ -152,6 +162,7 @@ fn kernel_tier_vrfs_with_l3_vni_and_segments_in_vrfs() {
             // A VRF's table cannot change in place: recreated, members re-enslaved.
             let mut retabled = moved.clone();
             retabled.vrfs[1].table = 201;
+            retabled.routes[0].table = 201;
             let want3 = desired(&retabled, nl.settings())?;
             nl.reconcile(&want3).await?;
             let snap = nl.observe().await?;
