@@ -1,0 +1,175 @@
+//! SIGKILL during an apply: the real `netwave-agent` binary against the API testbed, in a throwaway network
+//! namespace (root). After a restart the last good config is back in the kernel and the interrupted
+//! revision is reported `Invalid` (`ApplyInterrupted`) and not re-applied.
+
+mod common;
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use common::{in_netns, ip};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use netwave_api::{
+    Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
+};
+use netwave_testbed::{Testbed, TestbedOptions};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn l2(vlan: u16, vni: u32) -> Layer2Config {
+    Layer2Config {
+        vlan,
+        vni,
+        mtu: 1450,
+        bridge: format!("l2.{vlan}"),
+        vxlan: format!("vx.{vlan}"),
+        anycast_mac: None,
+        anycast_gateways: vec![format!("198.18.{vlan}.1/24")],
+        vrf: None,
+        neigh_suppression: false,
+    }
+}
+
+fn spec(rev: &str, layer2s: Vec<Layer2Config>) -> NodeNetworkConfigSpec {
+    NodeNetworkConfigSpec {
+        revision: rev.into(),
+        sequence: 1,
+        config_hash: format!("hash-{rev}"),
+        retry: 0,
+        config: NodeConfig {
+            layer2s,
+            ..NodeConfig::default()
+        },
+    }
+}
+
+/// The agent binary, SIGKILLed on drop (a process this test started, ended by its id).
+struct AgentProc(Child);
+
+impl AgentProc {
+    fn start(kubeconfig: &std::path::Path, dir: &std::path::Path) -> Result<AgentProc> {
+        let child = Command::new(env!("CARGO_BIN_EXE_netwave-agent"))
+            .args([
+                "--node-name",
+                "n1",
+                "--log-format",
+                "text",
+                "--drift-interval",
+                "1h",
+            ])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--health-config")
+            .arg(dir.join("health.yaml"))
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .context("starting netwave-agent")?;
+        Ok(AgentProc(child))
+    }
+    fn kill(&mut self) {
+        let _ = self.0.kill(); // SIGKILL
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn wait_for<T>(what: &str, mut f: impl AsyncFnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn status(api: &Api<NodeNetworkConfig>) -> Result<Option<NodeNetworkConfigStatus>> {
+    Ok(api.get("n1").await?.status)
+}
+
+#[test]
+fn sigkill_mid_apply_then_restart_restores_last_good_and_reports() {
+    in_netns(
+        "sigkill_mid_apply_then_restart_restores_last_good_and_reports",
+        || async {
+            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
+            let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
+            nncs.create(
+                &PostParams::default(),
+                &NodeNetworkConfig::new("n1", spec("r1", vec![l2(10, 1010)])),
+            )
+            .await?;
+            let dir = tempfile::tempdir()?;
+            // The settle delay holds the apply (marker written, kernel changed) long enough to kill it.
+            std::fs::write(
+                dir.path().join("health.yaml"),
+                "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 2\ndeadlineSeconds: 5\n",
+            )?;
+
+            let mut agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
+            wait_for("r1 Provisioned", async || {
+                Ok(status(&nncs).await?.filter(|s| {
+                    s.phase.as_deref() == Some("Provisioned")
+                        && s.observed_revision.as_deref() == Some("r1")
+                }))
+            })
+            .await?;
+
+            // r2: a VNI change and a new segment. Kill the agent while it is applying r2.
+            let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let marker = dir.path().join("state/applying.json");
+            wait_for("r2 half-applied", async || {
+                Ok(
+                    (marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20"))
+                        .then_some(()),
+                )
+            })
+            .await?;
+            agent.kill();
+            ensure!(marker.exists(), "marker gone before the kill");
+            ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
+
+            // Restart: r1 restored first, r2 reported as interrupted and left alone.
+            let _agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
+            let s = wait_for("r2 Invalid", async || {
+                Ok(status(&nncs).await?.filter(|s| {
+                    s.phase.as_deref() == Some("Invalid")
+                        && s.observed_revision.as_deref() == Some("r2")
+                }))
+            })
+            .await?;
+            ensure!(s.reason.as_deref() == Some("ApplyInterrupted"), "{s:?}");
+            ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
+            ensure!(s.config_hash.as_deref() == Some("hash-r1"), "{s:?}");
+            ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 1010"));
+            ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
+            ensure!(!marker.exists());
+            // Not re-applied without a retry bump.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
+            ensure!(status(&nncs).await?.and_then(|s| s.phase).as_deref() == Some("Invalid"));
+            Ok(())
+        },
+    );
+}
