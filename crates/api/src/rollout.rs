@@ -190,6 +190,13 @@ pub struct NetworkConfigRevisionStatus {
     /// When `spec.paused` was first seen set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<Time>,
+    /// Last time a node became updated (or the rollout became the target, resumed or was retried); the
+    /// progress deadline counts from here. Kept in status so a new leader continues the same clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_progress_at: Option<Time>,
+    /// When every canary was updated; the rollout continues `canary.bakeSeconds` after this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canaries_updated_at: Option<Time>,
     /// The `spec.retry` value the current attempt belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_retry: Option<u32>,

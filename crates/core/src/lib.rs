@@ -11,7 +11,10 @@
 pub mod fleet;
 pub mod render;
 pub mod revision;
+pub mod rollout;
 pub mod selector;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod types;
 
 pub use types::*;

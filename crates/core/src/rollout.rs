@@ -1,0 +1,112 @@
+//! The rollout state machine: [`step`]`(input, now) -> Plan`. DESIGN.md §3 is the contract.
+//!
+//! ```text
+//!   shell (configurator leader)                 core (this module, pure)
+//!   ───────────────────────────                 ────────────────────────
+//!   watch caches ──► RolloutInput ─────────────► step(input, now)
+//!     revisions (spec knobs + status)              1. revisions, newest first: re-arm on spec.retry,
+//!     nodes (labels, Ready, cordoned)                 validation errors → Failed, failures
+//!     NNCs (spec + agent report)                      (Invalid for R, or applyTimeout since assignedAt)
+//!     rendered configHash per (rev, node)             ≥ maxFailures → Failed; first survivor = target
+//!                                                  2. intents: rollbacks → new nodes → target in order
+//!                                                     (canaries, bake, domain round-robin, name)
+//!   apply Plan::writes() in order ◄───────────── 3. budget: free moves first, then budgeted ones
+//!     statuses → NNC specs → deletions             4. desired statuses + Events on transitions
+//!   record Events, requeue at report.requeue_at    5. history limit, orphan NNCs, report
+//! ```
+//!
+//! Per revision, `status.phase` moves like this (every arrow is decided by one step from API state):
+//!
+//! ```text
+//!            validation errors                       retry changes
+//!   (new) ──────────────────────────► Failed ◄───────────────────────┐ (re-armed: back to Pending/
+//!     │                                 ▲  maxFailures reached       │  Progressing, failures cleared)
+//!     ▼          first assignment       │                           │
+//!   Pending ───────────────────► Progressing ──────► Complete (sticky: the last good revision)
+//!     │                              │  all eligible updated
+//!     └──────────┬───────────────────┘
+//!                ▼ a newer revision became the target
+//!           Superseded (target again if every newer one fails)
+//! ```
+//!
+//! # Why it is built this way
+//!
+//! - **No memory between steps.** Everything the machine needs is in the API objects: failures in
+//!   `status.failedNodes`, the attempt in `status.observedRetry`, bake and deadline clocks in
+//!   `status.canariesUpdatedAt` / `status.lastProgressAt`, assignment times in the `assigned-at`
+//!   annotation. A new leader rebuilds [`RolloutInput`] from its caches and continues exactly where the
+//!   old one stopped — it never reverts because it restarted.
+//! - **Partial plans are safe.** [`Plan::writes`] orders status before assignments: a failure and the
+//!   `Failed` phase are on record before any node is rolled back, and a revision is `Validated` before any
+//!   node gets it. A leader that dies after any write leaves a state the next step continues from.
+//! - **Idempotent.** Timestamps are taken from `now` only at transitions (truncated to the second, as the
+//!   API server stores them) and kept afterwards; messages never say "N seconds left". Applying a plan and
+//!   stepping again over the unchanged world yields an empty plan, so the shell never hot-loops.
+//!
+//! # Rules (DESIGN.md §3), as implemented
+//!
+//! - **Target**: the newest revision (by sequence) that is not `Failed`. A revision with fleet validation
+//!   errors goes `Failed` (errors in `status.validation`) before it touches a node. A `Complete` revision
+//!   is never failed afterwards: it is the proven last good one, so a node failing it later is recorded
+//!   (`Degraded=True`) instead of rolling back the fleet.
+//! - **Updated** for R: spec R, agent reports `Provisioned` for R (and for the config hash the spec holds,
+//!   when it reports one). **In flight**: the spec differs from what the agent reports as provisioned,
+//!   whatever revision ([`is_in_flight`]). A fast-path assignment (same config hash) is not in flight,
+//!   and neither is a node whose agent reported `Invalid` for exactly its spec: it restored its last
+//!   good config and stopped (otherwise failed nodes with nowhere to go would hold slots forever). Its
+//!   reported hash is the restored config's, so moving it back to the last good revision is free.
+//! - **Budget**: new in-flight nodes only while in flight < `maxUnavailable` (count, or share of the
+//!   eligible nodes) and, with `topologyKey`, < `maxUnavailablePerDomain` in the node's domain. All
+//!   in-flight nodes count, whatever revision and whether Ready or not: a node we cannot see may be one we
+//!   broke, and counting it keeps "at most maxUnavailable nodes disrupted by us" true when it returns.
+//!   Moves that do not add an in-flight node (superseding a node already in flight, a fast path, a
+//!   rollback of a node that never started or already restored) are free and are planned before
+//!   budgeted ones. A node moving to the last good revision finishes that before it takes the target.
+//! - **Not Ready / cordoned** nodes are never *made* in flight: they are counted `skipped`, left for later
+//!   and get the target when they return; they do not block completion. A node that goes Not Ready while
+//!   applying the target stays in flight and its apply timeout runs (a config that cuts a node off is the
+//!   failure this machine exists to catch). A node that leaves is forgotten; its NNC is deleted.
+//! - **New nodes** (no NNC) get the last good revision until the target has an updated node (or while the
+//!   rollout is paused), then the target. Without a last good revision (first rollout) they are ordinary
+//!   candidates in rollout order.
+//! - **Failure** of N on R: the agent reports `Invalid` for R with R's current retry, or R was assigned
+//!   (current retry) `applyTimeoutSeconds` ago and N is not updated. Each failure is recorded once in
+//!   R's `failedNodes` and N goes back to the last good revision; R is never retried on N automatically.
+//! - **maxFailures** reached: R → `Failed`; every node assigned R is reassigned the last good revision
+//!   (rollbacks first, same budget). `spec.retry` re-arms R (failures cleared, agents re-apply). Without a
+//!   last good revision nothing more is assigned and the status says so.
+//! - **Fail forward**: a newer revision becomes the target right away; nodes still on the failed one go
+//!   to the last good revision first.
+//! - **Order**: canaries first (`canary.count` first eligible nodes in order, or `canary.selector`), then
+//!   wait `canary.bakeSeconds` after the last canary is updated, then failure domains round-robin (domains
+//!   sorted by name), then node name.
+//! - **Pause**: no new assignments of the target; nodes in flight finish; rollbacks continue; new nodes
+//!   get the last good revision; `status.pausedAt`.
+//! - **Progress deadline**: no node updated for `progressDeadlineSeconds` (not counting a bake, not
+//!   while paused) → `Progressing=False`, reason `ProgressDeadlineExceeded`, and an Event.
+//! - **History**: keep the newest `revisionHistoryLimit`; never delete the target, the last good one, or
+//!   one a node's spec or `lastGoodRevision` references.
+//! - **Fast path**: a node whose rendered config for R has the hash its agent reports running
+//!   (`Provisioned`) is moved to R without spending budget; the agent only reports `Provisioned` for R.
+
+mod input;
+mod plan;
+mod policy;
+mod status;
+mod step;
+mod time;
+
+pub use input::{
+    AgentPhase, AgentReport, AssignedSpec, InputError, NodeConfigState, NodeState, RenderedHashes,
+    RevisionState, RolloutInput,
+};
+pub use plan::{
+    AssignReason, Assignment, Event, EventReason, EventType, ObjectRef, Plan, Report, StatusUpdate,
+    WaitingOn, Write,
+};
+pub use policy::{
+    Budget, BudgetError, CanaryNodes, CanaryPolicy, Policy, PolicyDefaults, PolicyError, resolve,
+};
+pub use status::{CONDITION_TYPES, Phase, reasons};
+pub use step::{REASON_APPLY_TIMEOUT, is_in_flight, is_updated, revisions_to_render, step};
+pub use time::TimeError;

@@ -1,0 +1,263 @@
+//! What [`step`](super::step) looks at: plain data the shell rebuilds from its watch caches on every
+//! reconcile. Nothing here remembers anything between steps; all rollout state lives in the API objects
+//! these are read from, which is what lets a new leader continue exactly where the old one stopped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use netwave_api::{
+    ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionStatus, NodeNetworkConfig,
+    RolloutPolicy, ValidationResult,
+};
+use thiserror::Error;
+
+use super::policy::PolicyDefaults;
+use crate::types::{Sequence, Timestamp};
+
+/// Everything one step decides on.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RolloutInput {
+    pub defaults: PolicyDefaults,
+    /// Every `NetworkConfigRevision`, in any order.
+    pub revisions: Vec<RevisionState>,
+    /// Every `Node`, in any order.
+    pub nodes: Vec<NodeState>,
+    /// Every `NodeNetworkConfig`, in any order (some may belong to nodes that have left).
+    pub configs: Vec<NodeConfigState>,
+    /// Rendered `configHash` per (revision, node), for at least the revisions
+    /// [`revisions_to_render`](super::revisions_to_render) names.
+    pub rendered: RenderedHashes,
+}
+
+/// One `NetworkConfigRevision`: identity, admin knobs, current status and this step's fleet validation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RevisionState {
+    pub name: String,
+    /// `metadata.generation`, mirrored to `status.observedGeneration`.
+    pub generation: Option<i64>,
+    pub sequence: Sequence,
+    pub hash: String,
+    /// `spec.rollout` as written; merged over [`PolicyDefaults`] inside the step.
+    pub policy: RolloutPolicy,
+    pub paused: bool,
+    pub retry: u32,
+    pub status: NetworkConfigRevisionStatus,
+    /// Fleet-wide validation of this revision against the current nodes, computed by the caller.
+    pub validation: ValidationResult,
+}
+
+/// One `Node`, reduced to what the rollout needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeState {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// Cordoned (`spec.unschedulable`).
+    pub unschedulable: bool,
+}
+
+impl NodeState {
+    /// Ready and not cordoned: may be given a new revision.
+    pub fn eligible(&self) -> bool {
+        self.ready && !self.unschedulable
+    }
+}
+
+/// One `NodeNetworkConfig`: the configurator's assignment and the agent's report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeConfigState {
+    /// = node name.
+    pub name: String,
+    pub spec: AssignedSpec,
+    pub status: AgentReport,
+}
+
+/// `NodeNetworkConfig.spec` without the config body, plus the assignment time annotation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AssignedSpec {
+    pub revision: String,
+    pub sequence: Sequence,
+    pub config_hash: String,
+    pub retry: u32,
+    /// From `netwave.dev/assigned-at`; `None` when missing or unreadable (the step then re-stamps the
+    /// assignment, so the apply timeout always has a start).
+    pub assigned_at: Option<Timestamp>,
+}
+
+/// `NodeNetworkConfig.status`, as far as the rollout cares.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentReport {
+    pub phase: Option<AgentPhase>,
+    pub observed_revision: Option<String>,
+    pub observed_retry: Option<u32>,
+    /// Hash of the config the kernel runs now.
+    pub config_hash: Option<String>,
+    pub last_good_revision: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+/// The agent's `status.phase`. Status is a free string in the schema; anything unknown is neither a
+/// success nor a failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentPhase {
+    Provisioning,
+    Provisioned,
+    Invalid,
+    Other(String),
+}
+
+impl AgentPhase {
+    pub fn parse(s: &str) -> AgentPhase {
+        match s {
+            "Provisioning" => AgentPhase::Provisioning,
+            "Provisioned" => AgentPhase::Provisioned,
+            "Invalid" => AgentPhase::Invalid,
+            other => AgentPhase::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            AgentPhase::Provisioning => "Provisioning",
+            AgentPhase::Provisioned => "Provisioned",
+            AgentPhase::Invalid => "Invalid",
+            AgentPhase::Other(s) => s,
+        }
+    }
+}
+
+/// Rendered `configHash` per revision and node. Each revision's map is shared (`Arc`), so a caller that
+/// caches rendered hashes per revision builds an input without copying them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RenderedHashes {
+    by_revision: BTreeMap<String, Arc<BTreeMap<String, String>>>,
+}
+
+impl RenderedHashes {
+    pub fn insert(
+        &mut self,
+        revision: impl Into<String>,
+        node: impl Into<String>,
+        hash: impl Into<String>,
+    ) {
+        Arc::make_mut(self.by_revision.entry(revision.into()).or_default())
+            .insert(node.into(), hash.into());
+    }
+
+    /// Sets every node's hash for one revision at once.
+    pub fn set_revision(
+        &mut self,
+        revision: impl Into<String>,
+        hashes: impl Into<Arc<BTreeMap<String, String>>>,
+    ) {
+        self.by_revision.insert(revision.into(), hashes.into());
+    }
+
+    pub fn get(&self, revision: &str, node: &str) -> Option<&str> {
+        self.by_revision
+            .get(revision)
+            .and_then(|m| m.get(node))
+            .map(String::as_str)
+    }
+
+    /// Every node's hash for one revision, shared.
+    pub fn revision(&self, revision: &str) -> Option<&Arc<BTreeMap<String, String>>> {
+        self.by_revision.get(revision)
+    }
+}
+
+/// An API object that cannot be turned into step input.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum InputError {
+    #[error("{kind} without metadata.name")]
+    MissingName { kind: &'static str },
+}
+
+impl RevisionState {
+    /// From the API object and this step's fleet validation of it.
+    pub fn from_api(
+        rev: &NetworkConfigRevision,
+        validation: ValidationResult,
+    ) -> Result<RevisionState, InputError> {
+        let name = rev.metadata.name.clone().ok_or(InputError::MissingName {
+            kind: "NetworkConfigRevision",
+        })?;
+        Ok(RevisionState {
+            name,
+            generation: rev.metadata.generation,
+            sequence: Sequence(rev.spec.sequence),
+            hash: rev.spec.hash.clone(),
+            policy: rev.spec.rollout.clone(),
+            paused: rev.spec.paused,
+            retry: rev.spec.retry,
+            status: rev.status.clone().unwrap_or_default(),
+            validation,
+        })
+    }
+}
+
+impl NodeConfigState {
+    /// From the API object; an unreadable `netwave.dev/assigned-at` annotation reads as missing.
+    pub fn from_api(nnc: &NodeNetworkConfig) -> Result<NodeConfigState, InputError> {
+        let name = nnc.metadata.name.clone().ok_or(InputError::MissingName {
+            kind: "NodeNetworkConfig",
+        })?;
+        let assigned_at = nnc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ASSIGNED_AT_ANNOTATION))
+            .and_then(|v| Timestamp::parse_rfc3339(v).ok());
+        let status = nnc.status.clone().unwrap_or_default();
+        Ok(NodeConfigState {
+            name,
+            spec: AssignedSpec {
+                revision: nnc.spec.revision.clone(),
+                sequence: Sequence(nnc.spec.sequence),
+                config_hash: nnc.spec.config_hash.clone(),
+                retry: nnc.spec.retry,
+                assigned_at,
+            },
+            status: AgentReport {
+                phase: status.phase.as_deref().map(AgentPhase::parse),
+                observed_revision: status.observed_revision,
+                observed_retry: status.observed_retry,
+                config_hash: status.config_hash,
+                last_good_revision: status.last_good_revision,
+                reason: status.reason,
+                message: status.message,
+            },
+        })
+    }
+}
+
+impl NodeState {
+    /// From the API object: `Ready` means a `Ready` condition with status `True`; cordoned means
+    /// `spec.unschedulable`.
+    pub fn from_api(node: &Node) -> Result<NodeState, InputError> {
+        let name = node
+            .metadata
+            .name
+            .clone()
+            .ok_or(InputError::MissingName { kind: "Node" })?;
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let unschedulable = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        Ok(NodeState {
+            name,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            ready,
+            unschedulable,
+        })
+    }
+}

@@ -1,0 +1,329 @@
+//! What [`step`](super::step) returns: the writes to make, the Events to record and a report of what the
+//! rollout waits on. Plans are specific: the shell makes no choices, it applies [`Plan::writes`] in order.
+
+use std::fmt;
+
+use netwave_api::NetworkConfigRevisionStatus;
+
+use crate::types::{Sequence, Timestamp};
+
+/// The outcome of one step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Full desired status of each revision whose status changes.
+    pub status_updates: Vec<StatusUpdate>,
+    /// `NodeNetworkConfig` specs to write (or create), most urgent first.
+    pub assignments: Vec<Assignment>,
+    /// `NodeNetworkConfig`s of nodes that left the cluster.
+    pub delete_configs: Vec<String>,
+    /// Revisions beyond the history limit that nothing references.
+    pub delete_revisions: Vec<String>,
+    /// Kubernetes Events, only for transitions (a repeated step over an unchanged world emits none).
+    pub events: Vec<Event>,
+    pub report: Report,
+}
+
+/// One write of a plan, in the order [`Plan::writes`] yields them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Write<'a> {
+    Status(&'a StatusUpdate),
+    Assign(&'a Assignment),
+    DeleteConfig(&'a str),
+    DeleteRevision(&'a str),
+}
+
+impl Plan {
+    /// The writes in the order they must be applied: statuses first (a failure and the `Failed` phase
+    /// are on record before any node is rolled back, a revision is `Validated` before any node gets it),
+    /// then assignments, then deletions. The shell must stop at the first write that fails (a revision
+    /// is only deleted once the assignments moving nodes off it are written) and may stop after any
+    /// write (crash, lost lease): the next step, on any replica, recomputes the rest from what was
+    /// written.
+    pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
+        self.status_updates
+            .iter()
+            .map(Write::Status)
+            .chain(self.assignments.iter().map(Write::Assign))
+            .chain(self.delete_configs.iter().map(|n| Write::DeleteConfig(n)))
+            .chain(
+                self.delete_revisions
+                    .iter()
+                    .map(|n| Write::DeleteRevision(n)),
+            )
+    }
+
+    /// Number of API writes.
+    pub fn write_count(&self) -> usize {
+        self.status_updates.len()
+            + self.assignments.len()
+            + self.delete_configs.len()
+            + self.delete_revisions.len()
+    }
+
+    /// No writes and no events: the world is where the step wants it (or waiting on something).
+    pub fn is_empty(&self) -> bool {
+        self.write_count() == 0 && self.events.is_empty()
+    }
+}
+
+/// The full desired status of one revision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusUpdate {
+    pub revision: String,
+    pub status: NetworkConfigRevisionStatus,
+}
+
+/// Write `NodeNetworkConfig/<node>.spec` for `revision` (render the node's config for it, whose hash is
+/// `config_hash`) and set the `netwave.dev/assigned-at` annotation to `assigned_at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    pub node: String,
+    /// The node has no `NodeNetworkConfig` yet: create it.
+    pub create: bool,
+    pub revision: String,
+    pub sequence: Sequence,
+    pub config_hash: String,
+    pub retry: u32,
+    pub assigned_at: Timestamp,
+    pub reason: AssignReason,
+}
+
+/// Why a node is (re)assigned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AssignReason {
+    /// A canary of the target, ahead of everyone else.
+    Canary,
+    /// The target, in rollout order.
+    Rollout,
+    /// The target, whose rendered config equals what the node runs: nothing to apply, no budget spent.
+    FastPath,
+    /// A node without a config: the last good revision, or the target once it has an updated node.
+    NewNode,
+    /// Off a failed revision (or a node that failed the target) onto the last good revision.
+    Rollback,
+    /// Same revision, new `spec.retry` after an admin re-armed it.
+    Retry,
+    /// Same revision, but the node's rendered config changed (its labels changed).
+    Rerender,
+    /// Same revision, the `netwave.dev/assigned-at` annotation was missing or unreadable.
+    Restamp,
+}
+
+impl AssignReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AssignReason::Canary => "Canary",
+            AssignReason::Rollout => "Rollout",
+            AssignReason::FastPath => "FastPath",
+            AssignReason::NewNode => "NewNode",
+            AssignReason::Rollback => "Rollback",
+            AssignReason::Retry => "Retry",
+            AssignReason::Rerender => "Rerender",
+            AssignReason::Restamp => "Restamp",
+        }
+    }
+}
+
+/// A Kubernetes Event to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub object: ObjectRef,
+    pub type_: EventType,
+    pub reason: EventReason,
+    pub message: String,
+}
+
+/// The object an Event is about.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjectRef {
+    Revision(String),
+    NodeConfig(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// Stable Event reasons (a small fixed set: fit for metric labels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EventReason {
+    /// The step saw a revision for the first time.
+    RevisionCreated,
+    ValidationFailed,
+    InvalidPolicy,
+    RolloutStarted,
+    /// Every canary is updated; the bake starts.
+    CanariesUpdated,
+    NodeFailed,
+    /// `maxFailures` reached.
+    RevisionFailed,
+    RollbackStarted,
+    /// A revision failed and there is no last good revision to go back to.
+    NoLastGoodRevision,
+    RetryStarted,
+    RolloutPaused,
+    RolloutResumed,
+    ProgressDeadlineExceeded,
+    RolloutComplete,
+    RevisionSuperseded,
+}
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::RevisionCreated => "RevisionCreated",
+            EventReason::ValidationFailed => "ValidationFailed",
+            EventReason::InvalidPolicy => "InvalidPolicy",
+            EventReason::RolloutStarted => "RolloutStarted",
+            EventReason::CanariesUpdated => "CanariesUpdated",
+            EventReason::NodeFailed => "NodeFailed",
+            EventReason::RevisionFailed => "RevisionFailed",
+            EventReason::RollbackStarted => "RollbackStarted",
+            EventReason::NoLastGoodRevision => "NoLastGoodRevision",
+            EventReason::RetryStarted => "RetryStarted",
+            EventReason::RolloutPaused => "RolloutPaused",
+            EventReason::RolloutResumed => "RolloutResumed",
+            EventReason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
+            EventReason::RolloutComplete => "RolloutComplete",
+            EventReason::RevisionSuperseded => "RevisionSuperseded",
+        }
+    }
+
+    pub fn type_(self) -> EventType {
+        match self {
+            EventReason::ValidationFailed
+            | EventReason::InvalidPolicy
+            | EventReason::NodeFailed
+            | EventReason::RevisionFailed
+            | EventReason::RollbackStarted
+            | EventReason::NoLastGoodRevision
+            | EventReason::ProgressDeadlineExceeded => EventType::Warning,
+            _ => EventType::Normal,
+        }
+    }
+}
+
+/// What the step found and what holds the rollout back. Becomes the target's `status.message`, metrics
+/// and logs; not written anywhere by itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// Newest revision that is not `Failed`.
+    pub target: Option<String>,
+    /// Newest `Complete` revision: where failed nodes go back to.
+    pub last_good: Option<String>,
+    /// Nodes in flight after this plan is applied.
+    pub in_flight: u32,
+    /// `maxUnavailable` resolved against the eligible nodes.
+    pub budget: u32,
+    pub waiting: Vec<WaitingOn>,
+    /// When something time-based happens next (bake end, an apply timeout, the progress deadline):
+    /// step again then even if nothing changes.
+    pub requeue_at: Option<Timestamp>,
+}
+
+/// One thing the rollout waits on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitingOn {
+    /// No revision to roll out (none yet, or all failed).
+    NoTarget,
+    /// The target's `spec.rollout` has errors; nothing new is assigned until they are fixed.
+    InvalidPolicy { errors: Vec<String> },
+    /// `spec.paused` is set.
+    Paused { since: Timestamp },
+    /// Canaries not updated yet; other nodes wait.
+    Canaries { pending: u32 },
+    /// Canaries are updated; other nodes wait until `until`.
+    CanaryBake { until: Timestamp },
+    /// `maxUnavailable` nodes are in flight.
+    Budget { in_flight: u32, budget: u32 },
+    /// `maxUnavailablePerDomain` nodes are in flight in `domain`.
+    DomainBudget {
+        domain: String,
+        in_flight: u32,
+        budget: u32,
+    },
+    /// Nodes assigned the target whose agents have not reported `Provisioned` yet.
+    NodesInFlight { count: u32, first: Vec<String> },
+    /// Not Ready or cordoned nodes left for later.
+    NotReady { count: u32, first: Vec<String> },
+    /// The caller did not supply rendered hashes for these nodes.
+    MissingRender {
+        revision: String,
+        count: u32,
+        first: Vec<String>,
+    },
+    /// A revision failed while no revision had ever completed: nothing more is assigned.
+    NoLastGood { failed: String },
+}
+
+fn names(f: &mut fmt::Formatter<'_>, count: u32, first: &[String]) -> fmt::Result {
+    write!(f, "{}", first.join(", "))?;
+    if count as usize > first.len() {
+        write!(f, " and {} more", count as usize - first.len())?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for WaitingOn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitingOn::NoTarget => write!(f, "no revision to roll out"),
+            WaitingOn::InvalidPolicy { errors } => {
+                write!(f, "invalid rollout policy: {}", errors.join("; "))
+            }
+            WaitingOn::Paused { since } => {
+                write!(f, "paused (spec.paused) since {}", since.to_time().0)
+            }
+            WaitingOn::Canaries { pending } => {
+                write!(f, "waiting for {pending} canary node(s) to update")
+            }
+            WaitingOn::CanaryBake { until } => {
+                write!(f, "canaries updated; baking until {}", until.to_time().0)
+            }
+            WaitingOn::Budget { in_flight, budget } => write!(
+                f,
+                "waiting for budget: {in_flight} node(s) in flight, maxUnavailable {budget}"
+            ),
+            WaitingOn::DomainBudget {
+                domain,
+                in_flight,
+                budget,
+            } => write!(
+                f,
+                "waiting for budget in domain {domain:?}: {in_flight} in flight, maxUnavailablePerDomain {budget}"
+            ),
+            WaitingOn::NodesInFlight { count, first } => {
+                write!(f, "{count} node(s) applying: ")?;
+                names(f, *count, first)
+            }
+            WaitingOn::NotReady { count, first } => {
+                write!(f, "{count} node(s) not ready or cordoned, left for later: ")?;
+                names(f, *count, first)
+            }
+            WaitingOn::MissingRender {
+                revision,
+                count,
+                first,
+            } => {
+                write!(f, "no rendered config of {revision} for {count} node(s): ")?;
+                names(f, *count, first)
+            }
+            WaitingOn::NoLastGood { failed } => write!(
+                f,
+                "{failed} failed and no revision has ever completed: nothing more is assigned; touched \
+                 nodes keep what their agents restored locally"
+            ),
+        }
+    }
+}

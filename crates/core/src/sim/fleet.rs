@@ -1,0 +1,911 @@
+//! The seeded fleet: agents, world events, admins and a killable leader around one [`Store`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use netwave_api::{Canary, RolloutPolicy};
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use super::store::Store;
+use crate::rollout::{
+    AgentPhase, AgentReport, AssignReason, Budget, Phase, Plan, PolicyDefaults, Write,
+    is_in_flight, is_updated, resolve, step,
+};
+use crate::types::Timestamp;
+
+/// The label that names a node's failure domain in the simulation.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Fault probabilities. Per-apply ones are drawn when an agent starts applying; per-tick ones once per
+/// node (flap, crash) or once per tick (join, leave, kill_step); `kill_write` before every leader write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Faults {
+    /// The apply fails: the agent restores its last good config and reports `Invalid`.
+    pub fail: f64,
+    /// The agent never reports on this apply (until it restarts): the apply timeout catches it.
+    pub hang: f64,
+    /// The agent process restarts (down 1–5 s); an apply in progress is rolled back locally and redone.
+    pub crash: f64,
+    /// The node goes Not Ready or is cordoned for 1–20 s.
+    pub flap: f64,
+    pub join: f64,
+    pub leave: f64,
+    /// The leader dies before a write: the rest of its plan is lost.
+    pub kill_write: f64,
+    /// No leader this tick (killed between steps, the next one not elected yet).
+    pub kill_step: f64,
+}
+
+impl Faults {
+    pub fn none() -> Faults {
+        Faults {
+            fail: 0.0,
+            hang: 0.0,
+            crash: 0.0,
+            flap: 0.0,
+            join: 0.0,
+            leave: 0.0,
+            kill_write: 0.0,
+            kill_step: 0.0,
+        }
+    }
+}
+
+/// One simulation run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    pub seed: u64,
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Failure domains (`topology.kubernetes.io/zone` values).
+    pub domains: usize,
+    /// Ticks with faults and admin activity; then a quiet phase until the fleet settles.
+    pub ticks: u32,
+    /// Most ticks the quiet phase may take before "did not converge" is a violation.
+    pub settle_ticks: u32,
+    pub faults: Faults,
+    /// Every revision's `spec.rollout`.
+    pub policy: RolloutPolicy,
+    pub defaults: PolicyDefaults,
+    /// Per tick: an admin edit produces a new revision.
+    pub new_revision: f64,
+    /// Share of new revisions that fail fleet validation.
+    pub invalid_revision: f64,
+    /// Per tick: an admin toggles `spec.paused` on the newest revision or bumps `spec.retry` of a failed
+    /// one.
+    pub admin: f64,
+    /// Nodes fall into this many config groups; a new revision changes only some groups, so the nodes
+    /// of the others take the fast path.
+    pub config_groups: u32,
+}
+
+impl SimConfig {
+    /// A configuration drawn from `seed`: random policy (count or percent budget, canaries, domains,
+    /// per-domain budget, maxFailures), random fault rates, `nodes` nodes.
+    pub fn random(seed: u64, nodes: usize) -> SimConfig {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_c0f1_9000_0000);
+        let domains = rng.random_range(1..=4usize);
+        let max_unavailable = if rng.random_bool(0.5) {
+            IntOrString::Int(rng.random_range(1..=6))
+        } else {
+            IntOrString::String(format!("{}%", rng.random_range(5..=30)))
+        };
+        let canary = rng.random_bool(0.5).then(|| Canary {
+            count: Some(rng.random_range(1..=3)),
+            selector: None,
+            bake_seconds: rng.random_range(0..=20),
+        });
+        let per_domain = (domains > 1 && rng.random_bool(0.5))
+            .then(|| IntOrString::Int(rng.random_range(1..=2)));
+        let policy = RolloutPolicy {
+            max_unavailable: Some(max_unavailable),
+            max_failures: Some(rng.random_range(1..=3)),
+            apply_timeout_seconds: Some(rng.random_range(15..=40)),
+            progress_deadline_seconds: Some(rng.random_range(30..=120)),
+            canary,
+            topology_key: (domains > 1).then(|| ZONE_LABEL.to_string()),
+            max_unavailable_per_domain: per_domain,
+        };
+        let chaos = rng.random_range(0.0..1.0f64);
+        let faults = Faults {
+            fail: chaos * 0.03,
+            hang: chaos * 0.01,
+            crash: chaos * 0.002,
+            flap: chaos * 0.002,
+            join: chaos * 0.02,
+            leave: chaos * 0.01,
+            kill_write: rng.random_range(0.0..0.3),
+            kill_step: rng.random_range(0.0..0.2),
+        };
+        SimConfig {
+            seed,
+            nodes,
+            domains,
+            ticks: 150,
+            settle_ticks: 2_000,
+            faults,
+            policy,
+            defaults: PolicyDefaults {
+                revision_history_limit: rng.random_range(2..=5),
+                ..PolicyDefaults::default()
+            },
+            new_revision: 0.03,
+            invalid_revision: 0.15,
+            admin: 0.01,
+            config_groups: rng.random_range(1..=4),
+        }
+    }
+
+    /// The same run without any fault, node churn or leader kill (admins still create revisions).
+    pub fn without_faults(mut self) -> SimConfig {
+        self.faults = Faults::none();
+        self.admin = 0.0;
+        self.invalid_revision = 0.0;
+        self
+    }
+}
+
+/// An invariant that did not hold.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("seed {seed}, tick {tick}: {rule}: {detail}")]
+pub struct Violation {
+    pub seed: u64,
+    pub tick: u32,
+    pub rule: &'static str,
+    pub detail: String,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// sha256 over every leader write, agent report and world event, in order.
+    pub history: String,
+    pub ticks: u32,
+    pub steps: u32,
+    pub writes: u32,
+    pub leader_kills: u32,
+    pub revisions: u32,
+    pub failed_revisions: u32,
+    pub node_failures: u32,
+    pub rollbacks: u32,
+    pub fast_paths: u32,
+    pub canary_bakes: u32,
+    /// The target at the end, every node updated for it (or failed on it).
+    pub final_target: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    /// `None`: hung, never reports until the agent restarts.
+    done_at: Option<Timestamp>,
+    fail: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Agent {
+    /// (revision, retry, hash) of the spec this agent last acted on.
+    handled: Option<(String, u32, String)>,
+    pending: Option<Pending>,
+    /// Hash of the config the kernel runs.
+    running: Option<String>,
+    /// Revision of the durable backup.
+    last_good: Option<String>,
+    down_until: Option<Timestamp>,
+    /// (revision, retry) reported Invalid: not re-applied unless the retry changes.
+    invalid: BTreeSet<(String, u32)>,
+}
+
+/// A simulated cluster.
+pub struct Fleet {
+    cfg: SimConfig,
+    rng: ChaCha8Rng,
+    tick: u32,
+    now: Timestamp,
+    store: Store,
+    agents: BTreeMap<String, Agent>,
+    /// Node → when its flap ends.
+    flapping: BTreeMap<String, Timestamp>,
+    next_node: u32,
+    next_sequence: u64,
+    /// Revision → config version per group.
+    versions: BTreeMap<String, Vec<u32>>,
+    invalid: BTreeSet<String>,
+    history: Sha256,
+    outcome: Outcome,
+    quiet: bool,
+}
+
+const START: Timestamp = Timestamp(1_800_000_000_000);
+
+impl Fleet {
+    pub fn new(cfg: SimConfig) -> Fleet {
+        let mut fleet = Fleet {
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            tick: 0,
+            now: START,
+            store: Store {
+                defaults: cfg.defaults.clone(),
+                ..Store::default()
+            },
+            agents: BTreeMap::new(),
+            flapping: BTreeMap::new(),
+            next_node: 0,
+            next_sequence: 1,
+            versions: BTreeMap::new(),
+            invalid: BTreeSet::new(),
+            history: Sha256::new(),
+            outcome: Outcome::default(),
+            quiet: false,
+            cfg,
+        };
+        for _ in 0..fleet.cfg.nodes {
+            fleet.join();
+        }
+        fleet.new_revision(false);
+        fleet
+    }
+
+    /// The store as it is now (for tests that inspect the end state).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn record(&mut self, line: &str) {
+        self.history.update(line.as_bytes());
+        self.history.update(b"\n");
+    }
+
+    fn violation(&self, rule: &'static str, detail: String) -> Violation {
+        Violation {
+            seed: self.cfg.seed,
+            tick: self.tick,
+            rule,
+            detail,
+        }
+    }
+
+    fn group_of(&self, node: &str) -> usize {
+        let n: usize = node
+            .trim_start_matches("node-")
+            .parse()
+            .expect("simulated node names are numbered");
+        n % self.cfg.config_groups.max(1) as usize
+    }
+
+    fn render(&mut self, rev: &str, node: &str) {
+        let g = self.group_of(node);
+        let v = self.versions[rev][g];
+        self.store.rendered.insert(rev, node, format!("g{g}v{v}"));
+    }
+
+    fn join(&mut self) {
+        let name = format!("node-{:03}", self.next_node);
+        let zone = format!("zone-{}", self.next_node as usize % self.cfg.domains.max(1));
+        self.next_node += 1;
+        self.store
+            .add_node(&name, BTreeMap::from([(ZONE_LABEL.to_string(), zone)]));
+        self.agents.insert(name.clone(), Agent::default());
+        let revs: Vec<String> = self.versions.keys().cloned().collect();
+        for r in revs {
+            self.render(&r, &name);
+        }
+        self.record(&format!("join {name}"));
+    }
+
+    fn new_revision(&mut self, may_be_invalid: bool) {
+        let groups = self.cfg.config_groups.max(1) as usize;
+        let seq = self.next_sequence;
+        self.next_sequence += 1;
+        let name = format!("r{seq:03}");
+        let mut versions = self
+            .versions
+            .values()
+            .next_back()
+            .cloned()
+            .unwrap_or_else(|| vec![0; groups]);
+        let changed = self.rng.random_range(0..groups);
+        for (g, v) in versions.iter_mut().enumerate() {
+            if g == changed || self.rng.random_bool(0.5) {
+                *v = seq as u32;
+            }
+        }
+        let invalid = may_be_invalid && self.rng.random_bool(self.cfg.invalid_revision);
+        self.versions.insert(name.clone(), versions);
+        let rev = self.store.add_revision(&name, seq);
+        rev.policy = self.cfg.policy.clone();
+        if invalid {
+            rev.validation.errors = vec![format!("simulated validation error in {name}")];
+            self.invalid.insert(name.clone());
+        }
+        let nodes: Vec<String> = self.store.nodes.keys().cloned().collect();
+        for n in nodes {
+            self.render(&name, &n);
+        }
+        self.outcome.revisions += 1;
+        self.record(&format!("revision {name} invalid={invalid}"));
+    }
+
+    /// Runs the chaos phase, then the quiet phase until the fleet settles; checks every invariant.
+    pub fn run(mut self) -> Result<Outcome, Violation> {
+        for _ in 0..self.cfg.ticks {
+            self.tick()?;
+        }
+        self.quiet = true;
+        self.calm_down();
+        let mut settled_for = 0;
+        let mut ticks = 0;
+        while settled_for < 3 {
+            if ticks >= self.cfg.settle_ticks {
+                return Err(self.violation(
+                    "converges",
+                    format!(
+                        "fleet did not settle within {} quiet ticks",
+                        self.cfg.settle_ticks
+                    ),
+                ));
+            }
+            let (writes, reports, timer) = self.tick()?;
+            // Settled: nothing written, nothing reported, nobody applying, no timer (bake, deadline,
+            // apply timeout) that would change anything later.
+            settled_for = if writes == 0 && reports == 0 && !timer && self.agents_idle() {
+                settled_for + 1
+            } else {
+                0
+            };
+            ticks += 1;
+        }
+        self.check_settled()?;
+        self.outcome.ticks = self.tick;
+        self.outcome.history = hex::encode(self.history.clone().finalize());
+        Ok(self.outcome)
+    }
+
+    /// The quiet phase: every node back, no hung or crashed agent, nothing paused.
+    fn calm_down(&mut self) {
+        for (name, _) in std::mem::take(&mut self.flapping) {
+            if let Some(n) = self.store.nodes.get_mut(&name) {
+                n.ready = true;
+                n.unschedulable = false;
+            }
+        }
+        for agent in self.agents.values_mut() {
+            if agent.down_until.is_some()
+                || agent.pending.as_ref().is_some_and(|p| p.done_at.is_none())
+            {
+                agent.down_until = Some(START); // restarts on its next tick
+            }
+        }
+        for rev in self.store.revisions.values_mut() {
+            rev.paused = false;
+        }
+        self.record("quiet");
+    }
+
+    fn agents_idle(&self) -> bool {
+        self.agents
+            .values()
+            .all(|a| a.pending.is_none() && a.down_until.is_none())
+    }
+
+    /// One tick: time passes, the world and the admins act, agents act, the leader steps.
+    /// Returns (leader writes, agent reports, whether the leader waits on a timer).
+    fn tick(&mut self) -> Result<(u32, u32, bool), Violation> {
+        self.tick += 1;
+        self.now = self.now.plus_secs(self.rng.random_range(1..=3));
+        let faults = if self.quiet {
+            Faults::none()
+        } else {
+            self.cfg.faults.clone()
+        };
+        if !self.quiet {
+            self.world(&faults);
+        }
+        let reports = self.agents_act(&faults);
+        self.check_budget("world and agents", None)?;
+        let (writes, timer) = self.leader(&faults)?;
+        Ok((writes, reports, timer))
+    }
+
+    fn world(&mut self, faults: &Faults) {
+        let now = self.now;
+        // Flaps end, new ones start.
+        let ended: Vec<String> = self
+            .flapping
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in ended {
+            self.flapping.remove(&n);
+            if let Some(node) = self.store.nodes.get_mut(&n) {
+                node.ready = true;
+                node.unschedulable = false;
+                self.record(&format!("back {n}"));
+            }
+        }
+        if faults.flap > 0.0 {
+            let names: Vec<String> = self.store.nodes.keys().cloned().collect();
+            for n in names {
+                if self.flapping.contains_key(&n) || !self.rng.random_bool(faults.flap) {
+                    continue;
+                }
+                let cordon = self.rng.random_bool(0.3);
+                let until = now.plus_secs(self.rng.random_range(1..=20));
+                let node = self.store.node(&n);
+                if cordon {
+                    node.unschedulable = true;
+                } else {
+                    node.ready = false;
+                }
+                self.flapping.insert(n.clone(), until);
+                self.record(&format!("flap {n} cordon={cordon}"));
+            }
+        }
+        if faults.join > 0.0 && self.rng.random_bool(faults.join) {
+            self.join();
+        }
+        if faults.leave > 0.0 && self.store.nodes.len() > 1 && self.rng.random_bool(faults.leave) {
+            let i = self.rng.random_range(0..self.store.nodes.len());
+            let name = self.store.nodes.keys().nth(i).cloned().expect("in range");
+            self.store.nodes.remove(&name);
+            self.agents.remove(&name);
+            self.flapping.remove(&name);
+            self.record(&format!("leave {name}"));
+        }
+        if self.rng.random_bool(self.cfg.new_revision) {
+            self.new_revision(true);
+        }
+        if self.cfg.admin > 0.0 && self.rng.random_bool(self.cfg.admin) {
+            if self.rng.random_bool(0.5) {
+                if let Some(rev) = self.store.revisions.values_mut().next_back() {
+                    rev.paused = !rev.paused;
+                    let line = format!("pause {} {}", rev.name, rev.paused);
+                    self.record(&line);
+                }
+            } else {
+                let failed: Vec<String> = self
+                    .store
+                    .revisions
+                    .values()
+                    .filter(|r| r.status.phase.as_deref() == Some(Phase::Failed.as_str()))
+                    .map(|r| r.name.clone())
+                    .collect();
+                if !failed.is_empty() {
+                    let pick = failed[self.rng.random_range(0..failed.len())].clone();
+                    self.store.revision(&pick).retry += 1;
+                    self.record(&format!("retry {pick}"));
+                }
+            }
+        }
+    }
+
+    fn report(&mut self, node: &str, report: AgentReport) {
+        let line = format!(
+            "report {node} {:?} {:?} {:?}",
+            report.phase.as_ref().map(AgentPhase::as_str),
+            report.observed_revision,
+            report.config_hash
+        );
+        if let Some(cfg) = self.store.configs.get_mut(node) {
+            cfg.status = report;
+        }
+        self.record(&line);
+    }
+
+    /// Every agent looks at its NNC and acts. Returns the number of status reports.
+    fn agents_act(&mut self, faults: &Faults) -> u32 {
+        let now = self.now;
+        let mut reports = 0;
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for name in names {
+            let mut agent = self.agents.remove(&name).expect("listed");
+            // Down: wait for the restart; an interrupted apply is undone from the backup.
+            if let Some(until) = agent.down_until {
+                if now < until {
+                    self.agents.insert(name, agent);
+                    continue;
+                }
+                agent.down_until = None;
+                if agent.pending.take().is_some() {
+                    agent.running = agent
+                        .last_good
+                        .as_ref()
+                        .map(|lg| self.store.hash_of(lg, &name));
+                }
+                agent.handled = None;
+                self.record(&format!("restart {name}"));
+            }
+            if faults.crash > 0.0 && self.rng.random_bool(faults.crash) {
+                agent.down_until = Some(now.plus_secs(self.rng.random_range(1..=5)));
+                self.record(&format!("crash {name}"));
+                self.agents.insert(name, agent);
+                continue;
+            }
+            let Some(cfg) = self.store.configs.get(&name) else {
+                self.agents.insert(name, agent);
+                continue;
+            };
+            let spec = cfg.spec.clone();
+            let key = (spec.revision.clone(), spec.retry, spec.config_hash.clone());
+            if agent.handled.as_ref() != Some(&key) {
+                agent.handled = Some(key);
+                agent.pending = None;
+                let report_base = AgentReport {
+                    observed_revision: Some(spec.revision.clone()),
+                    observed_retry: Some(spec.retry),
+                    last_good_revision: agent.last_good.clone(),
+                    ..AgentReport::default()
+                };
+                if agent.invalid.contains(&(spec.revision.clone(), spec.retry)) {
+                    self.report(
+                        &name,
+                        AgentReport {
+                            phase: Some(AgentPhase::Invalid),
+                            config_hash: agent.running.clone(),
+                            reason: Some("ApplyFailed".into()),
+                            ..report_base
+                        },
+                    );
+                } else if agent.running.as_deref() == Some(spec.config_hash.as_str()) {
+                    // Same config: nothing to apply.
+                    agent.last_good = Some(spec.revision.clone());
+                    self.report(
+                        &name,
+                        AgentReport {
+                            phase: Some(AgentPhase::Provisioned),
+                            config_hash: agent.running.clone(),
+                            last_good_revision: agent.last_good.clone(),
+                            ..report_base
+                        },
+                    );
+                } else {
+                    let fail = faults.fail > 0.0 && self.rng.random_bool(faults.fail);
+                    let hang = !fail && faults.hang > 0.0 && self.rng.random_bool(faults.hang);
+                    let delay = if self.quiet {
+                        1
+                    } else {
+                        self.rng.random_range(1..=6)
+                    };
+                    agent.pending = Some(Pending {
+                        done_at: (!hang).then(|| now.plus_secs(delay)),
+                        fail,
+                    });
+                    self.report(
+                        &name,
+                        AgentReport {
+                            phase: Some(AgentPhase::Provisioning),
+                            config_hash: agent.running.clone(),
+                            ..report_base
+                        },
+                    );
+                }
+                reports += 1;
+            } else if let Some(p) = &agent.pending
+                && p.done_at.is_some_and(|t| now >= t)
+            {
+                let fail = p.fail;
+                agent.pending = None;
+                if fail {
+                    agent.invalid.insert((spec.revision.clone(), spec.retry));
+                    agent.running = agent
+                        .last_good
+                        .as_ref()
+                        .map(|lg| self.store.hash_of(lg, &name));
+                } else {
+                    agent.running = Some(spec.config_hash.clone());
+                    agent.last_good = Some(spec.revision.clone());
+                }
+                self.report(
+                    &name,
+                    AgentReport {
+                        phase: Some(if fail {
+                            AgentPhase::Invalid
+                        } else {
+                            AgentPhase::Provisioned
+                        }),
+                        observed_revision: Some(spec.revision.clone()),
+                        observed_retry: Some(spec.retry),
+                        config_hash: agent.running.clone(),
+                        last_good_revision: agent.last_good.clone(),
+                        reason: fail.then(|| "ApplyFailed".to_string()),
+                        message: None,
+                    },
+                );
+                reports += 1;
+            }
+            self.agents.insert(name, agent);
+        }
+        reports
+    }
+
+    /// The leader's turn: rebuild the input from the store, step, apply writes one at a time.
+    fn leader(&mut self, faults: &Faults) -> Result<(u32, bool), Violation> {
+        if faults.kill_step > 0.0 && self.rng.random_bool(faults.kill_step) {
+            self.outcome.leader_kills += 1;
+            self.record("no leader");
+            return Ok((0, true));
+        }
+        let plan = step(&self.store.input(), self.now);
+        self.outcome.steps += 1;
+        if plan
+            .report
+            .waiting
+            .iter()
+            .any(|w| matches!(w, crate::rollout::WaitingOn::CanaryBake { .. }))
+        {
+            self.outcome.canary_bakes += 1;
+        }
+        let mut writes = 0;
+        for w in plan.writes() {
+            if faults.kill_write > 0.0 && self.rng.random_bool(faults.kill_write) {
+                self.outcome.leader_kills += 1;
+                self.record("leader killed");
+                return Ok((writes, true));
+            }
+            self.apply(w)?;
+            writes += 1;
+        }
+        // A leader that applied its whole plan and steps again must find nothing to do.
+        let again = step(&self.store.input(), self.now);
+        if !again.is_empty() {
+            return Err(self.violation(
+                "idempotent",
+                format!(
+                    "second step over an applied plan is not empty: {}\nfirst plan: {}\ntargets {:?} then {:?}",
+                    summary(&again),
+                    summary(&plan),
+                    plan.report.target,
+                    again.report.target
+                ),
+            ));
+        }
+        Ok((writes, plan.report.requeue_at.is_some()))
+    }
+
+    fn apply(&mut self, w: Write<'_>) -> Result<(), Violation> {
+        let before = self.in_flight();
+        let mut line = String::new();
+        match w {
+            Write::Status(u) => {
+                let _ = write!(
+                    line,
+                    "status {} {:?} u={} p={} f={}",
+                    u.revision,
+                    u.status.phase,
+                    u.status.updated,
+                    u.status.in_progress,
+                    u.status.failed
+                );
+                if u.status.phase.as_deref() == Some(Phase::Failed.as_str())
+                    && self.store.revisions[&u.revision].status.phase.as_deref()
+                        != Some(Phase::Failed.as_str())
+                {
+                    self.outcome.failed_revisions += 1;
+                }
+                let known = self.store.revisions[&u.revision].status.failed_nodes.len();
+                self.outcome.node_failures +=
+                    u.status.failed_nodes.len().saturating_sub(known) as u32;
+            }
+            Write::Assign(a) => {
+                let _ = write!(
+                    line,
+                    "assign {} {} {} {} {:?}",
+                    a.node, a.revision, a.retry, a.config_hash, a.reason
+                );
+                self.check_assignment(a)?;
+                match a.reason {
+                    AssignReason::Rollback => self.outcome.rollbacks += 1,
+                    AssignReason::FastPath => self.outcome.fast_paths += 1,
+                    _ => {}
+                }
+            }
+            Write::DeleteConfig(n) => {
+                let _ = write!(line, "delete-config {n}");
+            }
+            Write::DeleteRevision(r) => {
+                let _ = write!(line, "delete-revision {r}");
+            }
+        }
+        self.store
+            .apply(w)
+            .map_err(|e| self.violation("writes apply", e.to_string()))?;
+        self.outcome.writes += 1;
+        self.record(&line);
+        self.check_budget("leader write", Some(before))
+    }
+
+    /// No node is ever given a failed or unvalidated revision, and no Not Ready or cordoned node is
+    /// ever made in flight.
+    fn check_assignment(&self, a: &crate::rollout::Assignment) -> Result<(), Violation> {
+        let Some(rev) = self.store.revisions.get(&a.revision) else {
+            return Err(self.violation("assigns known revisions", a.revision.clone()));
+        };
+        let phase = rev.status.phase.as_deref();
+        let validated = rev
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Validated" && c.status == "True");
+        if phase == Some(Phase::Failed.as_str()) || !validated || self.invalid.contains(&a.revision)
+        {
+            return Err(self.violation(
+                "never assigns a failed or unvalidated revision",
+                format!(
+                    "{} → {} (phase {phase:?}, validated {validated}, reason {:?})",
+                    a.node, a.revision, a.reason
+                ),
+            ));
+        }
+        let node = &self.store.nodes[&a.node];
+        let was = self.store.configs.get(&a.node).is_some_and(is_in_flight);
+        let mut after = self.store.configs.get(&a.node).cloned().unwrap_or_default();
+        after.spec.revision = a.revision.clone();
+        after.spec.config_hash = a.config_hash.clone();
+        if !node.eligible() && !was && is_in_flight(&after) {
+            return Err(self.violation(
+                "never makes a Not Ready or cordoned node in flight",
+                a.node.clone(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// (in flight overall, per domain) over existing nodes.
+    fn in_flight(&self) -> (u32, BTreeMap<String, u32>) {
+        let mut total = 0;
+        let mut per = BTreeMap::new();
+        for (name, node) in &self.store.nodes {
+            if self.store.configs.get(name).is_some_and(is_in_flight) {
+                total += 1;
+                *per.entry(zone(node)).or_insert(0) += 1;
+            }
+        }
+        (total, per)
+    }
+
+    /// In flight never exceeds the budget: a write that adds an in-flight node leaves at most the budget
+    /// in flight (globally and per domain). With count budgets (which nothing but the policy changes)
+    /// in flight is at most the budget at all times.
+    fn check_budget(
+        &self,
+        when: &str,
+        before: Option<(u32, BTreeMap<String, u32>)>,
+    ) -> Result<(), Violation> {
+        let (policy, _) = resolve(&self.cfg.policy, &self.cfg.defaults);
+        let eligible: Vec<&crate::rollout::NodeState> =
+            self.store.nodes.values().filter(|n| n.eligible()).collect();
+        let budget = policy.max_unavailable.of(eligible.len());
+        let (now_total, now_per) = self.in_flight();
+        let strong = matches!(policy.max_unavailable, Budget::Count(_));
+        let grew = before.as_ref().is_some_and(|(t, _)| now_total > *t);
+        if (strong || grew) && now_total > budget {
+            return Err(self.violation(
+                "in flight never exceeds the budget",
+                format!("{when}: {now_total} in flight, budget {budget}"),
+            ));
+        }
+        if let Some(per_budget) = policy.max_unavailable_per_domain {
+            for (zone_name, &n) in &now_per {
+                let in_zone = eligible.iter().filter(|e| zone(e) == *zone_name).count();
+                let b = per_budget.of(in_zone);
+                let strong = matches!(per_budget, Budget::Count(_));
+                let grew = before
+                    .as_ref()
+                    .is_some_and(|(_, p)| n > p.get(zone_name).copied().unwrap_or(0));
+                if (strong || grew) && n > b {
+                    return Err(self.violation(
+                        "in flight never exceeds the per-domain budget",
+                        format!("{when}: {n} in flight in {zone_name}, budget {b}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After the quiet phase: every node runs the target (or failed it and runs the last good revision);
+    /// no node is left on a failed revision when a last good one exists.
+    fn check_settled(&mut self) -> Result<(), Violation> {
+        let plan = step(&self.store.input(), self.now);
+        let target = plan.report.target.clone();
+        let last_good = plan.report.last_good.clone();
+        self.outcome.final_target = target.clone();
+        let failed: BTreeSet<&str> = self
+            .store
+            .revisions
+            .values()
+            .filter(|r| r.status.phase.as_deref() == Some(Phase::Failed.as_str()))
+            .map(|r| r.name.as_str())
+            .collect();
+        for name in self.store.nodes.keys() {
+            let cfg = self.store.configs.get(name);
+            if let Some(t) = &target {
+                let failed_here = self.store.revisions[t]
+                    .status
+                    .failed_nodes
+                    .iter()
+                    .any(|f| &f.node == name);
+                let ok = match cfg {
+                    Some(c) if failed_here => last_good
+                        .as_deref()
+                        .is_none_or(|lg| lg == t || is_updated(c, lg)),
+                    Some(c) => is_updated(c, t),
+                    None => false,
+                };
+                if !ok {
+                    return Err(self.violation(
+                        "every eligible node converges to the target",
+                        format!(
+                            "{name}: spec {:?} status {:?}; target {t}, last good {last_good:?}; \
+                             waiting {:?}; target status {:?}",
+                            cfg.map(|c| &c.spec),
+                            cfg.map(|c| &c.status),
+                            plan.report.waiting,
+                            self.store.revisions[t].status.message,
+                        ),
+                    ));
+                }
+            }
+            if let (Some(c), Some(_)) = (cfg, &last_good)
+                && failed.contains(c.spec.revision.as_str())
+            {
+                return Err(self.violation(
+                    "a failed revision's touched nodes end on the last good revision",
+                    format!("{name} still on failed {}", c.spec.revision),
+                ));
+            }
+        }
+        if let Some(t) = &target
+            && !self.store.nodes.is_empty()
+            && self.store.revisions[t].status.phase.as_deref() != Some(Phase::Complete.as_str())
+            && self.store.revisions[t].status.updated > 0
+        {
+            return Err(self.violation(
+                "a settled rollout is Complete",
+                format!("{t}: {:?}", self.store.revisions[t].status.message),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn zone(node: &crate::rollout::NodeState) -> String {
+    node.labels.get(ZONE_LABEL).cloned().unwrap_or_default()
+}
+
+fn summary(plan: &Plan) -> String {
+    let mut s = String::new();
+    for w in plan.writes() {
+        match w {
+            Write::Status(u) => {
+                let _ = write!(
+                    s,
+                    "[status {} {:?} {:?}] ",
+                    u.revision, u.status.phase, u.status.message
+                );
+            }
+            Write::Assign(a) => {
+                let _ = write!(s, "[assign {} {} {:?}] ", a.node, a.revision, a.reason);
+            }
+            Write::DeleteConfig(n) => {
+                let _ = write!(s, "[delete-config {n}] ");
+            }
+            Write::DeleteRevision(r) => {
+                let _ = write!(s, "[delete-revision {r}] ");
+            }
+        }
+    }
+    for e in &plan.events {
+        let _ = write!(s, "[event {:?}] ", e.reason);
+    }
+    s
+}
+
+/// Runs one seed (random config, `nodes` nodes).
+pub fn run_seed(seed: u64, nodes: usize) -> Result<Outcome, Violation> {
+    Fleet::new(SimConfig::random(seed, nodes)).run()
+}

@@ -1,0 +1,255 @@
+//! A simulated API store: the objects the configurator and the agents read and write, reduced to what
+//! the rollout looks at. A leader applies [`Write`]s to it one at a time; agents write NNC status; tests
+//! build scenarios with its helpers.
+
+use std::collections::BTreeMap;
+
+use thiserror::Error;
+
+use crate::rollout::{
+    AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, PolicyDefaults,
+    RenderedHashes, RevisionState, RolloutInput, Write, revisions_to_render,
+};
+use crate::types::{Sequence, Timestamp};
+
+/// A write the API server would reject (the leader's view was stale).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("NetworkConfigRevision {0} not found")]
+    RevisionNotFound(String),
+    #[error("NodeNetworkConfig {0} not found")]
+    ConfigNotFound(String),
+    #[error("NodeNetworkConfig {0} already exists")]
+    ConfigExists(String),
+}
+
+/// Every object of a simulated cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Store {
+    pub defaults: PolicyDefaults,
+    pub revisions: BTreeMap<String, RevisionState>,
+    pub nodes: BTreeMap<String, NodeState>,
+    pub configs: BTreeMap<String, NodeConfigState>,
+    /// What "render" gives per revision and node (the simulation's stand-in for `core::render`).
+    pub rendered: RenderedHashes,
+}
+
+impl Store {
+    /// A store with `names` Ready nodes and no revision.
+    pub fn with_nodes<S: AsRef<str>>(names: &[S]) -> Store {
+        let mut s = Store::default();
+        for n in names {
+            s.add_node(n.as_ref(), BTreeMap::new());
+        }
+        s
+    }
+
+    pub fn add_node(&mut self, name: &str, labels: BTreeMap<String, String>) -> &mut NodeState {
+        self.nodes.insert(
+            name.to_string(),
+            NodeState {
+                name: name.to_string(),
+                labels,
+                ready: true,
+                unschedulable: false,
+            },
+        );
+        self.nodes.get_mut(name).expect("just inserted")
+    }
+
+    /// Adds a revision whose config for every node (current and future, see [`Store::hash_of`]) hashes
+    /// to `"<name>"`.
+    pub fn add_revision(&mut self, name: &str, sequence: u64) -> &mut RevisionState {
+        self.revisions.insert(
+            name.to_string(),
+            RevisionState {
+                name: name.to_string(),
+                generation: Some(1),
+                sequence: Sequence(sequence),
+                hash: format!("sha-{name}"),
+                ..RevisionState::default()
+            },
+        );
+        self.revisions.get_mut(name).expect("just inserted")
+    }
+
+    pub fn revision(&mut self, name: &str) -> &mut RevisionState {
+        self.revisions.get_mut(name).expect("no such revision")
+    }
+
+    pub fn node(&mut self, name: &str) -> &mut NodeState {
+        self.nodes.get_mut(name).expect("no such node")
+    }
+
+    pub fn config(&self, name: &str) -> Option<&NodeConfigState> {
+        self.configs.get(name)
+    }
+
+    /// The rendered hash of `revision` for `node`: an explicit entry in `rendered`, else the revision
+    /// name (every node gets the same config).
+    pub fn hash_of(&self, revision: &str, node: &str) -> String {
+        self.rendered
+            .get(revision, node)
+            .map_or_else(|| format!("cfg-{revision}"), str::to_string)
+    }
+
+    /// The node runs `revision` and its agent reported it: spec, `Provisioned`, lastGood, hash.
+    pub fn set_running(&mut self, node: &str, revision: &str, assigned_at: Timestamp) {
+        let hash = self.hash_of(revision, node);
+        let rev = &self.revisions[revision];
+        self.configs.insert(
+            node.to_string(),
+            NodeConfigState {
+                name: node.to_string(),
+                spec: AssignedSpec {
+                    revision: revision.to_string(),
+                    sequence: rev.sequence,
+                    config_hash: hash.clone(),
+                    retry: rev.retry,
+                    assigned_at: Some(assigned_at),
+                },
+                status: AgentReport {
+                    phase: Some(AgentPhase::Provisioned),
+                    observed_revision: Some(revision.to_string()),
+                    observed_retry: Some(rev.retry),
+                    config_hash: Some(hash),
+                    last_good_revision: Some(revision.to_string()),
+                    reason: None,
+                    message: None,
+                },
+            },
+        );
+    }
+
+    /// The node's spec says `revision` (assigned at `at`) but its agent has not reported on it yet.
+    pub fn set_assigned(&mut self, node: &str, revision: &str, at: Timestamp) {
+        let hash = self.hash_of(revision, node);
+        let rev = &self.revisions[revision];
+        let (sequence, retry) = (rev.sequence, rev.retry);
+        let cfg = self
+            .configs
+            .entry(node.to_string())
+            .or_insert_with(|| NodeConfigState {
+                name: node.to_string(),
+                ..NodeConfigState::default()
+            });
+        cfg.spec = AssignedSpec {
+            revision: revision.to_string(),
+            sequence,
+            config_hash: hash,
+            retry,
+            assigned_at: Some(at),
+        };
+    }
+
+    /// The agent of `node` reports on its current spec: `Provisioned` (now runs the spec's config) or
+    /// `Invalid` (restored `lastGood`, runs its config). Returns false if the node has no config.
+    pub fn agent_reports(&mut self, node: &str, phase: AgentPhase, reason: Option<&str>) -> bool {
+        let Some(cfg) = self.configs.get(node) else {
+            return false;
+        };
+        let spec = cfg.spec.clone();
+        let last_good = cfg.status.last_good_revision.clone();
+        let running = match phase {
+            AgentPhase::Provisioned => Some(spec.config_hash.clone()),
+            AgentPhase::Invalid => last_good.as_deref().map(|lg| self.hash_of(lg, node)),
+            _ => cfg.status.config_hash.clone(),
+        };
+        let cfg = self.configs.get_mut(node).expect("checked");
+        cfg.status.last_good_revision = if phase == AgentPhase::Provisioned {
+            Some(spec.revision.clone())
+        } else {
+            last_good
+        };
+        cfg.status.phase = Some(phase);
+        cfg.status.observed_revision = Some(spec.revision);
+        cfg.status.observed_retry = Some(spec.retry);
+        cfg.status.config_hash = running;
+        cfg.status.reason = reason.map(str::to_string);
+        true
+    }
+
+    /// What a leader builds from its caches: everything, with rendered hashes for the revisions
+    /// [`revisions_to_render`] names.
+    pub fn input(&self) -> RolloutInput {
+        let mut input = RolloutInput {
+            defaults: self.defaults.clone(),
+            revisions: self.revisions.values().cloned().collect(),
+            nodes: self.nodes.values().cloned().collect(),
+            configs: self.configs.values().cloned().collect(),
+            rendered: RenderedHashes::default(),
+        };
+        for rev in revisions_to_render(&input) {
+            // Share a complete explicit rendering; otherwise fill in the defaults.
+            if let Some(m) = self.rendered.revision(&rev)
+                && self.nodes.keys().all(|n| m.contains_key(n))
+            {
+                input.rendered.set_revision(rev, m.clone());
+                continue;
+            }
+            let hashes: BTreeMap<String, String> = self
+                .nodes
+                .keys()
+                .map(|n| (n.clone(), self.hash_of(&rev, n)))
+                .collect();
+            input.rendered.set_revision(rev, hashes);
+        }
+        input
+    }
+
+    /// Applies one write as the API server would.
+    pub fn apply(&mut self, write: Write<'_>) -> Result<(), StoreError> {
+        match write {
+            Write::Status(u) => {
+                let rev = self
+                    .revisions
+                    .get_mut(&u.revision)
+                    .ok_or_else(|| StoreError::RevisionNotFound(u.revision.clone()))?;
+                rev.status = u.status.clone();
+            }
+            Write::Assign(a) => {
+                let spec = AssignedSpec {
+                    revision: a.revision.clone(),
+                    sequence: a.sequence,
+                    config_hash: a.config_hash.clone(),
+                    retry: a.retry,
+                    assigned_at: Some(a.assigned_at),
+                };
+                match (self.configs.get_mut(&a.node), a.create) {
+                    (Some(_), true) => return Err(StoreError::ConfigExists(a.node.clone())),
+                    (None, false) => return Err(StoreError::ConfigNotFound(a.node.clone())),
+                    (Some(cfg), false) => cfg.spec = spec,
+                    (None, true) => {
+                        self.configs.insert(
+                            a.node.clone(),
+                            NodeConfigState {
+                                name: a.node.clone(),
+                                spec,
+                                status: AgentReport::default(),
+                            },
+                        );
+                    }
+                }
+            }
+            Write::DeleteConfig(name) => {
+                self.configs
+                    .remove(name)
+                    .ok_or_else(|| StoreError::ConfigNotFound(name.to_string()))?;
+            }
+            Write::DeleteRevision(name) => {
+                self.revisions
+                    .remove(name)
+                    .ok_or_else(|| StoreError::RevisionNotFound(name.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies every write of a plan, in order, stopping at the first the store rejects.
+    pub fn apply_plan(&mut self, plan: &crate::rollout::Plan) -> Result<(), StoreError> {
+        for w in plan.writes() {
+            self.apply(w)?;
+        }
+        Ok(())
+    }
+}

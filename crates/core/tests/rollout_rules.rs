@@ -1,0 +1,809 @@
+//! Table tests for the rollout rules of DESIGN.md §3, one test per rule, named after it. Every step in
+//! these tests goes through `run`, which also checks that stepping again over the applied plan plans
+//! nothing (the configurator relies on that to avoid hot loops).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use netwave_api::{Canary, NetworkConfigRevisionStatus, RolloutPolicy};
+use netwave_core::Timestamp;
+use netwave_core::rollout::{
+    AgentPhase, AssignReason, Budget, EventReason, Plan, REASON_APPLY_TIMEOUT, WaitingOn,
+    is_in_flight, reasons, step,
+};
+use netwave_core::sim::Store;
+
+const T0: Timestamp = Timestamp(1_700_000_000_000);
+
+fn at(secs: u64) -> Timestamp {
+    T0.plus_secs(secs)
+}
+
+fn names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("node-{i:02}")).collect()
+}
+
+/// Steps, applies the whole plan, and checks that a second step over the result plans nothing.
+fn run(store: &mut Store, now: Timestamp) -> Plan {
+    let plan = step(&store.input(), now);
+    store.apply_plan(&plan).expect("plan applies");
+    let again = step(&store.input(), now);
+    assert!(
+        again.is_empty(),
+        "stepping again over the applied plan must plan nothing, got {again:#?}"
+    );
+    plan
+}
+
+fn assigned(plan: &Plan) -> Vec<(&str, &str, AssignReason)> {
+    plan.assignments
+        .iter()
+        .map(|a| (a.node.as_str(), a.revision.as_str(), a.reason))
+        .collect()
+}
+
+fn status<'s>(store: &'s Store, rev: &str) -> &'s NetworkConfigRevisionStatus {
+    &store.revisions[rev].status
+}
+
+fn phase(store: &Store, rev: &str) -> String {
+    status(store, rev).phase.clone().unwrap_or_default()
+}
+
+fn condition(store: &Store, rev: &str, type_: &str) -> (String, String) {
+    let c = status(store, rev)
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("{rev} has no {type_} condition"));
+    (c.status.clone(), c.reason.clone())
+}
+
+fn event_reasons(plan: &Plan) -> Vec<EventReason> {
+    plan.events.iter().map(|e| e.reason).collect()
+}
+
+/// Every agent whose spec is not what it reports finishes successfully.
+fn agents_succeed(store: &mut Store) {
+    let pending: Vec<String> = store
+        .configs
+        .values()
+        .filter(|c| {
+            is_in_flight(c) || c.status.observed_revision.as_deref() != Some(&c.spec.revision)
+        })
+        .map(|c| c.name.clone())
+        .collect();
+    for n in pending {
+        store.agent_reports(&n, AgentPhase::Provisioned, None);
+    }
+}
+
+fn in_flight(store: &Store) -> usize {
+    store
+        .configs
+        .values()
+        .filter(|c| store.nodes.contains_key(&c.name) && is_in_flight(c))
+        .count()
+}
+
+/// A fleet of `n` nodes all running a completed `r1`.
+fn fleet_on_r1(n: usize) -> Store {
+    let mut store = Store::with_nodes(&names(n));
+    store.add_revision("r1", 1);
+    for node in names(n) {
+        store.set_running(&node, "r1", T0);
+    }
+    run(&mut store, T0);
+    assert_eq!(phase(&store, "r1"), "Complete");
+    store
+}
+
+fn on_revision(store: &Store, rev: &str) -> Vec<String> {
+    store
+        .configs
+        .values()
+        .filter(|c| c.spec.revision == rev)
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+#[test]
+fn target_is_the_newest_revision_that_is_not_failed() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2);
+    store.add_revision("r3", 3).status.phase = Some("Failed".into());
+    store.revision("r3").status.observed_retry = Some(0);
+    let plan = run(&mut store, at(1));
+    assert_eq!(plan.report.target.as_deref(), Some("r2"));
+    assert_eq!(plan.report.last_good.as_deref(), Some("r1"));
+    assert_eq!(assigned(&plan), [("node-01", "r2", AssignReason::Rollout)]);
+    assert_eq!(
+        phase(&store, "r3"),
+        "Failed",
+        "a failed revision stays failed"
+    );
+}
+
+#[test]
+fn validation_failure_fails_the_revision_with_errors_in_status_and_touches_no_node() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).validation.errors = vec!["VNI 100 used by vrf a and l2 b".into()];
+    store.revision("r2").validation.warnings = vec!["MTU 1500 is tight".into()];
+    let plan = run(&mut store, at(1));
+    assert!(
+        plan.assignments.is_empty(),
+        "a revision that fails validation touches no node"
+    );
+    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(
+        status(&store, "r2").validation.errors,
+        ["VNI 100 used by vrf a and l2 b"]
+    );
+    assert_eq!(
+        condition(&store, "r2", "Validated"),
+        ("False".into(), reasons::VALIDATION_FAILED.into())
+    );
+    assert!(event_reasons(&plan).contains(&EventReason::ValidationFailed));
+    assert_eq!(plan.report.target.as_deref(), Some("r1"));
+    assert!(on_revision(&store, "r2").is_empty());
+}
+
+#[test]
+fn updated_needs_spec_observed_revision_and_provisioned_stale_status_never_counts() {
+    let mut store = fleet_on_r1(2);
+    store.add_revision("r2", 2);
+    // node-01: spec r2 but its agent still reports Provisioned for r1 (stale): not updated.
+    store.set_assigned("node-01", "r2", at(1));
+    // node-02: spec r2, agent reports r2 but only Provisioning: not updated.
+    store.set_assigned("node-02", "r2", at(1));
+    store
+        .configs
+        .get_mut("node-02")
+        .unwrap()
+        .status
+        .observed_revision = Some("r2".into());
+    store.configs.get_mut("node-02").unwrap().status.phase = Some(AgentPhase::Provisioning);
+    run(&mut store, at(2));
+    assert_eq!(status(&store, "r2").updated, 0);
+    assert_eq!(status(&store, "r2").in_progress, 2);
+    store.agent_reports("node-01", AgentPhase::Provisioned, None);
+    run(&mut store, at(3));
+    assert_eq!(status(&store, "r2").updated, 1);
+}
+
+#[test]
+fn budget_counts_all_in_flight_nodes_whatever_revision() {
+    let mut store = fleet_on_r1(6);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
+    // node-06 is still moving to an old revision and has gone Not Ready: it is in flight all the same.
+    store.add_revision("r0", 0);
+    store.set_assigned("node-06", "r0", T0);
+    store.node("node-06").ready = false;
+    let plan = run(&mut store, at(1));
+    assert_eq!(
+        assigned(&plan),
+        [("node-01", "r2", AssignReason::Rollout)],
+        "one slot of two is taken by node-06 moving to another revision"
+    );
+    assert_eq!(plan.report.in_flight, 2);
+    assert!(plan.report.waiting.contains(&WaitingOn::Budget {
+        in_flight: 2,
+        budget: 2
+    }));
+}
+
+#[test]
+fn max_unavailable_is_a_count_or_a_percentage_of_eligible_nodes() {
+    for (value, fleet, expect) in [
+        (IntOrString::Int(3), 10, 3),
+        (IntOrString::String("25%".into()), 10, 2),
+        (IntOrString::String("10%".into()), 5, 1),
+        (IntOrString::String("100%".into()), 4, 4),
+    ] {
+        let mut store = fleet_on_r1(fleet);
+        store.add_revision("r2", 2).policy.max_unavailable = Some(value.clone());
+        let plan = run(&mut store, at(1));
+        assert_eq!(
+            plan.assignments.len(),
+            expect,
+            "maxUnavailable {value:?} over {fleet}"
+        );
+        assert_eq!(plan.report.budget as usize, expect);
+    }
+    assert_eq!(Budget::Percent(25).of(10), 2);
+}
+
+#[test]
+fn superseding_a_running_revision_never_exceeds_the_budget() {
+    let mut store = fleet_on_r1(5);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
+    let plan = run(&mut store, at(1));
+    assert_eq!(plan.assignments.len(), 2);
+    // r3 arrives while node-01 and node-02 are mid-apply of r2.
+    store.add_revision("r3", 3).policy.max_unavailable = Some(IntOrString::Int(2));
+    let plan = run(&mut store, at(2));
+    assert_eq!(phase(&store, "r2"), "Superseded");
+    assert!(
+        in_flight(&store) <= 2,
+        "never more than maxUnavailable in flight"
+    );
+    // The nodes already in flight move on to r3 without taking new slots; nobody else starts.
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("node-01", "r3", AssignReason::Rollout),
+            ("node-02", "r3", AssignReason::Rollout)
+        ]
+    );
+    assert!(event_reasons(&plan).contains(&EventReason::RevisionSuperseded));
+}
+
+#[test]
+fn not_ready_and_cordoned_nodes_are_skipped_without_budget_and_get_the_target_later() {
+    let mut store = fleet_on_r1(4);
+    store.node("node-01").ready = false;
+    store.node("node-02").unschedulable = true;
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(4));
+    let plan = run(&mut store, at(1));
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("node-03", "r2", AssignReason::Rollout),
+            ("node-04", "r2", AssignReason::Rollout)
+        ]
+    );
+    assert_eq!(status(&store, "r2").skipped, 2);
+    agents_succeed(&mut store);
+    let plan = run(&mut store, at(2));
+    assert!(plan.assignments.is_empty());
+    assert_eq!(
+        phase(&store, "r2"),
+        "Complete",
+        "skipped nodes never block completion"
+    );
+    store.node("node-01").ready = true;
+    store.node("node-02").unschedulable = false;
+    let plan = run(&mut store, at(3));
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("node-01", "r2", AssignReason::Rollout),
+            ("node-02", "r2", AssignReason::Rollout)
+        ]
+    );
+}
+
+#[test]
+fn a_node_that_leaves_is_forgotten_never_a_failure() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2);
+    run(&mut store, at(1)); // node-01 gets r2 and never reports
+    store.nodes.remove("node-01");
+    let plan = run(&mut store, at(1000)); // long past the apply timeout
+    assert_eq!(plan.delete_configs, ["node-01"]);
+    assert!(status(&store, "r2").failed_nodes.is_empty());
+    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert_eq!(assigned(&plan), [("node-02", "r2", AssignReason::Rollout)]);
+}
+
+#[test]
+fn new_nodes_get_the_last_good_revision_until_the_target_has_an_updated_node() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(3));
+    store.revision("r2").policy.canary = Some(Canary {
+        count: Some(1),
+        bake_seconds: 0,
+        selector: None,
+    });
+    run(&mut store, at(1)); // canary node-01 gets r2
+    store.add_node("node-00", BTreeMap::new());
+    let plan = run(&mut store, at(2));
+    assert_eq!(assigned(&plan), [("node-00", "r1", AssignReason::NewNode)]);
+    assert!(
+        plan.assignments[0].create,
+        "a node without a config gets one created"
+    );
+    store.agent_reports("node-01", AgentPhase::Provisioned, None);
+    store.agent_reports("node-00", AgentPhase::Provisioned, None);
+    store.add_node("node-10", BTreeMap::new());
+    let plan = run(&mut store, at(3));
+    let got = assigned(&plan);
+    assert!(
+        got.contains(&("node-10", "r2", AssignReason::NewNode)),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn failure_is_invalid_for_the_assigned_revision_and_retry() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy.max_failures = Some(2);
+    run(&mut store, at(1));
+    // Invalid about another revision (stale report) is not a failure of r2.
+    let cfg = store.configs.get_mut("node-01").unwrap();
+    cfg.status.phase = Some(AgentPhase::Invalid);
+    cfg.status.observed_revision = Some("r1".into());
+    run(&mut store, at(2));
+    assert!(status(&store, "r2").failed_nodes.is_empty());
+    // Invalid for r2 at retry 0 is.
+    store.agent_reports("node-01", AgentPhase::Invalid, Some("HealthCheckFailed"));
+    let plan = run(&mut store, at(3));
+    let failed = &status(&store, "r2").failed_nodes;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        (failed[0].node.as_str(), failed[0].reason.as_str()),
+        ("node-01", "HealthCheckFailed")
+    );
+    assert!(event_reasons(&plan).contains(&EventReason::NodeFailed));
+    // Under maxFailures: the node goes back to the last good revision; the rollout goes on.
+    assert!(assigned(&plan).contains(&("node-01", "r1", AssignReason::Rollback)));
+    assert_eq!(phase(&store, "r2"), "Progressing");
+}
+
+#[test]
+fn failure_is_an_apply_timeout_counted_from_assignment() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy.apply_timeout_seconds = Some(60);
+    let plan = run(&mut store, at(100));
+    assert_eq!(
+        plan.report.requeue_at,
+        Some(at(160)),
+        "requeue when the apply timeout passes"
+    );
+    run(&mut store, at(159));
+    assert!(status(&store, "r2").failed_nodes.is_empty());
+    let plan = run(&mut store, at(160));
+    let failed = &status(&store, "r2").failed_nodes;
+    assert_eq!(failed[0].reason, REASON_APPLY_TIMEOUT);
+    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(assigned(&plan), [("node-01", "r1", AssignReason::Rollback)]);
+}
+
+#[test]
+fn max_failures_fails_the_revision_and_rolls_every_touched_node_back_under_the_budget() {
+    let mut store = fleet_on_r1(6);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
+    run(&mut store, at(1));
+    agents_succeed(&mut store); // node-01, node-02 updated
+    run(&mut store, at(2)); // node-03, node-04 assigned
+    store.agent_reports("node-03", AgentPhase::Invalid, Some("ApplyFailed"));
+    let plan = run(&mut store, at(3));
+    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(
+        condition(&store, "r2", "Progressing"),
+        ("False".into(), reasons::MAX_FAILURES_REACHED.into())
+    );
+    let reasons_ = event_reasons(&plan);
+    assert!(reasons_.contains(&EventReason::RevisionFailed));
+    assert!(reasons_.contains(&EventReason::RollbackStarted));
+    // node-03 failed and already runs its restored r1 config, node-04 is in flight anyway: both move
+    // back for free. node-01/02 run the failed revision and need budget: one slot is left.
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("node-03", "r1", AssignReason::Rollback),
+            ("node-04", "r1", AssignReason::Rollback),
+            ("node-01", "r1", AssignReason::Rollback)
+        ]
+    );
+    assert!(in_flight(&store) <= 2);
+    for t in 4..10 {
+        agents_succeed(&mut store);
+        run(&mut store, at(t));
+        assert!(in_flight(&store) <= 2);
+    }
+    assert!(
+        on_revision(&store, "r2").is_empty(),
+        "every touched node ends on the last good revision"
+    );
+    assert_eq!(on_revision(&store, "r1").len(), 6);
+}
+
+#[test]
+fn a_failed_revision_is_never_retried_automatically_and_spec_retry_rearms_it() {
+    let mut store = fleet_on_r1(2);
+    store.add_revision("r2", 2);
+    run(&mut store, at(1));
+    store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+    run(&mut store, at(2));
+    assert_eq!(phase(&store, "r2"), "Failed");
+    for t in 3..6 {
+        agents_succeed(&mut store);
+        let plan = run(&mut store, at(t * 1000));
+        assert!(
+            plan.assignments.iter().all(|a| a.revision != "r2"),
+            "never retried automatically"
+        );
+    }
+    store.revision("r2").retry = 1;
+    let plan = run(&mut store, at(6000));
+    assert!(event_reasons(&plan).contains(&EventReason::RetryStarted));
+    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert!(status(&store, "r2").failed_nodes.is_empty());
+    assert_eq!(status(&store, "r2").observed_retry, Some(1));
+    assert_eq!(plan.assignments.len(), 1);
+    assert_eq!(
+        (
+            plan.assignments[0].revision.as_str(),
+            plan.assignments[0].retry
+        ),
+        ("r2", 1)
+    );
+}
+
+#[test]
+fn with_no_last_good_revision_nothing_more_is_assigned_and_status_says_so() {
+    let mut store = Store::with_nodes(&names(3));
+    store.add_revision("r1", 1);
+    let plan = run(&mut store, T0);
+    assert_eq!(assigned(&plan), [("node-01", "r1", AssignReason::Rollout)]);
+    store.agent_reports("node-01", AgentPhase::Invalid, Some("KernelUnsupported"));
+    let plan = run(&mut store, at(1));
+    assert_eq!(phase(&store, "r1"), "Failed");
+    assert!(plan.assignments.is_empty());
+    assert!(event_reasons(&plan).contains(&EventReason::NoLastGoodRevision));
+    let message = status(&store, "r1").message.clone().unwrap();
+    assert!(
+        message.contains("no revision has ever completed"),
+        "{message}"
+    );
+    assert!(plan.report.waiting.contains(&WaitingOn::NoLastGood {
+        failed: "r1".into()
+    }));
+    store.add_node("node-04", BTreeMap::new());
+    assert!(
+        run(&mut store, at(2)).assignments.is_empty(),
+        "not even new nodes"
+    );
+}
+
+#[test]
+fn fail_forward_a_newer_revision_becomes_the_target_without_cleanup() {
+    let mut store = fleet_on_r1(4);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
+    run(&mut store, at(1));
+    store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+    run(&mut store, at(2));
+    assert_eq!(phase(&store, "r2"), "Failed");
+    // The admin fixes the inputs before the rollback finished.
+    store.add_revision("r3", 3).policy.max_unavailable = Some(IntOrString::Int(2));
+    let plan = run(&mut store, at(3));
+    assert_eq!(plan.report.target.as_deref(), Some("r3"));
+    for t in 4..12 {
+        agents_succeed(&mut store);
+        run(&mut store, at(t));
+    }
+    assert_eq!(on_revision(&store, "r3").len(), 4);
+    assert_eq!(phase(&store, "r3"), "Complete");
+    assert_eq!(phase(&store, "r2"), "Failed");
+}
+
+fn labelled(store: &mut Store, name: &str, zone: &str) {
+    store.add_node(
+        name,
+        BTreeMap::from([("zone".to_string(), zone.to_string())]),
+    );
+}
+
+#[test]
+fn order_is_canaries_then_bake_then_failure_domains_round_robin_then_name() {
+    let mut store = Store::default();
+    for (n, z) in [
+        ("a1", "a"),
+        ("a2", "a"),
+        ("a3", "a"),
+        ("b1", "b"),
+        ("b2", "b"),
+        ("c1", "c"),
+    ] {
+        labelled(&mut store, n, z);
+    }
+    store.add_revision("r1", 1);
+    for n in ["a1", "a2", "a3", "b1", "b2", "c1"] {
+        store.set_running(n, "r1", T0);
+    }
+    let r2 = store.add_revision("r2", 2);
+    r2.policy = RolloutPolicy {
+        max_unavailable: Some(IntOrString::Int(1)),
+        topology_key: Some("zone".into()),
+        canary: Some(Canary {
+            count: None,
+            selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("zone".into(), "b".into())])),
+                ..LabelSelector::default()
+            }),
+            bake_seconds: 30,
+        }),
+        ..RolloutPolicy::default()
+    };
+    let mut order = Vec::new();
+    let mut t = 1;
+    let mut bake_seen = None;
+    while order.len() < 6 && t < 200 {
+        let plan = run(&mut store, at(t));
+        for a in &plan.assignments {
+            order.push(a.node.clone());
+        }
+        for w in &plan.report.waiting {
+            if let WaitingOn::CanaryBake { until } = w {
+                bake_seen = Some(*until);
+            }
+        }
+        agents_succeed(&mut store);
+        t += 1;
+    }
+    assert_eq!(order, ["b1", "b2", "a1", "c1", "a2", "a3"]);
+    let bake_until = bake_seen.expect("the rollout waited for the bake");
+    // b2 was updated before the step at t=3 noticed: the bake runs 30s from then.
+    assert_eq!(bake_until, at(33));
+    let started_rest = store.configs["a1"].spec.assigned_at.unwrap();
+    assert!(
+        started_rest >= bake_until,
+        "nobody else starts before the bake ends"
+    );
+}
+
+#[test]
+fn canary_count_takes_the_first_nodes_in_order_and_nobody_else_moves_until_they_are_updated() {
+    let mut store = fleet_on_r1(5);
+    store.add_revision("r2", 2).policy = RolloutPolicy {
+        max_unavailable: Some(IntOrString::Int(5)),
+        canary: Some(Canary {
+            count: Some(2),
+            selector: None,
+            bake_seconds: 0,
+        }),
+        ..RolloutPolicy::default()
+    };
+    let plan = run(&mut store, at(1));
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("node-01", "r2", AssignReason::Canary),
+            ("node-02", "r2", AssignReason::Canary)
+        ]
+    );
+    assert!(
+        plan.report
+            .waiting
+            .contains(&WaitingOn::Canaries { pending: 2 })
+    );
+    store.agent_reports("node-01", AgentPhase::Provisioned, None);
+    assert!(run(&mut store, at(2)).assignments.is_empty());
+    store.agent_reports("node-02", AgentPhase::Provisioned, None);
+    let plan = run(&mut store, at(3));
+    assert!(event_reasons(&plan).contains(&EventReason::CanariesUpdated));
+    assert_eq!(plan.assignments.len(), 3);
+}
+
+#[test]
+fn max_unavailable_per_domain_limits_each_failure_domain() {
+    let mut store = Store::default();
+    for (n, z) in [
+        ("a1", "a"),
+        ("a2", "a"),
+        ("a3", "a"),
+        ("b1", "b"),
+        ("b2", "b"),
+    ] {
+        labelled(&mut store, n, z);
+    }
+    store.add_revision("r1", 1);
+    for n in ["a1", "a2", "a3", "b1", "b2"] {
+        store.set_running(n, "r1", T0);
+    }
+    store.add_revision("r2", 2).policy = RolloutPolicy {
+        max_unavailable: Some(IntOrString::Int(10)),
+        topology_key: Some("zone".into()),
+        max_unavailable_per_domain: Some(IntOrString::Int(1)),
+        ..RolloutPolicy::default()
+    };
+    let plan = run(&mut store, at(1));
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("a1", "r2", AssignReason::Rollout),
+            ("b1", "r2", AssignReason::Rollout)
+        ]
+    );
+    assert!(plan.report.waiting.iter().any(|w| matches!(
+        w,
+        WaitingOn::DomainBudget { domain, in_flight: 1, budget: 1 } if domain == "a"
+    )));
+}
+
+#[test]
+fn pause_stops_new_assignments_while_nodes_in_flight_finish() {
+    let mut store = fleet_on_r1(4);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
+    run(&mut store, at(1));
+    store.revision("r2").paused = true;
+    let plan = run(&mut store, at(2));
+    assert!(plan.assignments.is_empty());
+    assert!(event_reasons(&plan).contains(&EventReason::RolloutPaused));
+    assert_eq!(status(&store, "r2").paused_at, Some(at(2).to_time()));
+    assert_eq!(condition(&store, "r2", "Paused").0, "True");
+    assert!(
+        plan.report
+            .waiting
+            .contains(&WaitingOn::Paused { since: at(2) })
+    );
+    agents_succeed(&mut store); // in-flight nodes finish
+    let plan = run(&mut store, at(3));
+    assert!(plan.assignments.is_empty());
+    assert_eq!(status(&store, "r2").updated, 2);
+    store.revision("r2").paused = false;
+    let plan = run(&mut store, at(4));
+    assert!(event_reasons(&plan).contains(&EventReason::RolloutResumed));
+    assert_eq!(plan.assignments.len(), 2);
+    assert_eq!(status(&store, "r2").paused_at, None);
+}
+
+#[test]
+fn progress_deadline_sets_progressing_false_with_an_event() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy = RolloutPolicy {
+        progress_deadline_seconds: Some(100),
+        apply_timeout_seconds: Some(10_000),
+        ..RolloutPolicy::default()
+    };
+    run(&mut store, at(0));
+    let plan = run(&mut store, at(99));
+    assert_eq!(plan.report.requeue_at, Some(at(100)));
+    assert_eq!(condition(&store, "r2", "Progressing").0, "True");
+    let plan = run(&mut store, at(100));
+    assert_eq!(
+        condition(&store, "r2", "Progressing"),
+        ("False".into(), reasons::PROGRESS_DEADLINE_EXCEEDED.into())
+    );
+    assert!(event_reasons(&plan).contains(&EventReason::ProgressDeadlineExceeded));
+    assert!(
+        run(&mut store, at(150)).is_empty(),
+        "the event is emitted once"
+    );
+    agents_succeed(&mut store);
+    run(&mut store, at(151));
+    assert_eq!(
+        condition(&store, "r2", "Progressing").0,
+        "True",
+        "progress clears it"
+    );
+}
+
+#[test]
+fn history_keeps_the_limit_and_never_deletes_a_referenced_revision() {
+    let mut store = fleet_on_r1(2);
+    store.defaults.revision_history_limit = 2;
+    for (name, seq) in [("r2", 2), ("r3", 3), ("r4", 4)] {
+        store.add_revision(name, seq).validation.errors = vec!["bad".into()];
+    }
+    store.add_revision("r5", 5);
+    // node-02's agent still names r2 as its last good revision.
+    store
+        .configs
+        .get_mut("node-02")
+        .unwrap()
+        .status
+        .last_good_revision = Some("r2".into());
+    let plan = run(&mut store, at(1));
+    assert_eq!(plan.delete_revisions, ["r3"]);
+    assert!(
+        store.revisions.contains_key("r1"),
+        "r1 is the last good revision and in use"
+    );
+    assert!(
+        store.revisions.contains_key("r2"),
+        "referenced by node-02's lastGoodRevision"
+    );
+}
+
+#[test]
+fn fast_path_moves_nodes_with_an_unchanged_config_without_spending_budget() {
+    let mut store = fleet_on_r1(4);
+    store.add_revision("r2", 2);
+    // r2 changes only node-04's config.
+    for n in ["node-01", "node-02", "node-03"] {
+        store.rendered.insert("r2", n, "cfg-r1");
+    }
+    let plan = run(&mut store, at(1));
+    assert_eq!(
+        assigned(&plan),
+        [
+            ("node-01", "r2", AssignReason::FastPath),
+            ("node-02", "r2", AssignReason::FastPath),
+            ("node-03", "r2", AssignReason::FastPath),
+            ("node-04", "r2", AssignReason::Rollout)
+        ]
+    );
+    assert_eq!(in_flight(&store), 1, "fast-path nodes are not in flight");
+    agents_succeed(&mut store);
+    run(&mut store, at(2));
+    assert_eq!(phase(&store, "r2"), "Complete");
+}
+
+#[test]
+fn leader_failover_resumes_from_api_state_after_any_partial_plan() {
+    // One uninterrupted leader vs. leaders killed after each possible number of writes.
+    let mut base = fleet_on_r1(5);
+    base.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
+    run(&mut base, at(1));
+    base.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+    let plan = step(&base.input(), at(2));
+    assert!(plan.write_count() >= 3);
+    let mut whole = base.clone();
+    whole.apply_plan(&plan).unwrap();
+    for k in 0..plan.write_count() {
+        let mut store = base.clone();
+        for w in plan.writes().take(k) {
+            store.apply(w).unwrap();
+        }
+        // A new leader steps from what was written. It never reverts and ends where the old one would.
+        let next = step(&store.input(), at(2));
+        for w in next.writes() {
+            store.apply(w).unwrap();
+        }
+        assert_eq!(store.configs, whole.configs, "after {k} writes");
+        assert_eq!(
+            store.revisions["r2"].status, whole.revisions["r2"].status,
+            "after {k} writes"
+        );
+    }
+}
+
+#[test]
+fn events_are_emitted_only_on_transitions() {
+    let mut store = fleet_on_r1(2);
+    store.add_revision("r2", 2);
+    let first = run(&mut store, at(1));
+    assert_eq!(
+        event_reasons(&first),
+        [EventReason::RevisionCreated, EventReason::RolloutStarted]
+    );
+    for t in 2..5 {
+        assert!(run(&mut store, at(t)).events.is_empty());
+    }
+}
+
+#[test]
+fn an_invalid_policy_halts_the_rollout_and_names_the_field() {
+    let mut store = fleet_on_r1(2);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::String("lots".into()));
+    let plan = run(&mut store, at(1));
+    assert!(plan.assignments.is_empty());
+    assert_eq!(
+        condition(&store, "r2", "Progressing"),
+        ("False".into(), reasons::INVALID_POLICY.into())
+    );
+    let msg = status(&store, "r2").message.clone().unwrap();
+    assert!(msg.contains("spec.rollout.maxUnavailable"), "{msg}");
+    assert!(event_reasons(&plan).contains(&EventReason::InvalidPolicy));
+}
+
+#[test]
+fn a_complete_revision_is_never_failed_by_a_late_node() {
+    let mut store = fleet_on_r1(2);
+    store.add_node("node-03", BTreeMap::new());
+    let plan = run(&mut store, at(1));
+    assert_eq!(assigned(&plan), [("node-03", "r1", AssignReason::NewNode)]);
+    store.agent_reports("node-03", AgentPhase::Invalid, Some("KernelUnsupported"));
+    run(&mut store, at(2));
+    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(condition(&store, "r1", "Degraded").0, "True");
+    assert_eq!(on_revision(&store, "r1").len(), 3, "nobody is rolled back");
+}
+
+#[test]
+fn the_plan_does_not_depend_on_input_order() {
+    let mut store = fleet_on_r1(6);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(3));
+    store.add_revision("r3", 3).validation.errors = vec!["bad".into()];
+    store.set_assigned("node-04", "r2", at(1));
+    let input = store.input();
+    let plan = step(&input, at(5));
+    let mut reversed = input.clone();
+    reversed.nodes.reverse();
+    reversed.configs.reverse();
+    reversed.revisions.reverse();
+    assert_eq!(step(&reversed, at(5)), plan);
+}
