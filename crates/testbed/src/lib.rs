@@ -16,10 +16,11 @@
 //!
 //! Known simplifications against kube-apiserver: lists are atomic for server-side apply
 //! (no `x-kubernetes-list-type: map` merging); strategic merge patches on built-ins are JSON
-//! merge patches; core/v1 and events.k8s.io/v1 Events are stored separately; no CEL validation,
+//! merge patches; no CEL validation,
 //! no conversion webhooks, no admission, no authentication (tokens only identify clients for
 //! partitions); namespace deletion is immediate.
 
+pub mod events;
 pub mod faults;
 pub mod resources;
 pub mod schema;

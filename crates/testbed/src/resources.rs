@@ -48,6 +48,19 @@ impl ResourceType {
         format!("{}/{}", self.group, self.plural)
     }
 
+    /// Where objects are kept: events.k8s.io/v1 Events share core/v1's storage.
+    pub fn storage_key(&self) -> String {
+        if self.is_events_v1() {
+            "/events".into()
+        } else {
+            self.key()
+        }
+    }
+
+    pub fn is_events_v1(&self) -> bool {
+        self.group == "events.k8s.io" && self.plural == "events"
+    }
+
     /// `plural` or `plural.group` as in error messages.
     pub fn group_resource(&self) -> String {
         if self.group.is_empty() {

@@ -656,14 +656,20 @@ async fn resource_request(
             let v = parse_json(&body)?;
             let w = shared.write(|st| verbs::create(st, &t, v, &opts))?;
             Ok(with_warnings(
-                object_response(if w.created { 201 } else { 200 }, &w.object),
+                object_response(
+                    if w.created { 201 } else { 200 },
+                    &verbs::present(&w.object, &t),
+                ),
                 &w.warnings,
             ))
         }
         "update" => {
             let v = parse_json(&body)?;
             let w = shared.write(|st| verbs::replace(st, &t, v, &opts))?;
-            Ok(with_warnings(object_response(200, &w.object), &w.warnings))
+            Ok(with_warnings(
+                object_response(200, &verbs::present(&w.object, &t)),
+                &w.warnings,
+            ))
         }
         "patch" => {
             let ct = content_type.split(';').next().unwrap_or_default().trim();
@@ -680,7 +686,10 @@ async fn resource_request(
             };
             let w = shared.write(|st| verbs::patch(st, &t, kind, &body, &opts))?;
             let code = if w.created { 201 } else { 200 };
-            Ok(with_warnings(object_response(code, &w.object), &w.warnings))
+            Ok(with_warnings(
+                object_response(code, &verbs::present(&w.object, &t)),
+                &w.warnings,
+            ))
         }
         "delete" => {
             let mut del = if body.is_empty() {
@@ -692,7 +701,7 @@ async fn resource_request(
                 del.orphan = true;
             }
             let obj = shared.write(|st| verbs::delete(st, &t, &del, &opts))?;
-            Ok(object_response(200, &obj))
+            Ok(object_response(200, &verbs::present(&obj, &t)))
         }
         "deletecollection" => {
             let sel = selectors(&query, &t.rt)?;

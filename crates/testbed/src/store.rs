@@ -178,7 +178,7 @@ impl Store {
 
     pub fn get(&self, rt: &ResourceType, key: &str) -> Option<Arc<Object>> {
         self.objects
-            .get(&rt.key())
+            .get(&rt.storage_key())
             .and_then(|m| m.get(key))
             .cloned()
     }
@@ -190,7 +190,7 @@ impl Store {
         namespace: Option<&'a str>,
         after: Option<&'a str>,
     ) -> impl Iterator<Item = (&'a String, &'a Arc<Object>)> + 'a {
-        let map = self.objects.get(&rt.key());
+        let map = self.objects.get(&rt.storage_key());
         let prefix = namespace.map(|ns| format!("{ns}/"));
         map.into_iter().flat_map(move |m| {
             let start = match (after, &prefix) {
@@ -208,7 +208,7 @@ impl Store {
     }
 
     pub fn count(&self, rt: &ResourceType) -> usize {
-        self.objects.get(&rt.key()).map_or(0, |m| m.len())
+        self.objects.get(&rt.storage_key()).map_or(0, |m| m.len())
     }
 
     fn bump(&mut self) -> u64 {
@@ -232,7 +232,7 @@ impl Store {
         let obj = Arc::new(Object::from_value(&obj));
         let prev = self
             .objects
-            .entry(rt.key())
+            .entry(rt.storage_key())
             .or_default()
             .insert(key.to_string(), obj.clone());
         let kind = if prev.is_some() {
@@ -242,7 +242,7 @@ impl Store {
         };
         self.record(Event {
             rv,
-            resource: rt.key().into(),
+            resource: rt.storage_key().into(),
             kind,
             object: obj.clone(),
             prev,
@@ -252,14 +252,14 @@ impl Store {
 
     /// Removes an object; records DELETED carrying the final state at a fresh resourceVersion.
     pub fn remove(&mut self, rt: &ResourceType, key: &str) -> Option<Arc<Object>> {
-        let old = self.objects.get_mut(&rt.key())?.remove(key)?;
+        let old = self.objects.get_mut(&rt.storage_key())?.remove(key)?;
         let rv = self.bump();
         let mut last = old.value();
         last["metadata"]["resourceVersion"] = json!(rv.to_string());
         let last = Arc::new(Object::from_value(&last));
         self.record(Event {
             rv,
-            resource: rt.key().into(),
+            resource: rt.storage_key().into(),
             kind: EventType::Deleted,
             object: last.clone(),
             prev: Some(old),
@@ -271,13 +271,13 @@ impl Store {
     pub fn drop_resource(&mut self, rt: &ResourceType) {
         let keys: Vec<String> = self
             .objects
-            .get(&rt.key())
+            .get(&rt.storage_key())
             .map(|m| m.keys().cloned().collect())
             .unwrap_or_default();
         for k in keys {
             self.remove(rt, &k);
         }
-        self.objects.remove(&rt.key());
+        self.objects.remove(&rt.storage_key());
     }
 
     /// Events after `rv` (at most `max`), or Err(compacted) when `rv` is older than the history.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::events;
 use crate::resources::{self, ResourceType};
 use crate::schema;
 use crate::selector::Selectors;
@@ -93,7 +94,9 @@ pub fn now() -> String {
 /// Presents a stored object in the requested version.
 pub fn present(obj: &Arc<Object>, t: &Target) -> Arc<Object> {
     let want = t.api_version();
-    if obj.api_version == want {
+    if t.rt.is_events_v1() && obj.api_version == "v1" {
+        Arc::new(Object::from_value(&events::from_core(&obj.value())))
+    } else if obj.api_version == want {
         obj.clone()
     } else {
         let mut o = obj.value();
@@ -118,6 +121,19 @@ pub fn get(st: &Store, t: &Target) -> Result<Arc<Object>, ApiError> {
     st.get(&t.rt, &t.key())
         .map(|o| present(&o, t))
         .ok_or_else(|| ApiError::not_found(&t.rt, t.name()))
+}
+
+/// events.k8s.io/v1 Events are written through core/v1's storage: the core target, if `t` is one.
+fn events_core_target(st: &Store, t: &Target) -> Option<Target> {
+    if !t.rt.is_events_v1() {
+        return None;
+    }
+    let core = st.registry.get("/events")?;
+    Some(Target {
+        rt: core,
+        version: "v1".into(),
+        ..t.clone()
+    })
 }
 
 /// Continue tokens: hex of `rv/key`, opaque to clients.
@@ -513,6 +529,9 @@ pub fn create(
     body: Value,
     opts: &WriteOptions,
 ) -> Result<Written, ApiError> {
+    if let Some(core) = events_core_target(st, t) {
+        return create_with(st, &core, events::to_core(&body), opts, false);
+    }
     create_with(st, t, body, opts, false)
 }
 
@@ -611,6 +630,9 @@ pub fn replace(
     body: Value,
     opts: &WriteOptions,
 ) -> Result<Written, ApiError> {
+    if let Some(core) = events_core_target(st, t) {
+        return replace(st, &core, events::to_core(&body), opts);
+    }
     if let Some(n) = body["metadata"]["name"].as_str()
         && n != t.name()
     {
@@ -662,11 +684,23 @@ pub fn patch(
             "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         ));
     }
+    let core = events_core_target(st, t);
     if kind == PatchKind::Apply {
-        return apply(st, t, body, opts);
+        return match &core {
+            Some(core) => {
+                let applied = events::to_core(&parse_apply_body(body)?);
+                let bytes = serde_json::to_vec(&applied).expect("JSON serializes");
+                apply(st, core, &bytes, opts)
+            }
+            None => apply(st, t, body, opts),
+        };
     }
-    let live = load_live(st, t)?;
-    let mut doc = live.value();
+    let live = load_live(st, core.as_ref().unwrap_or(t))?;
+    // Patches address the requested version's shape.
+    let mut doc = match &core {
+        Some(_) => events::from_core(&live.value()),
+        None => live.value(),
+    };
     match kind {
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_slice(body)
@@ -693,6 +727,10 @@ pub fn patch(
         }
         PatchKind::Apply => unreachable!("handled above"),
     }
+    let (t, doc) = match &core {
+        Some(core) => (core, events::to_core(&doc)),
+        None => (t, doc),
+    };
     commit(
         st,
         t,

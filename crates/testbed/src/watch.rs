@@ -241,7 +241,7 @@ impl Watcher {
 /// Starts a watch; the returned receiver yields the stream's lines.
 pub fn start(shared: Arc<Shared>, t: Target, p: WatchParams) -> mpsc::Receiver<Chunk> {
     let (tx, rx) = mpsc::channel(64);
-    let key = t.rt.key();
+    let key = t.rt.storage_key();
     let w = Watcher {
         shared: shared.clone(),
         t,

@@ -6,8 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use kube::Api;
 use kube::api::DynamicObject;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Resource};
 use netwave_testbed::{Testbed, TestbedOptions};
 use tokio::process::Command;
 
@@ -112,9 +113,31 @@ async fn kubectl_applies_gets_describes_and_deletes_netwave_resources() {
     let out = k.ok(&["get", "nnc"]).await;
     assert!(out.contains("No resources found"), "{out}");
 
+    // An event recorded by a controller (events.k8s.io/v1) shows up in describe (core/v1).
+    let vrfs: Api<netwave_api::VRFRouteConfiguration> = Api::all(tb.client());
+    let vrf = vrfs.get("cluster").await.unwrap();
+    let recorder = Recorder::new(
+        tb.client(),
+        Reporter {
+            controller: "netwave-configurator".into(),
+            instance: None,
+        },
+    );
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "RevisionCreated".into(),
+        note: Some("folded into revision 1".into()),
+        action: "Fold".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &vrf.object_ref(&())).await.unwrap();
     let out = k.ok(&["describe", "vrf", "cluster"]).await;
     assert!(
         out.contains("Name:") && out.contains("cluster") && out.contains("Route Target:"),
+        "{out}"
+    );
+    assert!(
+        out.contains("RevisionCreated") && out.contains("folded into revision 1"),
         "{out}"
     );
 

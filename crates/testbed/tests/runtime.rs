@@ -165,6 +165,21 @@ async fn controller_reconciles_owned_children_and_status() {
             .iter()
             .any(|e| e.reason.as_deref() == Some("Reconciled"))
     );
+    // The same events through core/v1, as kubectl describe reads them.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(client.clone());
+    let found = core
+        .list(
+            &ListParams::default()
+                .fields("involvedObject.name=n1,involvedObject.kind=NodeNetworkConfig"),
+        )
+        .await
+        .unwrap();
+    let e = found
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Reconciled"))
+        .expect("core/v1 view of the event");
+    assert_eq!(e.reporting_component.as_deref(), Some("test-controller"));
 
     // Deleting the owner collects the child (garbage collection).
     let mut dw = watcher(
