@@ -8,9 +8,11 @@
 //!                                                                 ─► BTreeMap<node, RenderedNode>
 //! ```
 //!
-//! Nodes that select the same objects get the *same* `Arc<NodeConfig>`: in a real fleet thousands of nodes
-//! share a few hundred distinct configs, so rendering and hashing per group (not per node) keeps 5,000
-//! nodes well under a second and the memory flat.
+//! Each object is rendered and serialized once. Nodes that select the same objects form a group, and a
+//! group is only a list of indices into those shared parts; its `configHash` is computed by feeding the
+//! parts' JSON to sha256 in order, without building the config. A [`RenderedNode`] materializes its
+//! [`NodeConfig`] on demand. So 5,000 nodes render in well under a second and a few tens of MiB even
+//! when every node's config differs.
 //!
 //! **Device names** (all ≤ 15 bytes when the VRF name is ≤ 12; longer ones are a validation error):
 //! | object | device | name |
@@ -83,11 +85,85 @@ impl NodeInfo {
     }
 }
 
-/// One node's desired config and its [`config_hash`]. Nodes with equal configs share the `Arc`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One node's rendered config: its [`config_hash`] now, the [`NodeConfig`] itself on demand.
+///
+/// Rendering keeps every object's config once, shared by all nodes, plus per group of equal nodes the
+/// list of parts it has. A 5,000-node fleet where every node differs then costs tens of MiB instead of
+/// a full config per node; the configurator materializes a config only when it writes a
+/// NodeNetworkConfig. Two `RenderedNode`s are equal when their hashes are (equal sha256 of the
+/// canonical JSON means equal configs).
+#[derive(Clone)]
 pub struct RenderedNode {
-    pub config: Arc<NodeConfig>,
     pub config_hash: String,
+    parts: Arc<Parts>,
+    selection: Arc<Selection>,
+}
+
+impl RenderedNode {
+    /// The node's full desired config (clones the shared parts).
+    pub fn config(&self) -> NodeConfig {
+        let (p, s) = (&*self.parts, &*self.selection);
+        NodeConfig {
+            vrfs: s.vrfs.iter().map(|&i| p.vrfs[i as usize].clone()).collect(),
+            layer2s: s.l2s.iter().map(|&i| p.l2s[i as usize].clone()).collect(),
+            routes: s
+                .routes
+                .iter()
+                .map(|&i| p.routes[i as usize].clone())
+                .collect(),
+            rules: s
+                .rules
+                .iter()
+                .map(|&i| p.rules[i as usize].clone())
+                .collect(),
+        }
+    }
+}
+
+impl PartialEq for RenderedNode {
+    fn eq(&self, other: &Self) -> bool {
+        self.config_hash == other.config_hash
+    }
+}
+
+impl Eq for RenderedNode {}
+
+impl fmt::Debug for RenderedNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RenderedNode")
+            .field("config_hash", &self.config_hash)
+            .field("vrfs", &self.selection.vrfs.len())
+            .field("layer2s", &self.selection.l2s.len())
+            .field("routes", &self.selection.routes.len())
+            .field("rules", &self.selection.rules.len())
+            .finish()
+    }
+}
+
+/// Every object's rendered part, in output order, with its canonical JSON and the selectors that put
+/// it on a node.
+struct Parts {
+    vrfs: Vec<VrfConfig>,
+    l2s: Vec<Layer2Config>,
+    /// Distinct routes and rules of all RoutingTables; identical ones from several tables are one entry.
+    routes: Vec<RouteConfig>,
+    rules: Vec<RuleConfig>,
+    vrf_json: Vec<Vec<u8>>,
+    l2_json: Vec<Vec<u8>>,
+    route_json: Vec<Vec<u8>>,
+    rule_json: Vec<Vec<u8>>,
+    vrf_sel: Vec<Option<u32>>,
+    l2_sel: Vec<Option<u32>>,
+    route_sels: Vec<Vec<Option<u32>>>,
+    rule_sels: Vec<Vec<Option<u32>>>,
+}
+
+/// Which parts one group of nodes has, as indices into [`Parts`] (ascending, so in output order).
+struct Selection {
+    vrfs: Vec<u32>,
+    l2s: Vec<u32>,
+    routes: Vec<u32>,
+    rules: Vec<u32>,
 }
 
 /// Kind of an input object.
@@ -159,57 +235,116 @@ pub fn render(
             source: errors[0].clone(),
         });
     }
-    let vrfs: Vec<VrfConfig> = index
-        .vrfs
-        .iter()
-        .zip(&index.vrf_tables)
-        .map(|(v, &table)| vrf_config(v, table))
-        .collect();
-    let l2s: Vec<Layer2Config> = index.l2s.iter().map(|l| layer2_config(l)).collect();
-    let rts: Vec<(Vec<RouteConfig>, Vec<RuleConfig>)> =
-        index.rts.iter().map(|r| table_config(r)).collect();
-    // Emit VRFs by name and layer-2s by VLAN without sorting per group (stable: ties keep object order).
-    let mut vrf_order: Vec<usize> = (0..vrfs.len()).collect();
-    vrf_order.sort_by(|&a, &b| vrfs[a].name.cmp(&vrfs[b].name));
-    let mut l2_order: Vec<usize> = (0..l2s.len()).collect();
-    l2_order.sort_by_key(|&i| l2s[i].vlan);
-
+    let parts = Arc::new(Parts::build(&index));
     let mut out = BTreeMap::new();
     for group in &index.groups {
-        let mut config = NodeConfig::default();
-        for &i in &vrf_order {
-            if group.has(index.vrf_sel[i]) {
-                config.vrfs.push(vrfs[i].clone());
-            }
-        }
-        for &i in &l2_order {
-            if group.has(index.l2_sel[i]) {
-                config.layer2s.push(l2s[i].clone());
-            }
-        }
-        for (i, (routes, rules)) in rts.iter().enumerate() {
-            if group.has(index.rt_sel[i]) {
-                config.routes.extend_from_slice(routes);
-                config.rules.extend_from_slice(rules);
-            }
-        }
-        config.routes.sort();
-        config.routes.dedup();
-        config.rules.sort();
-        config.rules.dedup();
-        let config_hash = config_hash(&config);
-        let config = Arc::new(config);
+        let pick = |sels: &[Option<u32>]| -> Vec<u32> {
+            (0..sels.len() as u32)
+                .filter(|&i| group.has(sels[i as usize]))
+                .collect()
+        };
+        let pick_any = |sels: &[Vec<Option<u32>>]| -> Vec<u32> {
+            (0..sels.len() as u32)
+                .filter(|&i| sels[i as usize].iter().any(|&s| group.has(s)))
+                .collect()
+        };
+        let selection = Arc::new(Selection {
+            vrfs: pick(&parts.vrf_sel),
+            l2s: pick(&parts.l2_sel),
+            routes: pick_any(&parts.route_sels),
+            rules: pick_any(&parts.rule_sels),
+        });
+        let config_hash = parts.hash(&selection);
         for &n in &group.nodes {
             out.insert(
                 index.nodes[n as usize].name.clone(),
                 RenderedNode {
-                    config: Arc::clone(&config),
                     config_hash: config_hash.clone(),
+                    parts: Arc::clone(&parts),
+                    selection: Arc::clone(&selection),
                 },
             );
         }
     }
     Ok(out)
+}
+
+impl Parts {
+    fn build(index: &Index) -> Self {
+        // VRFs by name and layer-2s by VLAN; ties (validation errors) keep canonical object order.
+        let mut vrfs: Vec<(VrfConfig, Option<u32>)> = index
+            .vrfs
+            .iter()
+            .zip(&index.vrf_tables)
+            .zip(&index.vrf_sel)
+            .map(|((v, &table), &sel)| (vrf_config(v, table), sel))
+            .collect();
+        vrfs.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut l2s: Vec<(Layer2Config, Option<u32>)> = index
+            .l2s
+            .iter()
+            .zip(&index.l2_sel)
+            .map(|(l, &sel)| (layer2_config(l), sel))
+            .collect();
+        l2s.sort_by_key(|(l, _)| l.vlan);
+        let mut routes: BTreeMap<RouteConfig, Vec<Option<u32>>> = BTreeMap::new();
+        let mut rules: BTreeMap<RuleConfig, Vec<Option<u32>>> = BTreeMap::new();
+        for (rt, &sel) in index.rts.iter().zip(&index.rt_sel) {
+            let (rt_routes, rt_rules) = table_config(rt);
+            for r in rt_routes {
+                routes.entry(r).or_default().push(sel);
+            }
+            for r in rt_rules {
+                rules.entry(r).or_default().push(sel);
+            }
+        }
+        let (vrfs, vrf_sel): (Vec<_>, Vec<_>) = vrfs.into_iter().unzip();
+        let (l2s, l2_sel): (Vec<_>, Vec<_>) = l2s.into_iter().unzip();
+        let (routes, route_sels): (Vec<_>, Vec<_>) = routes.into_iter().unzip();
+        let (rules, rule_sels): (Vec<_>, Vec<_>) = rules.into_iter().unzip();
+        Parts {
+            vrf_json: vrfs.iter().map(to_json).collect(),
+            l2_json: l2s.iter().map(to_json).collect(),
+            route_json: routes.iter().map(to_json).collect(),
+            rule_json: rules.iter().map(to_json).collect(),
+            vrfs,
+            l2s,
+            routes,
+            rules,
+            vrf_sel,
+            l2_sel,
+            route_sels,
+            rule_sels,
+        }
+    }
+
+    /// [`config_hash`] of the selection's config without building it: the hasher is fed the very bytes
+    /// `serde_json` writes for a `NodeConfig` (`{"vrfs":[…],"layer2s":[…],"routes":[…],"rules":[…]}`),
+    /// from each part's JSON serialized once. A test holds this equal to `config_hash(&config())`.
+    fn hash(&self, s: &Selection) -> String {
+        let mut h = Sha256::new();
+        hash_list(&mut h, b"{\"vrfs\":[", &s.vrfs, &self.vrf_json);
+        hash_list(&mut h, b",\"layer2s\":[", &s.l2s, &self.l2_json);
+        hash_list(&mut h, b",\"routes\":[", &s.routes, &self.route_json);
+        hash_list(&mut h, b",\"rules\":[", &s.rules, &self.rule_json);
+        h.update(b"}");
+        hex::encode(h.finalize())
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("netwave API types always serialize to JSON")
+}
+
+fn hash_list(h: &mut Sha256, open: &[u8], ids: &[u32], json: &[Vec<u8>]) {
+    h.update(open);
+    for (k, &i) in ids.iter().enumerate() {
+        if k > 0 {
+            h.update(b",");
+        }
+        h.update(&json[i as usize]);
+    }
+    h.update(b"]");
 }
 
 /// Hex sha256 of the JSON serialization of `config` (struct fields in declaration order, lists in the

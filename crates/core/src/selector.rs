@@ -258,3 +258,161 @@ fn check_value(value: &str, path: &str, errors: &mut Vec<SelectorError>) {
         ));
     }
 }
+
+/// Many selectors evaluated against many nodes, fast: label keys and the values selectors mention are
+/// interned, so a node is first *projected* onto the keys any selector uses (a few integers) and nodes
+/// with equal projections share one evaluation. 5,000 nodes × 1,250 selectors costs milliseconds, where
+/// string map lookups per (node, selector) cost most of a second.
+pub(crate) struct SelectorSet {
+    /// Every key a selector mentions, with the values mentioned for it.
+    keys: Vec<(String, BTreeMap<String, u32>)>,
+    /// Per selector: (key index, operation on the interned value).
+    compiled: Vec<Vec<(usize, IdOp)>>,
+}
+
+/// The key is absent from the node.
+const ABSENT: u32 = u32::MAX;
+/// The key is present with a value no selector mentions.
+const OTHER: u32 = u32::MAX - 1;
+
+enum IdOp {
+    In(Vec<u32>),
+    NotIn(Vec<u32>),
+    Exists,
+    DoesNotExist,
+}
+
+impl SelectorSet {
+    pub(crate) fn new(selectors: &[Selector]) -> Self {
+        let mut keys: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
+        for r in selectors.iter().flat_map(|s| &s.requirements) {
+            let values = keys.entry(r.key.clone()).or_default();
+            if let Op::In(vs) | Op::NotIn(vs) = &r.op {
+                for v in vs {
+                    let next = values.len() as u32;
+                    values.entry(v.clone()).or_insert(next);
+                }
+            }
+        }
+        let keys: Vec<(String, BTreeMap<String, u32>)> = keys.into_iter().collect();
+        let key_index = |k: &str| {
+            keys.binary_search_by(|(key, _)| key.as_str().cmp(k))
+                .expect("every requirement key was collected")
+        };
+        let compiled = selectors
+            .iter()
+            .map(|s| {
+                s.requirements
+                    .iter()
+                    .map(|r| {
+                        let k = key_index(&r.key);
+                        let ids = |vs: &[String]| {
+                            let mut ids: Vec<u32> = vs.iter().map(|v| keys[k].1[v]).collect();
+                            ids.sort_unstable();
+                            ids
+                        };
+                        let op = match &r.op {
+                            Op::In(vs) => IdOp::In(ids(vs)),
+                            Op::NotIn(vs) => IdOp::NotIn(ids(vs)),
+                            Op::Exists => IdOp::Exists,
+                            Op::DoesNotExist => IdOp::DoesNotExist,
+                        };
+                        (k, op)
+                    })
+                    .collect()
+            })
+            .collect();
+        SelectorSet { keys, compiled }
+    }
+
+    /// The node's labels as the selectors see them: one interned value per mentioned key.
+    pub(crate) fn project(&self, labels: &BTreeMap<String, String>) -> Vec<u32> {
+        self.keys
+            .iter()
+            .map(|(key, values)| match labels.get(key) {
+                None => ABSENT,
+                Some(v) => values.get(v).copied().unwrap_or(OTHER),
+            })
+            .collect()
+    }
+
+    /// Bit `i` of the result is set when selector `i` matches a node with this projection.
+    pub(crate) fn eval(&self, projection: &[u32]) -> Vec<u64> {
+        let mut bits = vec![0u64; self.compiled.len().div_ceil(64)];
+        for (i, reqs) in self.compiled.iter().enumerate() {
+            let hit = reqs.iter().all(|(k, op)| {
+                let v = projection[*k];
+                match op {
+                    IdOp::In(ids) => v < OTHER && ids.binary_search(&v).is_ok(),
+                    IdOp::NotIn(ids) => v == ABSENT || ids.binary_search(&v).is_err(),
+                    IdOp::Exists => v != ABSENT,
+                    IdOp::DoesNotExist => v == ABSENT,
+                }
+            });
+            if hit {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        bits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const KEYS: [&str; 3] = ["a", "b", "c"];
+    const VALUES: [&str; 4] = ["x", "y", "z", "w"];
+
+    fn arb_selector() -> impl Strategy<Value = LabelSelector> {
+        let req = (0..3usize, 0..4usize, prop::collection::vec(0..3usize, 1..3)).prop_map(
+            |(k, op, vs)| {
+                let op = ["In", "NotIn", "Exists", "DoesNotExist"][op];
+                let values = matches!(op, "In" | "NotIn")
+                    .then(|| vs.iter().map(|&v| VALUES[v].to_string()).collect());
+                LabelSelectorRequirement {
+                    key: KEYS[k].into(),
+                    operator: op.into(),
+                    values,
+                }
+            },
+        );
+        let labels = prop::collection::btree_map(0..3usize, 0..3usize, 0..2);
+        (prop::collection::vec(req, 0..3), labels).prop_map(|(reqs, labels)| LabelSelector {
+            match_expressions: Some(reqs),
+            match_labels: Some(
+                labels
+                    .into_iter()
+                    .map(|(k, v)| (KEYS[k].to_string(), VALUES[v].to_string()))
+                    .collect(),
+            ),
+        })
+    }
+
+    proptest! {
+        /// The interned fast path agrees with the direct evaluation (values a selector never mentions,
+        /// like `w`, included).
+        #[test]
+        fn selector_set_agrees_with_matches(
+            selectors in prop::collection::vec(arb_selector(), 1..70),
+            nodes in prop::collection::vec(prop::collection::btree_map(0..3usize, 0..4usize, 0..4), 1..10),
+        ) {
+            let compiled: Vec<Selector> =
+                selectors.iter().map(|s| Selector::parse(Some(s)).unwrap()).collect();
+            let set = SelectorSet::new(&compiled);
+            for node in nodes {
+                let labels: BTreeMap<String, String> = node
+                    .into_iter()
+                    .map(|(k, v)| (KEYS[k].to_string(), VALUES[v].to_string()))
+                    .collect();
+                let bits = set.eval(&set.project(&labels));
+                for (i, s) in compiled.iter().enumerate() {
+                    prop_assert_eq!(bits[i / 64] & (1 << (i % 64)) != 0, s.matches(&labels));
+                }
+            }
+        }
+    }
+}

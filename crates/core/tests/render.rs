@@ -88,13 +88,13 @@ rule prio=1001 table=100 from=None to=Some(\"10.200.0.0/16\") iif=None
 rule prio=1002 table=100 from=Some(\"fd00:250:b::/64\") to=None iif=None
 "
     );
-    assert_eq!(summary(&out["plain-0"].config), want);
+    assert_eq!(summary(&out["plain-0"].config()), want);
 }
 
 #[test]
 fn samples_on_storage_node_add_storage_and_backup_vrfs_and_their_segments() {
     let out = rendered_samples();
-    let s = summary(&out["storage-0"].config);
+    let s = summary(&out["storage-0"].config());
     let vrfs: Vec<&str> = s.lines().filter(|l| l.starts_with("vrf ")).collect();
     assert_eq!(
         vrfs,
@@ -132,7 +132,7 @@ fn samples_on_storage_node_add_storage_and_backup_vrfs_and_their_segments() {
 #[test]
 fn samples_on_compute_node_get_storage_but_not_backup() {
     let out = rendered_samples();
-    let c = &out["compute-0"].config;
+    let c = &out["compute-0"].config();
     let vrfs: Vec<&str> = c.vrfs.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(vrfs, ["cluster", "storage"]);
     let vlans: Vec<u16> = c.layer2s.iter().map(|l| l.vlan).collect();
@@ -142,7 +142,7 @@ fn samples_on_compute_node_get_storage_but_not_backup() {
 #[test]
 fn samples_on_edge_node_get_internet_vrf_and_edge_uplink_table() {
     let out = rendered_samples();
-    let s = summary(&out["edge-0"].config);
+    let s = summary(&out["edge-0"].config());
     let want_vrfs = [
         "vrf cluster dev=cluster table=17451566 vni=Some(2001000) mtu=9000 bridge=Some(\"br.cluster\") vxlan=Some(\"vx.cluster\")",
         "vrf internet dev=internet table=13759510 vni=Some(2003000) mtu=1500 bridge=Some(\"br.internet\") vxlan=Some(\"vx.internet\")",
@@ -154,7 +154,7 @@ fn samples_on_edge_node_get_internet_vrf_and_edge_uplink_table() {
         want_vrfs
     );
     let vlans: Vec<u16> = out["edge-0"]
-        .config
+        .config()
         .layer2s
         .iter()
         .map(|l| l.vlan)
@@ -174,7 +174,7 @@ route table=200 0.0.0.0/0 via=Some(\"203.0.113.2\") dev=None Unicast metric=Some
         )
     );
     let rules: Vec<u32> = out["edge-0"]
-        .config
+        .config()
         .rules
         .iter()
         .map(|r| r.priority)
@@ -185,7 +185,7 @@ route table=200 0.0.0.0/0 via=Some(\"203.0.113.2\") dev=None Unicast metric=Some
 #[test]
 fn prefix_lists_get_effective_sequence_numbers_in_evaluation_order() {
     let out = rendered_samples();
-    let cluster = &out["plain-0"].config.vrfs[0];
+    let cluster = &out["plain-0"].config().vrfs[0];
     let import: Vec<(u32, &str)> = cluster
         .import
         .iter()
@@ -215,7 +215,7 @@ fn every_node_is_rendered_even_when_nothing_selects_it() {
         r.spec.node_selector = match_labels(&[("role", "net")]);
     }
     let out = render(&inputs, &[node("idle", &[])]).unwrap();
-    assert_eq!(*out["idle"].config, NodeConfig::default());
+    assert_eq!(out["idle"].config(), NodeConfig::default());
     assert_eq!(out["idle"].config_hash, config_hash(&NodeConfig::default()));
 }
 
@@ -226,8 +226,8 @@ fn nodes_with_the_same_objects_share_one_config() {
         node("b", &[("netwave.dev/pool", "storage"), ("rack", "2")]),
     ];
     let out = render(&sample_inputs(), &nodes).unwrap();
-    assert!(std::sync::Arc::ptr_eq(&out["a"].config, &out["b"].config));
     assert_eq!(out["a"].config_hash, out["b"].config_hash);
+    assert_eq!(out["a"].config(), out["b"].config());
 }
 
 #[test]
@@ -236,13 +236,13 @@ fn config_hash_is_sha256_of_the_json() {
     let r = &out["edge-0"];
     use sha2::Digest;
     let want = hex::encode(sha2::Sha256::digest(
-        serde_json::to_vec(&*r.config).unwrap(),
+        serde_json::to_vec(&r.config()).unwrap(),
     ));
     assert_eq!(r.config_hash, want);
-    assert_eq!(config_hash(&r.config), want);
+    assert_eq!(config_hash(&r.config()), want);
     // And it survives the trip through the API server and the agent's backup file.
     let back: NodeConfig =
-        serde_json::from_str(&serde_json::to_string(&*r.config).unwrap()).unwrap();
+        serde_json::from_str(&serde_json::to_string(&r.config()).unwrap()).unwrap();
     assert_eq!(config_hash(&back), want);
 }
 
@@ -325,7 +325,7 @@ fn vrf_without_vni_has_no_l3_vni_devices() {
         &[node("n", &[])],
     )
     .unwrap();
-    let v = &out["n"].config.vrfs[0];
+    let v = &out["n"].config().vrfs[0];
     assert_eq!(
         (v.bridge.as_deref(), v.vxlan.as_deref(), v.mtu),
         (None, None, 9000)
@@ -339,7 +339,7 @@ fn addresses_and_macs_are_canonical() {
     let mut table = rt("t", 300);
     table.spec.routes = vec![route("fd00:0::/48", Some("fd00:0:0::fe"), None)];
     let out = render(&inputs(vec![], vec![seg], vec![table]), &[node("n", &[])]).unwrap();
-    let c = &out["n"].config;
+    let c = &out["n"].config();
     assert_eq!(c.layer2s[0].anycast_gateways, ["10.0.0.1/24", "fd00::1/64"]);
     assert_eq!(
         c.layer2s[0].anycast_mac.as_deref(),
@@ -356,7 +356,7 @@ fn identical_routes_from_two_tables_merge() {
     let mut b = rt("b", 300);
     b.spec.routes = a.spec.routes.clone();
     let out = render(&inputs(vec![], vec![], vec![a, b]), &[node("n", &[])]).unwrap();
-    assert_eq!(out["n"].config.routes.len(), 1);
+    assert_eq!(out["n"].config().routes.len(), 1);
 }
 
 // ---- properties ----
@@ -447,7 +447,7 @@ proptest! {
         prop_assert_eq!(&a, &b);
         prop_assert_eq!(a.len(), nodes.len());
         for r in a.values() {
-            prop_assert_eq!(&r.config_hash, &config_hash(&r.config));
+            prop_assert_eq!(&r.config_hash, &config_hash(&r.config()));
         }
     }
 
@@ -457,7 +457,7 @@ proptest! {
         let rs: Vec<&RenderedNode> = out.values().collect();
         for x in &rs {
             for y in &rs {
-                prop_assert_eq!(x.config == y.config, x.config_hash == y.config_hash);
+                prop_assert_eq!(x.config() == y.config(), x.config_hash == y.config_hash);
             }
         }
     }

@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 
 use super::{InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE};
 use crate::revision::canonical_refs;
-use crate::selector::{Selector, SelectorError};
+use crate::selector::{Selector, SelectorError, SelectorSet};
 
 /// Nodes that select exactly the same set of distinct selectors.
 pub(crate) struct Group {
@@ -45,7 +45,7 @@ pub(crate) struct Index<'a> {
     pub vrf_tables: Vec<u32>,
     /// Objects whose selector does not compile, in canonical order.
     pub selector_errors: Vec<(InputRef, Vec<SelectorError>)>,
-    /// In order of each group's first node.
+    /// Ordered by their selector results (deterministic; no meaning beyond that).
     pub groups: Vec<Group>,
 }
 
@@ -93,25 +93,31 @@ impl<'a> Index<'a> {
         sorted_nodes.sort();
         sorted_nodes.dedup_by(|a, b| a.name == b.name);
 
-        let words = selectors.len().div_ceil(64);
-        let mut by_bits: BTreeMap<Vec<u64>, usize> = BTreeMap::new();
-        let mut groups: Vec<Group> = Vec::new();
+        // Nodes that look the same to every selector share one evaluation; nodes with the same results
+        // form a group.
+        let selectors: Vec<Selector> = selectors.into_iter().map(|(_, s)| s).collect();
+        let set = SelectorSet::new(&selectors);
+        let mut by_projection: BTreeMap<Vec<u32>, Vec<u32>> = BTreeMap::new();
         for (n, node) in sorted_nodes.iter().enumerate() {
-            let mut bits = vec![0u64; words];
-            for (i, sel) in &selectors {
-                if sel.matches(&node.labels) {
-                    bits[(*i / 64) as usize] |= 1 << (*i % 64);
-                }
-            }
-            let g = *by_bits.entry(bits).or_insert_with_key(|bits| {
-                groups.push(Group {
-                    bits: bits.clone(),
-                    nodes: Vec::new(),
-                });
-                groups.len() - 1
-            });
-            groups[g].nodes.push(n as u32);
+            by_projection
+                .entry(set.project(&node.labels))
+                .or_default()
+                .push(n as u32);
         }
+        let mut by_bits: BTreeMap<Vec<u64>, Vec<u32>> = BTreeMap::new();
+        for (projection, members) in by_projection {
+            by_bits
+                .entry(set.eval(&projection))
+                .or_default()
+                .extend(members);
+        }
+        let groups: Vec<Group> = by_bits
+            .into_iter()
+            .map(|(bits, mut nodes)| {
+                nodes.sort_unstable();
+                Group { bits, nodes }
+            })
+            .collect();
 
         let vrf_tables = allocate_tables(&vrfs, &rts);
         Index {
