@@ -911,3 +911,125 @@ async fn table_output_uses_printer_columns() {
     assert_eq!(table["rows"][0]["cells"][0], "n1");
     assert_eq!(table["rows"][0]["cells"][rev], "rev-7");
 }
+
+#[tokio::test]
+async fn write_options_and_edge_cases() {
+    let tb = testbed().await;
+    let api: Api<NodeNetworkConfig> = Api::all(tb.client());
+    // dryRun stores nothing.
+    let dry = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &nnc("dry", "r"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dry.metadata.name.as_deref(), Some("dry"));
+    assert_eq!(api_err(api.get("dry").await.unwrap_err()).code, 404);
+
+    // generateName.
+    let mut g = nnc("", "r");
+    g.metadata.name = None;
+    g.metadata.generate_name = Some("node-".into());
+    let made = api.create(&PostParams::default(), &g).await.unwrap();
+    assert!(
+        made.name_any().starts_with("node-") && made.name_any().len() == 10,
+        "{}",
+        made.name_any()
+    );
+
+    // A custom resource cannot be replaced without a resourceVersion.
+    let mut unconditional = api.get(&made.name_any()).await.unwrap();
+    unconditional.metadata.resource_version = None;
+    let e = api_err(
+        api.replace(&made.name_any(), &PostParams::default(), &unconditional)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert_eq!(
+        e.details.unwrap().causes[0].field,
+        "metadata.resourceVersion"
+    );
+
+    // A failing JSON patch test operation changes nothing.
+    let jp: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "test", "path": "/spec/revision", "value": "nope"}, {"op": "replace", "path": "/spec/revision", "value": "x"}])).unwrap();
+    let e = api_err(
+        api.patch(
+            &made.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(jp),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert_eq!(api.get(&made.name_any()).await.unwrap().spec.revision, "r");
+
+    // fieldValidation=Strict refuses unknown fields instead of pruning them.
+    let raw = json!({"apiVersion": "netwave.dev/v1alpha1", "kind": "NodeNetworkConfig", "metadata": {"name": "strict"},
+        "spec": {"revision": "r", "sequence": 1, "configHash": "h", "config": {}, "bogus": 1}});
+    let req =
+        http::Request::post("/apis/netwave.dev/v1alpha1/nodenetworkconfigs?fieldValidation=Strict")
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&raw).unwrap())
+            .unwrap();
+    let e = api_err(
+        tb.client()
+            .request::<NodeNetworkConfig>(req)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message.contains("unknown field \"spec.bogus\""),
+        "{}",
+        e.message
+    );
+
+    // deletecollection with a label selector.
+    let cms: Api<ConfigMap> = Api::default_namespaced(tb.client());
+    for (name, team) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        let mut c = cm(name, &[]);
+        c.metadata.labels = Some(BTreeMap::from([("team".into(), team.into())]));
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("team=x"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(left, vec!["c"]);
+
+    // Delete preconditions.
+    let c = cms.get("c").await.unwrap();
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some("other".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(api_err(cms.delete("c", &dp).await.unwrap_err()).code, 409);
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: c.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    cms.delete("c", &dp).await.unwrap();
+}
