@@ -281,8 +281,10 @@ impl Store {
     }
 
     /// Events after `rv` (at most `max`), or Err(compacted) when `rv` is older than the history.
+    /// A resourceVersion from the future (a client of an earlier server instance) is treated like
+    /// a compacted one, so that clients relist instead of waiting for versions that never come.
     pub fn events_after(&self, rv: u64, max: usize) -> Result<Vec<Event>, u64> {
-        if rv < self.compacted {
+        if rv < self.compacted || rv > self.rv {
             return Err(self.compacted);
         }
         let start = self.history.partition_point(|e| e.rv <= rv);

@@ -173,7 +173,7 @@ pub fn list(
         Some(c) => {
             let (rv, key) = decode_continue(c)
                 .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
-            if rv < st.compacted() {
+            if rv < st.compacted() || rv > st.resource_version() {
                 return Err(ApiError::gone(
                     "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
                 ));

@@ -486,6 +486,16 @@ async fn watch_from_compacted_version_is_410() {
         WatchEvent::Error(e) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
         other => panic!("expected 410, got {other:?}"),
     }
+    // A resourceVersion from the future (a restarted server) also sends clients back to relisting.
+    let mut events = api
+        .watch(&WatchParams::default(), "999999")
+        .await
+        .unwrap()
+        .boxed();
+    match next(&mut events).await.unwrap() {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
 }
 
 #[tokio::test]
