@@ -8,7 +8,11 @@
 //! - `realistic`: nodes in the same rack with the same role select the same objects (a few hundred
 //!   distinct configs);
 //! - `worst-case`: 13 segments select nodes by hostname bit patterns, so every node selects a different
-//!   set and renders its own config (nothing shared). Peak memory after this one covers both.
+//!   set and renders its own config (nothing shared);
+//! - `misconfigured`: realistic, with clashing VLANs, VNIs and gateways everywhere (validation speed
+//!   when it finds thousands of problems).
+//!
+//! Peak memory (VmHWM) is for the whole process so far, so each line covers the scenarios before it.
 //!
 //! Targets (issue 3): render + validate under 2 s and under 1 GiB on the 2-core CI machine.
 
@@ -41,20 +45,41 @@ fn main() {
         "bench_render: {n_nodes} nodes, 200 VRFs, 1000 L2 segments, 50 routing tables ({} CPUs)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    for worst_case in [false, true] {
-        run(n_nodes, worst_case);
+    for scenario in [
+        Scenario::Realistic,
+        Scenario::WorstCase,
+        Scenario::Misconfigured,
+    ] {
+        run(n_nodes, scenario);
     }
 }
 
-fn run(n_nodes: usize, worst_case: bool) {
-    let name = if worst_case {
-        "worst-case"
-    } else {
-        "realistic"
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Realistic,
+    WorstCase,
+    /// The realistic fleet with every segment in the default VRF on one gateway subnet, VLANs reused ten
+    /// times and VNIs twice: validation must stay fast when it has a lot to say.
+    Misconfigured,
+}
+
+fn run(n_nodes: usize, scenario: Scenario) {
+    let name = match scenario {
+        Scenario::Realistic => "realistic",
+        Scenario::WorstCase => "worst-case",
+        Scenario::Misconfigured => "misconfigured",
     };
     let t = Instant::now();
     let nodes = nodes(n_nodes);
-    let inputs = inputs(n_nodes, worst_case);
+    let mut inputs = inputs(n_nodes, scenario == Scenario::WorstCase);
+    if scenario == Scenario::Misconfigured {
+        for (j, l) in inputs.layer2s.iter_mut().enumerate() {
+            l.spec.id = 100 + (j % 100) as u16;
+            l.spec.vni = 1_000_000 + (j % 500) as u32;
+            l.spec.vrf = None;
+            l.spec.anycast_gateways = vec!["10.0.0.1/24".into()];
+        }
+    }
     let generate = t.elapsed();
 
     let t = Instant::now();

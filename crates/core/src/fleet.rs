@@ -751,8 +751,11 @@ impl Validator<'_> {
 
     /// Gateways of different segments in the same VRF must not overlap where the segments meet: the
     /// kernel would hold two connected routes for the same addresses in one table.
+    ///
+    /// Checked per group of nodes, never per pair of segments: rack-local segments that all reuse one
+    /// gateway subnet are common and fine, and pairing them up fleet-wide would be quadratic.
     fn anycast_gateways(&mut self) {
-        // (VRF, network) → (segment, gateway as written)
+        // Per VRF, every gateway network (sorted once): (network, segment, gateway as written).
         let mut by_vrf: BTreeMap<Option<&str>, Vec<(IpNet, usize, &str)>> = BTreeMap::new();
         for (i, l) in self.ix.l2s.iter().enumerate() {
             for g in &l.spec.anycast_gateways {
@@ -765,52 +768,59 @@ impl Validator<'_> {
                 }
             }
         }
-        // Pairs of segments with their first overlapping gateways.
-        let mut pairs: BTreeMap<(usize, usize), (String, String, String)> = BTreeMap::new();
-        for (vrf, mut nets) in by_vrf {
-            // Containing prefixes sort before what they contain, so a stack of nested prefixes finds
-            // every overlapping pair in one pass.
+        for nets in by_vrf.values_mut() {
+            // A containing prefix sorts before what it contains, so one pass with a stack of nested
+            // prefixes finds every gateway's containers.
             nets.sort();
-            let mut stack: Vec<(IpNet, usize, &str)> = Vec::new();
-            for cur in nets {
-                while stack.last().is_some_and(|top| !top.0.contains(&cur.0)) {
-                    stack.pop();
-                }
-                for outer in &stack {
-                    if outer.1 != cur.1 {
+        }
+        // (segment a, segment b) → (gateway of a, gateway of b, VRF, groups)
+        type Pair = (String, String, String, Vec<usize>);
+        let mut pairs: BTreeMap<(usize, usize), Pair> = BTreeMap::new();
+        let mut stack: Vec<(IpNet, usize, &str)> = Vec::new();
+        for (g, group) in self.ix.groups.iter().enumerate() {
+            for (vrf, nets) in &by_vrf {
+                stack.clear();
+                for &cur in nets.iter().filter(|n| group.has(self.ix.l2_sel[n.1])) {
+                    while stack.last().is_some_and(|top| !top.0.contains(&cur.0)) {
+                        stack.pop();
+                    }
+                    // Report the nearest container from another segment: every overlapping segment shows
+                    // up in some finding, and a node with many overlaps yields a linear number of them.
+                    if let Some(outer) = stack.iter().rev().find(|o| o.1 != cur.1) {
                         let (a, b) = if outer.1 < cur.1 {
                             (outer, &cur)
                         } else {
                             (&cur, outer)
                         };
-                        pairs.entry((a.1, b.1)).or_insert_with(|| {
+                        let entry = pairs.entry((a.1, b.1)).or_insert_with(|| {
                             (
                                 a.2.to_string(),
                                 b.2.to_string(),
                                 vrf.unwrap_or("default").to_string(),
+                                Vec::new(),
                             )
                         });
+                        if entry.3.last() != Some(&g) {
+                            entry.3.push(g);
+                        }
                     }
+                    stack.push(cur);
                 }
-                stack.push(cur);
             }
         }
-        for ((a, b), (ga, gb, vrf)) in pairs {
-            let members = [Obj::L2(a), Obj::L2(b)];
-            for (_, groups) in self.co_located(&members) {
-                let nodes = self.ix.node_names(groups);
-                self.push(
-                    true,
-                    Check::AnycastGatewayOverlap,
-                    &members,
-                    None,
-                    format!(
-                        "anycast gateways {ga} and {gb} overlap in VRF {vrf}, and both segments are on the \
-                         same node"
-                    ),
-                    nodes,
-                );
-            }
+        for ((a, b), (ga, gb, vrf, groups)) in pairs {
+            let nodes = self.ix.node_names(groups);
+            self.push(
+                true,
+                Check::AnycastGatewayOverlap,
+                &[Obj::L2(a), Obj::L2(b)],
+                None,
+                format!(
+                    "anycast gateways {ga} and {gb} overlap in VRF {vrf}, and both segments are on the \
+                     same node"
+                ),
+                nodes,
+            );
         }
     }
 

@@ -503,3 +503,55 @@ fn validation_is_independent_of_input_and_node_order() {
     assert_eq!(a, b);
     assert!(!a.is_valid());
 }
+
+#[test]
+fn rack_local_segments_may_reuse_one_gateway_subnet() {
+    // Every rack has its own segment with the same gateway: they never meet on a node.
+    let segs: Vec<NamedLayer2> = ["r1", "r2"]
+        .iter()
+        .enumerate()
+        .map(|(i, rack)| {
+            on(
+                with_gateways(
+                    l2(&format!("seg-{rack}"), 10 + i as u16, 10 + i as u32),
+                    &["10.0.0.1/24"],
+                ),
+                "rack",
+                rack,
+            )
+        })
+        .collect();
+    assert_clean(&check(&inputs(vec![], segs.clone(), vec![])));
+    // Unless one segment spreads into the other's rack.
+    let mut segs = segs;
+    segs[1].spec.node_selector = match_expressions(vec![expr("rack", "In", &["r1", "r2"])]);
+    let v = check(&inputs(vec![], segs, vec![]));
+    only_error(&v, Check::AnycastGatewayOverlap);
+    assert_eq!(v.errors[0].nodes, ["n-compute-1", "n-storage-1"]);
+}
+
+#[test]
+fn many_overlapping_segments_on_one_node_each_show_up() {
+    let segs: Vec<NamedLayer2> = (0..30u16)
+        .map(|i| {
+            with_gateways(
+                l2(&format!("s{i:02}"), 10 + i, 10 + u32::from(i)),
+                &["10.0.0.1/24"],
+            )
+        })
+        .collect();
+    let v = check(&inputs(vec![], segs, vec![]));
+    assert!(
+        v.errors
+            .iter()
+            .all(|e| e.check == Check::AnycastGatewayOverlap)
+    );
+    // Linear, not 30*29/2 pairs, and every segment is named.
+    assert!(v.errors.len() < 30, "{}", v.errors.len());
+    let named: std::collections::BTreeSet<&str> = v
+        .errors
+        .iter()
+        .flat_map(|e| e.objects.iter().map(|o| o.name.as_str()))
+        .collect();
+    assert_eq!(named.len(), 30);
+}
