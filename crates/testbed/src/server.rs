@@ -198,10 +198,14 @@ pub async fn handle(
     {
         return Err(Refused);
     }
+    let method = req.method().clone();
+    let started = std::time::Instant::now();
     let resp = match route(&shared, req, &client).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), user_agent = %client.user_agent,
+        micros = started.elapsed().as_micros() as u64, "request");
     Ok(resp)
 }
 
