@@ -3,8 +3,8 @@
 //!
 //! ```text
 //!  RevisionInputs ─┬─ canonical order, compile + dedupe selectors, allocate VRF tables
-//!  nodes (labels) ─┴─ evaluate each distinct selector once per node
-//!                     └─► group nodes selecting the same objects ─► render + hash once per group
+//!  nodes (labels) ─┴─ project labels onto the keys selectors use; evaluate once per distinct projection
+//!                     └─► group nodes selecting the same objects ─► index lists + hash once per group
 //!                                                                 ─► BTreeMap<node, RenderedNode>
 //! ```
 //!
@@ -15,6 +15,7 @@
 //! when every node's config differs.
 //!
 //! **Device names** (all ≤ 15 bytes when the VRF name is ≤ 12; longer ones are a validation error):
+//!
 //! | object | device | name |
 //! | --- | --- | --- |
 //! | VRF `v` | VRF device | `v` |
