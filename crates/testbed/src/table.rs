@@ -96,6 +96,59 @@ fn default_columns() -> Vec<Column> {
     }]
 }
 
+fn column(name: &str, type_: &str, json_path: &str) -> Column {
+    Column {
+        name: name.into(),
+        type_: type_.into(),
+        format: String::new(),
+        description: String::new(),
+        priority: 0,
+        json_path: json_path.into(),
+    }
+}
+
+/// kubectl's node columns: STATUS, ROLES, AGE, VERSION.
+fn node_columns() -> Vec<Column> {
+    vec![
+        column("Status", "string", "#node-status"),
+        column("Roles", "string", "#node-roles"),
+        column("Age", "date", ".metadata.creationTimestamp"),
+        column("Version", "string", ".status.nodeInfo.kubeletVersion"),
+    ]
+}
+
+fn node_status(o: &Value) -> String {
+    let ready = o["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["status"].as_str().unwrap_or_default().to_string());
+    let mut s = match ready.as_deref() {
+        Some("True") => "Ready".to_string(),
+        Some("False") => "NotReady".to_string(),
+        _ => "Unknown".to_string(),
+    };
+    if o["spec"]["unschedulable"] == true {
+        s.push_str(",SchedulingDisabled");
+    }
+    s
+}
+
+fn node_roles(o: &Value) -> String {
+    let roles: Vec<&str> = o["metadata"]["labels"]
+        .as_object()
+        .map(|l| {
+            l.keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if roles.is_empty() {
+        "<none>".into()
+    } else {
+        roles.join(",")
+    }
+}
+
 /// Builds a `Table` of `objs`. `include`: `None`, `Metadata` (default) or `Object`.
 pub fn table(
     rt: &ResourceType,
@@ -104,12 +157,15 @@ pub fn table(
     include: &str,
     list_meta: Value,
 ) -> Value {
-    let cols = rt
-        .columns
-        .get(version)
-        .filter(|c| !c.is_empty())
-        .cloned()
-        .unwrap_or_else(default_columns);
+    let cols = if rt.group.is_empty() && rt.plural == "nodes" {
+        node_columns()
+    } else {
+        rt.columns
+            .get(version)
+            .filter(|c| !c.is_empty())
+            .cloned()
+            .unwrap_or_else(default_columns)
+    };
     let mut defs = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
         "description": "Name must be unique within a namespace. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
@@ -123,7 +179,11 @@ pub fn table(
             let o = &o.value();
             let mut cells = vec![o["metadata"]["name"].clone()];
             for c in &cols {
-                let v = json_path(o, &c.json_path).cloned().unwrap_or(Value::Null);
+                let v = match c.json_path.as_str() {
+                    "#node-status" => json!(node_status(o)),
+                    "#node-roles" => json!(node_roles(o)),
+                    p => json_path(o, p).cloned().unwrap_or(Value::Null),
+                };
                 cells.push(match (c.type_.as_str(), &v) {
                     ("date", Value::String(s)) => age(s),
                     (_, Value::Array(_) | Value::Object(_)) => json!(v.to_string()),

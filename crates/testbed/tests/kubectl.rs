@@ -110,6 +110,28 @@ async fn kubectl_applies_gets_describes_and_deletes_netwave_resources() {
     assert!(cluster.contains("2001000"), "{out}");
     let out = k.ok(&["get", "crds"]).await;
     assert!(out.contains("vrfrouteconfigurations.netwave.dev"), "{out}");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(tb.client());
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-1", "labels": {"node-role.kubernetes.io/worker": ""}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": "v1.33.0"}},
+    }))
+    .unwrap();
+    nodes
+        .create(&kube::api::PostParams::default(), &node)
+        .await
+        .unwrap();
+    let out = k.ok(&["get", "nodes"]).await;
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        (row[0], row[1], row[2], row[4]),
+        ("node-1", "Ready", "worker", "v1.33.0"),
+        "{out}"
+    );
     let out = k.ok(&["get", "nnc"]).await;
     assert!(out.contains("No resources found"), "{out}");
 
