@@ -127,10 +127,11 @@ impl ExistingRevision {
         }
     }
 
-    /// Failed, and not re-armed: an admin bumping `spec.retry` above the attempt that failed makes the
-    /// revision eligible again even before the rollout has picked that up.
+    /// Failed in the current attempt: `status.phase` is `Failed` and `status.observedRetry` is absent or
+    /// equal to `spec.retry`. An admin bumping `spec.retry` re-arms the revision at once, before the
+    /// rollout has rewritten its status (the same rule `rollout` uses).
     pub fn is_failed(&self) -> bool {
-        self.failed && self.retry <= self.observed_retry.unwrap_or(0)
+        self.failed && self.observed_retry.is_none_or(|r| r == self.retry)
     }
 }
 

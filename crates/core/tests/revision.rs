@@ -130,6 +130,14 @@ fn a_revision_that_failed_again_after_retry_is_failed() {
 }
 
 #[test]
+fn a_failed_revision_without_observed_retry_is_failed() {
+    let mut r = rev("rev-2", 2, H2, true);
+    r.observed_retry = None;
+    r.retry = 3;
+    assert!(r.is_failed());
+}
+
+#[test]
 fn changed_inputs_create_with_max_sequence_plus_one() {
     let existing = [rev("rev-1", 7, H1, false), rev("rev-2", 4, H2, true)];
     assert_eq!(
