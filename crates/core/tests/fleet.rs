@@ -5,6 +5,7 @@ mod support_inputs;
 use netwave_api::{NamedLayer2, RevisionInputs};
 use netwave_core::fleet::{Check, FleetParams, FleetValidation, UnderlayFamily, validate};
 use netwave_core::render::NodeInfo;
+use proptest::prelude::*;
 use support_inputs::*;
 
 fn nodes() -> Vec<NodeInfo> {
@@ -554,4 +555,57 @@ fn many_overlapping_segments_on_one_node_each_show_up() {
         .flat_map(|e| e.objects.iter().map(|o| o.name.as_str()))
         .collect();
     assert_eq!(named.len(), 30);
+}
+
+// ---- properties ----
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn validation_is_deterministic_whatever_the_order((inputs, nodes) in arb_fleet(), seed in any::<u64>()) {
+        let a = validate(&inputs, &nodes, &FleetParams::default());
+        let shuffled_inputs = RevisionInputs {
+            vrfs: shuffled(&inputs.vrfs, seed),
+            layer2s: shuffled(&inputs.layer2s, seed ^ 1),
+            routing_tables: shuffled(&inputs.routing_tables, seed ^ 2),
+        };
+        let b = validate(&shuffled_inputs, &shuffled(&nodes, seed ^ 3), &FleetParams::default());
+        prop_assert_eq!(a, b);
+    }
+
+    /// Cross-check against render: a node has two segments with one VLAN, or a VRF table also used by
+    /// another VRF or a RoutingTable, exactly when validation names that node for it.
+    #[test]
+    fn per_node_clashes_match_the_rendered_configs((inputs, nodes) in arb_fleet()) {
+        let v = validate(&inputs, &nodes, &FleetParams::default());
+        let rendered = netwave_core::render::render(&inputs, &nodes).unwrap();
+        let named = |check: Check| -> std::collections::BTreeSet<String> {
+            v.errors.iter().filter(|e| e.check == check).flat_map(|e| e.nodes.clone()).collect()
+        };
+        let (vlan_nodes, table_nodes) = (named(Check::DuplicateVlan), named(Check::TableCollision));
+        for (node, r) in &rendered {
+            let c = r.config();
+            let mut vlans: Vec<u16> = c.layer2s.iter().map(|l| l.vlan).collect();
+            vlans.sort_unstable();
+            let dup_vlan = vlans.windows(2).any(|w| w[0] == w[1]);
+            prop_assert_eq!(dup_vlan, vlan_nodes.contains(node), "VLANs on {}: {:?}", node, vlans);
+            let vrf_tables: Vec<u32> = c.vrfs.iter().map(|v| v.table).collect();
+            let rt_tables: std::collections::BTreeSet<u32> = inputs
+                .routing_tables
+                .iter()
+                .filter(|t| c.routes.iter().any(|r| r.table == t.spec.table_id)
+                    || c.rules.iter().any(|r| r.table == t.spec.table_id))
+                .map(|t| t.spec.table_id)
+                .collect();
+            let mut sorted = vrf_tables.clone();
+            sorted.sort_unstable();
+            let clash = sorted.windows(2).any(|w| w[0] == w[1])
+                || vrf_tables.iter().any(|t| rt_tables.contains(t));
+            // A RoutingTable without routes or rules leaves no trace in the config; only flag what we can see.
+            if clash {
+                prop_assert!(table_nodes.contains(node), "tables on {}: {:?} / {:?}", node, vrf_tables, rt_tables);
+            }
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use netwave_api::{NodeConfig, RevisionInputs};
 use netwave_core::render::{
-    NodeInfo, RenderedNode, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE, config_hash, render, vrf_tables,
+    RenderedNode, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE, config_hash, render, vrf_tables,
 };
 use proptest::prelude::*;
 use support_inputs::*;
@@ -360,77 +360,6 @@ fn identical_routes_from_two_tables_merge() {
 }
 
 // ---- properties ----
-
-/// A fleet built from small random choices: objects with selectors over a few labels.
-fn arb_fleet() -> impl Strategy<Value = (RevisionInputs, Vec<NodeInfo>)> {
-    let pools = ["compute", "storage", "edge"];
-    let obj_sel = prop::option::of(0usize..3);
-    let vrfs = prop::collection::vec((obj_sel.clone(), prop::option::of(1u32..5000)), 0..8);
-    let l2s = prop::collection::vec((obj_sel.clone(), 1u16..40, 0usize..8, any::<bool>()), 0..20);
-    let rts = prop::collection::vec((obj_sel, 100u32..110, 0u8..4), 0..6);
-    let nodes = prop::collection::vec((0usize..3, 0u8..4), 0..25);
-    (vrfs, l2s, rts, nodes).prop_map(move |(vrfs, l2s, rts, nodes)| {
-        let sel = |s: Option<usize>| s.and_then(|p| match_labels(&[("pool", pools[p])]));
-        let mut inputs = RevisionInputs::default();
-        for (i, (s, table)) in vrfs.iter().enumerate() {
-            let mut v = vrf(&format!("vrf{i}"), Some(100_000 + i as u32));
-            v.spec.table_id = *table;
-            v.spec.node_selector = sel(*s);
-            v.spec.communities = vec!["65000:2".into(), "65000:1".into()];
-            inputs.vrfs.push(v);
-        }
-        for (i, (s, vlan, vrf_ix, gw)) in l2s.iter().enumerate() {
-            let mut l = l2(&format!("seg{i}"), *vlan, 200_000 + i as u32);
-            l.spec.node_selector = sel(*s);
-            if *vrf_ix < vrfs.len() {
-                l.spec.vrf = Some(format!("vrf{vrf_ix}"));
-            }
-            if *gw {
-                l = with_gateways(l, &[&format!("fd00:{i}::1/64"), &format!("10.{i}.0.1/24")]);
-            }
-            inputs.layer2s.push(l);
-        }
-        for (i, (s, table, n)) in rts.iter().enumerate() {
-            let mut t = rt(&format!("rt{i}"), *table);
-            t.spec.node_selector = sel(*s);
-            for r in 0..*n {
-                t.spec
-                    .routes
-                    .push(route(&format!("10.{r}.0.0/16"), Some("10.255.0.1"), None));
-                t.spec
-                    .rules
-                    .push(rule(&format!("10.{r}.0.0/16"), 1000 + u32::from(r)));
-            }
-            inputs.routing_tables.push(t);
-        }
-        let nodes = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, (p, rack))| {
-                node(
-                    &format!("node-{i:02}"),
-                    &[("pool", pools[*p]), ("rack", &rack.to_string())],
-                )
-            })
-            .collect();
-        (inputs, nodes)
-    })
-}
-
-fn shuffled<T: Clone>(v: &[T], seed: u64) -> Vec<T> {
-    // Deterministic Fisher-Yates driven by a tiny LCG: the order only has to differ, not be random.
-    let mut out = v.to_vec();
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    for i in (1..out.len()).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        out.swap(i, (x >> 33) as usize % (i + 1));
-    }
-    out
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]

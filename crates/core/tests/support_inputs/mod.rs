@@ -10,6 +10,7 @@ use netwave_api::{
     Route, RouteType, RoutingTableSpec, Rule, VRFRouteConfigurationSpec,
 };
 use netwave_core::render::NodeInfo;
+use proptest::prelude::*;
 
 /// The objects of deploy/samples as revision inputs (parsed once per test binary).
 pub fn sample_inputs() -> RevisionInputs {
@@ -156,4 +157,75 @@ pub fn inputs(
         layer2s: l2s,
         routing_tables: rts,
     }
+}
+
+/// A fleet built from small random choices: objects with selectors over a few labels.
+pub fn arb_fleet() -> impl Strategy<Value = (RevisionInputs, Vec<NodeInfo>)> {
+    let pools = ["compute", "storage", "edge"];
+    let obj_sel = prop::option::of(0usize..3);
+    let vrfs = prop::collection::vec((obj_sel.clone(), prop::option::of(100u32..116)), 0..8);
+    let l2s = prop::collection::vec((obj_sel.clone(), 1u16..40, 0usize..8, any::<bool>()), 0..20);
+    let rts = prop::collection::vec((obj_sel, 100u32..110, 0u8..4), 0..6);
+    let nodes = prop::collection::vec((0usize..3, 0u8..4), 0..25);
+    (vrfs, l2s, rts, nodes).prop_map(move |(vrfs, l2s, rts, nodes)| {
+        let sel = |s: Option<usize>| s.and_then(|p| match_labels(&[("pool", pools[p])]));
+        let mut inputs = RevisionInputs::default();
+        for (i, (s, table)) in vrfs.iter().enumerate() {
+            let mut v = vrf(&format!("vrf{i}"), Some(100_000 + i as u32));
+            v.spec.table_id = *table;
+            v.spec.node_selector = sel(*s);
+            v.spec.communities = vec!["65000:2".into(), "65000:1".into()];
+            inputs.vrfs.push(v);
+        }
+        for (i, (s, vlan, vrf_ix, gw)) in l2s.iter().enumerate() {
+            let mut l = l2(&format!("seg{i}"), *vlan, 200_000 + i as u32);
+            l.spec.node_selector = sel(*s);
+            if *vrf_ix < vrfs.len() {
+                l.spec.vrf = Some(format!("vrf{vrf_ix}"));
+            }
+            if *gw {
+                l = with_gateways(l, &[&format!("fd00:{i}::1/64"), &format!("10.{i}.0.1/24")]);
+            }
+            inputs.layer2s.push(l);
+        }
+        for (i, (s, table, n)) in rts.iter().enumerate() {
+            let mut t = rt(&format!("rt{i}"), *table);
+            t.spec.node_selector = sel(*s);
+            for r in 0..*n {
+                t.spec
+                    .routes
+                    .push(route(&format!("10.{r}.0.0/16"), Some("10.255.0.1"), None));
+                t.spec
+                    .rules
+                    .push(rule(&format!("10.{r}.0.0/16"), 1000 + u32::from(r)));
+            }
+            inputs.routing_tables.push(t);
+        }
+        let nodes = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (p, rack))| {
+                node(
+                    &format!("node-{i:02}"),
+                    &[("pool", pools[*p]), ("rack", &rack.to_string())],
+                )
+            })
+            .collect();
+        (inputs, nodes)
+    })
+}
+
+pub fn shuffled<T: Clone>(v: &[T], seed: u64) -> Vec<T> {
+    // Deterministic Fisher-Yates driven by a tiny LCG: the order only has to differ, not be random.
+    let mut out = v.to_vec();
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    for i in (1..out.len()).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    out
 }
