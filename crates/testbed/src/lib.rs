@@ -14,8 +14,9 @@
 //! What it serves: core/v1 Node, Namespace, Event, ConfigMap; events.k8s.io/v1 Event;
 //! coordination.k8s.io/v1 Lease; CustomResourceDefinitions and the resources they define.
 //!
-//! Known simplifications against kube-apiserver: lists are atomic for server-side apply
-//! (no `x-kubernetes-list-type: map` merging); strategic merge patches on built-ins are JSON
+//! Known simplifications against kube-apiserver (see README.md): server-side apply merges only
+//! associative lists (`x-kubernetes-list-type: map`, Node conditions/addresses), other lists are
+//! atomic; strategic merge patches on built-ins are JSON
 //! merge patches; no CEL validation,
 //! no conversion webhooks, no admission, no authentication (tokens only identify clients for
 //! partitions); namespace deletion is immediate.

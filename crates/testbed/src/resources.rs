@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::schema::{self, Schema};
+use crate::ssa::ListTypes;
 
 /// An additional printer column of a CRD version (or a built-in).
 #[derive(Debug, Clone)]
@@ -40,6 +41,8 @@ pub struct ResourceType {
     pub schemas: BTreeMap<String, Arc<Schema>>,
     /// Printer columns per version (empty: Name and Age).
     pub columns: BTreeMap<String, Vec<Column>>,
+    /// Associative lists for server-side apply.
+    pub lists: ListTypes,
 }
 
 impl ResourceType {
@@ -151,14 +154,23 @@ fn builtin(
         generation,
         schemas: BTreeMap::new(),
         columns: BTreeMap::new(),
+        lists: ListTypes::default(),
     }
 }
 
 /// The built-in kinds: core/v1 Node, Namespace, Event, ConfigMap; events.k8s.io/v1 Event;
 /// coordination.k8s.io/v1 Lease; apiextensions.k8s.io/v1 CustomResourceDefinition.
 pub fn builtins() -> Vec<ResourceType> {
+    let mut node = builtin("", "v1", "Node", "nodes", false, true, &["no"], false);
+    let by_type = |field: &str| {
+        (
+            vec!["status".to_string(), field.to_string()],
+            vec!["type".to_string()],
+        )
+    };
+    node.lists = ListTypes(vec![by_type("conditions"), by_type("addresses")]);
     vec![
-        builtin("", "v1", "Node", "nodes", false, true, &["no"], false),
+        node,
         builtin(
             "",
             "v1",
@@ -251,6 +263,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, (String, String)> {
     let mut schemas = BTreeMap::new();
     let mut columns = BTreeMap::new();
     let mut status = false;
+    let mut lists = ListTypes::default();
     let empty = Vec::new();
     let vs = spec["versions"].as_array().unwrap_or(&empty);
     if vs.is_empty() {
@@ -275,6 +288,9 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, (String, String)> {
             status = true;
         }
         if let Some(s) = v["schema"].get("openAPIV3Schema") {
+            if v["storage"].as_bool() == Some(true) || lists.0.is_empty() {
+                lists = ListTypes::from_schema(s);
+            }
             let compiled = schema::compile(s).map_err(|e| {
                 (
                     format!("spec.versions[{i}].schema.openAPIV3Schema{}", e.0),
@@ -317,6 +333,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, (String, String)> {
         generation: true,
         schemas,
         columns,
+        lists,
     })
 }
 

@@ -1,22 +1,74 @@
 //! `metadata.managedFields` and server-side apply.
 //!
 //! Field ownership is tracked per entry (manager, operation, subresource) as a set of leaf paths,
-//! stored as `FieldsV1`. Simplification against the real server (documented in the crate root):
-//! every list is atomic (owned as a whole), as lists without `x-kubernetes-list-type` are in CRDs.
+//! stored as `FieldsV1`. Path elements are `f:<field>` or, inside associative lists
+//! (`x-kubernetes-list-type: map`, and Node `status.conditions`/`status.addresses`),
+//! `k:{"<key>":<value>}`. Other lists are atomic (owned as a whole).
 //!
 //! - Update operations (create, replace, patches) give the writer the fields whose values it
 //!   changed and take them from every other entry; removed fields leave every entry.
-//! - Apply compares the applied configuration with the other entries: a field another entry owns
+//! - Apply compares the applied configuration with the other entries: a field another manager owns
 //!   whose value the apply would change is a conflict (409 unless `force`, which moves ownership).
-//!   Fields this manager applied before and omits now are removed unless another entry owns them.
+//!   Fields this manager applied before and omits now are removed unless another entry owns them;
+//!   associative-list elements left without owned fields go with them.
 
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-type Path = Vec<String>;
+/// A field path: `f:spec`, `f:conditions`, `k:{"type":"Ready"}`, `f:status`, ...
+pub type Path = Vec<String>;
 /// A set of owned leaf paths.
 pub type FieldSet = BTreeSet<Path>;
+
+/// Associative lists of a resource: field paths (list elements as `*`) and their key fields.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListTypes(pub Vec<(Vec<String>, Vec<String>)>);
+
+impl ListTypes {
+    fn keys(&self, path: &[String]) -> Option<&[String]> {
+        let fields: Vec<&str> = path
+            .iter()
+            .map(|p| p.strip_prefix("f:").unwrap_or("*"))
+            .collect();
+        self.0
+            .iter()
+            .find(|(p, _)| p.len() == fields.len() && p.iter().zip(&fields).all(|(a, b)| a == b))
+            .map(|(_, k)| k.as_slice())
+    }
+
+    /// Reads `x-kubernetes-list-type: map` lists from an openAPIV3Schema.
+    pub fn from_schema(schema: &Value) -> Self {
+        let mut out = Vec::new();
+        walk_schema(schema, &mut Vec::new(), &mut out);
+        ListTypes(out)
+    }
+}
+
+fn walk_schema(s: &Value, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, Vec<String>)>) {
+    if let Some(props) = s["properties"].as_object() {
+        for (k, v) in props {
+            path.push(k.clone());
+            walk_schema(v, path, out);
+            path.pop();
+        }
+    }
+    if s["x-kubernetes-list-type"] == "map"
+        && let Some(keys) = s["x-kubernetes-list-map-keys"].as_array()
+    {
+        out.push((
+            path.clone(),
+            keys.iter()
+                .filter_map(|k| k.as_str().map(String::from))
+                .collect(),
+        ));
+    }
+    if s["items"].is_object() {
+        path.push("*".into());
+        walk_schema(&s["items"], path, out);
+        path.pop();
+    }
+}
 
 /// What part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +95,23 @@ const SERVER_METADATA: &[&str] = &[
     "generateName",
 ];
 
+fn f(name: &str) -> String {
+    format!("f:{name}")
+}
+
+/// The `k:{...}` element of an associative-list item (None: an item without its keys).
+fn element_key(item: &Value, keys: &[String]) -> Option<String> {
+    let mut m = Map::new();
+    let mut sorted: Vec<&String> = keys.iter().collect();
+    sorted.sort();
+    for k in sorted {
+        m.insert(k.clone(), item.get(k)?.clone());
+    }
+    Some(format!("k:{}", Value::Object(m)))
+}
+
 /// The leaf paths of an object inside `scope` (server-managed metadata excluded).
-pub fn leaves(obj: &Value, scope: Scope) -> FieldSet {
+pub fn leaves(obj: &Value, scope: Scope, lists: &ListTypes) -> FieldSet {
     let mut out = FieldSet::new();
     let Some(map) = obj.as_object() else {
         return out;
@@ -64,36 +131,78 @@ pub fn leaves(obj: &Value, scope: Scope) -> FieldSet {
             if let Some(m) = v.as_object() {
                 for (mk, mv) in m {
                     if !SERVER_METADATA.contains(&mk.as_str()) {
-                        collect(mv, vec![k.clone(), mk.clone()], &mut out);
+                        collect(mv, vec![f(k), f(mk)], &mut out, lists);
                     }
                 }
             }
             continue;
         }
-        collect(v, vec![k.clone()], &mut out);
+        collect(v, vec![f(k)], &mut out, lists);
     }
     out
 }
 
-fn collect(v: &Value, path: Path, out: &mut FieldSet) {
+fn collect(v: &Value, path: Path, out: &mut FieldSet, lists: &ListTypes) {
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        // An empty map or associative list sets nothing: it owns no field (and so never
+        // conflicts with the fields others own inside it).
+        Value::Object(m) if m.is_empty() => {}
+        Value::Array(items) if items.is_empty() && lists.keys(&path).is_some() => {}
+        Value::Object(m) => {
             for (k, c) in m {
                 let mut p = path.clone();
-                p.push(k.clone());
-                collect(c, p, out);
+                p.push(f(k));
+                collect(c, p, out, lists);
             }
         }
+        Value::Array(items) if !items.is_empty() => match lists.keys(&path) {
+            Some(keys) if items.iter().all(|i| element_key(i, keys).is_some()) => {
+                for item in items {
+                    let mut p = path.clone();
+                    p.push(element_key(item, keys).expect("checked above"));
+                    collect(item, p, out, lists);
+                }
+            }
+            _ => {
+                out.insert(path);
+            }
+        },
         _ => {
             out.insert(path);
         }
     }
 }
 
+fn key_matches(item: &Value, key: &str) -> bool {
+    let Ok(Value::Object(want)) = serde_json::from_str::<Value>(key) else {
+        return false;
+    };
+    want.iter().all(|(k, v)| item.get(k) == Some(v))
+}
+
 pub fn get_path<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
     let mut cur = v;
     for p in path {
-        cur = cur.as_object()?.get(p)?;
+        cur = match (p.strip_prefix("f:"), p.strip_prefix("k:")) {
+            (Some(name), _) => cur.as_object()?.get(name)?,
+            (_, Some(key)) => cur.as_array()?.iter().find(|i| key_matches(i, key))?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+fn get_path_mut<'a>(v: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    let mut cur = v;
+    for p in path {
+        cur = match (p.strip_prefix("f:"), p.strip_prefix("k:")) {
+            (Some(name), _) => cur.as_object_mut()?.get_mut(name)?,
+            (_, Some(key)) => cur
+                .as_array_mut()?
+                .iter_mut()
+                .find(|i| key_matches(i, key))?,
+            _ => return None,
+        };
     }
     Some(cur)
 }
@@ -102,15 +211,28 @@ fn remove_path(v: &mut Value, path: &[String]) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
-    let mut cur = v;
-    for p in parents {
-        match cur.as_object_mut().and_then(|m| m.get_mut(p)) {
-            Some(n) => cur = n,
-            None => return,
+    let Some(parent) = get_path_mut(v, parents) else {
+        return;
+    };
+    if let Some(name) = last.strip_prefix("f:") {
+        if let Some(m) = parent.as_object_mut() {
+            m.remove(name);
         }
+    } else if let Some(key) = last.strip_prefix("k:")
+        && let Some(a) = parent.as_array_mut()
+    {
+        a.retain(|i| !key_matches(i, key));
     }
-    if let Some(m) = cur.as_object_mut() {
-        m.remove(last);
+}
+
+/// `[.., k:{"type":"Ready"}, f:type]`: a key field of an associative-list item.
+fn is_key_field(p: &[String]) -> bool {
+    let [.., item, field] = p else { return false };
+    match (item.strip_prefix("k:"), field.strip_prefix("f:")) {
+        (Some(key), Some(name)) => {
+            serde_json::from_str::<Map<String, Value>>(key).is_ok_and(|m| m.contains_key(name))
+        }
+        _ => false,
     }
 }
 
@@ -119,9 +241,20 @@ fn overlaps(a: &[String], b: &[String]) -> bool {
     a[..n] == b[..n]
 }
 
-/// `.spec.holderIdentity` as conflicts name fields.
+/// `.status.conditions[type="Ready"].status`, as conflicts name fields.
 pub fn dotted(path: &[String]) -> String {
-    path.iter().map(|p| format!(".{p}")).collect()
+    path.iter()
+        .map(|p| match (p.strip_prefix("f:"), p.strip_prefix("k:")) {
+            (Some(name), _) => format!(".{name}"),
+            (_, Some(key)) => {
+                let parts: Vec<String> = serde_json::from_str::<Map<String, Value>>(key)
+                    .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
+                    .unwrap_or_default();
+                format!("[{}]", parts.join(","))
+            }
+            _ => format!(".{p}"),
+        })
+        .collect()
 }
 
 /// One `managedFields` entry.
@@ -149,9 +282,10 @@ fn fields_from_v1(v: &Value, path: Path, out: &mut FieldSet) {
         return;
     }
     for (k, c) in m {
-        if let Some(name) = k.strip_prefix("f:") {
+        if k.starts_with("f:") || k.starts_with("k:") || k.starts_with("v:") || k.starts_with("i:")
+        {
             let mut p = path.clone();
-            p.push(name.to_string());
+            p.push(k.clone());
             fields_from_v1(c, p, out);
         }
     }
@@ -162,7 +296,7 @@ fn fields_to_v1(fields: &FieldSet) -> Value {
     for path in fields {
         let mut cur = &mut root;
         for p in path {
-            let e = cur.entry(format!("f:{p}")).or_insert_with(|| json!({}));
+            let e = cur.entry(p.clone()).or_insert_with(|| json!({}));
             cur = e.as_object_mut().expect("fieldsV1 nodes are objects");
         }
     }
@@ -230,13 +364,16 @@ pub struct Writer<'a> {
     pub api_version: &'a str,
     pub time: &'a str,
     pub scope: Scope,
+    pub lists: &'a ListTypes,
 }
 
 /// Records an Update operation from `old` (None on create) to `new`, in `new`'s managedFields.
 pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
     let mut list = old.map(entries).unwrap_or_default();
-    let new_leaves = leaves(new, Scope::All);
-    let old_leaves = old.map(|o| leaves(o, Scope::All)).unwrap_or_default();
+    let new_leaves = leaves(new, Scope::All, w.lists);
+    let old_leaves = old
+        .map(|o| leaves(o, Scope::All, w.lists))
+        .unwrap_or_default();
     let changed: FieldSet = new_leaves
         .iter()
         .filter(|p| old.and_then(|o| get_path(o, p)) != get_path(new, p))
@@ -252,7 +389,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
         });
     }
     let scoped: FieldSet = changed
-        .intersection(&leaves(new, w.scope))
+        .intersection(&leaves(new, w.scope, w.lists))
         .cloned()
         .collect();
     if !scoped.is_empty() {
@@ -281,22 +418,45 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>) {
 /// A field another manager owns that an apply would change: (manager, apiVersion, `.field`).
 pub type Conflict = (String, String, String);
 
-fn deep_merge(dst: &mut Value, src: &Value) {
+/// Merges an applied configuration into the live object: maps recursively, associative lists
+/// item by item (by key), everything else replaced; nulls remove.
+fn deep_merge(dst: &mut Value, src: &Value, path: &mut Path, lists: &ListTypes) {
     match (dst, src) {
         (Value::Object(d), Value::Object(s)) => {
             for (k, v) in s {
+                path.push(f(k));
                 if v.is_null() {
                     d.remove(k);
                 } else if let Some(existing) = d.get_mut(k)
-                    && existing.is_object()
-                    && v.is_object()
+                    && ((existing.is_object() && v.is_object())
+                        || (existing.is_array() && v.is_array()))
                 {
-                    deep_merge(existing, v);
+                    deep_merge(existing, v, path, lists);
                 } else {
                     d.insert(k.clone(), v.clone());
                 }
+                path.pop();
             }
         }
+        (Value::Array(d), Value::Array(s)) => match lists.keys(path).map(<[String]>::to_vec) {
+            Some(keys) => {
+                for item in s {
+                    let Some(k) = element_key(item, &keys) else {
+                        continue;
+                    };
+                    let key = &k[2..];
+                    match d.iter_mut().find(|i| key_matches(i, key)) {
+                        Some(existing) => {
+                            path.push(k.clone());
+                            deep_merge(existing, item, path, lists);
+                            path.pop();
+                        }
+                        None => d.push(item.clone()),
+                    }
+                }
+            }
+            None => *d = s.clone(),
+        },
         (d, s) => *d = s.clone(),
     }
 }
@@ -312,7 +472,7 @@ pub fn apply(
     let empty = json!({});
     let live_v = live.unwrap_or(&empty);
     let mut list = entries(live_v);
-    let applied_fields = leaves(applied, w.scope);
+    let applied_fields = leaves(applied, w.scope, w.lists);
     let is_self = |e: &Entry| e.same_owner(w.manager, "Apply", w.subresource);
     let mut conflicts = Vec::new();
     let mut conflict_paths: Vec<(usize, Path)> = Vec::new();
@@ -348,11 +508,29 @@ pub fn apply(
         .filter(|e| !is_self(e))
         .flat_map(|e| e.fields.iter())
         .collect();
+    let mut dropped_items: BTreeSet<Path> = BTreeSet::new();
     for p in &previous {
         let still_applied = applied_fields.iter().any(|q| overlaps(p, q));
         let owned_elsewhere = others.iter().any(|o| overlaps(o, p));
         if !still_applied && !owned_elsewhere {
-            remove_path(&mut merged, p);
+            // Key fields stay until their item goes (below).
+            if !is_key_field(p) {
+                remove_path(&mut merged, p);
+            }
+            // The associative-list item this field was in, if any.
+            if let Some(pos) = p.iter().rposition(|e| e.starts_with("k:")) {
+                dropped_items.insert(p[..=pos].to_vec());
+            }
+        }
+    }
+    // Items nobody owns a field of any more go with their last field.
+    for item in dropped_items {
+        let owned = applied_fields
+            .iter()
+            .chain(others.iter().copied())
+            .any(|o| o.len() > item.len() && o.starts_with(&item));
+        if !owned {
+            remove_path(&mut merged, &item);
         }
     }
     // Only the scope's part of the applied configuration lands.
@@ -371,14 +549,13 @@ pub fn apply(
             });
         }
     }
-    deep_merge(&mut merged, &scoped);
-    // Values this apply changed leave Update owners that did not conflict (shared values stay shared).
-    let before = live_v;
+    deep_merge(&mut merged, &scoped, &mut Vec::new(), w.lists);
+    // Values this apply changed leave owners that did not conflict (shared values stay shared).
     for e in list.iter_mut().filter(|e| !is_self(e)) {
         e.fields.retain(|f| {
             !applied_fields
                 .iter()
-                .any(|q| overlaps(f, q) && get_path(before, q) != get_path(&merged, q))
+                .any(|q| overlaps(f, q) && get_path(live_v, q) != get_path(&merged, q))
         });
     }
     match list.iter_mut().find(|e| is_self(e)) {
@@ -404,6 +581,8 @@ pub fn apply(
 mod tests {
     use super::*;
 
+    static NO_LISTS: ListTypes = ListTypes(Vec::new());
+
     fn w(m: &str) -> Writer<'_> {
         Writer {
             manager: m,
@@ -411,6 +590,7 @@ mod tests {
             api_version: "v1",
             time: "t",
             scope: Scope::All,
+            lists: &NO_LISTS,
         }
     }
 
@@ -458,7 +638,7 @@ mod tests {
             .into_iter()
             .filter(|e| {
                 e.fields
-                    .contains(&vec!["data".to_string(), "a".to_string()])
+                    .contains(&vec!["f:data".to_string(), "f:a".to_string()])
             })
             .map(|e| e.manager)
             .collect();
@@ -489,5 +669,46 @@ mod tests {
             .is_ok()
         );
         assert!(apply(Some(&b), &json!({"spec": {"renew": 2}}), false, &w("lm-c")).is_err());
+    }
+
+    #[test]
+    fn associative_lists_merge_by_key() {
+        let lists = ListTypes(vec![(
+            vec!["status".into(), "conditions".into()],
+            vec!["type".into()],
+        )]);
+        let wl = |m: &'static str| Writer {
+            lists: &lists,
+            ..w(m)
+        };
+        let kubelet = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let live = apply(None, &kubelet, false, &wl("kubelet")).unwrap();
+        let agent = json!({"status": {"conditions": [{"type": "NetworkReady", "status": "True"}]}});
+        let both = apply(Some(&live), &agent, false, &wl("agent")).unwrap();
+        let types: Vec<&str> = both["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, vec!["Ready", "NetworkReady"]);
+        // Changing another manager's item conflicts, naming the item.
+        let err = apply(
+            Some(&both),
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            false,
+            &wl("agent"),
+        )
+        .unwrap_err();
+        assert_eq!(err[0].2, ".status.conditions[type=\"Ready\"].status");
+        // The agent stops applying its item: only that item goes.
+        let after = apply(Some(&both), &json!({"status": {}}), false, &wl("agent")).unwrap();
+        let types: Vec<&str> = after["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, vec!["Ready"]);
     }
 }

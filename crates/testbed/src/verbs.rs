@@ -471,6 +471,7 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
             api_version: &api_version,
             time: &now,
             scope: t.scope(),
+            lists: &t.rt.lists,
         };
         ssa::record_update(old_value.as_ref(), &mut new, &writer);
     }
@@ -809,6 +810,7 @@ fn apply(
         api_version: &api_version,
         time: &now,
         scope: t.scope(),
+        lists: &t.rt.lists,
     };
     let live = st.get(&rt, &t.key());
     match live {

@@ -1043,3 +1043,48 @@ async fn write_options_and_edge_cases() {
     };
     cms.delete("c", &dp).await.unwrap();
 }
+
+#[tokio::test]
+async fn node_conditions_merge_by_type_under_server_side_apply() {
+    let tb = testbed().await;
+    let nodes: Api<Node> = Api::all(tb.client());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    // What netwave-agent does: apply its own condition, forced, on the status subresource.
+    let cond = |status: &str| {
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "Node",
+            "status": {"conditions": [{"type": "NetworkReady", "status": status, "reason": "Provisioned"}]}}))
+    };
+    let pp = PatchParams::apply("netwave-agent").force();
+    let n = nodes.patch_status("n1", &pp, &cond("True")).await.unwrap();
+    let conds = |n: &Node| -> Vec<(String, String)> {
+        n.status
+            .as_ref()
+            .unwrap()
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+            .collect()
+    };
+    assert_eq!(
+        conds(&n),
+        vec![
+            ("Ready".into(), "True".into()),
+            ("NetworkReady".into(), "True".into())
+        ]
+    );
+    let n = nodes.patch_status("n1", &pp, &cond("False")).await.unwrap();
+    assert_eq!(
+        conds(&n),
+        vec![
+            ("Ready".into(), "True".into()),
+            ("NetworkReady".into(), "False".into())
+        ]
+    );
+}
