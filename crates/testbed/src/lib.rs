@@ -16,8 +16,8 @@
 //!
 //! Known simplifications against kube-apiserver (see README.md): server-side apply merges only
 //! associative lists (`x-kubernetes-list-type: map`, Node conditions/addresses), other lists are
-//! atomic; strategic merge patches on built-ins are JSON
-//! merge patches; no CEL validation,
+//! atomic; strategic merge patches on built-ins merge those lists by key and replace others;
+//! no CEL validation,
 //! no conversion webhooks, no admission, no authentication (tokens only identify clients for
 //! partitions); namespace deletion is immediate.
 

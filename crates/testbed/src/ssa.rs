@@ -461,6 +461,12 @@ fn deep_merge(dst: &mut Value, src: &Value, path: &mut Path, lists: &ListTypes) 
     }
 }
 
+/// A strategic merge patch on a built-in: maps merge, nulls delete, lists with a merge key
+/// (the associative lists) merge item by item, other lists are replaced.
+pub fn strategic_merge(doc: &mut Value, patch: &Value, lists: &ListTypes) {
+    deep_merge(doc, patch, &mut Vec::new(), lists);
+}
+
 /// Server-side apply of `applied` onto `live` (None: the object does not exist yet).
 /// Returns the merged object with its managedFields, or the conflicts.
 pub fn apply(

@@ -720,11 +720,15 @@ pub fn patch(
             if !p.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
-            // Strategic merge on built-ins is treated as a JSON merge patch; `$patch`
-            // directives are dropped.
+            // Strategic merge on built-ins merges associative lists by key (Node conditions);
+            // `$patch` directives are dropped.
             let mut p = p;
             strip_directives(&mut p);
-            json_patch::merge(&mut doc, &p);
+            if kind == PatchKind::Strategic {
+                ssa::strategic_merge(&mut doc, &p, &t.rt.lists);
+            } else {
+                json_patch::merge(&mut doc, &p);
+            }
         }
         PatchKind::Apply => unreachable!("handled above"),
     }

@@ -1087,4 +1087,18 @@ async fn node_conditions_merge_by_type_under_server_side_apply() {
             ("NetworkReady".into(), "False".into())
         ]
     );
+    // A strategic merge patch (kubelet-style) merges conditions by type too.
+    let smp =
+        Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}));
+    let n = nodes
+        .patch_status("n1", &PatchParams::default(), &smp)
+        .await
+        .unwrap();
+    assert_eq!(
+        conds(&n),
+        vec![
+            ("Ready".into(), "False".into()),
+            ("NetworkReady".into(), "False".into())
+        ]
+    );
 }
