@@ -6,7 +6,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// A point in time, milliseconds since the Unix epoch. Time only ever comes into the core as an argument.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Timestamp(pub i64);
 
 impl Timestamp {
@@ -35,7 +37,9 @@ pub struct VlanId(pub u16);
 pub struct TableId(pub u32);
 
 /// Monotonic revision number.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Sequence(pub u64);
 
 macro_rules! display_inner {
