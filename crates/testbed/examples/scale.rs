@@ -156,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_from(cfg)?;
     let mut phase = Phase { pid, last_cpu: 0.0 };
     phase.report("started (netwave CRDs installed)", Duration::ZERO);
+    let (base_rss_kb, _) = proc_stats(pid);
 
     let nodes: Api<Node> = Api::all(client.clone());
     let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
@@ -201,7 +202,14 @@ async fn main() -> anyhow::Result<()> {
     phase.report("created 5,000 Nodes + 5,000 NNCs", wall.elapsed());
     println!("  create latency: {}", percentiles(create_lat));
     let nnc_bytes = serde_json::to_vec(&nncs.get("node-00000").await?)?.len();
-    println!("  one NodeNetworkConfig is {nnc_bytes} bytes of JSON");
+    let node_bytes = serde_json::to_vec(&nodes.get("node-00000").await?)?.len();
+    let (rss_kb, _) = proc_stats(pid);
+    let grown = (rss_kb.saturating_sub(base_rss_kb) * 1024) as f64;
+    let json_total = ((nnc_bytes + node_bytes) * NODES) as f64;
+    println!(
+        "  objects are {nnc_bytes} (NNC) + {node_bytes} (Node) bytes of JSON; server RSS grew {:.2}x their total JSON size",
+        grown / json_total
+    );
 
     // 20 watchers: 10 on Nodes, 10 on NodeNetworkConfigs, each listing in pages of 500.
     let wall = Instant::now();
