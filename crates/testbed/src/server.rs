@@ -635,6 +635,8 @@ async fn resource_request(
                 send_initial_events: send_initial,
                 selectors: sel,
                 metadata_only: as_meta,
+                table: as_table
+                    .then(|| query.get("includeObject").unwrap_or("Metadata").to_string()),
                 user_agent: client.user_agent.clone(),
                 token: client.token.clone(),
             };

@@ -24,6 +24,8 @@ pub struct WatchParams {
     pub selectors: Selectors,
     /// Send `PartialObjectMetadata` instead of full objects.
     pub metadata_only: bool,
+    /// Send one-row `Table`s (kubectl get -w), with this `includeObject`.
+    pub table: Option<String>,
     pub user_agent: String,
     pub token: String,
 }
@@ -61,6 +63,7 @@ struct Watcher {
     p: WatchParams,
     tx: mpsc::Sender<Chunk>,
     key: String,
+    sent_table: std::sync::atomic::AtomicBool,
 }
 
 impl Watcher {
@@ -74,7 +77,24 @@ impl Watcher {
 
     async fn send_obj(&self, kind: EventType, obj: &Arc<Object>) -> bool {
         let obj = present(obj, &self.t);
-        let body = if self.p.metadata_only {
+        let body = if let Some(include) = &self.p.table {
+            let rv = obj.value()["metadata"]["resourceVersion"].clone();
+            let mut t = crate::table::table(
+                &self.t.rt,
+                &self.t.version,
+                std::slice::from_ref(&obj),
+                include,
+                json!({"resourceVersion": rv}),
+            );
+            // Column definitions travel with the first event only, as kube-apiserver sends them.
+            if self
+                .sent_table
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                t["columnDefinitions"] = json!([]);
+            }
+            line(kind.as_str(), &t)
+        } else if self.p.metadata_only {
             line(kind.as_str(), &metadata_view(&obj.value()))
         } else {
             raw_line(kind.as_str(), &obj.json)
@@ -248,6 +268,7 @@ pub fn start(shared: Arc<Shared>, t: Target, p: WatchParams) -> mpsc::Receiver<C
         p,
         tx,
         key,
+        sent_table: Default::default(),
     };
     tokio::spawn(w.run());
     rx

@@ -200,6 +200,43 @@ async fn kubectl_applies_gets_describes_and_deletes_netwave_resources() {
         .await;
     assert!(!ok && out.contains("spec.mtu"), "{out}");
 
+    // kubectl get -w: Table rows over a watch.
+    let mut watch = Command::new(&k.bin)
+        .arg("--kubeconfig")
+        .arg(&k.kubeconfig)
+        .args(["get", "vrf", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    let wait = std::time::Duration::from_secs(20);
+    let mut next_line = async || {
+        tokio::time::timeout(wait, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+    };
+    assert!(next_line().await.starts_with("NAME"));
+    for _ in 0..4 {
+        next_line().await;
+    }
+    api.patch(
+        "storage",
+        &Default::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"spec": {"vni": 2002999}})),
+    )
+    .await
+    .unwrap();
+    let row = next_line().await;
+    assert!(
+        row.starts_with("storage") && row.contains("2002999"),
+        "{row}"
+    );
+    let _ = watch.start_kill();
+
     let out = k.ok(&["delete", "vrf", "cluster"]).await;
     assert!(out.contains("\"cluster\" deleted"), "{out}");
     let (ok, out) = k.run(&["get", "vrf", "cluster"]).await;
