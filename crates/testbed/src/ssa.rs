@@ -469,12 +469,17 @@ pub fn strategic_merge(doc: &mut Value, patch: &Value, lists: &ListTypes) {
 
 /// Server-side apply of `applied` onto `live` (None: the object does not exist yet).
 /// Returns the merged object with its managedFields, or the conflicts.
+///
+/// `defaulted` is the applied configuration with schema defaults filled in: values are compared
+/// in that form, so defaults inside an atomic list do not make a manifest conflict with itself.
 pub fn apply(
     live: Option<&Value>,
     applied: &Value,
+    defaulted: Option<&Value>,
     force: bool,
     w: &Writer<'_>,
 ) -> Result<Value, Vec<Conflict>> {
+    let cmp = defaulted.unwrap_or(applied);
     let empty = json!({});
     let live_v = live.unwrap_or(&empty);
     let mut list = entries(live_v);
@@ -489,9 +494,7 @@ pub fn apply(
             continue;
         }
         for q in &applied_fields {
-            if e.fields.iter().any(|f| overlaps(f, q))
-                && get_path(live_v, q) != get_path(applied, q)
-            {
+            if e.fields.iter().any(|f| overlaps(f, q)) && get_path(live_v, q) != get_path(cmp, q) {
                 conflicts.push((e.manager.clone(), e.api_version.clone(), dotted(q)));
                 conflict_paths.push((i, q.clone()));
             }
@@ -561,7 +564,7 @@ pub fn apply(
         e.fields.retain(|f| {
             !applied_fields
                 .iter()
-                .any(|q| overlaps(f, q) && get_path(live_v, q) != get_path(&merged, q))
+                .any(|q| overlaps(f, q) && get_path(live_v, q) != get_path(cmp, q))
         });
     }
     match list.iter_mut().find(|e| is_self(e)) {
@@ -589,6 +592,15 @@ mod tests {
 
     static NO_LISTS: ListTypes = ListTypes(Vec::new());
 
+    fn ap(
+        live: Option<&Value>,
+        applied: &Value,
+        force: bool,
+        w: &Writer<'_>,
+    ) -> Result<Value, Vec<Conflict>> {
+        apply(live, applied, None, force, w)
+    }
+
     fn w(m: &str) -> Writer<'_> {
         Writer {
             manager: m,
@@ -602,14 +614,14 @@ mod tests {
 
     #[test]
     fn apply_removes_fields_the_manager_no_longer_applies() {
-        let a = apply(
+        let a = ap(
             None,
             &json!({"metadata": {"name": "x"}, "data": {"a": "1", "b": "2"}}),
             false,
             &w("m"),
         )
         .unwrap();
-        let b = apply(
+        let b = ap(
             Some(&a),
             &json!({"metadata": {"name": "x"}, "data": {"a": "1"}}),
             false,
@@ -621,7 +633,7 @@ mod tests {
 
     #[test]
     fn apply_keeps_fields_owned_by_someone_else_and_conflicts_on_change() {
-        let a = apply(
+        let a = ap(
             None,
             &json!({"data": {"a": "1", "b": "2"}}),
             false,
@@ -629,16 +641,16 @@ mod tests {
         )
         .unwrap();
         // m2 applies the same value of b: shared, no conflict.
-        let b = apply(Some(&a), &json!({"data": {"b": "2"}}), false, &w("m2")).unwrap();
+        let b = ap(Some(&a), &json!({"data": {"b": "2"}}), false, &w("m2")).unwrap();
         // m1 drops b: it stays because m2 owns it.
-        let c = apply(Some(&b), &json!({"data": {"a": "1"}}), false, &w("m1")).unwrap();
+        let c = ap(Some(&b), &json!({"data": {"a": "1"}}), false, &w("m1")).unwrap();
         assert_eq!(c["data"], json!({"a": "1", "b": "2"}));
-        let err = apply(Some(&c), &json!({"data": {"a": "9"}}), false, &w("m2")).unwrap_err();
+        let err = ap(Some(&c), &json!({"data": {"a": "9"}}), false, &w("m2")).unwrap_err();
         assert_eq!(
             err,
             vec![("m1".to_string(), "v1".to_string(), ".data.a".to_string())]
         );
-        let d = apply(Some(&c), &json!({"data": {"a": "9"}}), true, &w("m2")).unwrap();
+        let d = ap(Some(&c), &json!({"data": {"a": "9"}}), true, &w("m2")).unwrap();
         assert_eq!(d["data"]["a"], "9");
         let owners: Vec<String> = entries(&d)
             .into_iter()
@@ -653,7 +665,7 @@ mod tests {
 
     #[test]
     fn update_takes_ownership_of_changed_fields() {
-        let a = apply(
+        let a = ap(
             None,
             &json!({"spec": {"holder": "a", "renew": 1}}),
             false,
@@ -666,7 +678,7 @@ mod tests {
         record_update(Some(&a), &mut b, &w("lm-b"));
         // holder was removed: nobody owns it, so another manager can apply it without conflict.
         assert!(
-            apply(
+            ap(
                 Some(&b),
                 &json!({"spec": {"holder": "b"}}),
                 false,
@@ -674,7 +686,7 @@ mod tests {
             )
             .is_ok()
         );
-        assert!(apply(Some(&b), &json!({"spec": {"renew": 2}}), false, &w("lm-c")).is_err());
+        assert!(ap(Some(&b), &json!({"spec": {"renew": 2}}), false, &w("lm-c")).is_err());
     }
 
     #[test]
@@ -688,9 +700,9 @@ mod tests {
             ..w(m)
         };
         let kubelet = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-        let live = apply(None, &kubelet, false, &wl("kubelet")).unwrap();
+        let live = ap(None, &kubelet, false, &wl("kubelet")).unwrap();
         let agent = json!({"status": {"conditions": [{"type": "NetworkReady", "status": "True"}]}});
-        let both = apply(Some(&live), &agent, false, &wl("agent")).unwrap();
+        let both = ap(Some(&live), &agent, false, &wl("agent")).unwrap();
         let types: Vec<&str> = both["status"]["conditions"]
             .as_array()
             .unwrap()
@@ -699,7 +711,7 @@ mod tests {
             .collect();
         assert_eq!(types, vec!["Ready", "NetworkReady"]);
         // Changing another manager's item conflicts, naming the item.
-        let err = apply(
+        let err = ap(
             Some(&both),
             &json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
             false,
@@ -708,7 +720,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(err[0].2, ".status.conditions[type=\"Ready\"].status");
         // The agent stops applying its item: only that item goes.
-        let after = apply(Some(&both), &json!({"status": {}}), false, &wl("agent")).unwrap();
+        let after = ap(Some(&both), &json!({"status": {}}), false, &wl("agent")).unwrap();
         let types: Vec<&str> = after["status"]["conditions"]
             .as_array()
             .unwrap()

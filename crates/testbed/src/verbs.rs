@@ -816,19 +816,30 @@ fn apply(
         scope: t.scope(),
         lists: &t.rt.lists,
     };
+    // Compare values with schema defaults applied (the live object has them).
+    let mut defaulted = applied.clone();
+    if let Some(schema) = rt.schemas.get(&t.version) {
+        let _ = schema::enforce(schema, &mut defaulted);
+    }
     let live = st.get(&rt, &t.key());
     match live {
         None => {
             if t.status {
                 return Err(ApiError::not_found(&rt, t.name()));
             }
-            let merged = ssa::apply(None, &applied, opts.force, &writer)
+            let merged = ssa::apply(None, &applied, Some(&defaulted), opts.force, &writer)
                 .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
             create_with(st, t, merged, opts, true)
         }
         Some(live) => {
-            let merged = ssa::apply(Some(&live.value()), &applied, opts.force, &writer)
-                .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
+            let merged = ssa::apply(
+                Some(&live.value()),
+                &applied,
+                Some(&defaulted),
+                opts.force,
+                &writer,
+            )
+            .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
             commit(
                 st,
                 t,

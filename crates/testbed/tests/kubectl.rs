@@ -98,6 +98,15 @@ async fn kubectl_applies_gets_describes_and_deletes_netwave_resources() {
         out.contains("vrfrouteconfiguration.netwave.dev/cluster created"),
         "{out}"
     );
+    // Moving the same manifests to server-side apply: equal values (schema defaults included)
+    // are shared with the client-side-apply manager, not conflicts.
+    let out = k
+        .ok(&["apply", "--server-side", "-f", samples.to_str().unwrap()])
+        .await;
+    assert!(
+        out.contains("routingtable.netwave.dev/oob serverside-applied"),
+        "{out}"
+    );
 
     // Printer columns from the CRD, through the server's Table output.
     let out = k.ok(&["get", "vrf"]).await;
