@@ -239,6 +239,8 @@ pub enum WaitingOn {
     NoTarget,
     /// The target's `spec.rollout` has errors; nothing new is assigned until they are fixed.
     InvalidPolicy { errors: Vec<String> },
+    /// The (completed) target fails fleet validation now: it is given to no further node.
+    ValidationErrors { errors: Vec<String> },
     /// `spec.paused` is set.
     Paused { since: Timestamp },
     /// Canaries not updated yet; other nodes wait.
@@ -282,6 +284,11 @@ impl fmt::Display for WaitingOn {
             WaitingOn::InvalidPolicy { errors } => {
                 write!(f, "invalid rollout policy: {}", errors.join("; "))
             }
+            WaitingOn::ValidationErrors { errors } => write!(
+                f,
+                "fleet validation fails now: no further node gets it: {}",
+                errors.join("; ")
+            ),
             WaitingOn::Paused { since } => {
                 write!(f, "paused (spec.paused) since {}", since.to_time().0)
             }

@@ -101,7 +101,7 @@ fn progress(ctx: &Context, i: usize, tv: &TargetView, complete: bool) -> Progres
         Some(t) if !(became_target || resumed || progressed) => Timestamp::from_time(t),
         _ => stamp,
     };
-    if complete || r.state.paused || tv.halted_by_policy {
+    if complete || r.state.paused || tv.halted_by_policy || tv.invalid {
         return Progress {
             last_progress_at,
             deadline: None,
@@ -392,14 +392,20 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
             } else {
                 format!("{} warning(s): {}", warnings.len(), warnings.join("; "))
             };
+            let errors = &r.state.validation.errors;
+            let (st, reason, msg) = if errors.is_empty() {
+                ("True", "Validated", validated_msg)
+            } else {
+                ("False", reasons::VALIDATION_FAILED, errors.join("; "))
+            };
             set_condition(
                 &mut s.conditions,
                 stamp,
                 generation,
                 "Validated",
-                "True",
-                "Validated",
-                validated_msg,
+                st,
+                reason,
+                msg,
             );
             let idle = tv.in_progress == 0 && tv.queued == 0;
             let (st, reason, msg) = if phase == Phase::Complete && idle {
@@ -407,6 +413,12 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
                     "False",
                     reasons::ROLLOUT_COMPLETE,
                     format!("{} node(s) updated", tv.updated),
+                )
+            } else if tv.invalid {
+                (
+                    "False",
+                    reasons::VALIDATION_FAILED,
+                    "fleet validation fails now: no further node gets it".to_string(),
                 )
             } else if tv.halted_by_policy {
                 ("False", reasons::INVALID_POLICY, r.policy_errors.join("; "))
@@ -653,6 +665,30 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
             s.in_progress = counts.assigned - counts.updated;
             s.queued = 0;
             s.skipped = 0;
+            if complete {
+                // The last good revision is what new nodes and rollbacks get: keep its validation
+                // against the current fleet on record.
+                let errors = &r.state.validation.errors;
+                let (st, reason, msg) = if errors.is_empty() {
+                    (
+                        "True",
+                        "Validated",
+                        "fleet validation found no problems".to_string(),
+                    )
+                } else {
+                    ("False", reasons::VALIDATION_FAILED, errors.join("; "))
+                };
+                set_condition(
+                    &mut s.conditions,
+                    stamp,
+                    generation,
+                    "Validated",
+                    st,
+                    reason,
+                    msg,
+                );
+                s.validation = r.state.validation.clone();
+            }
             let (reason, msg) = if complete {
                 (
                     reasons::ROLLOUT_COMPLETE,

@@ -202,6 +202,8 @@ pub(super) struct TargetView {
     pub skipped: u32,
     pub started: bool,
     pub halted_by_policy: bool,
+    /// A completed target whose validation now fails: no further assignments.
+    pub invalid: bool,
     pub canary_stage: CanaryStage,
     /// Set when every canary became updated this step.
     pub canaries_done_now: bool,
@@ -228,17 +230,17 @@ const MAX_ROUNDS: usize = 4;
 /// one plan: the last write per object wins, in the order objects first appeared, and every round's
 /// Events are kept. Stepping again over the applied plan therefore plans nothing.
 pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
-    let mut plan = step_once(input, &input.revisions, &input.configs, now);
+    let mut overlay = Overlay::new();
+    let mut plan = step_once(input, &input.revisions, &overlay, now);
     if plan.write_count() == 0 {
         return plan;
     }
-    // Only revisions and configs change between rounds.
+    // Only revision statuses and node specs change between rounds; nodes and agent reports do not.
     let mut revisions = input.revisions.clone();
-    let mut configs = input.configs.clone();
     let mut round = plan.clone();
     for _ in 1..MAX_ROUNDS {
-        apply_writes(&mut revisions, &mut configs, &round);
-        round = step_once(input, &revisions, &configs, now);
+        apply_writes(&mut revisions, &mut overlay, &round);
+        round = step_once(input, &revisions, &overlay, now);
         if round.is_empty() {
             break;
         }
@@ -248,43 +250,52 @@ pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
     plan
 }
 
-/// Applies a plan's writes to revisions and configs, as the API server would.
-fn apply_writes(
-    revisions: &mut Vec<RevisionState>,
-    configs: &mut Vec<NodeConfigState>,
-    plan: &Plan,
-) {
+/// Node specs written by earlier rounds of one step: node → new spec (`None`: config deleted).
+type Overlay = BTreeMap<String, Option<AssignedSpec>>;
+
+/// Applies a plan's writes to revisions and the spec overlay, as the API server would.
+fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan: &Plan) {
     for u in &plan.status_updates {
         if let Some(r) = revisions.iter_mut().find(|r| r.name == u.revision) {
             r.status = u.status.clone();
         }
     }
-    if !plan.assignments.is_empty() {
-        let index: BTreeMap<String, usize> = configs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.name.clone(), i))
-            .collect();
-        for a in &plan.assignments {
-            let spec = AssignedSpec {
+    for a in &plan.assignments {
+        overlay.insert(
+            a.node.clone(),
+            Some(AssignedSpec {
                 revision: a.revision.clone(),
                 sequence: a.sequence,
                 config_hash: a.config_hash.clone(),
                 retry: a.retry,
                 assigned_at: Some(a.assigned_at),
-            };
-            match index.get(&a.node) {
-                Some(&i) => configs[i].spec = spec,
-                None => configs.push(NodeConfigState {
-                    name: a.node.clone(),
-                    spec,
-                    status: AgentReport::default(),
-                }),
-            }
-        }
+            }),
+        );
     }
-    configs.retain(|c| !plan.delete_configs.contains(&c.name));
+    for n in &plan.delete_configs {
+        overlay.insert(n.clone(), None);
+    }
     revisions.retain(|r| !plan.delete_revisions.contains(&r.name));
+}
+
+/// Joins a map keyed by node name with the nodes (both sorted by name): O(n), no per-node lookups.
+fn join_by_name<'a, V>(
+    names: impl Iterator<Item = &'a str>,
+    map: Option<&'a BTreeMap<String, V>>,
+) -> Vec<Option<&'a V>> {
+    let mut it = map.map(|m| m.iter().peekable());
+    names
+        .map(|name| {
+            let it = it.as_mut()?;
+            while it.peek().is_some_and(|(k, _)| k.as_str() < name) {
+                it.next();
+            }
+            match it.peek() {
+                Some((k, v)) if k.as_str() == name => Some(*v),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// Folds a later round into a plan: last write per object wins, first-appearance order is kept.
@@ -320,50 +331,79 @@ fn merge(plan: &mut Plan, next: Plan) {
 fn step_once(
     input: &RolloutInput,
     revisions: &[RevisionState],
-    configs_in: &[NodeConfigState],
+    overlay: &Overlay,
     now: Timestamp,
 ) -> Plan {
     // ---- index --------------------------------------------------------------------------------------
+    // Sorting is stable and adaptive: inputs that arrive sorted (watch caches usually are) cost O(n).
     let mut node_states: Vec<&NodeState> = input.nodes.iter().collect();
     node_states.sort_by(|a, b| a.name.cmp(&b.name));
     node_states.dedup_by(|a, b| a.name == b.name);
-    let mut configs: BTreeMap<&str, &NodeConfigState> = BTreeMap::new();
-    for c in configs_in {
-        configs.entry(c.name.as_str()).or_insert(c);
-    }
+    let mut config_list: Vec<&NodeConfigState> = input.configs.iter().collect();
+    config_list.sort_by(|a, b| a.name.cmp(&b.name));
+    config_list.dedup_by(|a, b| a.name == b.name);
     let mut rev_states: Vec<&RevisionState> = revisions.iter().collect();
     rev_states.sort_by(|a, b| b.sequence.cmp(&a.sequence).then(a.name.cmp(&b.name)));
     rev_states.dedup_by(|a, b| a.name == b.name);
 
-    let mut nodes: Vec<Node> = node_states
+    let mut config_matched = vec![false; config_list.len()];
+    let mut ci = 0;
+    let mut nodes: Vec<Node> = Vec::with_capacity(node_states.len());
+    for &state in &node_states {
+        while ci < config_list.len() && config_list[ci].name < state.name {
+            ci += 1;
+        }
+        let cfg = (ci < config_list.len() && config_list[ci].name == state.name).then(|| {
+            config_matched[ci] = true;
+            config_list[ci]
+        });
+        let over = if overlay.is_empty() {
+            None
+        } else {
+            overlay.get(&state.name)
+        };
+        let (spec, status) = match over {
+            Some(None) => (None, &NO_REPORT),
+            Some(Some(s)) => (Some(s), cfg.map_or(&NO_REPORT, |c| &c.status)),
+            None => (cfg.map(|c| &c.spec), cfg.map_or(&NO_REPORT, |c| &c.status)),
+        };
+        let spec = spec.map(|s| Spec {
+            revision: s.revision.as_str(),
+            retry: s.retry,
+            hash: s.config_hash.as_str(),
+            assigned_at: s.assigned_at,
+        });
+        let in_flight = spec.is_some_and(|s| in_flight_of(s.revision, s.retry, s.hash, status));
+        nodes.push(Node {
+            state,
+            has_config: spec.is_some(),
+            status,
+            eligible: state.eligible(),
+            domain: 0,
+            spec,
+            in_flight,
+            assigned: false,
+        });
+    }
+    // Configs of nodes that left (and were not deleted by an earlier round).
+    let orphans: Vec<String> = config_list
         .iter()
-        .map(|&state| {
-            let cfg = configs.get(state.name.as_str()).copied();
-            let status = cfg.map_or(&NO_REPORT, |c| &c.status);
-            let spec = cfg.map(|c| Spec {
-                revision: c.spec.revision.as_str(),
-                retry: c.spec.retry,
-                hash: c.spec.config_hash.as_str(),
-                assigned_at: c.spec.assigned_at,
-            });
-            let in_flight = spec.is_some_and(|s| in_flight_of(s.revision, s.retry, s.hash, status));
-            Node {
-                state,
-                has_config: cfg.is_some(),
-                status,
-                eligible: state.eligible(),
-                domain: 0,
-                spec,
-                in_flight,
-                assigned: false,
-            }
-        })
+        .zip(&config_matched)
+        .filter(|(c, matched)| !**matched && !matches!(overlay.get(&c.name), Some(None)))
+        .map(|(c, _)| c.name.clone())
         .collect();
     // Nodes by the revision their spec names (failure detection looks at these).
     let mut by_spec: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
         if let Some(s) = n.spec {
             by_spec.entry(s.revision).or_default().push(i);
+        }
+        // Nodes whose agent reports on a revision other than its spec: an `Invalid` report about R is a
+        // failure of R even after the spec moved on (the agent will not apply R again at this retry).
+        if let Some(obs) = n.status.observed_revision.as_deref()
+            && n.spec.is_some_and(|s| s.revision != obs)
+        {
+            by_spec.entry(obs).or_default().push(i);
         }
     }
 
@@ -486,6 +526,25 @@ fn step_once(
         .map(|&e| gov.max_unavailable_per_domain.map(|b| b.of(e)))
         .collect();
 
+    // Rendered hashes of the target and the last good revision per node (the only ones assigned).
+    let t_hashes = join_by_name(
+        nodes.iter().map(|n| n.state.name.as_str()),
+        target.and_then(|t| input.rendered.revision(revs[t].name()).map(|m| &**m)),
+    );
+    let lg_hashes = join_by_name(
+        nodes.iter().map(|n| n.state.name.as_str()),
+        last_good.and_then(|l| input.rendered.revision(revs[l].name()).map(|m| &**m)),
+    );
+    let hash_for = |rev: usize, i: usize| -> Option<&str> {
+        if Some(rev) == target {
+            t_hashes[i].map(String::as_str)
+        } else if Some(rev) == last_good {
+            lg_hashes[i].map(String::as_str)
+        } else {
+            None
+        }
+    };
+
     // ---- intents, most urgent first ------------------------------------------------------------------------
     let mut intents: Vec<Intent> = Vec::new();
     let mut has_intent = vec![false; nodes.len()];
@@ -519,8 +578,11 @@ fn step_once(
         }
     }
 
-    let t_halted =
-        target.is_some_and(|t| revs[t].state.paused || !revs[t].policy_errors.is_empty());
+    // Validation errors on the target are only possible once it completed (before, they fail it): the
+    // fleet changed under it. It stays the last good revision, but it is given to no further node.
+    let t_invalid = target.is_some_and(|t| !revs[t].state.validation.errors.is_empty());
+    let t_halted = t_invalid
+        || target.is_some_and(|t| revs[t].state.paused || !revs[t].policy_errors.is_empty());
     let t_updated_before = target.map_or(0, |t| {
         let name = revs[t].name();
         by_spec
@@ -536,8 +598,10 @@ fn step_once(
         } else {
             lg
         };
+        // A node that never ran a revision gets none with validation errors.
+        let usable = revs[rev].state.validation.errors.is_empty();
         for &i in &order {
-            if !nodes[i].has_config && nodes[i].eligible && !has_intent[i] {
+            if usable && !nodes[i].has_config && nodes[i].eligible && !has_intent[i] {
                 intents.push(Intent {
                     node: i,
                     rev,
@@ -554,7 +618,6 @@ fn step_once(
     if let Some(t) = target {
         let trev = &revs[t];
         let tname = trev.name();
-        let rendered = input.rendered.revision(tname);
         let complete = trev.stored_phase == Some(Phase::Complete);
         let stored_canaries_at = if trev.same_attempt {
             trev.state
@@ -637,7 +700,7 @@ fn step_once(
                 {
                     continue;
                 }
-                let want = rendered.and_then(|m| m.get(n.name())).map(String::as_str);
+                let want = hash_for(t, i);
                 let reason = match n.spec {
                     Some(s) if s.revision == tname => {
                         let hash_ok = want.is_none_or(|h| h == s.hash);
@@ -702,7 +765,7 @@ fn step_once(
                 continue;
             }
             let rev = &revs[intent.rev];
-            let Some(hash) = input.rendered.get(rev.name(), n.name()) else {
+            let Some(hash) = hash_for(intent.rev, intent.node) else {
                 if pass == 0 {
                     missing
                         .entry(intent.rev)
@@ -778,7 +841,7 @@ fn step_once(
         if n.assigned || !n.eligible {
             continue;
         }
-        let Some(hash) = input.rendered.get(rev.name(), n.name()) else {
+        let Some(hash) = hash_for(intent.rev, intent.node) else {
             continue;
         };
         if !in_flight_of(rev.name(), rev.state.retry, hash, n.status) || n.in_flight {
@@ -867,6 +930,11 @@ fn step_once(
                 errors: trev.policy_errors.clone(),
             });
         }
+        if !trev.state.validation.errors.is_empty() {
+            w.push(WaitingOn::ValidationErrors {
+                errors: trev.state.validation.errors.clone(),
+            });
+        }
         w.append(&mut waiting);
         if queued > 0 && refused_budget {
             w.push(WaitingOn::Budget { in_flight, budget });
@@ -901,6 +969,7 @@ fn step_once(
             skipped,
             started,
             halted_by_policy: !trev.policy_errors.is_empty(),
+            invalid: !trev.state.validation.errors.is_empty(),
             canary_stage: canary_stage.clone(),
             canaries_done_now,
             waiting: w,
@@ -967,15 +1036,7 @@ fn step_once(
     }
 
     // ---- nodes that left ------------------------------------------------------------------------------------------
-    let delete_configs: Vec<String> = configs
-        .keys()
-        .filter(|name| {
-            node_states
-                .binary_search_by(|s| s.name.as_str().cmp(name))
-                .is_err()
-        })
-        .map(|s| s.to_string())
-        .collect();
+    let delete_configs = orphans;
 
     let mut report_waiting = target_view.map(|t| t.waiting).unwrap_or_default();
     if target.is_none() {
@@ -1038,7 +1099,7 @@ fn detect_failures(
         let (Some(spec), st) = (n.spec, n.status) else {
             continue;
         };
-        if known.contains(n.name()) {
+        if known.contains(n.name()) || out.iter().any(|f: &FailedNode| f.node == n.name()) {
             continue;
         }
         if st.phase == Some(AgentPhase::Invalid)
@@ -1051,7 +1112,8 @@ fn detect_failures(
                 message: st.message.clone().unwrap_or_default(),
                 at: Some(now.to_time()),
             });
-        } else if spec.retry == retry
+        } else if spec.revision == name
+            && spec.retry == retry
             && !n.updated(name)
             && let Some(at) = spec.assigned_at
             && now >= at.plus_secs(timeout)

@@ -1,0 +1,190 @@
+//! Time of one `rollout::step` over a 5,000-node fleet, in a few scenarios (target: < 20 ms each).
+//!
+//! ```sh
+//! cargo run --release -p netwave-core --example bench_step
+//! ```
+//!
+//! Each scenario builds its input once, then times `step` (median and worst of several runs). The
+//! fleet has 20 failure domains, a 5% budget, 2 canaries and a per-domain budget; rendered hashes are
+//! supplied for both revisions, as the configurator would.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use netwave_api::{Canary, RolloutPolicy};
+use netwave_core::Timestamp;
+use netwave_core::rollout::{AgentPhase, Plan, RolloutInput, step};
+use netwave_core::sim::Store;
+
+const NODES: usize = 5_000;
+const DOMAINS: usize = 20;
+const RUNS: usize = 25;
+const T0: Timestamp = Timestamp(1_800_000_000_000);
+
+fn policy() -> RolloutPolicy {
+    RolloutPolicy {
+        max_unavailable: Some(IntOrString::String("5%".into())),
+        max_failures: Some(3),
+        apply_timeout_seconds: Some(600),
+        progress_deadline_seconds: Some(1800),
+        canary: Some(Canary {
+            count: Some(2),
+            selector: None,
+            bake_seconds: 60,
+        }),
+        topology_key: Some("topology.kubernetes.io/zone".into()),
+        max_unavailable_per_domain: Some(IntOrString::Int(20)),
+    }
+}
+
+/// 5,000 nodes on a completed r1, r2 created; each node's r2 config differs from its r1 config except
+/// for one node in ten (fast path).
+fn fleet() -> Store {
+    let mut store = Store::default();
+    for i in 0..NODES {
+        let name = format!("node-{i:05}");
+        let labels = BTreeMap::from([
+            (
+                "topology.kubernetes.io/zone".to_string(),
+                format!("zone-{:02}", i % DOMAINS),
+            ),
+            ("kubernetes.io/hostname".to_string(), name.clone()),
+        ]);
+        store.add_node(&name, labels);
+        store
+            .rendered
+            .insert("r1", name.clone(), format!("r1-{i:05}"));
+        let r2 = if i % 10 == 0 {
+            format!("r1-{i:05}")
+        } else {
+            format!("r2-{i:05}")
+        };
+        store.rendered.insert("r2", name.clone(), r2);
+    }
+    store.add_revision("r1", 1).policy = policy();
+    for i in 0..NODES {
+        store.set_running(&format!("node-{i:05}"), "r1", T0);
+    }
+    // r1 is the completed, last good revision; then r2 arrives.
+    let plan = step(&store.input(), T0);
+    store.apply_plan(&plan).expect("applies");
+    assert_eq!(
+        store.revisions["r1"].status.phase.as_deref(),
+        Some("Complete")
+    );
+    store.add_revision("r2", 2).policy = policy();
+    store
+}
+
+fn time(name: &str, input: &RolloutInput, now: Timestamp) -> Plan {
+    let mut samples: Vec<Duration> = Vec::with_capacity(RUNS);
+    let mut plan = Plan::default();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        plan = std::hint::black_box(step(std::hint::black_box(input), now));
+        samples.push(start.elapsed());
+    }
+    samples.sort();
+    let median = samples[RUNS / 2];
+    let worst = samples[RUNS - 1];
+    println!(
+        "{name:<44} median {:>7.2} ms   worst {:>7.2} ms   ({} assignments, {} status writes, target {})",
+        median.as_secs_f64() * 1e3,
+        worst.as_secs_f64() * 1e3,
+        plan.assignments.len(),
+        plan.status_updates.len(),
+        if median < Duration::from_millis(20) {
+            "met"
+        } else {
+            "MISSED"
+        },
+    );
+    plan
+}
+
+fn succeed_in_flight(store: &mut Store) {
+    let names: Vec<String> = store
+        .configs
+        .values()
+        .filter(|c| c.status.observed_revision.as_deref() != Some(c.spec.revision.as_str()))
+        .map(|c| c.name.clone())
+        .collect();
+    for n in names {
+        store.agent_reports(&n, AgentPhase::Provisioned, None);
+    }
+}
+
+fn main() {
+    println!("one rollout::step over {NODES} nodes, {DOMAINS} domains, {RUNS} runs each");
+    let mut store = fleet();
+
+    // 1. Start of the rollout: canaries are picked and assigned.
+    let now = T0.plus_secs(10);
+    let plan = time("start (picks and assigns 2 canaries)", &store.input(), now);
+    store.apply_plan(&plan).expect("applies");
+    succeed_in_flight(&mut store);
+
+    // 2. Canaries done and baked: the first wave (5% budget, domain round-robin, fast paths).
+    let now = T0.plus_secs(100);
+    let plan = step(&store.input(), now); // records the bake start
+    store.apply_plan(&plan).expect("applies");
+    let now = T0.plus_secs(200);
+    let plan = time(
+        "first wave after the bake (5% + fast paths)",
+        &store.input(),
+        now,
+    );
+    store.apply_plan(&plan).expect("applies");
+
+    // 3. Mid-rollout: half the fleet updated, a wave in flight.
+    let mut now = now;
+    let mut waves = 0;
+    while store.revisions["r2"].status.updated < (NODES / 2) as u32 && waves < 200 {
+        succeed_in_flight(&mut store);
+        now = now.plus_secs(30);
+        let plan = step(&store.input(), now);
+        store.apply_plan(&plan).expect("applies");
+        waves += 1;
+    }
+    let mid = store.clone();
+    time(
+        "mid-rollout (half updated, a wave in flight)",
+        &store.input(),
+        now.plus_secs(1),
+    );
+
+    // 4. A node fails mid-rollout with maxFailures reached: rollback planning.
+    let mut failing = mid.clone();
+    for n in ["node-02501", "node-02502", "node-02503"] {
+        if failing.configs[n].spec.revision == "r2" {
+            failing.agent_reports(n, AgentPhase::Invalid, Some("HealthCheckFailed"));
+        }
+    }
+    let in_flight_r2: Vec<String> = failing
+        .configs
+        .values()
+        .filter(|c| c.spec.revision == "r2" && c.status.observed_revision.as_deref() != Some("r2"))
+        .take(3)
+        .map(|c| c.name.clone())
+        .collect();
+    for n in &in_flight_r2 {
+        failing.agent_reports(n, AgentPhase::Invalid, Some("HealthCheckFailed"));
+    }
+    time(
+        "mid-rollout, revision fails (rollback)",
+        &failing.input(),
+        now.plus_secs(2),
+    );
+
+    // 5. All done: nothing to write.
+    while store.revisions["r2"].status.phase.as_deref() != Some("Complete") && waves < 400 {
+        succeed_in_flight(&mut store);
+        now = now.plus_secs(30);
+        let plan = step(&store.input(), now);
+        store.apply_plan(&plan).expect("applies");
+        waves += 1;
+    }
+    let plan = time("all done (steady state)", &store.input(), now.plus_secs(30));
+    assert!(plan.is_empty(), "a finished rollout plans nothing");
+}

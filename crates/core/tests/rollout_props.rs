@@ -1,0 +1,488 @@
+//! Property tests of `rollout::step` over arbitrary worlds (random revisions in any phase, random
+//! node configs and agent reports, random policies):
+//!
+//! - the budget is never exceeded by a plan, even applied only in part (globally and per domain);
+//! - no node is given a failed or unvalidated revision, and no Not Ready / cordoned node is made in
+//!   flight;
+//! - stepping again over the applied plan plans nothing (no hot loops);
+//! - the plan does not depend on input order.
+//!
+//! Failing cases are kept in `proptest-regressions/` and replayed first.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use netwave_api::{Canary, FailedNode, RolloutPolicy};
+use netwave_core::Timestamp;
+use netwave_core::rollout::{
+    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan, Write,
+    is_in_flight, resolve, step,
+};
+use netwave_core::sim::Store;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+const NOW: Timestamp = Timestamp(1_800_000_000_000);
+const MAX_NODES: usize = 16;
+const MAX_REVS: usize = 4;
+const ZONE: &str = "zone";
+
+#[derive(Clone, Debug)]
+struct RevGen {
+    phase: u8,
+    retry: u8,
+    observed_retry: Option<u8>,
+    paused: bool,
+    invalid: bool,
+    percent: bool,
+    budget: u8,
+    max_failures: u8,
+    canary: Option<(u8, u8)>,
+    topology: bool,
+    per_domain: Option<u8>,
+    failed_mask: u16,
+    canaries_ago: Option<u16>,
+    progress_ago: Option<u16>,
+}
+
+fn rev_gen() -> impl Strategy<Value = RevGen> {
+    (
+        (
+            0u8..7,
+            0u8..2,
+            proptest::option::of(0u8..2),
+            any::<bool>(),
+            0u8..8,
+        ),
+        (any::<bool>(), 1u8..5, 1u8..4),
+        (
+            proptest::option::of((1u8..4, 0u8..60)),
+            any::<bool>(),
+            proptest::option::of(1u8..3),
+        ),
+        (
+            any::<u16>(),
+            proptest::option::of(0u16..200),
+            proptest::option::of(0u16..2000),
+        ),
+    )
+        .prop_map(
+            |(
+                (phase, retry, observed_retry, paused, invalid),
+                (percent, budget, max_failures),
+                (canary, topology, per_domain),
+                (failed_mask, canaries_ago, progress_ago),
+            )| RevGen {
+                phase,
+                retry,
+                observed_retry,
+                paused: paused && invalid % 3 == 0,
+                invalid: invalid == 0,
+                percent,
+                budget,
+                max_failures,
+                canary,
+                topology,
+                per_domain,
+                failed_mask,
+                canaries_ago,
+                progress_ago,
+            },
+        )
+}
+
+#[derive(Clone, Debug)]
+struct NodeGen {
+    ready: bool,
+    cordoned: bool,
+    zone: u8,
+    config: Option<ConfigGen>,
+}
+
+#[derive(Clone, Debug)]
+struct ConfigGen {
+    spec_rev: u8,
+    spec_retry: u8,
+    /// None: the rendered hash of the spec revision; Some(h): `h<h>`.
+    spec_hash: Option<u8>,
+    assigned_ago: Option<u16>,
+    phase: u8,
+    observed_rev: Option<u8>,
+    observed_retry: u8,
+    status_hash: Option<u8>,
+    last_good: Option<u8>,
+}
+
+fn node_gen() -> impl Strategy<Value = NodeGen> {
+    let config = (
+        (0u8..=MAX_REVS as u8, 0u8..2, proptest::option::of(0u8..4)),
+        (proptest::option::of(0u16..700), 0u8..5),
+        (
+            proptest::option::of(0u8..=MAX_REVS as u8),
+            0u8..2,
+            proptest::option::of(0u8..4),
+            proptest::option::of(0u8..=MAX_REVS as u8),
+        ),
+    )
+        .prop_map(
+            |(
+                (spec_rev, spec_retry, spec_hash),
+                (assigned_ago, phase),
+                (observed_rev, observed_retry, status_hash, last_good),
+            )| ConfigGen {
+                spec_rev,
+                spec_retry,
+                spec_hash,
+                assigned_ago,
+                phase,
+                observed_rev,
+                observed_retry,
+                status_hash,
+                last_good,
+            },
+        );
+    (0u8..10, 0u8..3, proptest::option::weighted(0.8, config)).prop_map(|(health, zone, config)| {
+        NodeGen {
+            ready: health != 0,
+            cordoned: health == 1,
+            zone,
+            config,
+        }
+    })
+}
+
+#[derive(Clone, Debug)]
+struct WorldGen {
+    revisions: Vec<RevGen>,
+    nodes: Vec<NodeGen>,
+    /// Rendered hash index per (revision, node): few values, so configs often coincide (fast path).
+    rendered: Vec<u8>,
+    history_limit: u8,
+}
+
+fn world_gen() -> impl Strategy<Value = WorldGen> {
+    (
+        prop::collection::vec(rev_gen(), 1..=MAX_REVS),
+        prop::collection::vec(node_gen(), 0..=MAX_NODES),
+        prop::collection::vec(0u8..3, MAX_REVS * MAX_NODES),
+        1u8..6,
+    )
+        .prop_map(|(revisions, nodes, rendered, history_limit)| WorldGen {
+            revisions,
+            nodes,
+            rendered,
+            history_limit,
+        })
+}
+
+fn rev_name(i: u8) -> String {
+    // Index 0 is a revision that no longer exists.
+    format!("r{i}")
+}
+
+fn node_name(i: usize) -> String {
+    format!("n{i:02}")
+}
+
+fn build(g: &WorldGen) -> Store {
+    let mut store = Store::default();
+    store.defaults.revision_history_limit = g.history_limit as usize;
+    for (i, n) in g.nodes.iter().enumerate() {
+        let node = store.add_node(
+            &node_name(i),
+            BTreeMap::from([(ZONE.to_string(), format!("z{}", n.zone))]),
+        );
+        node.ready = n.ready;
+        node.unschedulable = n.cordoned;
+    }
+    let phases = [
+        None,
+        Some(Phase::Pending),
+        Some(Phase::Progressing),
+        Some(Phase::Complete),
+        Some(Phase::Failed),
+        Some(Phase::Superseded),
+        Some(Phase::Complete),
+    ];
+    for (k, r) in g.revisions.iter().enumerate() {
+        let name = rev_name(k as u8 + 1);
+        for i in 0..g.nodes.len() {
+            store.rendered.insert(
+                name.clone(),
+                node_name(i),
+                format!("h{}", g.rendered[k * MAX_NODES + i]),
+            );
+        }
+        let rev = store.add_revision(&name, k as u64 + 1);
+        rev.retry = r.retry as u32;
+        rev.paused = r.paused;
+        rev.status.phase = phases[r.phase as usize].map(|p| p.as_str().to_string());
+        rev.status.observed_retry = r.observed_retry.map(u32::from);
+        if r.invalid {
+            rev.validation.errors = vec!["generated validation error".into()];
+        }
+        rev.policy = RolloutPolicy {
+            max_unavailable: Some(if r.percent {
+                IntOrString::String(format!("{}%", r.budget as u32 * 15))
+            } else {
+                IntOrString::Int(r.budget as i32)
+            }),
+            max_failures: Some(r.max_failures as u32),
+            apply_timeout_seconds: Some(300),
+            progress_deadline_seconds: Some(600),
+            canary: r.canary.map(|(count, bake)| Canary {
+                count: Some(count as u32),
+                selector: None,
+                bake_seconds: bake as u32,
+            }),
+            topology_key: r.topology.then(|| ZONE.to_string()),
+            max_unavailable_per_domain: r
+                .per_domain
+                .filter(|_| r.topology)
+                .map(|n| IntOrString::Int(n as i32)),
+        };
+        rev.status.failed_nodes = (0..g.nodes.len())
+            .filter(|i| r.failed_mask & (1 << i) != 0 && i % 3 == 0)
+            .map(|i| FailedNode {
+                node: node_name(i),
+                reason: "ApplyFailed".into(),
+                message: String::new(),
+                at: Some(NOW.to_time()),
+            })
+            .collect();
+        rev.status.canaries_updated_at = r
+            .canaries_ago
+            .map(|s| Timestamp(NOW.0 - s as i64 * 1000).to_time());
+        rev.status.last_progress_at = r
+            .progress_ago
+            .map(|s| Timestamp(NOW.0 - s as i64 * 1000).to_time());
+    }
+    let revs = g.revisions.len() as u8;
+    for (i, n) in g.nodes.iter().enumerate() {
+        let Some(c) = &n.config else { continue };
+        let spec_rev = rev_name(c.spec_rev % (revs + 1));
+        let spec_hash = match c.spec_hash {
+            None => store.hash_of(&spec_rev, &node_name(i)),
+            Some(h) => format!("h{h}"),
+        };
+        let phase = match c.phase {
+            0 => None,
+            1 => Some(AgentPhase::Provisioning),
+            2 | 3 => Some(AgentPhase::Provisioned),
+            _ => Some(AgentPhase::Invalid),
+        };
+        store.configs.insert(
+            node_name(i),
+            NodeConfigState {
+                name: node_name(i),
+                spec: AssignedSpec {
+                    revision: spec_rev,
+                    sequence: Default::default(),
+                    config_hash: spec_hash,
+                    retry: c.spec_retry as u32,
+                    assigned_at: c.assigned_ago.map(|s| Timestamp(NOW.0 - s as i64 * 1000)),
+                },
+                status: AgentReport {
+                    phase,
+                    observed_revision: c.observed_rev.map(|r| rev_name(r % (revs + 1))),
+                    observed_retry: Some(c.observed_retry as u32),
+                    config_hash: c.status_hash.map(|h| format!("h{h}")),
+                    last_good_revision: c.last_good.map(|r| rev_name(r % (revs + 1))),
+                    reason: None,
+                    message: None,
+                },
+            },
+        );
+    }
+    // A config of a node that left.
+    if g.history_limit == 3 {
+        store.configs.insert(
+            "gone".into(),
+            NodeConfigState {
+                name: "gone".into(),
+                ..NodeConfigState::default()
+            },
+        );
+    }
+    store
+}
+
+/// In flight over existing nodes: (total, per zone).
+fn in_flight(store: &Store) -> (u32, BTreeMap<String, u32>) {
+    let mut total = 0;
+    let mut per = BTreeMap::new();
+    for (name, node) in &store.nodes {
+        if store.configs.get(name).is_some_and(is_in_flight) {
+            total += 1;
+            *per.entry(node.labels[ZONE].clone()).or_insert(0) += 1;
+        }
+    }
+    (total, per)
+}
+
+/// The budget the plan must respect: the target's policy (or the newest revision's).
+fn budgets(store: &Store, plan: &Plan) -> (u32, Option<BTreeMap<String, u32>>) {
+    let gov = plan
+        .report
+        .target
+        .clone()
+        .or_else(|| {
+            store
+                .revisions
+                .values()
+                .max_by_key(|r| r.sequence)
+                .map(|r| r.name.clone())
+        })
+        .expect("at least one revision");
+    let (policy, _) = resolve(&store.revisions[&gov].policy, &store.defaults);
+    let eligible: Vec<_> = store.nodes.values().filter(|n| n.eligible()).collect();
+    let budget = policy.max_unavailable.of(eligible.len());
+    let per = policy.max_unavailable_per_domain.map(|b| {
+        let mut m = BTreeMap::new();
+        for z in ["z0", "z1", "z2"] {
+            let n = eligible.iter().filter(|e| e.labels[ZONE] == z).count();
+            m.insert(z.to_string(), b.of(n));
+        }
+        m
+    });
+    (budget, per)
+}
+
+proptest! {
+    // Integration tests have no lib.rs next to them, so name the regressions file explicitly
+    // (the working directory of `cargo test` is the package root).
+    #![proptest_config(ProptestConfig {
+        cases: 512,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/rollout_props.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn budget_is_never_exceeded_even_by_a_partly_applied_plan(g in world_gen()) {
+        let store = build(&g);
+        let plan = step(&store.input(), NOW);
+        let (budget, per_budget) = budgets(&store, &plan);
+        let (before, before_per) = in_flight(&store);
+        let mut world = store.clone();
+        for w in plan.writes() {
+            world.apply(w).expect("plan applies");
+            let (now_total, now_per) = in_flight(&world);
+            prop_assert!(
+                now_total <= before.max(budget),
+                "in flight {now_total} > max(before {before}, budget {budget})"
+            );
+            if let Some(per_budget) = &per_budget {
+                for (z, &n) in &now_per {
+                    let b = before_per.get(z).copied().unwrap_or(0).max(per_budget[z]);
+                    prop_assert!(n <= b, "zone {z}: {n} in flight > {b}");
+                }
+            }
+        }
+        prop_assert_eq!(plan.report.in_flight, in_flight(&world).0);
+    }
+
+    #[test]
+    fn no_node_gets_a_failed_or_unvalidated_revision_or_is_moved_while_not_ready(g in world_gen()) {
+        let store = build(&g);
+        let plan = step(&store.input(), NOW);
+        let mut after = store.clone();
+        after.apply_plan(&plan).expect("plan applies");
+        let mut seen = std::collections::BTreeSet::new();
+        for a in &plan.assignments {
+            prop_assert!(seen.insert(a.node.clone()), "{} assigned twice", a.node);
+            let rev = &after.revisions[&a.revision];
+            prop_assert_ne!(rev.status.phase.as_deref(), Some(Phase::Failed.as_str()));
+            // Going back to the last good revision is allowed even if the fleet no longer validates
+            // with it: the node ran it before.
+            if a.reason != AssignReason::Rollback {
+                prop_assert!(rev.validation.errors.is_empty(), "{} has validation errors", a.revision);
+                prop_assert!(
+                    rev.status.conditions.iter().any(|c| c.type_ == "Validated" && c.status == "True"),
+                    "{} not validated", a.revision
+                );
+            } else {
+                prop_assert_eq!(Some(&a.revision), plan.report.last_good.as_ref());
+            }
+            let node = &store.nodes[&a.node];
+            let was = store.configs.get(&a.node).is_some_and(is_in_flight);
+            let now = is_in_flight(&after.configs[&a.node]);
+            prop_assert!(node.eligible() || was || !now, "{} made in flight while not eligible", a.node);
+        }
+    }
+
+    #[test]
+    fn stepping_again_over_the_applied_plan_plans_nothing(g in world_gen()) {
+        let mut store = build(&g);
+        let plan = step(&store.input(), NOW);
+        store.apply_plan(&plan).expect("plan applies");
+        let again = step(&store.input(), NOW);
+        prop_assert!(again.is_empty(), "second plan: {:#?}", again);
+    }
+
+    #[test]
+    fn the_plan_does_not_depend_on_input_order(g in world_gen(), rotate in 0usize..17) {
+        let store = build(&g);
+        let input = store.input();
+        let plan = step(&input, NOW);
+        let mut shuffled = input.clone();
+        shuffled.nodes.reverse();
+        let n = shuffled.nodes.len();
+        if n > 0 {
+            shuffled.nodes.rotate_left(rotate % n);
+        }
+        shuffled.configs.reverse();
+        shuffled.revisions.reverse();
+        prop_assert_eq!(step(&shuffled, NOW), plan);
+    }
+}
+
+#[test]
+fn writes_come_in_a_safe_order() {
+    // Statuses before assignments before deletions, whatever the plan.
+    let store = build(&WorldGen {
+        revisions: vec![
+            RevGen {
+                phase: 3,
+                retry: 0,
+                observed_retry: None,
+                paused: false,
+                invalid: false,
+                percent: false,
+                budget: 2,
+                max_failures: 1,
+                canary: None,
+                topology: false,
+                per_domain: None,
+                failed_mask: 0,
+                canaries_ago: None,
+                progress_ago: None,
+            };
+            2
+        ],
+        nodes: vec![
+            NodeGen {
+                ready: true,
+                cordoned: false,
+                zone: 0,
+                config: None,
+            };
+            3
+        ],
+        rendered: vec![1; MAX_REVS * MAX_NODES],
+        history_limit: 3,
+    });
+    let plan = step(&store.input(), NOW);
+    let kinds: Vec<u8> = plan
+        .writes()
+        .map(|w| match w {
+            Write::Status(_) => 0,
+            Write::Assign(_) => 1,
+            Write::DeleteConfig(_) => 2,
+            Write::DeleteRevision(_) => 3,
+        })
+        .collect();
+    assert!(!kinds.is_empty());
+    assert!(kinds.is_sorted(), "{kinds:?}");
+}
