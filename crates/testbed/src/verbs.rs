@@ -240,12 +240,20 @@ fn without_meta_status(v: &Value) -> Value {
     v
 }
 
+/// A write that changes nothing but managedFields timestamps is a no-op (no new
+/// resourceVersion, no event); a change of ownership alone is a real write, as on kube-apiserver.
 fn same_ignoring_bookkeeping(a: &Value, b: &Value) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
         if let Some(m) = v["metadata"].as_object_mut() {
-            m.remove("managedFields");
             m.remove("resourceVersion");
+            if let Some(Value::Array(entries)) = m.get_mut("managedFields") {
+                for e in entries {
+                    if let Some(e) = e.as_object_mut() {
+                        e.remove("time");
+                    }
+                }
+            }
         }
         v
     };
