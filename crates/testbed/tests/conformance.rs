@@ -1102,3 +1102,62 @@ async fn node_conditions_merge_by_type_under_server_side_apply() {
         ]
     );
 }
+
+#[tokio::test]
+async fn metadata_views_namespaces_and_expired_continue() {
+    let tb = testbed().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(tb.client());
+    for n in ["m1", "m2"] {
+        let mut c = cm(n, &[("big", "payload")]);
+        c.metadata.labels = Some(BTreeMap::from([("k".into(), "v".into())]));
+        cms.create(&PostParams::default(), &c).await.unwrap();
+    }
+    // PartialObjectMetadata for get, list and watch (kube's metadata_watcher).
+    let meta = cms.get_metadata("m1").await.unwrap();
+    assert_eq!(meta.metadata.labels.unwrap()["k"], "v");
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 2);
+    let mut w = kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+    let mut seen = 0;
+    watch_until(&mut w, |e| {
+        if matches!(e, watcher::Event::InitApply(_)) {
+            seen += 1;
+        }
+        matches!(e, watcher::Event::InitDone)
+    })
+    .await;
+    assert_eq!(seen, 2);
+
+    // A continue token from before a compaction is 410 Gone.
+    let page = cms.list(&ListParams::default().limit(1)).await.unwrap();
+    let token = page.metadata.continue_.unwrap();
+    cms.create(&PostParams::default(), &cm("m3", &[]))
+        .await
+        .unwrap();
+    tb.compact();
+    let e = api_err(
+        cms.list(&ListParams::default().limit(1).continue_token(&token))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+
+    // Deleting a namespace deletes what is in it.
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(tb.client());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team-a"}})).unwrap();
+    nss.create(&PostParams::default(), &ns).await.unwrap();
+    let team: Api<ConfigMap> = Api::namespaced(tb.client(), "team-a");
+    team.create(&PostParams::default(), &cm("x", &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        3,
+        "namespaces are separate"
+    );
+    nss.delete("team-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(api_err(team.get("x").await.unwrap_err()).code, 404);
+}
