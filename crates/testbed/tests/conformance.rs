@@ -1117,7 +1117,11 @@ async fn metadata_views_namespaces_and_expired_continue() {
     assert_eq!(meta.metadata.labels.unwrap()["k"], "v");
     let list = cms.list_metadata(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 2);
-    let mut w = kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+    let mut w = watcher(
+        Api::<kube::core::PartialObjectMeta<ConfigMap>>::default_namespaced(tb.client()),
+        watcher::Config::default(),
+    )
+    .boxed();
     let mut seen = 0;
     watch_until(&mut w, |e| {
         if matches!(e, watcher::Event::InitApply(_)) {
