@@ -453,13 +453,18 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
                 }],
             ));
         }
+        // Conditions keep their transition times across updates (no spurious changes).
+        let conditions = old_value
+            .as_ref()
+            .map(|o| o["status"]["conditions"].clone())
+            .filter(|c| c.is_array());
         new["status"] = json!({
             "acceptedNames": new["spec"]["names"],
             "storedVersions": [d.versions.first()],
-            "conditions": [
+            "conditions": conditions.unwrap_or_else(|| json!([
                 {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
                 {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
-            ],
+            ])),
         });
         defined = Some(d);
     }
