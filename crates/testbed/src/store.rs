@@ -308,3 +308,74 @@ impl Store {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm_type(st: &Store) -> Arc<ResourceType> {
+        st.registry.get("/configmaps").unwrap()
+    }
+
+    #[test]
+    fn versions_are_global_and_history_is_bounded() {
+        let mut st = Store::new(3);
+        let rt = cm_type(&st);
+        let start = st.resource_version();
+        for i in 0..5 {
+            st.put(
+                &rt,
+                &format!("default/c{i}"),
+                json!({"metadata": {"name": format!("c{i}"), "namespace": "default"}}),
+            );
+        }
+        assert_eq!(st.resource_version(), start + 5);
+        // Only the last 3 events are kept: resuming from before them is refused.
+        assert!(st.events_after(start, 10).is_err());
+        let evs = st.events_after(start + 2, 10).unwrap();
+        assert_eq!(
+            evs.iter().map(|e| e.rv).collect::<Vec<_>>(),
+            vec![start + 3, start + 4, start + 5]
+        );
+        assert!(
+            st.events_after(start + 99, 10).is_err(),
+            "a version from the future"
+        );
+        let removed = st.remove(&rt, "default/c0").unwrap();
+        assert_eq!(
+            removed.value()["metadata"]["resourceVersion"],
+            json!((start + 6).to_string())
+        );
+        let last = st.events_after(start + 5, 10).unwrap();
+        assert_eq!(last[0].kind, EventType::Deleted);
+        st.compact();
+        assert!(st.events_after(start + 5, 10).is_err());
+        assert!(
+            st.events_after(st.resource_version(), 10)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn ranges_stay_inside_a_namespace_and_resume_after_a_key() {
+        let mut st = Store::new(100);
+        let rt = cm_type(&st);
+        for key in ["a/x", "a/y", "b/x", "ab/z"] {
+            let (ns, name) = key.split_once('/').unwrap();
+            st.put(
+                &rt,
+                key,
+                json!({"metadata": {"name": name, "namespace": ns}}),
+            );
+        }
+        let keys = |ns: Option<&str>, after: Option<&str>| -> Vec<String> {
+            st.range(&rt, ns, after).map(|(k, _)| k.clone()).collect()
+        };
+        assert_eq!(keys(Some("a"), None), vec!["a/x", "a/y"]);
+        assert_eq!(keys(Some("a"), Some("a/x")), vec!["a/y"]);
+        assert_eq!(keys(None, Some("a/y")), vec!["ab/z", "b/x"]);
+        let uids: std::collections::HashSet<String> = (0..100).map(|_| st.new_uid()).collect();
+        assert_eq!(uids.len(), 100);
+    }
+}
