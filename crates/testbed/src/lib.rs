@@ -100,7 +100,7 @@ impl Default for TestbedOptions {
             kubeconfig: None,
             crds: Vec::new(),
             crd_dir: None,
-            history_limit: 100_000,
+            history_limit: 20_000,
             bookmark_interval: Duration::from_secs(30),
             garbage_collection: true,
         }

@@ -19,7 +19,7 @@ struct Args {
     #[arg(long)]
     crds: Option<PathBuf>,
     /// Events kept for watches (older resourceVersions get 410 Gone).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 20_000)]
     history: usize,
     /// Disable garbage collection of ownerReferences dependents.
     #[arg(long)]
