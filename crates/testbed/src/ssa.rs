@@ -488,9 +488,9 @@ pub fn apply(
     let mut conflicts = Vec::new();
     let mut conflict_paths: Vec<(usize, Path)> = Vec::new();
     for (i, e) in list.iter().enumerate() {
-        // Entries of the same manager never conflict with it (kube-lease-manager renews its own
-        // applied lease with patches under the same manager name).
-        if is_self(e) || e.manager == w.manager {
+        // Managers are told apart by name, operation and subresource, as kube-apiserver's
+        // identifiers do: an apply conflicts with an Update entry of its own name too.
+        if is_self(e) {
             continue;
         }
         for q in &applied_fields {

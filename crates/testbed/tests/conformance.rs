@@ -326,6 +326,21 @@ async fn server_side_apply_removes_fields_and_reports_conflicts() {
     // manager-a lost x: its next apply without x does not remove it.
     let kept = api.patch("s", &a, &apply(json!({"z": "1"}))).await.unwrap();
     assert_eq!(kept.data.unwrap()["x"], "3");
+    // Managers are (name, operation): a field set by manager-a's own merge patch (an Update)
+    // conflicts with manager-a's apply, as on kube-apiserver.
+    let upd = PatchParams {
+        field_manager: Some("manager-a".into()),
+        ..Default::default()
+    };
+    api.patch("s", &upd, &Patch::Merge(json!({"data": {"q": "1"}})))
+        .await
+        .unwrap();
+    let e = api_err(
+        api.patch("s", &a, &apply(json!({"z": "1", "q": "2"})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.details.unwrap().causes[0].field, ".data.q");
 }
 
 #[tokio::test]

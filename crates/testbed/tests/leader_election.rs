@@ -206,9 +206,9 @@ async fn two_processes_contend_for_one_lease() {
 }
 
 /// The exact write kube-lease-manager makes to take an orphaned Lease: only one of two racing
-/// contenders may succeed, the other must get the 409 it maps to `LockConflict`. Its renewals
-/// (strategic merge patches under the same manager) must not conflict with its own apply, and a
-/// force release (fields set to null) must let the next contender apply without conflict.
+/// contenders may succeed, the other must get the 409 it maps to `LockConflict`, also after the
+/// holder's renewals (strategic merge patches), and a force release (fields set to null) must let
+/// the next contender apply without conflict.
 #[tokio::test]
 async fn orphan_lock_is_decided_by_field_ownership_conflict() {
     use kube::api::{Patch, PatchParams, PostParams};
@@ -238,7 +238,10 @@ async fn orphan_lock_is_decided_by_field_ownership_conflict() {
         serde_json::json!({"spec": {"renewTime": "2026-01-01T00:00:01.000000Z", "leaseDurationSeconds": 2}}),
     );
     leases.patch(LEASE, &pp("a"), &renew).await.unwrap();
-    leases.patch(LEASE, &pp("a"), &lock("a")).await.unwrap();
+    // After a renewal the lease is still a's: b's apply still conflicts.
+    assert!(
+        matches!(leases.patch(LEASE, &pp("b"), &lock("b")).await, Err(kube::Error::Api(s)) if s.code == 409)
+    );
     let release = Patch::Strategic(
         serde_json::json!({"spec": {"acquireTime": null, "renewTime": null, "holderIdentity": null, "leaseDurationSeconds": null}}),
     );
