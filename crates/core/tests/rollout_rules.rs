@@ -254,6 +254,10 @@ fn not_ready_and_cordoned_nodes_are_skipped_without_budget_and_get_the_target_la
         ]
     );
     assert_eq!(status(&store, "r2").skipped, 2);
+    assert!(plan.report.waiting.contains(&WaitingOn::NotReady {
+        count: 2,
+        first: vec!["node-01".into(), "node-02".into()]
+    }));
     agents_succeed(&mut store);
     let plan = run(&mut store, at(2));
     assert!(plan.assignments.is_empty());
@@ -806,4 +810,60 @@ fn the_plan_does_not_depend_on_input_order() {
     reversed.configs.reverse();
     reversed.revisions.reverse();
     assert_eq!(step(&reversed, at(5)), plan);
+}
+
+#[test]
+fn the_requeue_hint_is_the_bake_end_while_baking() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy = RolloutPolicy {
+        canary: Some(Canary {
+            count: Some(1),
+            selector: None,
+            bake_seconds: 120,
+        }),
+        apply_timeout_seconds: Some(60),
+        progress_deadline_seconds: Some(600),
+        ..RolloutPolicy::default()
+    };
+    let plan = run(&mut store, at(10));
+    assert_eq!(
+        plan.report.requeue_at,
+        Some(at(70)),
+        "the canary's apply timeout"
+    );
+    store.agent_reports("node-01", AgentPhase::Provisioned, None);
+    let plan = run(&mut store, at(20));
+    assert!(plan.assignments.is_empty());
+    assert!(
+        plan.report
+            .waiting
+            .contains(&WaitingOn::CanaryBake { until: at(140) })
+    );
+    assert_eq!(plan.report.requeue_at, Some(at(140)), "the bake end");
+    assert_eq!(
+        condition(&store, "r2", "Progressing"),
+        ("True".into(), reasons::CANARY_BAKE.into())
+    );
+    let plan = run(&mut store, at(140));
+    assert_eq!(
+        plan.assignments.len(),
+        1,
+        "the rollout goes on when the bake ends"
+    );
+}
+
+#[test]
+fn an_empty_or_fully_skipped_fleet_never_exceeds_the_progress_deadline() {
+    let mut store = fleet_on_r1(2);
+    store.node("node-01").ready = false;
+    store.node("node-02").unschedulable = true;
+    store.add_revision("r2", 2).policy.progress_deadline_seconds = Some(10);
+    run(&mut store, at(1));
+    run(&mut store, at(1000));
+    assert_ne!(
+        condition(&store, "r2", "Progressing").1,
+        reasons::PROGRESS_DEADLINE_EXCEEDED,
+        "nothing could move: no alert"
+    );
+    assert_eq!(status(&store, "r2").skipped, 2);
 }

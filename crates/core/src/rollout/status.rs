@@ -101,7 +101,9 @@ fn progress(ctx: &Context, i: usize, tv: &TargetView, complete: bool) -> Progres
         Some(t) if !(became_target || resumed || progressed) => Timestamp::from_time(t),
         _ => stamp,
     };
-    if complete || r.state.paused || tv.halted_by_policy || tv.invalid {
+    // No deadline when nothing could move: complete, halted, or every remaining node skipped or failed.
+    let nothing_to_do = tv.queued == 0 && tv.in_progress == 0;
+    if complete || nothing_to_do || r.state.paused || tv.halted_by_policy || tv.invalid {
         return Progress {
             last_progress_at,
             deadline: None,
