@@ -6,6 +6,7 @@
 //!                                    ──► render::    one NodeConfig + configHash per node
 //!                                    ──► fleet::     fleet-wide validation (errors block, warnings shown)
 //!  revisions + nodes + NNCs + now    ──► rollout::   step() -> Plan { assignments, status, events, report }
+//!                                        sim::       (feature `sim`) seeded fleet simulator for tests
 //! ```
 
 pub mod fleet;

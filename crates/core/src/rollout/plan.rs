@@ -88,6 +88,18 @@ pub struct Assignment {
     pub reason: AssignReason,
 }
 
+impl Assignment {
+    /// The annotation to write with the spec: (`netwave.dev/assigned-at`, RFC 3339 time). The apply
+    /// timeout counts from it, and [`NodeConfigState::from_api`](super::NodeConfigState::from_api)
+    /// reads it back exactly.
+    pub fn assigned_at_annotation(&self) -> (&'static str, String) {
+        (
+            netwave_api::ASSIGNED_AT_ANNOTATION,
+            self.assigned_at.to_rfc3339(),
+        )
+    }
+}
+
 /// Why a node is (re)assigned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AssignReason {
@@ -138,6 +150,15 @@ pub struct Event {
 pub enum ObjectRef {
     Revision(String),
     NodeConfig(String),
+}
+
+impl ObjectRef {
+    /// The object's `metadata.name`.
+    pub fn name(&self) -> &str {
+        match self {
+            ObjectRef::Revision(n) | ObjectRef::NodeConfig(n) => n,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
