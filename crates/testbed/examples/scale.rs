@@ -132,7 +132,14 @@ async fn serve() -> anyhow::Result<()> {
     let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
     let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
     println!("{}", tb.url());
-    tokio::signal::ctrl_c().await?;
+    // Serve until the parent closes our stdin (or ^C), then clean up (the kubeconfig's temp dir).
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 64];
+    tokio::select! {
+        _ = async { while tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await.is_ok_and(|n| n > 0) {} } => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tb.shutdown().await;
     Ok(())
 }
 
@@ -144,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
         .arg("--serve")
         .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().expect("child runs");
@@ -319,6 +327,7 @@ async fn main() -> anyhow::Result<()> {
     for t in tasks {
         t.abort();
     }
-    child.start_kill()?;
+    drop(child.stdin.take());
+    child.wait().await?;
     Ok(())
 }
