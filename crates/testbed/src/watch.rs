@@ -164,6 +164,9 @@ impl Watcher {
                     .map(|(_, o)| o.clone())
                     .collect();
                 Ok((st.resource_version(), items))
+            } else if rv_param.is_empty() || rv_param == "0" {
+                // sendInitialEvents=false without a version: start at the most recent.
+                Ok((st.resource_version(), Vec::new()))
             } else {
                 rv_param
                     .parse::<u64>()
