@@ -65,8 +65,9 @@ fn health() -> HealthConfig {
         tcp: vec!["198.18.8.2:179".parse().unwrap()],
         icmp: vec!["198.18.8.2".parse().unwrap()],
         api_server: false,
-        attempt_timeout_seconds: 0.3,
-        deadline_seconds: 2.0,
+        // Generous enough for a busy CI machine; a cut target fails fast and is retried until the deadline.
+        attempt_timeout_seconds: 0.5,
+        deadline_seconds: 3.0,
         settle_seconds: 0.0,
         backoff_initial_seconds: 0.05,
         backoff_max_seconds: 0.4,
@@ -155,7 +156,7 @@ fn config_that_cuts_the_probe_target_is_rolled_back_and_reported_invalid() {
             );
             ensure!(out.rolled_back && out.last_good_revision.as_deref() == Some("r1"));
             ensure!(out.running_hash.as_deref() == Some("hash-r1"));
-            ensure!(took < Duration::from_secs(4), "rollback took {took:?}");
+            ensure!(took < Duration::from_secs(6), "rollback took {took:?}");
             ensure!(runs(&e.agent, &good()).await?, "kernel is not back on r1");
             ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
             ensure!(e.agent.state.applying()?.is_none());

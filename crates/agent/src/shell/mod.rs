@@ -181,7 +181,8 @@ pub async fn run_with(
     };
     let mut drift = tokio::time::interval(args.drift_interval);
     drift.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    drift.tick().await;
+    // The first tick fires at once: after a node reboot the running config is back within seconds, not
+    // after a full drift interval.
     let mut nnc_rx = nnc_rx;
     tokio::pin!(shutdown);
     loop {

@@ -1,0 +1,336 @@
+//! Dataplane benchmark (root; runs in throwaway network namespaces, touches nothing on the host):
+//!
+//! - apply 100 layer-2 segments (bridge + VXLAN + anycast address each) and 1,000 routes from empty with
+//!   the agent, against the same objects through `ip -batch`, in the same run: times and ratio;
+//! - no-op reconcile (observe + diff, nothing to do): time and netlink write count (must be 0);
+//! - idle RSS of the real `netwave-agent` binary running that config against the API testbed.
+//!
+//! ```sh
+//! cargo build --release -p netwave-agent --bins --examples
+//! sudo target/release/examples/bench
+//! ```
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use kube::api::{Api, PostParams};
+use netwave_agent::model::{NodeSettings, desired};
+use netwave_agent::netlink::Netlink;
+use netwave_api::{
+    Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RouteConfig, RouteType,
+};
+
+const SEGMENTS: u16 = 100;
+const ROUTES: u32 = 1000;
+const ROUNDS: usize = 5;
+
+fn config() -> NodeConfig {
+    let layer2s = (0..SEGMENTS)
+        .map(|i| Layer2Config {
+            vlan: 100 + i,
+            vni: 10_000 + u32::from(i),
+            mtu: 1450,
+            bridge: format!("l2.{}", 100 + i),
+            vxlan: format!("vx.{}", 100 + i),
+            anycast_mac: Some("02:00:5e:00:01:01".into()),
+            anycast_gateways: vec![format!("10.200.{i}.1/24")],
+            vrf: None,
+            neigh_suppression: true,
+        })
+        .collect();
+    let routes = (0..ROUTES)
+        .map(|r| RouteConfig {
+            table: 100,
+            prefix: format!("10.{}.{}.0/24", r / 250, r % 250),
+            via: Some(format!("10.200.{}.254", r % u32::from(SEGMENTS))),
+            dev: None,
+            kind: RouteType::Unicast,
+            metric: None,
+        })
+        .collect();
+    NodeConfig {
+        layer2s,
+        routes,
+        ..NodeConfig::default()
+    }
+}
+
+fn settings() -> NodeSettings {
+    NodeSettings {
+        vxlan_local: Some("198.18.0.10".parse().unwrap()),
+        ..NodeSettings::default()
+    }
+}
+
+/// The same kernel objects as `ip -batch` input, written the way an admin script would.
+fn ip_batch(cfg: &NodeConfig) -> String {
+    let mut s = String::new();
+    for l in &cfg.layer2s {
+        let mac = l.anycast_mac.as_deref().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "link add {} mtu {} address {mac} type bridge",
+            l.bridge, l.mtu
+        );
+        let _ = writeln!(
+            s,
+            "link add {} mtu {} type vxlan id {} local 198.18.0.10 dstport 4789 nolearning",
+            l.vxlan, l.mtu, l.vni
+        );
+    }
+    for l in &cfg.layer2s {
+        let _ = writeln!(s, "link set {} alias netwave:managed up", l.bridge);
+        let _ = writeln!(
+            s,
+            "link set {} alias netwave:managed master {} up",
+            l.vxlan, l.bridge
+        );
+        let _ = writeln!(
+            s,
+            "link set dev {} type bridge_slave neigh_suppress on",
+            l.vxlan
+        );
+        for a in &l.anycast_gateways {
+            let _ = writeln!(s, "addr add {a} dev {}", l.bridge);
+        }
+    }
+    for r in &cfg.routes {
+        let _ = writeln!(
+            s,
+            "route add {} via {} table {} proto 242",
+            r.prefix,
+            r.via.as_deref().unwrap_or_default(),
+            r.table
+        );
+    }
+    s
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn in_netns<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .context("unshare(CLONE_NEWNET)")?;
+        let lo = Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status()?;
+        ensure!(lo.success(), "ip link set lo up failed");
+        f()
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
+}
+
+fn dataplane() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let nl = Netlink::connect(settings())?;
+        let cfg = config();
+        let want = desired(&cfg, nl.settings())?;
+        let empty = desired(&NodeConfig::default(), nl.settings())?;
+        let batch = ip_batch(&cfg);
+        let objects = want.object_count();
+        let (mut agent, mut ipb) = (Vec::new(), Vec::new());
+        let mut writes = 0;
+        let mut phases = Vec::new();
+        for round in 0..ROUNDS {
+            // Alternate who goes first so neither profits from a warm kernel.
+            for who in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                if who == 0 {
+                    // The agent's reconcile, step by step: observe, diff, apply, verify (observe again).
+                    let t = Instant::now();
+                    let w0 = nl.writes();
+                    let mut snap = nl.observe().await?;
+                    let ops = netwave_agent::diff::diff(&want, &snap.observed)?;
+                    let t_obs = t.elapsed();
+                    nl.apply(&ops, &mut snap.index).await?;
+                    let t_apply = t.elapsed();
+                    let after = nl.observe().await?;
+                    ensure!(netwave_agent::diff::diff(&want, &after.observed)?.is_empty());
+                    agent.push(t.elapsed());
+                    phases.push((t_obs, t_apply - t_obs, t.elapsed() - t_apply));
+                    writes = nl.writes() - w0;
+                } else {
+                    let t = Instant::now();
+                    let mut child = Command::new("ip")
+                        .args(["-batch", "-"])
+                        .stdin(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()?;
+                    child.stdin.take().expect("piped").write_all(batch.as_bytes())?;
+                    let out = child.wait_with_output()?;
+                    ipb.push(t.elapsed());
+                    if !out.status.success() {
+                        bail!("ip -batch failed: {}", String::from_utf8_lossy(&out.stderr));
+                    }
+                    // ip's objects carry the agent's markers: the agent must see exactly its config.
+                    let snap = nl.observe().await?;
+                    ensure!(
+                        netwave_agent::diff::diff(&want, &snap.observed)?.is_empty(),
+                        "ip -batch produced different state"
+                    );
+                }
+                nl.reconcile(&empty).await?;
+            }
+        }
+        nl.reconcile(&want).await?;
+        let mut noop = Vec::new();
+        let before = nl.writes();
+        for _ in 0..20 {
+            let t = Instant::now();
+            let r = nl.reconcile(&want).await?;
+            noop.push(t.elapsed());
+            ensure!(r.applied.is_empty());
+        }
+        let noop_writes = nl.writes() - before;
+        let (a, b) = (median(agent), median(ipb));
+        println!(
+            "apply from empty: {SEGMENTS} L2 segments + {ROUTES} routes ({objects} objects, {writes} netlink writes)"
+        );
+        println!("  agent (netlink, pipelined) median of {ROUNDS}: {:8.1} ms", ms(a));
+        phases.sort_by_key(|p| p.0 + p.1 + p.2);
+        let (o, w, v) = phases[phases.len() / 2];
+        println!(
+            "    of which observe+diff {:.1} ms, netlink writes {:.1} ms, verify {:.1} ms",
+            ms(o),
+            ms(w),
+            ms(v)
+        );
+        println!("  ip -batch                 median of {ROUNDS}: {:8.1} ms", ms(b));
+        println!(
+            "  ratio writes only (agent apply / ip -batch): {:.2}x",
+            w.as_secs_f64() / b.as_secs_f64()
+        );
+        println!(
+            "  ratio agent / ip -batch: {:.2}x (target <= 1.5x)",
+            a.as_secs_f64() / b.as_secs_f64()
+        );
+        println!(
+            "no-op reconcile (observe + diff) median of 20: {:.1} ms, netlink writes: {noop_writes} (target 0)",
+            ms(median(noop))
+        );
+        nl.reconcile(&empty).await?;
+        Ok(())
+    })
+}
+
+fn rss_kib(pid: u32) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")
+}
+
+/// Runs the real binary against an in-process testbed with the benchmark config, then reads its RSS.
+fn idle_rss() -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("netwave-agent"))
+        .context("locating the netwave-agent binary")?;
+    if !bin.exists() {
+        println!(
+            "idle RSS: skipped ({} not built; cargo build --release -p netwave-agent --bins)",
+            bin.display()
+        );
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+        let tb = netwave_testbed::Testbed::start(
+            netwave_testbed::TestbedOptions::default().with_crds(crds),
+        )
+        .await?;
+        let mut node = k8s_openapi::api::core::v1::Node::default();
+        node.metadata.name = Some("n1".into());
+        Api::all(tb.client())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
+        let spec = NodeNetworkConfigSpec {
+            revision: "r1".into(),
+            sequence: 1,
+            config_hash: "h1".into(),
+            retry: 0,
+            config: config(),
+        };
+        nncs.create(&PostParams::default(), &NodeNetworkConfig::new("n1", spec))
+            .await?;
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("health.yaml"),
+            "apiServer: true\nsettleSeconds: 0\n",
+        )?;
+        let mut child = Command::new(&bin)
+            .args([
+                "--node-name",
+                "n1",
+                "--vxlan-local",
+                "198.18.0.10",
+                "--log-format",
+                "text",
+            ])
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--kubeconfig")
+            .arg(tb.kubeconfig_path())
+            .arg("--health-config")
+            .arg(dir.path().join("health.yaml"))
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--health-addr",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "warn")
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let phase = nncs.get("n1").await?.status.and_then(|s| s.phase);
+            if phase.as_deref() == Some("Provisioned") {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("agent did not provision in time (phase {phase:?})");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let rss = rss_kib(child.id())?;
+        let _ = child.kill();
+        let _ = child.wait();
+        println!(
+            "idle RSS of netwave-agent running that config: {:.1} MiB (target < 20 MiB)",
+            rss as f64 / 1024.0
+        );
+        Ok(())
+    })
+}
+
+fn main() -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("the benchmark needs root (it creates network namespaces)");
+    }
+    in_netns(dataplane)?;
+    in_netns(idle_rss)?;
+    Ok(())
+}
