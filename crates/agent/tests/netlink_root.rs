@@ -81,6 +81,8 @@ fn config() -> NodeConfig {
                 None,
                 RouteType::Unicast,
             ),
+            route(100, "fd00:98::/64", None, None, RouteType::Unreachable),
+            route(100, "fd00:97::/64", None, None, RouteType::Blackhole),
         ],
         rules: vec![
             RuleConfig {
@@ -145,6 +147,11 @@ fn apply_from_empty_then_reapply_writes_nothing() {
             );
         }
         ensure!(ip(&["route", "show", "table", "1000"])?.contains("unreachable default"));
+        let v6 = ip(&["-6", "route", "show", "table", "100"])?;
+        ensure!(
+            v6.contains("unreachable fd00:98::/64") && v6.contains("blackhole fd00:97::/64"),
+            "{v6}"
+        );
         ensure!(
             ip(&["-6", "route", "show", "table", "100"])?.contains("fd00:99::/64 via fd00:10::fe")
         );
