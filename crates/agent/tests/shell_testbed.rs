@@ -14,7 +14,7 @@ use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
     RouteConfig, RouteType,
 };
-use netwave_testbed::{Testbed, TestbedOptions};
+use netwave_testbed::{ClientIdentity, Partition, Testbed, TestbedOptions};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -236,6 +236,121 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 "{m}"
             );
 
+            let _ = stop.send(());
+            agent.await.context("agent task")??;
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back() {
+    in_netns(
+        "api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back",
+        || async {
+            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
+            let admin = tb.client();
+            let mut node = Node::default();
+            node.metadata.name = Some("n1".into());
+            Api::<Node>::all(admin.clone())
+                .create(&PostParams::default(), &node)
+                .await?;
+            let nncs: Api<NodeNetworkConfig> = Api::all(admin.clone());
+            nncs.create(
+                &PostParams::default(),
+                &NodeNetworkConfig::new("n1", spec("r1", 0, good())),
+            )
+            .await?;
+            let dir = tempfile::tempdir()?;
+            let health = dir.path().join("health.yaml");
+            std::fs::write(
+                &health,
+                "apiServer: true\nsettleSeconds: 1\ndeadlineSeconds: 2\nattemptTimeoutSeconds: 0.5\n",
+            )?;
+            let args = Args {
+                node_name: "n1".into(),
+                state_dir: dir.path().join("state"),
+                health_config: Some(health),
+                drift_interval: Duration::from_secs(3600),
+                vxlan_local: Some("198.18.0.10".parse()?),
+                vxlan_port: 4789,
+                vlan_trunk: None,
+                protected: vec![],
+                name_prefixes: vec![],
+                kubeconfig: None,
+                metrics_addr: "127.0.0.1:19093".parse()?,
+                health_addr: "127.0.0.1:19094".parse()?,
+                log_format: shell::args::LogFormat::Text,
+            };
+            let agent_client = tb.client_as(ClientIdentity {
+                token: Some("agent-n1".into()),
+                ..Default::default()
+            });
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let agent = tokio::spawn(shell::run_with(args, agent_client, async {
+                let _ = stopped.await;
+            }));
+            wait_status(&nncs, "r1 Provisioned", |s| {
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.observed_revision.as_deref() == Some("r1")
+            })
+            .await?;
+
+            // r2 "cuts the node off the API server": the partition starts while r2 is being applied.
+            let mut r2 = good();
+            let mut seg = r2.layer2s[0].clone();
+            seg.vlan = 20;
+            seg.vni = 1020;
+            seg.bridge = "l2.20".into();
+            seg.vxlan = "vx.20".into();
+            seg.anycast_gateways = vec!["198.18.20.1/24".into()];
+            r2.layer2s.push(seg);
+            let patch = json!({ "spec": spec("r2", 0, r2) });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let marker = dir.path().join("state/applying.json");
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while !(marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20")) {
+                ensure!(tokio::time::Instant::now() < deadline, "r2 never started");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tb.faults().partition(Partition::Token("agent-n1".into()));
+
+            // The agent rolls back on its own, without the API server.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while ip(&["-o", "link", "show"])?.contains("vx.20") || marker.exists() {
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "no local rollback while cut off"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let s = nncs.get("n1").await?.status.unwrap_or_default();
+            ensure!(
+                s.phase.as_deref() != Some("Invalid"),
+                "reported while cut off?! {s:?}"
+            );
+
+            // Back online: the report arrives.
+            tb.faults().heal();
+            let s = wait_status(&nncs, "r2 Invalid", |s| {
+                s.phase.as_deref() == Some("Invalid")
+                    && s.observed_revision.as_deref() == Some("r2")
+            })
+            .await?;
+            ensure!(s.reason.as_deref() == Some("HealthCheckFailed"), "{s:?}");
+            ensure!(
+                s.message
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("HealthCheckFailed: api"),
+                "{s:?}"
+            );
+            ensure!(
+                s.last_good_revision.as_deref() == Some("r1")
+                    && s.config_hash.as_deref() == Some("hash-r1")
+            );
             let _ = stop.send(());
             agent.await.context("agent task")??;
             Ok(())
