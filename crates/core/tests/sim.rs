@@ -101,3 +101,11 @@ fn without_faults_every_node_converges_to_the_target() {
         );
     }
 }
+
+#[test]
+fn larger_fleets_hold_the_invariants_too() {
+    for seed in [7, 8, 9] {
+        let o = run_seed(seed, 300).unwrap_or_else(|v| panic!("{v}"));
+        assert!(o.writes > 300, "seed {seed}: {o:?}");
+    }
+}
