@@ -230,11 +230,18 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 ensure!(tokio::time::Instant::now() < deadline, "drift not repaired");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let m = metrics().await?;
-            ensure!(
-                metric(&m, "netwave_agent_drift_corrections_total") >= 1.0,
-                "{m}"
-            );
+            // The counter moves after the repair is verified, a moment after the kernel is fixed.
+            loop {
+                let m = metrics().await?;
+                if metric(&m, "netwave_agent_drift_corrections_total") >= 1.0 {
+                    break;
+                }
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "drift not counted: {m}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
 
             let _ = stop.send(());
             agent.await.context("agent task")??;
