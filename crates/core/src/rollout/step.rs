@@ -392,18 +392,19 @@ fn step_once(
         .filter(|(c, matched)| !**matched && !matches!(overlay.get(&c.name), Some(None)))
         .map(|(c, _)| c.name.clone())
         .collect();
-    // Nodes by the revision their spec names (failure detection looks at these).
-    let mut by_spec: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    // Nodes by the revision their spec names, or their agent reports on (failure detection looks at
+    // these; counts of nodes *assigned* a revision check the spec again).
+    let mut by_revision: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
         if let Some(s) = n.spec {
-            by_spec.entry(s.revision).or_default().push(i);
+            by_revision.entry(s.revision).or_default().push(i);
         }
         // Nodes whose agent reports on a revision other than its spec: an `Invalid` report about R is a
         // failure of R even after the spec moved on (the agent will not apply R again at this retry).
         if let Some(obs) = n.status.observed_revision.as_deref()
             && n.spec.is_some_and(|s| s.revision != obs)
         {
-            by_spec.entry(obs).or_default().push(i);
+            by_revision.entry(obs).or_default().push(i);
         }
     }
 
@@ -449,7 +450,7 @@ fn step_once(
             revs.push(rev);
             continue;
         }
-        let found = detect_failures(&nodes, by_spec.get(state.name.as_str()), &rev, now);
+        let found = detect_failures(&nodes, by_revision.get(state.name.as_str()), &rev, now);
         rev.new_failures = found.len();
         rev.failed_nodes.extend(found);
         if !complete && rev.failed_nodes.len() >= rev.policy.max_failures as usize {
@@ -585,7 +586,7 @@ fn step_once(
         || target.is_some_and(|t| revs[t].state.paused || !revs[t].policy_errors.is_empty());
     let t_updated_before = target.map_or(0, |t| {
         let name = revs[t].name();
-        by_spec
+        by_revision
             .get(name)
             .map_or(0, |v| v.iter().filter(|&&i| nodes[i].updated(name)).count())
     });
