@@ -117,6 +117,59 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters.
+fn is_qualified_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
+fn is_qualified_name(k: &str) -> bool {
+    match k.split_once('/') {
+        Some((prefix, name)) => is_dns_subdomain(prefix) && is_qualified_part(name),
+        None => is_qualified_part(k),
+    }
+}
+
+/// Label and annotation syntax, as the real server checks it on every write.
+fn metadata_errors(meta: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let invalid = |field: String, v: &str, why: &str| Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: \"{v}\": {why}"),
+        field,
+    };
+    const NAME: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')";
+    if let Some(labels) = meta["labels"].as_object() {
+        for (k, v) in labels {
+            if !is_qualified_name(k) {
+                out.push(invalid("metadata.labels".into(), k, NAME));
+            }
+            let v = v.as_str().unwrap_or_default();
+            if !v.is_empty() && !is_qualified_part(v) {
+                out.push(invalid(
+                    format!("metadata.labels.{k}"),
+                    v,
+                    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (at most 63 characters)",
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = meta["annotations"].as_object() {
+        for k in annotations.keys() {
+            if !is_qualified_name(&k.to_lowercase()) {
+                out.push(invalid("metadata.annotations".into(), k, NAME));
+            }
+        }
+    }
+    out
+}
+
 pub fn get(st: &Store, t: &Target) -> Result<Arc<Object>, ApiError> {
     st.get(&t.rt, &t.key())
         .map(|o| present(&o, t))
@@ -425,6 +478,10 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
                 field: "metadata.name".into(),
             }],
         ));
+    }
+    let meta_errors = metadata_errors(&new["metadata"]);
+    if !meta_errors.is_empty() {
+        return Err(ApiError::invalid(&rt, &name, meta_errors));
     }
     // A CRD is checked and accepted as the apiextensions server would.
     let mut defined = None;

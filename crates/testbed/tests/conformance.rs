@@ -1180,3 +1180,31 @@ async fn metadata_views_namespaces_and_expired_continue() {
         .unwrap();
     assert_eq!(api_err(team.get("x").await.unwrap_err()).code, 404);
 }
+
+#[tokio::test]
+async fn label_syntax_is_validated() {
+    let tb = testbed().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(tb.client());
+    let mut ok = cm("ok", &[]);
+    ok.metadata.labels = Some(BTreeMap::from([
+        ("netwave.dev/pool".into(), "rack-1_a.b".into()),
+        ("empty".into(), "".into()),
+    ]));
+    api.create(&PostParams::default(), &ok).await.unwrap();
+    let mut bad = cm("bad", &[]);
+    bad.metadata.labels = Some(BTreeMap::from([(
+        "netwave.dev/pool".into(),
+        "10.0.0.0/24".into(),
+    )]));
+    let e = api_err(api.create(&PostParams::default(), &bad).await.unwrap_err());
+    assert_eq!(e.code, 422);
+    assert_eq!(
+        e.details.unwrap().causes[0].field,
+        "metadata.labels.netwave.dev/pool"
+    );
+    bad.metadata.labels = Some(BTreeMap::from([("-bad".into(), "x".into())]));
+    assert_eq!(
+        api_err(api.create(&PostParams::default(), &bad).await.unwrap_err()).code,
+        422
+    );
+}
