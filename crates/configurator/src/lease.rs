@@ -110,7 +110,16 @@ impl Elector {
         tokio::pin!(shutdown);
         loop {
             let started = Instant::now();
-            match self.try_acquire_or_renew(started).await {
+            // A request the server never answers must not hold the loop: give up after the renew deadline.
+            let attempt = tokio::time::timeout(
+                self.config.renew_deadline,
+                self.try_acquire_or_renew(started),
+            );
+            let result = match attempt.await {
+                Ok(r) => r,
+                Err(_) => Err(kube::Error::Service("lease request timed out".into())),
+            };
+            match result {
                 Ok(true) => self.set(Leadership::Leader {
                     until: started + self.config.renew_deadline,
                 }),
@@ -118,7 +127,9 @@ impl Elector {
                 Err(e) => {
                     // Keep what we have: a leader stays leader until its local deadline passes.
                     warn!(error = %e, lease = %self.config.name, "lease acquire/renew failed");
-                    if let Leadership::Leader { until } = *self.tx.borrow()
+                    // Copy out first: holding the borrow while sending would deadlock the channel.
+                    let current = *self.tx.borrow();
+                    if let Leadership::Leader { until } = current
                         && Instant::now() >= until
                     {
                         self.set(Leadership::Follower);

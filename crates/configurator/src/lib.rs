@@ -13,3 +13,7 @@ pub mod args;
 pub mod http;
 pub mod lease;
 pub mod metrics;
+pub mod reconcile;
+pub mod runtime;
+pub mod watch;
+pub mod writer;

@@ -1,0 +1,551 @@
+//! One reconcile: snapshot the stores, let the core decide, turn its plan into write intents.
+//!
+//! Everything here except [`Reconciler::run`] is synchronous and deterministic given the snapshot and
+//! `now`; the only state kept between reconciles is a cache of rendered configs and fleet validations,
+//! keyed by what they are computed from, so a new leader with an empty cache decides exactly the same.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::Resource;
+use kube::runtime::events::EventType as KubeEventType;
+use netwave_api::{
+    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision, NetworkConfigRevisionSpec,
+    NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy, ValidationResult,
+};
+use netwave_core::Timestamp;
+use netwave_core::fleet::{self, FleetParams};
+use netwave_core::render::{self, NodeInfo, RenderedNode};
+use netwave_core::revision::{self, Decision, ExistingRevision};
+use netwave_core::rollout::{
+    self, AssignReason, EventType, NodeConfigState, NodeState, ObjectRef, Plan, PolicyDefaults,
+    RenderedHashes, RevisionState, RolloutInput,
+};
+use tokio::sync::Notify;
+use tracing::{debug, info, info_span, warn};
+
+use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
+use crate::watch::Stores;
+use crate::writer::{Intent, Writer};
+
+/// Everything a reconcile reads, taken from the stores at one moment.
+#[derive(Clone, Default)]
+pub struct Snapshot {
+    pub vrfs: Vec<Arc<netwave_api::VRFRouteConfiguration>>,
+    pub layer2s: Vec<Arc<netwave_api::Layer2NetworkConfiguration>>,
+    pub routing_tables: Vec<Arc<netwave_api::RoutingTable>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub node_configs: Vec<Arc<NodeNetworkConfig>>,
+    pub revisions: Vec<Arc<NetworkConfigRevision>>,
+}
+
+impl Snapshot {
+    pub fn take(stores: &Stores) -> Self {
+        Snapshot {
+            vrfs: stores.vrfs.state(),
+            layer2s: stores.layer2s.state(),
+            routing_tables: stores.routing_tables.state(),
+            nodes: stores.nodes.state(),
+            node_configs: stores.node_configs.state(),
+            revisions: stores.revisions.state(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub defaults: PolicyDefaults,
+    pub fleet: FleetParams,
+    pub resync: Duration,
+}
+
+fn live<K: Resource>(o: &K) -> bool {
+    o.meta().deletion_timestamp.is_none() && o.meta().name.is_some()
+}
+
+/// The admin inputs folded into one snapshot, canonically sorted.
+pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
+    let name = |m: &kube::core::ObjectMeta| m.name.clone().unwrap_or_default();
+    revision::canonical_inputs(&RevisionInputs {
+        vrfs: s
+            .vrfs
+            .iter()
+            .filter(|o| live(o.as_ref()))
+            .map(|o| NamedVrf {
+                name: name(&o.metadata),
+                spec: o.spec.clone(),
+            })
+            .collect(),
+        layer2s: s
+            .layer2s
+            .iter()
+            .filter(|o| live(o.as_ref()))
+            .map(|o| NamedLayer2 {
+                name: name(&o.metadata),
+                spec: o.spec.clone(),
+            })
+            .collect(),
+        routing_tables: s
+            .routing_tables
+            .iter()
+            .filter(|o| live(o.as_ref()))
+            .map(|o| NamedRoutingTable {
+                name: name(&o.metadata),
+                spec: o.spec.clone(),
+            })
+            .collect(),
+    })
+}
+
+/// Renders and fleet-validates revisions, remembering results per (inputs hash, node labels).
+#[derive(Default)]
+pub struct RenderCache {
+    rendered: BTreeMap<(String, u64), Arc<Rendered>>,
+}
+
+pub struct Rendered {
+    pub nodes: BTreeMap<String, RenderedNode>,
+    pub validation: ValidationResult,
+}
+
+impl RenderCache {
+    fn get(
+        &mut self,
+        hash: &str,
+        inputs: &RevisionInputs,
+        nodes: &[NodeInfo],
+        fingerprint: u64,
+        params: &FleetParams,
+    ) -> Arc<Rendered> {
+        let key = (hash.to_string(), fingerprint);
+        if let Some(r) = self.rendered.get(&key) {
+            return r.clone();
+        }
+        let validation = fleet::validate(inputs, nodes, params).to_status();
+        let nodes = match render::render(inputs, nodes) {
+            Ok(n) => n,
+            // Only invalid selectors fail rendering, and validation reports those as errors, so the
+            // revision goes Failed and nothing is ever assigned from an empty render.
+            Err(e) => {
+                debug!(error = %e, "render failed");
+                BTreeMap::new()
+            }
+        };
+        let r = Arc::new(Rendered { nodes, validation });
+        self.rendered.insert(key, r.clone());
+        r
+    }
+
+    /// Drops entries not used by the latest reconcile, so memory stays bounded by the history limit.
+    fn retain(&mut self, used: &BTreeSet<(String, u64)>) {
+        self.rendered.retain(|k, _| used.contains(k));
+    }
+}
+
+/// What one reconcile wants written, plus what it found.
+pub struct Outcome {
+    pub intents: Vec<Intent>,
+    pub plan: Option<Plan>,
+    /// When to reconcile again even without a change.
+    pub requeue_at: Option<Timestamp>,
+}
+
+pub fn now() -> Timestamp {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp(d.as_millis() as i64)
+}
+
+fn object_ref(kind: &str, name: &str, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("netwave.dev/v1alpha1".into()),
+        kind: Some(kind.into()),
+        name: Some(name.into()),
+        uid,
+        ..Default::default()
+    }
+}
+
+/// Decides what to write. Pure apart from the cache.
+pub fn compute(
+    s: &Snapshot,
+    settings: &Settings,
+    cache: &mut RenderCache,
+    now: Timestamp,
+) -> Outcome {
+    // 1. Does the current input set need a new revision (or an old one back)?
+    let inputs = fold_inputs(s);
+    let hash = revision::inputs_hash(&inputs);
+    let existing: Vec<ExistingRevision> = s
+        .revisions
+        .iter()
+        .filter(|r| live(r.as_ref()))
+        .map(|r| ExistingRevision::from_object(r))
+        .collect();
+    let floor = s
+        .node_configs
+        .iter()
+        .map(|n| n.spec.sequence)
+        .max()
+        .unwrap_or(0);
+    match revision::decide(&hash, &existing, floor) {
+        Decision::Create {
+            name,
+            sequence,
+            hash,
+        } => {
+            info!(revision = %name, sequence, "inputs changed: creating revision");
+            let spec = NetworkConfigRevisionSpec {
+                hash,
+                sequence,
+                inputs,
+                rollout: RolloutPolicy::default(),
+                paused: false,
+                retry: 0,
+            };
+            // The new revision shows up through the watch and the next reconcile rolls it out.
+            return Outcome {
+                intents: vec![Intent::CreateRevision {
+                    name,
+                    spec: Box::new(spec),
+                }],
+                plan: None,
+                requeue_at: None,
+            };
+        }
+        Decision::Reactivate { name, new_sequence } => {
+            info!(revision = %name, sequence = new_sequence, "inputs equal an older good revision: it becomes the target again");
+            return Outcome {
+                intents: vec![Intent::SetRevisionSequence {
+                    name,
+                    sequence: new_sequence,
+                }],
+                plan: None,
+                requeue_at: None,
+            };
+        }
+        Decision::EqualsFailed { name } => {
+            debug!(revision = %name, "inputs equal a failed revision; bump its spec.retry or change the inputs");
+        }
+        Decision::NoChange { .. } => {}
+    }
+
+    // 2. Build the step input.
+    let mut node_infos = Vec::new();
+    let mut node_states = Vec::new();
+    for n in s.nodes.iter().filter(|n| live(n.as_ref())) {
+        match NodeState::from_api(n) {
+            Ok(st) => {
+                node_infos.push(NodeInfo {
+                    name: st.name.clone(),
+                    labels: st.labels.clone(),
+                });
+                node_states.push(st);
+            }
+            Err(e) => warn!(error = %e, "skipping node"),
+        }
+    }
+    node_infos.sort();
+    let fingerprint = {
+        let mut h = DefaultHasher::new();
+        for n in &node_infos {
+            (&n.name, &n.labels).hash(&mut h);
+        }
+        h.finish()
+    };
+    let configs: Vec<NodeConfigState> = s
+        .node_configs
+        .iter()
+        .filter_map(|c| NodeConfigState::from_api(c).ok())
+        .collect();
+    let revisions: Vec<&Arc<NetworkConfigRevision>> =
+        s.revisions.iter().filter(|r| live(r.as_ref())).collect();
+    let mut input = RolloutInput {
+        defaults: settings.defaults.clone(),
+        revisions: revisions
+            .iter()
+            // Revisions the step will not render keep the validation on record (a Failed revision's
+            // errors must stay in its status); the ones it may roll out are validated afresh below.
+            .filter_map(|r| {
+                let stored = r
+                    .status
+                    .as_ref()
+                    .map(|s| s.validation.clone())
+                    .unwrap_or_default();
+                RevisionState::from_api(r, stored).ok()
+            })
+            .collect(),
+        nodes: node_states,
+        configs,
+        rendered: RenderedHashes::default(),
+    };
+    // 3. Render and validate what the step may assign.
+    let mut used = BTreeSet::new();
+    let mut rendered: BTreeMap<String, Arc<Rendered>> = BTreeMap::new();
+    for name in rollout::revisions_to_render(&input) {
+        let Some(rev) = revisions
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(&name))
+        else {
+            continue;
+        };
+        let r = cache.get(
+            &rev.spec.hash,
+            &rev.spec.inputs,
+            &node_infos,
+            fingerprint,
+            &settings.fleet,
+        );
+        used.insert((rev.spec.hash.clone(), fingerprint));
+        input.rendered.set_revision(
+            name.clone(),
+            r.nodes
+                .iter()
+                .map(|(n, rn)| (n.clone(), rn.config_hash.clone()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        if let Some(state) = input.revisions.iter_mut().find(|s| s.name == name) {
+            state.validation = r.validation.clone();
+        }
+        rendered.insert(name, r);
+    }
+    cache.retain(&used);
+
+    // 4. Step and translate the plan.
+    let plan = rollout::step(&input, now);
+    let uid_of = |name: &str| {
+        revisions
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .and_then(|r| r.metadata.uid.clone())
+    };
+    let mut intents = Vec::new();
+    for u in &plan.status_updates {
+        intents.push(Intent::RevisionStatus {
+            name: u.revision.clone(),
+            status: Box::new(u.status.clone()),
+        });
+    }
+    for a in &plan.assignments {
+        let Some(config) = rendered.get(&a.revision).and_then(|r| r.nodes.get(&a.node)) else {
+            warn!(node = %a.node, revision = %a.revision, "no rendered config for an assignment; skipped");
+            continue;
+        };
+        let spec = NodeNetworkConfigSpec {
+            revision: a.revision.clone(),
+            sequence: a.sequence.0,
+            config_hash: a.config_hash.clone(),
+            retry: a.retry,
+            config: config.config(),
+        };
+        intents.push(Intent::ApplyNodeConfig {
+            node: a.node.clone(),
+            spec: Box::new(spec),
+            assigned_at: a.assigned_at.to_rfc3339(),
+        });
+    }
+    for name in &plan.delete_configs {
+        intents.push(Intent::DeleteNodeConfig { name: name.clone() });
+    }
+    for name in &plan.delete_revisions {
+        intents.push(Intent::DeleteRevision { name: name.clone() });
+    }
+    for e in &plan.events {
+        let regarding = match &e.object {
+            ObjectRef::Revision(n) => object_ref("NetworkConfigRevision", n, uid_of(n)),
+            ObjectRef::NodeConfig(n) => {
+                let uid = s
+                    .node_configs
+                    .iter()
+                    .find(|c| c.metadata.name.as_deref() == Some(n))
+                    .and_then(|c| c.metadata.uid.clone());
+                object_ref("NodeNetworkConfig", n, uid)
+            }
+        };
+        intents.push(Intent::Event {
+            regarding,
+            type_: match e.type_ {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: e.reason.as_str().to_string(),
+            action: "Rollout".into(),
+            note: e.message.clone(),
+        });
+    }
+    let requeue_at = plan.report.requeue_at;
+    Outcome {
+        intents,
+        plan: Some(plan),
+        requeue_at,
+    }
+}
+
+/// Updates gauges and counters from a plan.
+pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
+    for a in &plan.assignments {
+        metrics
+            .assignments
+            .get_or_create(&ReasonLabels {
+                reason: a.reason.as_str(),
+            })
+            .inc();
+        if a.reason == AssignReason::Rollback {
+            metrics.rollbacks.inc();
+        }
+    }
+    for e in &plan.events {
+        if e.reason == rollout::EventReason::NodeFailed {
+            metrics.node_failures.inc();
+        } else if e.reason == rollout::EventReason::RevisionFailed {
+            metrics.revisions_failed.inc();
+        }
+    }
+    // Gauges reflect the statuses as they will be after this plan.
+    const PHASES: [&str; 5] = ["Pending", "Progressing", "Complete", "Failed", "Superseded"];
+    let mut phases: BTreeMap<&'static str, i64> = PHASES.into_iter().map(|p| (p, 0)).collect();
+    for r in &s.revisions {
+        let updated = plan
+            .status_updates
+            .iter()
+            .find(|u| Some(&u.revision) == r.metadata.name.as_ref());
+        let phase = updated
+            .map(|u| &u.status)
+            .or(r.status.as_ref())
+            .and_then(|st| st.phase.as_deref());
+        // Unknown phases (from a newer netwave) are not counted rather than becoming a new label value.
+        if let Some(known) = PHASES.iter().find(|p| Some(**p) == phase) {
+            *phases.entry(known).or_default() += 1;
+        }
+    }
+    for (phase, n) in phases {
+        metrics
+            .revisions
+            .get_or_create(&PhaseLabels { phase })
+            .set(n);
+    }
+    let target = plan.report.target.as_deref();
+    let status = target.and_then(|t| {
+        plan.status_updates
+            .iter()
+            .find(|u| u.revision == t)
+            .map(|u| u.status.clone())
+            .or_else(|| {
+                s.revisions
+                    .iter()
+                    .find(|r| r.metadata.name.as_deref() == Some(t))
+                    .and_then(|r| r.status.clone())
+            })
+    });
+    let st = status.unwrap_or_default();
+    for (state, n) in [
+        ("updated", st.updated),
+        ("in_progress", st.in_progress),
+        ("queued", st.queued),
+        ("failed", st.failed),
+        ("skipped", st.skipped),
+    ] {
+        metrics
+            .nodes
+            .get_or_create(&NodeStateLabels { state })
+            .set(i64::from(n));
+    }
+}
+
+/// The reconcile loop: waits for a change or a requeue time, computes, writes when leader.
+pub struct Reconciler {
+    pub stores: Stores,
+    pub writer: Writer,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    pub changed: Arc<Notify>,
+    cache: RenderCache,
+}
+
+impl Reconciler {
+    pub fn new(
+        stores: Stores,
+        writer: Writer,
+        metrics: Arc<Metrics>,
+        settings: Settings,
+        changed: Arc<Notify>,
+    ) -> Self {
+        Self {
+            stores,
+            writer,
+            metrics,
+            settings,
+            changed,
+            cache: RenderCache::default(),
+        }
+    }
+
+    /// Runs until `shutdown` resolves; the write in progress finishes first.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut wake = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = self.changed.notified() => {
+                    // Coalesce bursts (a watch relist delivers many events at once).
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            let retry = self.reconcile_once().await;
+            wake = tokio::time::Instant::now() + retry.unwrap_or(self.settings.resync);
+            // Writes by this reconcile come back through the watches and notify `changed`; the core
+            // returns an empty plan for them, so that converges instead of looping.
+        }
+    }
+
+    /// One reconcile; returns how long until the next time-based wake-up.
+    pub async fn reconcile_once(&mut self) -> Option<Duration> {
+        let span = info_span!("reconcile");
+        let _g = span.enter();
+        let started = std::time::Instant::now();
+        let snapshot = Snapshot::take(&self.stores);
+        let now = now();
+        let outcome = compute(&snapshot, &self.settings, &mut self.cache, now);
+        if let Some(plan) = &outcome.plan
+            && self.writer.is_leader()
+        {
+            record(&self.metrics, &snapshot, plan);
+            for w in &plan.report.waiting {
+                debug!(waiting = %w);
+            }
+        }
+        self.metrics.leader.set(i64::from(self.writer.is_leader()));
+        drop(_g);
+        let n = outcome.intents.len();
+        let written = if n > 0 {
+            self.writer.execute(outcome.intents, &self.metrics).await
+        } else {
+            Default::default()
+        };
+        self.metrics
+            .reconcile_duration
+            .observe(started.elapsed().as_secs_f64());
+        if n > 0 {
+            debug!(
+                intents = n,
+                written = written.written,
+                failed = written.failed,
+                dropped = written.dropped,
+                "reconciled"
+            );
+        }
+        let time_based = outcome
+            .requeue_at
+            .map(|t| Duration::from_millis(t.0.saturating_sub(now.0).max(0) as u64));
+        let retry = written
+            .retry_at
+            .map(|t| t.saturating_duration_since(tokio::time::Instant::now()));
+        [time_based, retry].into_iter().flatten().min()
+    }
+}

@@ -1,0 +1,169 @@
+//! Wiring: client, leader election, watches, reconcile loop, HTTP endpoints, signals.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+use kube::runtime::events::{Recorder, Reporter};
+use netwave_core::fleet::FleetParams;
+use netwave_core::rollout::{Budget, PolicyDefaults};
+use tokio::sync::{Notify, watch as channel};
+use tracing::info;
+
+use crate::args::{Args, IntOrPercent, LogFormat};
+use crate::http::{self, Readiness};
+use crate::lease::{Elector, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::reconcile::{Reconciler, Settings};
+use crate::watch as watches;
+use crate::writer::Writer;
+
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Kubeconfig from the flag, else in-cluster, else `$KUBECONFIG` / `~/.kube/config`.
+pub async fn client(args: &Args) -> anyhow::Result<Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+        }
+        None => match Config::incluster() {
+            Ok(c) => c,
+            Err(_) => Config::infer()
+                .await
+                .context("no in-cluster config and no usable kubeconfig")?,
+        },
+    };
+    Ok(Client::try_from(config)?)
+}
+
+pub fn settings(args: &Args) -> Settings {
+    Settings {
+        defaults: PolicyDefaults {
+            max_unavailable: match args.max_unavailable {
+                IntOrPercent::Int(n) => Budget::Count(n),
+                IntOrPercent::Percent(p) => Budget::Percent(p),
+            },
+            max_failures: args.max_failures,
+            apply_timeout_seconds: args.apply_timeout.as_secs() as u32,
+            progress_deadline_seconds: args.progress_deadline.as_secs() as u32,
+            revision_history_limit: args.revision_history_limit as usize,
+        },
+        fleet: FleetParams {
+            underlay_mtu: args.underlay_mtu,
+            ..FleetParams::default()
+        },
+        resync: args.resync_interval,
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Runs the configurator until SIGTERM/SIGINT: on shutdown the reconcile in progress finishes its
+/// writes, then the lease is released so a standby takes over at once.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = client(&args).await?;
+    run_with(args, client, shutdown_signal()).await
+}
+
+/// [`run`] with a given client and shutdown trigger (tests run configurators in-process this way).
+pub async fn run_with(
+    args: Args,
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let ready = Readiness::default();
+    let metrics_addr = http::serve(args.metrics_addr, http::metrics_router(metrics.clone()))
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    let health_addr = http::serve(args.health_addr, http::health_router(ready.clone()))
+        .await
+        .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
+    let identity = args.identity();
+    info!(%identity, %metrics_addr, %health_addr, "netwave-configurator starting");
+
+    let (stop_tx, stop_rx) = channel::channel(false);
+    let stopped = |mut rx: channel::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (elector, gate) = Elector::new(
+        client.clone(),
+        LeaseConfig {
+            namespace: args.lease_namespace.clone(),
+            name: args.lease_name.clone(),
+            identity: identity.clone(),
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        },
+    );
+    let changed = Arc::new(Notify::new());
+    let stores = watches::start(&client, changed.clone());
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "netwave-configurator".into(),
+            instance: Some(identity),
+        },
+    );
+    let writer = Writer::new(client, gate.clone(), recorder);
+    let reconciler = Reconciler::new(
+        stores.clone(),
+        writer,
+        metrics.clone(),
+        settings(&args),
+        changed.clone(),
+    );
+
+    // Leadership changes wake the reconcile loop: a new leader acts at once.
+    let mut leadership = gate.clone();
+    let wake = changed.clone();
+    tokio::spawn(async move {
+        loop {
+            leadership.changed().await;
+            wake.notify_one();
+        }
+    });
+    let elector_task = tokio::spawn(elector.run(stopped(stop_rx.clone())));
+    let ready_task = {
+        let stores = stores.clone();
+        tokio::spawn(async move {
+            if stores.wait_until_ready().await {
+                ready.set_ready();
+                info!("caches synced");
+            }
+        })
+    };
+    let reconcile_task = tokio::spawn(async move {
+        let _ = ready_task.await;
+        reconciler.run(stopped(stop_rx)).await;
+    });
+
+    shutdown.await;
+    info!("shutting down: finishing the current reconcile, then releasing the lease");
+    let _ = stop_tx.send(true);
+    let _ = reconcile_task.await;
+    let _ = elector_task.await;
+    Ok(())
+}

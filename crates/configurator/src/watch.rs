@@ -1,0 +1,110 @@
+//! Reflectors on every kind the configurator reads. Each one keeps an in-memory store current and pokes
+//! the reconcile loop when anything changed. Every replica runs them, leader or not, so a standby has
+//! warm caches the moment it takes over.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use netwave_api::{
+    Layer2NetworkConfiguration, NetworkConfigRevision, NodeNetworkConfig, RoutingTable,
+    VRFRouteConfiguration,
+};
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+use tracing::{Instrument, info_span, warn};
+
+/// Read-only views of the cluster, kept current by the reflectors.
+#[derive(Clone)]
+pub struct Stores {
+    pub vrfs: Store<VRFRouteConfiguration>,
+    pub layer2s: Store<Layer2NetworkConfiguration>,
+    pub routing_tables: Store<RoutingTable>,
+    pub nodes: Store<Node>,
+    pub node_configs: Store<NodeNetworkConfig>,
+    pub revisions: Store<NetworkConfigRevision>,
+}
+
+impl Stores {
+    /// Resolves once every reflector has delivered its initial list.
+    pub async fn wait_until_ready(&self) -> bool {
+        self.vrfs.wait_until_ready().await.is_ok()
+            && self.layer2s.wait_until_ready().await.is_ok()
+            && self.routing_tables.wait_until_ready().await.is_ok()
+            && self.nodes.wait_until_ready().await.is_ok()
+            && self.node_configs.wait_until_ready().await.is_ok()
+            && self.revisions.wait_until_ready().await.is_ok()
+    }
+}
+
+/// Starts one reflector per kind; `changed` is notified on every event.
+pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
+    Stores {
+        vrfs: reflect(Api::all(client.clone()), changed.clone()),
+        layer2s: reflect(Api::all(client.clone()), changed.clone()),
+        routing_tables: reflect(Api::all(client.clone()), changed.clone()),
+        nodes: reflect_with(Api::all(client.clone()), changed.clone(), slim_node),
+        node_configs: reflect(Api::all(client.clone()), changed.clone()),
+        revisions: reflect(Api::all(client.clone()), changed),
+    }
+}
+
+/// Keeps only what the rollout reads of a Node (labels, unschedulable, conditions): on a large cluster
+/// image lists and managed fields would dominate the cache.
+fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}
+
+fn reflect<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    reflect_with(api, changed, |_| {})
+}
+
+fn reflect_with<K>(api: Api<K>, changed: Arc<Notify>, slim: fn(&mut K)) -> Store<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&()).to_string();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(slim)
+        .reflect(writer);
+    tokio::spawn(
+        async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(_) => changed.notify_one(),
+                    // The watcher re-lists and re-watches by itself (with backoff); keep going.
+                    Err(e) => warn!(error = %e, "watch error"),
+                }
+            }
+        }
+        .instrument(info_span!("watch", %kind)),
+    );
+    reader
+}

@@ -1,0 +1,333 @@
+//! The only module that writes to the API server. Every write is gated on leadership *at the moment it
+//! is sent*, so a replica that lost the lease stops at once, even in the middle of a plan. Failed writes
+//! (5xx, 429, timeouts, conflicts) back off per object with exponential delay; they are never a node or
+//! revision failure — the next reconcile simply computes the same intent again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource};
+use netwave_api::{
+    ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionSpec,
+    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec,
+};
+use serde_json::json;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::lease::LeaderGate;
+use crate::metrics::{ApiErrorLabels, Metrics, Verb};
+
+/// Events that failed to send are retried with the next batch, up to this many.
+const MAX_PENDING_EVENTS: usize = 200;
+
+/// Field manager of every configurator write (server-side apply ownership).
+pub const FIELD_MANAGER: &str = "netwave-configurator";
+
+/// One write the reconcile wants done.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Intent {
+    CreateRevision {
+        name: String,
+        spec: Box<NetworkConfigRevisionSpec>,
+    },
+    /// Make an older good revision the target again by giving it the next sequence.
+    SetRevisionSequence {
+        name: String,
+        sequence: u64,
+    },
+    /// Server-side apply of a node's whole spec (creates the NNC if missing) and its assignment time.
+    ApplyNodeConfig {
+        node: String,
+        spec: Box<NodeNetworkConfigSpec>,
+        assigned_at: String,
+    },
+    /// Server-side apply of a revision's whole status: fields omitted now are removed.
+    RevisionStatus {
+        name: String,
+        status: Box<NetworkConfigRevisionStatus>,
+    },
+    DeleteRevision {
+        name: String,
+    },
+    /// The node left the cluster.
+    DeleteNodeConfig {
+        name: String,
+    },
+    Event {
+        regarding: ObjectReference,
+        type_: EventType,
+        reason: String,
+        action: String,
+        note: String,
+    },
+}
+
+impl Intent {
+    /// Backoff key: one per object written.
+    fn key(&self) -> String {
+        match self {
+            Intent::CreateRevision { name, .. }
+            | Intent::SetRevisionSequence { name, .. }
+            | Intent::DeleteRevision { name } => format!("ncr/{name}"),
+            Intent::RevisionStatus { name, .. } => format!("ncr-status/{name}"),
+            Intent::ApplyNodeConfig { node: name, .. } | Intent::DeleteNodeConfig { name } => {
+                format!("nnc/{name}")
+            }
+            Intent::Event {
+                regarding, reason, ..
+            } => {
+                format!(
+                    "event/{}/{reason}",
+                    regarding.name.as_deref().unwrap_or_default()
+                )
+            }
+        }
+    }
+
+    fn verb(&self) -> Verb {
+        match self {
+            Intent::CreateRevision { .. } | Intent::Event { .. } => Verb::create,
+            Intent::DeleteRevision { .. } | Intent::DeleteNodeConfig { .. } => Verb::delete,
+            _ => Verb::patch,
+        }
+    }
+}
+
+/// Small fixed set of error categories for metrics and logs.
+pub fn category(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(ae) if ae.code == 409 => "conflict",
+        kube::Error::Api(ae) if ae.code == 429 => "throttled",
+        kube::Error::Api(ae) if ae.code == 404 => "not_found",
+        kube::Error::Api(ae) if ae.code == 422 => "invalid",
+        kube::Error::Api(ae) if ae.code >= 500 => "server",
+        kube::Error::Api(_) => "client",
+        _ => "transport",
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    failures: u32,
+    next: Instant,
+}
+
+pub struct Writer {
+    client: Client,
+    gate: LeaderGate,
+    recorder: Recorder,
+    backoff: BTreeMap<String, Backoff>,
+    pending_events: Vec<Intent>,
+    base: Duration,
+    max: Duration,
+}
+
+/// What happened to a batch of intents.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub written: usize,
+    pub failed: usize,
+    /// Skipped because the object is backing off.
+    pub deferred: usize,
+    /// Not sent because this replica is not the leader.
+    pub dropped: usize,
+    /// The earliest time a deferred or failed write may be retried.
+    pub retry_at: Option<Instant>,
+}
+
+impl Writer {
+    pub fn new(client: Client, gate: LeaderGate, recorder: Recorder) -> Self {
+        Self {
+            client,
+            gate,
+            recorder,
+            backoff: BTreeMap::new(),
+            pending_events: Vec::new(),
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(60),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.gate.is_leader()
+    }
+
+    /// Sends the intents in order and stops at the first one that fails or is backing off: the plan's
+    /// order is what keeps a partial application safe (a revision's `Failed` status is on record before
+    /// any node is rolled back; `Validated` before any node gets it). The next reconcile recomputes the
+    /// rest. Events go last and do not stop anything; a failed one is kept and retried.
+    /// Stops at the first intent found without leadership.
+    pub async fn execute(&mut self, intents: Vec<Intent>, metrics: &Metrics) -> Outcome {
+        let mut out = Outcome::default();
+        let (events, writes): (Vec<Intent>, Vec<Intent>) = intents
+            .into_iter()
+            .partition(|i| matches!(i, Intent::Event { .. }));
+        let total = writes.len();
+        for (i, intent) in writes.into_iter().enumerate() {
+            if !self.gate.is_leader() {
+                out.dropped = total - i;
+                metrics.writes_dropped.inc_by(out.dropped as u64);
+                return out;
+            }
+            let key = intent.key();
+            if let Some(b) = self.backoff.get(&key)
+                && b.next > Instant::now()
+            {
+                out.deferred = total - i;
+                out.retry_at = Some(b.next);
+                break;
+            }
+            if let Err(next) = self.attempt(&intent, key, metrics).await {
+                out.failed += 1;
+                out.deferred = total - i - 1;
+                out.retry_at = Some(next);
+                break;
+            }
+            out.written += 1;
+        }
+        let mut events: Vec<Intent> = std::mem::take(&mut self.pending_events)
+            .into_iter()
+            .chain(events)
+            .collect();
+        events.truncate(MAX_PENDING_EVENTS);
+        for event in events {
+            if !self.gate.is_leader() {
+                break;
+            }
+            let key = event.key();
+            match self.attempt(&event, key, metrics).await {
+                Ok(()) => out.written += 1,
+                Err(next) => {
+                    out.failed += 1;
+                    out.retry_at = Some(out.retry_at.map_or(next, |t| t.min(next)));
+                    self.pending_events.push(event);
+                }
+            }
+        }
+        out
+    }
+
+    /// Sends one intent; on failure records the backoff and returns when it may be retried.
+    async fn attempt(
+        &mut self,
+        intent: &Intent,
+        key: String,
+        metrics: &Metrics,
+    ) -> Result<(), Instant> {
+        match self.send(intent).await {
+            Ok(()) => {
+                self.backoff.remove(&key);
+                Ok(())
+            }
+            Err(e) => {
+                let category = category(&e);
+                metrics
+                    .api_errors
+                    .get_or_create(&ApiErrorLabels {
+                        verb: intent.verb(),
+                        category,
+                    })
+                    .inc();
+                let failures = self.backoff.get(&key).map_or(0, |b| b.failures) + 1;
+                let delay = self
+                    .base
+                    .saturating_mul(1 << failures.min(16))
+                    .min(self.max);
+                let next = Instant::now() + delay;
+                warn!(object = %key, category, error = %e, retry_in = ?delay, "write failed; will retry");
+                self.backoff.insert(key, Backoff { failures, next });
+                Err(next)
+            }
+        }
+    }
+
+    async fn send(&self, intent: &Intent) -> Result<(), kube::Error> {
+        let revisions: Api<NetworkConfigRevision> = Api::all(self.client.clone());
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        match intent {
+            Intent::CreateRevision { name, spec } => {
+                let mut ncr = NetworkConfigRevision::new(name, (**spec).clone());
+                ncr.meta_mut().labels = Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_string(),
+                        FIELD_MANAGER.to_string(),
+                    )]
+                    .into(),
+                );
+                match revisions.create(&PostParams::default(), &ncr).await {
+                    // Created by us before a crash or by the previous leader: the content is the same.
+                    Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
+                    other => other.map(drop),
+                }
+            }
+            Intent::SetRevisionSequence { name, sequence } => {
+                let patch = json!({ "spec": { "sequence": sequence } });
+                revisions
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
+            }
+            Intent::ApplyNodeConfig {
+                node,
+                spec,
+                assigned_at,
+            } => {
+                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
+                let patch = json!({
+                    "apiVersion": "netwave.dev/v1alpha1",
+                    "kind": "NodeNetworkConfig",
+                    "metadata": { "name": node, "annotations": { ASSIGNED_AT_ANNOTATION: assigned_at } },
+                    "spec": spec,
+                });
+                nncs.patch(node, &apply, &Patch::Apply(&patch))
+                    .await
+                    .map(drop)
+            }
+            Intent::RevisionStatus { name, status } => {
+                let patch = json!({
+                    "apiVersion": "netwave.dev/v1alpha1",
+                    "kind": "NetworkConfigRevision",
+                    "status": status,
+                });
+                revisions
+                    .patch_status(name, &apply, &Patch::Apply(&patch))
+                    .await
+                    .map(drop)
+            }
+            Intent::DeleteRevision { name } => {
+                match revisions.delete(name, &DeleteParams::default()).await {
+                    Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
+                    other => other.map(drop),
+                }
+            }
+            Intent::DeleteNodeConfig { name } => {
+                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
+                match nncs.delete(name, &DeleteParams::default()).await {
+                    Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
+                    other => other.map(drop),
+                }
+            }
+            Intent::Event {
+                regarding,
+                type_,
+                reason,
+                action,
+                note,
+            } => {
+                debug!(%reason, object = ?regarding.name, "event");
+                let event = Event {
+                    type_: *type_,
+                    reason: reason.clone(),
+                    note: Some(note.chars().take(1000).collect()),
+                    action: action.clone(),
+                    secondary: None,
+                };
+                self.recorder.publish(&event, regarding).await
+            }
+        }
+    }
+}

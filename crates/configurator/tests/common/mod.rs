@@ -1,0 +1,389 @@
+//! Test support: a testbed API server with netwave's CRDs, Nodes, configurators running in-process, and
+//! simulated agents that answer NodeNetworkConfig specs the way real agents do.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, NodeSpec, NodeStatus};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use netwave_api::manifest::{Manifest, samples};
+use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use netwave_configurator::args::Args;
+use netwave_testbed::{Testbed, TestbedOptions};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub struct Env {
+    pub tb: Testbed,
+    pub client: Client,
+}
+
+pub async fn env() -> Env {
+    let tb = Testbed::start(
+        TestbedOptions::default().with_crds(netwave_api::crds().into_iter().map(|(_, c)| c)),
+    )
+    .await
+    .expect("testbed starts");
+    let client = tb.client();
+    let ns: Api<Namespace> = Api::all(client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "netwave-system"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    Env { tb, client }
+}
+
+pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+    let mut n = Node {
+        spec: Some(NodeSpec::default()),
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    n.meta_mut().name = Some(name.into());
+    n.meta_mut().labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    n
+}
+
+pub async fn add_nodes(client: &Client, names: &[String]) {
+    let api: Api<Node> = Api::all(client.clone());
+    for name in names {
+        api.create(
+            &PostParams::default(),
+            &node(name, &[("netwave.dev/pool", "compute")]),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+pub fn node_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("node-{i:02}")).collect()
+}
+
+/// Creates every object of `deploy/samples/`.
+pub async fn apply_samples(client: &Client) {
+    for m in samples().unwrap() {
+        let pp = PostParams::default();
+        match m {
+            Manifest::Vrf(o) => drop(Api::all(client.clone()).create(&pp, &o).await.unwrap()),
+            Manifest::Layer2(o) => drop(Api::all(client.clone()).create(&pp, &o).await.unwrap()),
+            Manifest::RoutingTable(o) => {
+                drop(Api::all(client.clone()).create(&pp, &o).await.unwrap())
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Changes one L2 segment's MTU: a new revision with a different config on every node.
+pub async fn change_inputs(client: &Client, mtu: u32) {
+    let api: Api<netwave_api::Layer2NetworkConfiguration> = Api::all(client.clone());
+    api.patch(
+        "vlan100-frontend",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"mtu": mtu}})),
+    )
+    .await
+    .unwrap();
+}
+
+pub fn args(extra: &[&str]) -> Args {
+    use clap::Parser;
+    let mut argv = vec![
+        "netwave-configurator",
+        "--lease-duration",
+        "3s",
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "300ms",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--health-addr",
+        "127.0.0.1:0",
+        "--log-format",
+        "text",
+        "--resync-interval",
+        "2s",
+    ];
+    argv.extend_from_slice(extra);
+    let args = Args::try_parse_from(argv).unwrap();
+    args.check().unwrap();
+    args
+}
+
+/// A configurator running in this process; stops (gracefully) on drop of the handle's sender.
+pub struct Configurator {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Configurator {
+    pub fn start(client: Client, args: Args) -> Self {
+        let (stop, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(netwave_configurator::runtime::run_with(
+            args,
+            client,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Configurator {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+
+    /// Simulates a crash: no lease release, nothing finishes.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}
+
+/// How a simulated agent answers a revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Provisioned,
+    Invalid {
+        reason: String,
+        message: String,
+    },
+    /// Never reports (a dead or hung agent).
+    Silent,
+}
+
+pub type Behaviour = Arc<dyn Fn(&str, &str) -> Answer + Send + Sync>;
+
+pub fn always_ok() -> Behaviour {
+    Arc::new(|_, _| Answer::Provisioned)
+}
+
+/// Simulated agents for every node: watch all NodeNetworkConfigs and, after `delay`, report on each new
+/// spec as the node's agent would (the agent is the only writer of status).
+pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+        let handled: Arc<Mutex<BTreeMap<String, (String, u32)>>> = Arc::default();
+        let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            let objs = match ev {
+                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => vec![o],
+                _ => continue,
+            };
+            for nnc in objs {
+                let name = nnc.name_any();
+                let key = (nnc.spec.revision.clone(), nnc.spec.retry);
+                let status = nnc.status.clone().unwrap_or_default();
+                let reported = status.observed_revision.as_deref() == Some(key.0.as_str())
+                    && status.observed_retry.unwrap_or(0) == key.1;
+                if reported || handled.lock().unwrap().get(&name) == Some(&key) {
+                    continue;
+                }
+                handled.lock().unwrap().insert(name.clone(), key.clone());
+                let answer = behaviour(&name, &key.0);
+                let api = api.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let last_good = status.last_good_revision.clone();
+                    let body = match answer {
+                        Answer::Silent => return,
+                        Answer::Provisioned => json!({"status": {
+                            "phase": "Provisioned", "observedRevision": nnc.spec.revision,
+                            "observedRetry": nnc.spec.retry, "configHash": nnc.spec.config_hash,
+                            "lastGoodRevision": nnc.spec.revision, "reason": null, "message": null,
+                        }}),
+                        Answer::Invalid { reason, message } => json!({"status": {
+                            "phase": "Invalid", "observedRevision": nnc.spec.revision,
+                            "observedRetry": nnc.spec.retry, "configHash": status.config_hash,
+                            "lastGoodRevision": last_good, "reason": reason, "message": message,
+                        }}),
+                    };
+                    // Retried like a real agent: API errors never become a failure.
+                    for _ in 0..50 {
+                        if api
+                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                            .await
+                            .is_ok()
+                        {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+            }
+        }
+    })
+}
+
+pub async fn revisions(client: &Client) -> Vec<NetworkConfigRevision> {
+    let mut list = Api::<NetworkConfigRevision>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    list.sort_by_key(|r| r.spec.sequence);
+    list
+}
+
+pub async fn configs(client: &Client) -> BTreeMap<String, NodeNetworkConfig> {
+    Api::<NodeNetworkConfig>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| (c.name_any(), c))
+        .collect()
+}
+
+/// Polls `check` until it returns Some, or panics after `timeout` with the last state.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if tokio::time::Instant::now() >= deadline => {
+                panic!("timed out waiting for {what}: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// A revision's phase (or "" when it has no status yet).
+pub fn phase(r: &NetworkConfigRevision) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+/// Every NodeNetworkConfig and NetworkConfigRevision event in resourceVersion order, recorded from the
+/// start of the test: the "watch history" the budget and counter checks replay.
+pub struct History {
+    events: Arc<Mutex<Vec<(u64, Recorded)>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Recorded {
+    Config(Box<NodeNetworkConfig>),
+    Revision(Box<NetworkConfigRevision>),
+}
+
+impl History {
+    pub fn record(client: &Client) -> Self {
+        let events: Arc<Mutex<Vec<(u64, Recorded)>>> = Arc::default();
+        let mut tasks = Vec::new();
+        {
+            let events = events.clone();
+            let api: Api<NodeNetworkConfig> = Api::all(client.clone());
+            tasks.push(tokio::spawn(async move {
+                let s = watcher(api, watcher::Config::default()).default_backoff();
+                futures::pin_mut!(s);
+                while let Some(Ok(ev)) = s.next().await {
+                    if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
+                        let rv = o
+                            .resource_version()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        events
+                            .lock()
+                            .unwrap()
+                            .push((rv, Recorded::Config(Box::new(o))));
+                    }
+                }
+            }));
+        }
+        {
+            let events = events.clone();
+            let api: Api<NetworkConfigRevision> = Api::all(client.clone());
+            tasks.push(tokio::spawn(async move {
+                let s = watcher(api, watcher::Config::default()).default_backoff();
+                futures::pin_mut!(s);
+                while let Some(Ok(ev)) = s.next().await {
+                    if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
+                        let rv = o
+                            .resource_version()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        events
+                            .lock()
+                            .unwrap()
+                            .push((rv, Recorded::Revision(Box::new(o))));
+                    }
+                }
+            }));
+        }
+        History { events, tasks }
+    }
+
+    /// The recorded events, oldest first, each object version once.
+    pub fn events(&self) -> Vec<Recorded> {
+        let mut ev = self.events.lock().unwrap().clone();
+        ev.sort_by_key(|(rv, _)| *rv);
+        ev.dedup_by_key(|(rv, _)| *rv);
+        ev.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// The largest number of nodes in flight at any moment: spec revision differs from the revision the
+    /// agent reports Provisioned (DESIGN.md §3's definition).
+    pub fn max_in_flight(&self) -> usize {
+        let mut state: BTreeMap<String, bool> = BTreeMap::new();
+        let mut max = 0;
+        for e in self.events() {
+            if let Recorded::Config(c) = e {
+                state.insert(c.name_any(), in_flight(&c));
+                max = max.max(state.values().filter(|v| **v).count());
+            }
+        }
+        max
+    }
+}
+
+impl Drop for History {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+pub fn in_flight(c: &NodeNetworkConfig) -> bool {
+    let st = c.status.clone().unwrap_or_default();
+    !(st.phase.as_deref() == Some("Provisioned")
+        && st.observed_revision.as_deref() == Some(c.spec.revision.as_str()))
+}

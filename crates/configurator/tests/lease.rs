@@ -1,0 +1,150 @@
+//! Leader election against the testbed: never two leaders at once — with replicas stopping, crashing and
+//! being partitioned from the API server — and fast handover on a clean shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::env;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use netwave_configurator::lease::{Elector, LeaderGate, LeaseConfig};
+use netwave_testbed::{ClientIdentity, Partition};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+fn config(identity: &str) -> LeaseConfig {
+    LeaseConfig {
+        namespace: "netwave-system".into(),
+        name: "netwave-configurator".into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_millis(1500),
+        renew_deadline: Duration::from_millis(1000),
+        retry_period: Duration::from_millis(200),
+    }
+}
+
+struct Replica {
+    gate: LeaderGate,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+fn replica(tb: &netwave_testbed::Testbed, identity: &str) -> Replica {
+    let client = tb.client_as(ClientIdentity {
+        user_agent: Some(format!("replica-{identity}")),
+        token: None,
+    });
+    let (elector, gate) = Elector::new(client, config(identity));
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(elector.run(async move {
+        let _ = rx.await;
+    }));
+    Replica {
+        gate,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// Samples both gates every few milliseconds for `d`, failing on any instant with two leaders.
+async fn watch_exclusion(a: &Replica, b: &Replica, d: Duration) -> (u32, u32) {
+    let end = Instant::now() + d;
+    let (mut a_led, mut b_led) = (0, 0);
+    while Instant::now() < end {
+        let (x, y) = (a.gate.is_leader(), b.gate.is_leader());
+        assert!(!(x && y), "two leaders at once");
+        a_led += u32::from(x);
+        b_led += u32::from(y);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (a_led, b_led)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_leader_and_fast_handover_on_release() {
+    let env = env().await;
+    let a = replica(&env.tb, "a");
+    let b = replica(&env.tb, "b");
+    let (a_led, b_led) = watch_exclusion(&a, &b, Duration::from_secs(2)).await;
+    assert!(a_led + b_led > 0, "someone leads");
+    assert!(
+        a_led == 0 || b_led == 0,
+        "leadership does not flap between healthy replicas"
+    );
+
+    // The leader shuts down cleanly: it releases the lease and the other takes over well before expiry.
+    let (mut leader, follower) = if a.gate.is_leader() { (a, b) } else { (b, a) };
+    let started = Instant::now();
+    let _ = leader.stop.take().unwrap().send(());
+    leader.task.await.unwrap();
+    while !follower.gate.is_leader() {
+        assert!(
+            started.elapsed() < Duration::from_millis(1200),
+            "handover after release took too long"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lease: Lease = Api::namespaced(env.client.clone(), "netwave-system")
+        .get("netwave-configurator")
+        .await
+        .unwrap();
+    assert!(lease.spec.unwrap().lease_transitions.unwrap() >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_stops_before_anyone_else_starts() {
+    let env = env().await;
+    let a = replica(&env.tb, "a");
+    // Let `a` win first.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !a.gate.is_leader() {
+        assert!(Instant::now() < deadline, "a never became leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let b = replica(&env.tb, "b");
+    watch_exclusion(&a, &b, Duration::from_millis(500)).await;
+    // Cut `a` off from the API server: it cannot renew, and must give up on its own clock.
+    env.tb
+        .faults()
+        .partition(Partition::UserAgent("replica-a".into()));
+    let cut = Instant::now();
+    let (_, b_led) = watch_exclusion(&a, &b, Duration::from_secs(4)).await;
+    assert!(
+        !a.gate.is_leader(),
+        "the partitioned replica still thinks it leads"
+    );
+    assert!(b_led > 0, "the healthy replica took over");
+    assert!(cut.elapsed() >= Duration::from_secs(4));
+    env.tb.faults().heal();
+    watch_exclusion(&a, &b, Duration::from_secs(1)).await;
+    assert!(b.gate.is_leader(), "healing does not flip leadership back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leader_is_replaced_within_the_lease_duration() {
+    let env = env().await;
+    let a = replica(&env.tb, "a");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !a.gate.is_leader() {
+        assert!(Instant::now() < deadline, "a never became leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let b = replica(&env.tb, "b");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Crash: no release, the lease just stops being renewed.
+    a.task.abort();
+    let crashed = Instant::now();
+    while !b.gate.is_leader() {
+        assert!(
+            crashed.elapsed() < config("b").lease_duration + Duration::from_millis(800),
+            "takeover too slow"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        crashed.elapsed() >= Duration::from_millis(400),
+        "took over before the lease could have expired"
+    );
+}

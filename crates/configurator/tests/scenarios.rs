@@ -1,0 +1,359 @@
+//! Admin actions and fleet changes during a rollout, against the testbed with simulated agents.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use netwave_api::{Layer2NetworkConfiguration, NetworkConfigRevision};
+use netwave_testbed::Match;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(40);
+
+fn condition(r: &NetworkConfigRevision, type_: &str) -> Option<(String, String)> {
+    r.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn only_revision(env: &Env, want_phase: &str) -> NetworkConfigRevision {
+    eventually(T, &format!("one revision {want_phase}"), || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == want_phase => Ok(r.clone()),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await
+}
+
+async fn set_paused(env: &Env, name: &str, paused: bool) {
+    Api::<NetworkConfigRevision>::all(env.client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": paused}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_stops_new_assignments_and_resume_completes() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(8)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(400));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
+    let rev = eventually(T, "a revision rolling out", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if r.status.as_ref().is_some_and(|s| s.in_progress > 0) => {
+                Ok(r.metadata.name.clone().unwrap())
+            }
+            other => Err(format!("{}", other.len())),
+        }
+    })
+    .await;
+    set_paused(&env, &rev, true).await;
+    let paused = eventually(T, "the Paused condition", || async {
+        let r = revisions(&env.client).await.remove(0);
+        match condition(&r, "Paused") {
+            Some((s, _)) if s == "True" => Ok(r),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(paused.status.as_ref().unwrap().paused_at.is_some());
+    // In-flight nodes finish; nobody new is assigned while paused.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let assigned = configs(&env.client)
+        .await
+        .values()
+        .filter(|c| c.spec.revision == rev)
+        .count();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let configs_now = configs(&env.client).await;
+    assert_eq!(
+        configs_now
+            .values()
+            .filter(|c| c.spec.revision == rev)
+            .count(),
+        assigned,
+        "assigned while paused"
+    );
+    assert!(assigned < 8, "paused before the end ({assigned} assigned)");
+    assert!(
+        configs_now
+            .values()
+            .all(|c| !in_flight(c) || c.spec.revision != rev),
+        "in-flight nodes finished"
+    );
+
+    set_paused(&env, &rev, false).await;
+    let done = only_revision(&env, "Complete").await;
+    assert_eq!(done.status.unwrap().updated, 8);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_progress_sets_the_deadline_condition() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    // Agents never answer, and the apply timeout is long: only the progress deadline can say so.
+    let silent: Behaviour = std::sync::Arc::new(|_, _| Answer::Silent);
+    let _agents = spawn_agents(env.client.clone(), silent, Duration::from_millis(10));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(
+        env.client.clone(),
+        args(&[
+            "--max-unavailable",
+            "1",
+            "--progress-deadline",
+            "2s",
+            "--apply-timeout",
+            "10m",
+        ]),
+    );
+    let r = eventually(T, "Progressing=False", || async {
+        let r = revisions(&env.client).await;
+        match r.first().and_then(|r| condition(r, "Progressing")) {
+            Some((s, reason)) if s == "False" => Ok((reason, r[0].clone())),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(r.0, "ProgressDeadlineExceeded");
+    assert_ne!(
+        phase(&r.1),
+        "Failed",
+        "a stuck rollout is reported, not failed"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_joining_and_leaving_mid_rollout() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(6)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(300));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "1"]));
+    eventually(T, "the rollout to start", || async {
+        let n = configs(&env.client).await.len();
+        if n >= 1 { Ok(()) } else { Err(format!("{n}")) }
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &node("node-late", &[("netwave.dev/pool", "compute")]),
+        )
+        .await
+        .unwrap();
+    nodes
+        .delete("node-05", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let rev = only_revision(&env, "Complete").await;
+    let st = rev.status.clone().unwrap();
+    assert_eq!((st.total, st.updated, st.failed), (6, 6, 0), "{st:?}");
+    let configs = configs(&env.client).await;
+    assert!(
+        !configs.contains_key("node-05"),
+        "the departed node's config is removed"
+    );
+    assert_eq!(
+        configs["node-late"].spec.revision,
+        rev.metadata.name.unwrap(),
+        "the new node got the target"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_revision_supersedes_a_running_one_within_budget() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(6)).await;
+    let history = History::record(&env.client);
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(300));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
+    eventually(T, "the first rollout to be under way", || async {
+        let n = configs(&env.client)
+            .await
+            .values()
+            .filter(|c| !in_flight(c))
+            .count();
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} updated"))
+        }
+    })
+    .await;
+    change_inputs(&env.client, 8500).await;
+    let (first, second) = eventually(T, "the second revision to complete", || async {
+        let revs = revisions(&env.client).await;
+        match revs.as_slice() {
+            [a, b] if phase(b) == "Complete" => Ok((a.clone(), b.clone())),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    assert_eq!(phase(&first), "Superseded");
+    let configs = configs(&env.client).await;
+    assert!(
+        configs
+            .values()
+            .all(|c| c.spec.revision == second.metadata.name.clone().unwrap())
+    );
+    assert!(configs.values().all(|c| {
+        c.spec
+            .config
+            .layer2s
+            .iter()
+            .any(|l| l.vlan == 100 && l.mtu == 8500)
+    }));
+    c.stop().await;
+    let max = history.max_in_flight();
+    assert!(max <= 2, "superseding exceeded the budget: {max} in flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
+    let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    change_inputs(&env.client, 8000).await;
+    eventually(T, "the change to complete", || async {
+        match revisions(&env.client).await.as_slice() {
+            [_, b] if phase(b) == "Complete" => Ok(()),
+            other => Err(format!("{}", other.len())),
+        }
+    })
+    .await;
+    change_inputs(&env.client, 9000).await; // the sample's original MTU
+    let back = eventually(
+        T,
+        "the first revision to be the target again and complete",
+        || async {
+            let revs = revisions(&env.client).await;
+            match revs.last() {
+                Some(r)
+                    if r.metadata.name.as_deref() == Some(first.as_str())
+                        && phase(r) == "Complete" =>
+                {
+                    Ok(revs.clone())
+                }
+                _ => Err(format!(
+                    "{:?}",
+                    revs.iter()
+                        .map(|r| (r.metadata.name.clone(), r.spec.sequence, phase(r)))
+                        .collect::<Vec<_>>()
+                )),
+            }
+        },
+    )
+    .await;
+    assert_eq!(back.len(), 2, "no third revision was created for a revert");
+    assert_eq!(
+        back.last().unwrap().spec.sequence,
+        3,
+        "the reverted-to revision got the next sequence"
+    );
+    eventually(T, "all nodes on the first revision", || async {
+        let configs = configs(&env.client).await;
+        if configs
+            .values()
+            .all(|c| c.spec.revision == first && !in_flight(c))
+        {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_fails_validation_touches_no_node() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    apply_samples(&env.client).await;
+    // A second segment with VLAN 100's VNI: a fleet-wide error the schema cannot see.
+    let mut dup: Layer2NetworkConfiguration = serde_json::from_value(json!({
+        "apiVersion": "netwave.dev/v1alpha1", "kind": "Layer2NetworkConfiguration",
+        "metadata": {"name": "vlan300-clash"},
+        "spec": {"id": 300, "vni": 1000100, "mtu": 1500}
+    }))
+    .unwrap();
+    dup.metadata.resource_version = None;
+    Api::<Layer2NetworkConfiguration>::all(env.client.clone())
+        .create(&PostParams::default(), &dup)
+        .await
+        .unwrap();
+    let c = Configurator::start(env.client.clone(), args(&[]));
+    let r = only_revision(&env, "Failed").await;
+    let st = r.status.unwrap();
+    assert!(
+        st.validation.errors.iter().any(|e| e.contains("1000100")),
+        "{st:#?}"
+    );
+    assert_eq!(condition_of(&st, "Validated"), Some("False".into()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        configs(&env.client)
+            .await
+            .values()
+            .all(|c| c.spec.revision != r.metadata.name.clone().unwrap())
+    );
+    c.stop().await;
+}
+
+fn condition_of(st: &netwave_api::NetworkConfigRevisionStatus, t: &str) -> Option<String> {
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == t)
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_faults_slow_the_rollout_but_fail_nothing() {
+    let env = std::sync::Arc::new(env().await);
+    add_nodes(&env.client, &node_names(6)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    apply_samples(&env.client).await;
+    for verb in ["create", "patch", "update", "delete"] {
+        env.tb.faults().fail_fraction(Match::verb(verb), 0.3, 500);
+    }
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
+    let cutter = {
+        let env = env.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                env.tb.faults().cut_watches();
+            }
+        })
+    };
+    let r = only_revision(&env, "Complete").await;
+    cutter.abort();
+    let st = r.status.unwrap();
+    assert_eq!((st.updated, st.failed), (6, 0));
+    assert!(st.failed_nodes.is_empty());
+    let failed_writes = env.tb.counters();
+    assert!(failed_writes.writes() > 0);
+    c.stop().await;
+}
