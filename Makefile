@@ -1,13 +1,20 @@
 # Thin wrappers around cargo; the README's two commands are the truth.
 CARGO ?= cargo
 
-.PHONY: build test lint fmt crds demo bench
+.PHONY: build test unit kernel-tier lint fmt crds demo bench
 
 build:
 	$(CARGO) build --workspace --all-targets
 
-test:
+# Everything CI runs after lint: the workspace tests, then the kernel tier (VRF/VLAN netlink tests in a
+# Debian kernel under qemu; installs qemu and the kernel package on first use).
+test: unit kernel-tier
+
+unit:
 	$(CARGO) test --workspace
+
+kernel-tier:
+	bash tests/kernel-tier/ci-snippet.sh
 
 lint:
 	$(CARGO) fmt --all --check
@@ -22,5 +29,10 @@ crds:
 demo:
 	@echo "make demo lands with issue 7 (fleet in network namespaces); see README.md" >&2; exit 2
 
+# Benchmarks print figures (release builds). The agent benchmark needs root.
 bench:
-	@echo "no benchmarks yet" >&2
+	$(CARGO) run --release -q -p netwave-core --example bench_render
+	$(CARGO) run --release -q -p netwave-core --example bench_step
+	$(CARGO) run --release -q -p netwave-testbed --example scale
+	$(CARGO) build --release -q -p netwave-agent --bins --examples
+	target/release/examples/bench

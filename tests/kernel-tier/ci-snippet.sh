@@ -5,7 +5,7 @@
 # Add a package when its kernel_tier_* tests pass in the tier; `--test kernel_tier` builds only that test
 # target of each package (both have tests/kernel_tier.rs), which keeps the static link step short:
 #   KERNEL_TIER_PACKAGES=(-p netwave-kernel-tier -p netwave-agent --test kernel_tier)
-KERNEL_TIER_PACKAGES=(-p netwave-kernel-tier --test kernel_tier)
+KERNEL_TIER_PACKAGES=(-p netwave-kernel-tier -p netwave-agent --test kernel_tier)
 echo "== kernel tier (VRF/VLAN tests in a Debian kernel under qemu)"
 kernel_tier_rc=0
 tests/kernel-tier/run.sh --filter kernel_tier_ "${KERNEL_TIER_PACKAGES[@]}" || kernel_tier_rc=$?
