@@ -11,7 +11,9 @@ use clap::{Parser, ValueEnum};
 #[command(
     name = "netwave-configurator",
     version,
-    about = "Rolls netwave network config out to the fleet"
+    about = "Rolls netwave network config out to the fleet",
+    // A flag given twice takes the last value, as with most tools (wrappers append overrides).
+    args_override_self = true
 )]
 pub struct Args {
     /// Kubeconfig file. Without it: in-cluster service account, then $KUBECONFIG / ~/.kube/config.

@@ -405,6 +405,24 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
             metrics.revisions_failed.inc();
         }
     }
+    // A revision completing now: how long its rollout took.
+    for u in &plan.status_updates {
+        let before = s
+            .revisions
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(u.revision.as_str()));
+        let was_complete = before
+            .and_then(|r| r.status.as_ref())
+            .and_then(|st| st.phase.as_deref())
+            == Some("Complete");
+        if u.status.phase.as_deref() == Some("Complete")
+            && !was_complete
+            && let (Some(start), Some(end)) = (&u.status.started_at, &u.status.completed_at)
+        {
+            let secs = end.0.duration_since(start.0).as_secs_f64();
+            metrics.rollout_duration.observe(secs.max(0.0));
+        }
+    }
     // Gauges reflect the statuses as they will be after this plan.
     const PHASES: [&str; 5] = ["Pending", "Progressing", "Complete", "Failed", "Superseded"];
     let mut phases: BTreeMap<&'static str, i64> = PHASES.into_iter().map(|p| (p, 0)).collect();
@@ -456,6 +474,41 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
     }
 }
 
+/// Observes, once per (node, revision), how long the node took from assignment to `Provisioned`. The first
+/// reconcile of a process only remembers what is already updated, so a new leader does not report the
+/// history it inherited.
+#[derive(Default)]
+pub struct ApplyTimes {
+    seen: Option<BTreeSet<(String, String)>>,
+}
+
+impl ApplyTimes {
+    pub fn observe(&mut self, s: &Snapshot, now: Timestamp, metrics: &Metrics) {
+        let first = self.seen.is_none();
+        let seen = self.seen.get_or_insert_with(BTreeSet::new);
+        let mut current = BTreeSet::new();
+        for c in &s.node_configs {
+            let Ok(state) = NodeConfigState::from_api(c) else {
+                continue;
+            };
+            if !rollout::is_updated(&state, &state.spec.revision) {
+                continue;
+            }
+            let key = (state.name.clone(), state.spec.revision.clone());
+            if !first
+                && !seen.contains(&key)
+                && let Some(at) = state.spec.assigned_at
+            {
+                metrics
+                    .node_apply_duration
+                    .observe(now.0.saturating_sub(at.0).max(0) as f64 / 1000.0);
+            }
+            current.insert(key);
+        }
+        *seen = current;
+    }
+}
+
 /// The reconcile loop: waits for a change or a requeue time, computes, writes when leader.
 pub struct Reconciler {
     pub stores: Stores,
@@ -464,6 +517,7 @@ pub struct Reconciler {
     pub settings: Settings,
     pub changed: Arc<Notify>,
     cache: RenderCache,
+    apply_times: ApplyTimes,
 }
 
 impl Reconciler {
@@ -481,6 +535,7 @@ impl Reconciler {
             settings,
             changed,
             cache: RenderCache::default(),
+            apply_times: ApplyTimes::default(),
         }
     }
 
@@ -516,6 +571,7 @@ impl Reconciler {
             && self.writer.is_leader()
         {
             record(&self.metrics, &snapshot, plan);
+            self.apply_times.observe(&snapshot, now, &self.metrics);
             for w in &plan.report.waiting {
                 debug!(waiting = %w);
             }

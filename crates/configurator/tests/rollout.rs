@@ -19,7 +19,22 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
     let history = History::record(&env.client);
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(80));
     apply_samples(&env.client).await;
-    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
+    let (metrics_port, health_port) = (free_port(), free_port());
+    let (m, h) = (
+        format!("127.0.0.1:{metrics_port}"),
+        format!("127.0.0.1:{health_port}"),
+    );
+    let c = Configurator::start(
+        env.client.clone(),
+        args(&[
+            "--max-unavailable",
+            "2",
+            "--metrics-addr",
+            &m,
+            "--health-addr",
+            &h,
+        ]),
+    );
 
     let rev = eventually(T, "the revision to complete", || async {
         let revs = revisions(&env.client).await;
@@ -61,6 +76,27 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
             "{name} got the sample segments"
         );
     }
+    // What an admin's Prometheus sees after the rollout.
+    assert_eq!(http_get(health_port, "/healthz").await.0, 200);
+    assert_eq!(http_get(health_port, "/readyz").await.0, 200);
+    let (code, metrics) = http_get(metrics_port, "/metrics").await;
+    assert_eq!(code, 200);
+    for line in [
+        "netwave_leader 1",
+        "netwave_revisions{phase=\"Complete\"} 1",
+        "netwave_rollout_nodes{state=\"updated\"} 10",
+        "netwave_node_apply_duration_seconds_count 10",
+        "netwave_rollout_duration_seconds_count 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing `{line}` in:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("netwave_assignments_total{reason=\"Rollout\"}"),
+        "{metrics}"
+    );
     c.stop().await;
 
     // Budget: never more than two nodes in flight, at any point of the watch history.

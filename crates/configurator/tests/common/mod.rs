@@ -100,7 +100,7 @@ pub async fn apply_samples(client: &Client) {
 pub async fn change_inputs(client: &Client, mtu: u32) {
     let api: Api<netwave_api::Layer2NetworkConfiguration> = Api::all(client.clone());
     api.patch(
-        "vlan100-frontend",
+        "vlan103-monitoring",
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"mtu": mtu}})),
     )
@@ -386,4 +386,36 @@ pub fn in_flight(c: &NodeNetworkConfig) -> bool {
     let st = c.status.clone().unwrap_or_default();
     !(st.phase.as_deref() == Some("Provisioned")
         && st.observed_revision.as_deref() == Some(c.spec.revision.as_str()))
+}
+
+/// A free local port (bound and released; fine for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.0 GET against 127.0.0.1:`port`; returns (status code, body).
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
 }
