@@ -135,10 +135,10 @@ impl Default for Metrics {
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.
         for phase in ["Pending", "Progressing", "Complete", "Failed", "Superseded"] {
-            m.revisions.get_or_create(&PhaseLabels { phase });
+            let _ = m.revisions.get_or_create(&PhaseLabels { phase });
         }
         for state in ["updated", "in_progress", "queued", "failed", "skipped"] {
-            m.nodes.get_or_create(&NodeStateLabels { state });
+            let _ = m.nodes.get_or_create(&NodeStateLabels { state });
         }
         Metrics { registry, ..m }
     }

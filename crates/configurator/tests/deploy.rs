@@ -28,19 +28,19 @@ fn exposed() -> BTreeSet<String> {
     c.assignments
         .get_or_create(&configurator::ReasonLabels { reason: "Rollout" });
     let verb = configurator::Verb::patch;
-    c.api_errors.get_or_create(&configurator::ApiErrorLabels {
+    let _ = c.api_errors.get_or_create(&configurator::ApiErrorLabels {
         verb,
         category: "server",
     });
     let a = agent::Metrics::default();
-    a.applies.get_or_create(&agent::ApplyLabels {
+    let _ = a.applies.get_or_create(&agent::ApplyLabels {
         phase: "Invalid",
         reason: "ApplyFailed",
     });
-    a.probe_up.get_or_create(&agent::ProbeLabels {
+    let _ = a.probe_up.get_or_create(&agent::ProbeLabels {
         probe: "api".into(),
     });
-    a.probe_duration.get_or_create(&agent::ProbeLabels {
+    let _ = a.probe_duration.get_or_create(&agent::ProbeLabels {
         probe: "api".into(),
     });
     let text = c.encode() + &a.encode();
