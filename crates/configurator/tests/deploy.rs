@@ -25,7 +25,8 @@ fn exposed() -> BTreeSet<String> {
     use netwave_configurator::metrics as configurator;
     // Labelled families appear once a label set exists: create one of each.
     let c = configurator::Metrics::default();
-    c.assignments
+    let _ = c
+        .assignments
         .get_or_create(&configurator::ReasonLabels { reason: "Rollout" });
     let verb = configurator::Verb::patch;
     let _ = c.api_errors.get_or_create(&configurator::ApiErrorLabels {
