@@ -151,6 +151,8 @@ pub struct Outcome {
     pub plan: Option<Plan>,
     /// When to reconcile again even without a change.
     pub requeue_at: Option<Timestamp>,
+    /// The current inputs equal this Failed revision: nothing new is created for them.
+    pub equals_failed: Option<String>,
 }
 
 pub fn now() -> Timestamp {
@@ -192,6 +194,7 @@ pub fn compute(
         .map(|n| n.spec.sequence)
         .max()
         .unwrap_or(0);
+    let mut equals_failed = None;
     match revision::decide(&hash, &existing, floor) {
         Decision::Create {
             name,
@@ -215,6 +218,7 @@ pub fn compute(
                 }],
                 plan: None,
                 requeue_at: None,
+                equals_failed: None,
             };
         }
         Decision::Reactivate { name, new_sequence } => {
@@ -226,10 +230,12 @@ pub fn compute(
                 }],
                 plan: None,
                 requeue_at: None,
+                equals_failed: None,
             };
         }
         Decision::EqualsFailed { name } => {
             debug!(revision = %name, "inputs equal a failed revision; bump its spec.retry or change the inputs");
+            equals_failed = Some(name);
         }
         Decision::NoChange { .. } => {}
     }
@@ -382,6 +388,7 @@ pub fn compute(
         intents,
         plan: Some(plan),
         requeue_at,
+        equals_failed,
     }
 }
 
@@ -518,6 +525,8 @@ pub struct Reconciler {
     pub changed: Arc<Notify>,
     cache: RenderCache,
     apply_times: ApplyTimes,
+    /// The Failed revision the inputs were last reported to equal (one Event per occurrence).
+    reported_equals_failed: Option<String>,
 }
 
 impl Reconciler {
@@ -536,6 +545,7 @@ impl Reconciler {
             changed,
             cache: RenderCache::default(),
             apply_times: ApplyTimes::default(),
+            reported_equals_failed: None,
         }
     }
 
@@ -578,6 +588,27 @@ impl Reconciler {
         }
         self.metrics.leader.set(i64::from(self.writer.is_leader()));
         drop(_g);
+        let mut outcome = outcome;
+        if outcome.equals_failed != self.reported_equals_failed && self.writer.is_leader() {
+            if let Some(name) = &outcome.equals_failed {
+                let uid = snapshot
+                    .revisions
+                    .iter()
+                    .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+                    .and_then(|r| r.metadata.uid.clone());
+                outcome.intents.push(Intent::Event {
+                    regarding: object_ref("NetworkConfigRevision", name, uid),
+                    type_: KubeEventType::Warning,
+                    reason: "InputsEqualFailedRevision".into(),
+                    action: "Revision".into(),
+                    note: format!(
+                        "the current inputs equal {name}, which failed: no new revision is created; change \
+                         the inputs, or bump {name}'s spec.retry to roll it out again"
+                    ),
+                });
+            }
+            self.reported_equals_failed = outcome.equals_failed.clone();
+        }
         let n = outcome.intents.len();
         let written = if n > 0 {
             self.writer.execute(outcome.intents, &self.metrics).await

@@ -229,5 +229,29 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     );
     let revs: Vec<NetworkConfigRevision> = revisions(&env.client).await;
     assert_eq!(revs.len(), 2, "no further revision was created");
+
+    // Back to the good inputs and then to the failed ones again: the admin is told, nothing is created.
+    change_inputs(&env.client, 9000).await;
+    change_inputs(&env.client, 8000).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.client.clone(), "default");
+    eventually(
+        T,
+        "an event saying the inputs equal the failed revision",
+        || async {
+            let list = events.list(&ListParams::default()).await.unwrap().items;
+            list.iter()
+                .find(|e| e.reason.as_deref() == Some("InputsEqualFailedRevision"))
+                .and_then(|e| e.note.clone())
+                .filter(|n| n.contains(&bad_name) && n.contains("spec.retry"))
+                .ok_or_else(|| format!("{} events", list.len()))
+        },
+    )
+    .await;
+    assert_eq!(
+        revisions(&env.client).await.len(),
+        2,
+        "no revision is created for failed inputs"
+    );
     c.stop().await;
 }
