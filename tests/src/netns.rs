@@ -64,6 +64,10 @@ pub struct NetnsFleet {
     pub run_id: String,
     pub fabric: String,
     pub nodes: Vec<NodeNs>,
+    /// Workload namespaces (one per node at most), deleted with the fleet.
+    pub workloads: Vec<String>,
+    /// Index of the next node (names are never reused within a run).
+    next_index: usize,
 }
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
@@ -84,6 +88,8 @@ impl NetnsFleet {
             fabric: format!("{run_id}-fabric"),
             run_id,
             nodes: Vec::new(),
+            workloads: Vec::new(),
+            next_index: 0,
         };
         // From here on, drop cleans up whatever was created, also on an early return.
         ip(&["netns", "add", &fleet.fabric])?;
@@ -98,7 +104,8 @@ impl NetnsFleet {
 
     /// Adds one more node (for join-mid-rollout scenarios) and returns it.
     pub fn add_node(&mut self) -> Result<NodeNs> {
-        let i = self.nodes.len();
+        let i = self.next_index;
+        self.next_index += 1;
         let octets = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + 1 + i as u32;
         let node = NodeNs {
             name: format!("node-{i}"),
@@ -182,8 +189,111 @@ impl NetnsFleet {
     }
 }
 
+impl NetnsFleet {
+    /// Probes VRF support in the fabric namespace (a throwaway VRF device).
+    pub fn kernel_has_vrf(&self) -> bool {
+        let ok = ip(&[
+            "-n",
+            &self.fabric,
+            "link",
+            "add",
+            "vrfprobe",
+            "type",
+            "vrf",
+            "table",
+            "4242",
+        ])
+        .is_ok();
+        let _ = ip(&["-n", &self.fabric, "link", "del", "vrfprobe"]);
+        ok
+    }
+
+    /// Wires the root namespace into the fabric bridge: a veth with `host_cidr` on the root side (so
+    /// processes in the root namespace, like the API server, are reachable from every node), and
+    /// `fabric_cidr` on the fabric bridge itself (a probe target outside every node). Deleted with the
+    /// fabric namespace.
+    pub fn wire_host(&self, host_cidr: &str, fabric_cidr: &str) -> Result<String> {
+        let host_side = self.run_id.replacen(NETNS_PREFIX, "nwh", 1);
+        ip(&[
+            "link",
+            "add",
+            &host_side,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "host",
+            "netns",
+            &self.fabric,
+        ])?;
+        ip(&["addr", "add", host_cidr, "dev", &host_side])?;
+        ip(&["link", "set", &host_side, "up"])?;
+        ip(&[
+            "-n",
+            &self.fabric,
+            "link",
+            "set",
+            "host",
+            "master",
+            "br0",
+            "up",
+        ])?;
+        ip(&["-n", &self.fabric, "addr", "add", fabric_cidr, "dev", "br0"])?;
+        Ok(host_side)
+    }
+
+    /// A workload namespace for `node`: a veth whose node end (`wl0`) is a port of `bridge` and whose
+    /// other end holds `cidr` with a default route via `gateway`. The node end is not marked as managed,
+    /// so the agent leaves it alone. Returns the workload namespace's name.
+    pub fn add_workload(
+        &mut self,
+        node: &str,
+        bridge: &str,
+        cidr: &str,
+        gateway: &str,
+    ) -> Result<String> {
+        let nns = self
+            .node(node)
+            .with_context(|| format!("no node {node}"))?
+            .netns
+            .clone();
+        let suffix = nns.rsplit("-node").next().unwrap_or_default();
+        let wns = format!("{}-w{suffix}", self.run_id);
+        if self.workloads.contains(&wns) {
+            let _ = ip(&["netns", "del", &wns]);
+            self.workloads.retain(|w| w != &wns);
+        }
+        ip(&["netns", "add", &wns])?;
+        self.workloads.push(wns.clone());
+        ip(&[
+            "-n", &nns, "link", "add", "wl0", "mtu", "9000", "type", "veth", "peer", "name",
+            "eth0", "mtu", "9000", "netns", &wns,
+        ])?;
+        ip(&["-n", &nns, "link", "set", "wl0", "master", bridge, "up"])?;
+        ip(&["-n", &wns, "addr", "add", cidr, "dev", "eth0"])?;
+        ip(&["-n", &wns, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &wns, "link", "set", "lo", "up"])?;
+        ip(&["-n", &wns, "route", "add", "default", "via", gateway])?;
+        Ok(wns)
+    }
+}
+
+/// Pings `target` once from inside namespace `ns`; true if a reply came back.
+pub fn ping_in(ns: &str, target: &str) -> bool {
+    Command::new("ip")
+        .args([
+            "netns", "exec", ns, "ping", "-c", "1", "-W", "1", "-q", target,
+        ])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
 impl Drop for NetnsFleet {
     fn drop(&mut self) {
+        for w in &self.workloads {
+            let _ = ip(&["netns", "del", w]);
+        }
         for node in &self.nodes {
             let _ = ip(&["netns", "del", &node.netns]);
         }

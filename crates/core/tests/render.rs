@@ -72,16 +72,12 @@ route table=100 fd00:dead::/48 via=None dev=None Unreachable metric=None
 ";
 
 #[test]
-fn samples_on_plain_node_get_cluster_vrf_default_segments_and_oob_table() {
+fn samples_on_plain_node_get_default_vrf_segments_and_oob_table() {
+    // A node without a pool label gets no VRF: only the default-VRF segments and the oob table.
     let out = rendered_samples();
     let want = format!(
         "\
-vrf cluster dev=cluster table=17451566 vni=Some(2001000) mtu=9000 bridge=Some(\"br.cluster\") vxlan=Some(\"vx.cluster\")
-l2 vlan=100 vni=1000100 mtu=9000 bridge=l2.100 vxlan=vx.100 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:01\") gw=10.250.0.1/24,fd00:250::1/64 ns=false
-l2 vlan=101 vni=1000101 mtu=9000 bridge=l2.101 vxlan=vx.101 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:02\") gw=10.250.1.1/24,fd00:250:1::1/64 ns=false
-l2 vlan=102 vni=1000102 mtu=9000 bridge=l2.102 vxlan=vx.102 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:03\") gw=10.250.2.1/24,fd00:250:2::1/64 ns=false
-l2 vlan=103 vni=1000103 mtu=9000 bridge=l2.103 vxlan=vx.103 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:04\") gw=10.250.3.1/24,fd00:250:3::1/64 ns=false
-l2 vlan=104 vni=1000104 mtu=9000 bridge=l2.104 vxlan=vx.104 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:05\") gw=10.250.4.1/24,fd00:250:4::1/64 ns=false
+l2 vlan=103 vni=1000103 mtu=9000 bridge=l2.103 vxlan=vx.103 vrf=None mac=Some(\"02:00:5e:00:01:04\") gw=10.250.3.1/24,fd00:250:3::1/64 ns=false
 l2 vlan=111 vni=1000111 mtu=1500 bridge=l2.111 vxlan=vx.111 vrf=None mac=Some(\"02:00:5e:00:01:0c\") gw=10.250.11.1/24,fd00:250:b::1/64 ns=false
 {OOB}rule prio=1000 table=100 from=Some(\"10.250.11.0/24\") to=None iif=None
 rule prio=1001 table=100 from=None to=Some(\"10.200.0.0/16\") iif=None
@@ -89,6 +85,22 @@ rule prio=1002 table=100 from=Some(\"fd00:250:b::/64\") to=None iif=None
 "
     );
     assert_eq!(summary(&out["plain-0"].config()), want);
+}
+
+#[test]
+fn samples_on_compute_node_get_cluster_vrf_and_its_segments() {
+    let out = rendered_samples();
+    let s = summary(&out["compute-0"].config());
+    let want_head = "\
+vrf cluster dev=cluster table=17451566 vni=Some(2001000) mtu=9000 bridge=Some(\"br.cluster\") vxlan=Some(\"vx.cluster\")
+vrf storage dev=storage table=2002 vni=Some(2002000) mtu=9000 bridge=Some(\"br.storage\") vxlan=Some(\"vx.storage\")
+l2 vlan=100 vni=1000100 mtu=9000 bridge=l2.100 vxlan=vx.100 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:01\") gw=10.250.0.1/24,fd00:250::1/64 ns=false
+l2 vlan=101 vni=1000101 mtu=9000 bridge=l2.101 vxlan=vx.101 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:02\") gw=10.250.1.1/24,fd00:250:1::1/64 ns=false
+l2 vlan=102 vni=1000102 mtu=9000 bridge=l2.102 vxlan=vx.102 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:03\") gw=10.250.2.1/24,fd00:250:2::1/64 ns=false
+l2 vlan=103 vni=1000103 mtu=9000 bridge=l2.103 vxlan=vx.103 vrf=None mac=Some(\"02:00:5e:00:01:04\") gw=10.250.3.1/24,fd00:250:3::1/64 ns=false
+l2 vlan=104 vni=1000104 mtu=9000 bridge=l2.104 vxlan=vx.104 vrf=Some(\"cluster\") mac=Some(\"02:00:5e:00:01:05\") gw=10.250.4.1/24,fd00:250:4::1/64 ns=false
+";
+    assert!(s.starts_with(want_head), "{s}");
 }
 
 #[test]
@@ -115,7 +127,7 @@ fn samples_on_storage_node_add_storage_and_backup_vrfs_and_their_segments() {
             "l2 vlan=100 vni=1000100 mtu=9000 bridge=l2.100 vxlan=vx.100 vrf=Some(\"cluster\")",
             "l2 vlan=101 vni=1000101 mtu=9000 bridge=l2.101 vxlan=vx.101 vrf=Some(\"cluster\")",
             "l2 vlan=102 vni=1000102 mtu=9000 bridge=l2.102 vxlan=vx.102 vrf=Some(\"cluster\")",
-            "l2 vlan=103 vni=1000103 mtu=9000 bridge=l2.103 vxlan=vx.103 vrf=Some(\"cluster\")",
+            "l2 vlan=103 vni=1000103 mtu=9000 bridge=l2.103 vxlan=vx.103 vrf=None",
             "l2 vlan=104 vni=1000104 mtu=9000 bridge=l2.104 vxlan=vx.104 vrf=Some(\"cluster\")",
             "l2 vlan=105 vni=1000105 mtu=9000 bridge=l2.105 vxlan=vx.105 vrf=Some(\"storage\")",
             "l2 vlan=106 vni=1000106 mtu=9000 bridge=l2.106 vxlan=vx.106 vrf=Some(\"storage\")",
@@ -143,8 +155,8 @@ fn samples_on_compute_node_get_storage_but_not_backup() {
 fn samples_on_edge_node_get_internet_vrf_and_edge_uplink_table() {
     let out = rendered_samples();
     let s = summary(&out["edge-0"].config());
+    // Not in a pool: no cluster VRF.
     let want_vrfs = [
-        "vrf cluster dev=cluster table=17451566 vni=Some(2001000) mtu=9000 bridge=Some(\"br.cluster\") vxlan=Some(\"vx.cluster\")",
         "vrf internet dev=internet table=13759510 vni=Some(2003000) mtu=1500 bridge=Some(\"br.internet\") vxlan=Some(\"vx.internet\")",
     ];
     assert_eq!(
@@ -159,7 +171,7 @@ fn samples_on_edge_node_get_internet_vrf_and_edge_uplink_table() {
         .iter()
         .map(|l| l.vlan)
         .collect();
-    assert_eq!(vlans, [100, 101, 102, 103, 104, 108, 109, 111]);
+    assert_eq!(vlans, [103, 108, 109, 111]);
     let routes: String = s
         .lines()
         .filter(|l| l.starts_with("route "))
@@ -185,7 +197,7 @@ route table=200 0.0.0.0/0 via=Some(\"203.0.113.2\") dev=None Unicast metric=Some
 #[test]
 fn prefix_lists_get_effective_sequence_numbers_in_evaluation_order() {
     let out = rendered_samples();
-    let cluster = &out["plain-0"].config().vrfs[0];
+    let cluster = &out["compute-0"].config().vrfs[0];
     let import: Vec<(u32, &str)> = cluster
         .import
         .iter()

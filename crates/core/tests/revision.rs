@@ -238,7 +238,7 @@ fn sample_inputs_hash_is_pinned() {
     // If this changes, every cluster makes a new (no-op) revision on upgrade. Change it only on purpose.
     assert_eq!(
         inputs_hash(&sample_inputs()),
-        "a3676909f3f97a7f61f56bee66c96bfbcfd9cd2c598fa18744c76e4398177104"
+        "0fa1a5b05bc57beaf942761fdfa21c27142c34326e9caae086eb35d12abe7f21"
     );
 }
 

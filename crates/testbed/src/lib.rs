@@ -52,8 +52,9 @@ use store::Store;
 /// Errors of starting the testbed.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
-    #[error("binding 127.0.0.1:{port}")]
+    #[error("binding {addr}:{port}")]
     Bind {
+        addr: std::net::IpAddr,
         port: u16,
         #[source]
         source: std::io::Error,
@@ -77,6 +78,9 @@ pub enum TestbedError {
 /// How to start a testbed.
 #[derive(Debug, Clone)]
 pub struct TestbedOptions {
+    /// Address to listen on (default 127.0.0.1; the e2e harness binds an address its network namespaces
+    /// can reach).
+    pub bind: std::net::IpAddr,
     /// 0 picks a free port.
     pub port: u16,
     /// Where to write the kubeconfig (default: a fresh temporary directory, removed on shutdown).
@@ -96,6 +100,7 @@ pub struct TestbedOptions {
 impl Default for TestbedOptions {
     fn default() -> Self {
         TestbedOptions {
+            bind: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             port: 0,
             kubeconfig: None,
             crds: Vec::new(),
@@ -178,13 +183,15 @@ fn read_crd_dir(dir: &Path) -> Result<Vec<Value>, TestbedError> {
 impl Testbed {
     /// Binds, installs the default namespaces and the given CRDs, writes the kubeconfig, serves.
     pub async fn start(opts: TestbedOptions) -> Result<Testbed, TestbedError> {
-        let listener = TcpListener::bind(("127.0.0.1", opts.port))
+        let listener = TcpListener::bind((opts.bind, opts.port))
             .await
             .map_err(|source| TestbedError::Bind {
+                addr: opts.bind,
                 port: opts.port,
                 source,
             })?;
         let addr = listener.local_addr().map_err(|source| TestbedError::Bind {
+            addr: opts.bind,
             port: opts.port,
             source,
         })?;

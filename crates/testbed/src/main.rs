@@ -1,4 +1,4 @@
-//! `netwave-testbed --port 0 --kubeconfig <path> [--crds <dir>]`: serves until interrupted and
+//! `netwave-testbed [--bind 127.0.0.1] --port 0 --kubeconfig <path> [--crds <dir>]`: serves until interrupted and
 //! prints the address on stdout.
 
 use std::path::PathBuf;
@@ -9,7 +9,10 @@ use netwave_testbed::{Testbed, TestbedOptions};
 #[derive(Parser, Debug)]
 #[command(about = "In-memory Kubernetes API server for netwave's tests and demo")]
 struct Args {
-    /// Port on 127.0.0.1 (0 picks a free one).
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: std::net::IpAddr,
+    /// Port (0 picks a free one).
     #[arg(long, default_value_t = 0)]
     port: u16,
     /// Where to write the kubeconfig.
@@ -34,6 +37,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let tb = Testbed::start(TestbedOptions {
+        bind: args.bind,
         port: args.port,
         kubeconfig: Some(args.kubeconfig),
         crd_dir: args.crds,

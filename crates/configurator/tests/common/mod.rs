@@ -100,7 +100,7 @@ pub async fn apply_samples(client: &Client) {
 pub async fn change_inputs(client: &Client, mtu: u32) {
     let api: Api<netwave_api::Layer2NetworkConfiguration> = Api::all(client.clone());
     api.patch(
-        "vlan103-monitoring",
+        "vlan100-frontend",
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"mtu": mtu}})),
     )

@@ -1,0 +1,392 @@
+//! End to end: real testbed, two configurator processes, one agent process per node inside its network
+//! namespace, the samples of `deploy/samples/`. Needs root (skips with a message otherwise). Fleets run
+//! one at a time ([`Fleet::lock`]).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use netwave_api::manifest::samples;
+use netwave_e2e::fleet::{Bins, DATA_GATEWAY, Fleet, FleetOptions, PROBE_TARGET, provisioned_on};
+use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(120);
+
+fn bins() -> Bins {
+    static BINS: OnceLock<Bins> = OnceLock::new();
+    BINS.get_or_init(|| Bins::build().expect("netwave binaries build"))
+        .clone()
+}
+
+fn skip() -> bool {
+    if !is_root() {
+        eprintln!("SKIPPED: end-to-end tests need root (network namespaces, netlink)");
+        return true;
+    }
+    false
+}
+
+async fn start(opts: FleetOptions) -> Fleet {
+    Fleet::start(bins(), opts).await.expect("fleet starts")
+}
+
+/// Applies the samples and waits for the first revision to complete; returns its name.
+async fn roll_out_samples(f: &Fleet) -> String {
+    f.apply(&samples().unwrap()).await.unwrap();
+    let rev = f.wait_new_revision(0, T).await.unwrap();
+    let name = rev.metadata.name.unwrap();
+    f.wait_phase(&name, &["Complete"], T).await.unwrap();
+    name
+}
+
+/// A routing table that blackholes the probe target of `node` only (a policy rule for "monitoring"
+/// traffic that catches the fabric address): the agent's ICMP probe fails after the apply.
+fn blackhole_probe_target(node: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "RoutingTable",
+        "metadata": {"name": "bad-monitoring"},
+        "spec": {
+            "tableId": 300,
+            "routes": [{"prefix": format!("{PROBE_TARGET}/32"), "type": "blackhole"}],
+            "rules": [{"to": format!("{PROBE_TARGET}/32"), "priority": 300}],
+            "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}},
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let mut f = start(FleetOptions::default()).await;
+    f.apply(&samples().unwrap()).await.unwrap();
+    let rev = f.wait_new_revision(0, T).await.unwrap();
+    let name = rev.metadata.name.unwrap();
+    // Sample the fleet while it rolls: never more than maxUnavailable (2) nodes in flight.
+    let mut max_in_flight = 0;
+    let deadline = Instant::now() + T;
+    loop {
+        let configs = f.configs().await.unwrap();
+        let in_flight = configs
+            .values()
+            .filter(|c| c.spec.revision == name && !provisioned_on(c, &name))
+            .count();
+        max_in_flight = max_in_flight.max(in_flight);
+        if configs.len() == 6 && configs.values().all(|c| provisioned_on(c, &name)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", f.logs_tail(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        max_in_flight <= 2,
+        "{max_in_flight} nodes in flight at once"
+    );
+    let done = f.wait_phase(&name, &["Complete"], T).await.unwrap();
+    let st = done.status.unwrap();
+    assert_eq!((st.total, st.updated, st.failed), (6, 6, 0));
+
+    // Kernel: every node runs the data segment with its anycast gateway.
+    for n in f.node_names() {
+        let state = f.kernel_state(&n).unwrap();
+        assert!(state.contains("addr l2.103 10.250.3.1/24"), "{n}: {state}");
+        assert!(state.contains("link vx.103 kind=vxlan"), "{n}: {state}");
+    }
+
+    // Data plane: flooding entries (stand-in for EVPN type-3 routes), a workload per node, pings across
+    // the VXLAN segment between nodes and to the anycast gateway.
+    assert!(f.install_flood_entries().unwrap() > 0);
+    let workloads = f.add_workloads().unwrap();
+    for (i, (node, ns, _)) in workloads.iter().enumerate() {
+        let (peer, _, peer_addr) = &workloads[(i + 1) % workloads.len()];
+        assert!(ping_in(ns, DATA_GATEWAY), "{node}: anycast gateway");
+        let mut ok = false;
+        for _ in 0..3 {
+            ok = ping_in(ns, peer_addr);
+            if ok {
+                break;
+            }
+        }
+        assert!(ok, "{node} → {peer} ({peer_addr}) over vx.103");
+    }
+    let run = f.net.run_id.clone();
+    drop(f);
+    assert_eq!(namespaces_of(&run), Vec::<String>::new(), "nothing left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_revision_halts_after_the_first_failure_and_touched_nodes_return_to_last_good() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let f = start(FleetOptions::default()).await;
+    let good = roll_out_samples(&f).await;
+    let before: BTreeMap<String, String> = f
+        .node_names()
+        .into_iter()
+        .map(|n| {
+            let s = f.kernel_state(&n).unwrap();
+            (n, s)
+        })
+        .collect();
+    let seq = f.revisions().await.unwrap().last().unwrap().spec.sequence;
+    f.create_routing_table(blackhole_probe_target("node-3"))
+        .await
+        .unwrap();
+    let bad = f.wait_new_revision(seq, T).await.unwrap();
+    let bad_name = bad.metadata.name.unwrap();
+    let failed = f.wait_phase(&bad_name, &["Failed"], T).await.unwrap();
+    let st = failed.status.unwrap();
+    assert_eq!(st.failed, 1, "halted after the first failure");
+    assert_eq!(st.failed_nodes[0].node, "node-3");
+    assert_eq!(st.failed_nodes[0].reason, "HealthCheckFailed");
+    // Every node ends on the last good revision, and its kernel equals what it was.
+    f.wait_all_on(&good, T).await.unwrap();
+    for (n, want) in &before {
+        assert_eq!(&f.kernel_state(n).unwrap(), want, "{n}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_mid_rollout_the_standby_resumes_and_completes() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let mut f = start(FleetOptions {
+        max_unavailable: 1,
+        ..FleetOptions::default()
+    })
+    .await;
+    f.apply(&samples().unwrap()).await.unwrap();
+    let rev = f.wait_new_revision(0, T).await.unwrap();
+    let name = rev.metadata.name.unwrap();
+    // Mid-rollout: at least one node done, not all.
+    f.eventually(T, "one node updated", || async {
+        let n = f
+            .configs()
+            .await
+            .map_err(|e| e.to_string())?
+            .values()
+            .filter(|c| provisioned_on(c, &name))
+            .count();
+        if (1..6).contains(&n) {
+            Ok(())
+        } else {
+            Err(format!("{n} updated"))
+        }
+    })
+    .await
+    .unwrap();
+    let old = f.kill_leader().await.unwrap();
+    assert_eq!(f.configurators_running(), 1);
+    let new = f
+        .eventually(T, "a new leader", || async {
+            match f.leader().await.map_err(|e| e.to_string())? {
+                Some(l) if l != old => Ok(l),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
+        .unwrap();
+    assert_ne!(new, old);
+    let done = f.wait_phase(&name, &["Complete"], T).await.unwrap();
+    assert_eq!(done.status.unwrap().updated, 6);
+    f.wait_all_on(&name, T).await.unwrap();
+    assert_eq!(
+        f.revisions().await.unwrap().len(),
+        1,
+        "no revert, no new revision"
+    );
+}
+
+/// Rolls the samples out, then changes the data segment's MTU: a second revision touching every node.
+async fn second_revision(f: &Fleet, mtu: u32) -> String {
+    let seq = f.revisions().await.unwrap().last().unwrap().spec.sequence;
+    f.patch_layer2("vlan103-monitoring", json!({"mtu": mtu}))
+        .await
+        .unwrap();
+    f.wait_new_revision(seq, T)
+        .await
+        .unwrap()
+        .metadata
+        .name
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_killed_mid_apply_restarts_restores_and_the_rollout_completes() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    // A long settle time keeps each apply open (marker written, verdict pending) for a while.
+    let mut f = start(FleetOptions {
+        settle_secs: 1.5,
+        ..FleetOptions::default()
+    })
+    .await;
+    roll_out_samples(&f).await;
+    let rev = second_revision(&f, 8000).await;
+    let victim = f
+        .eventually(T, "a node assigned the new revision", || async {
+            let configs = f.configs().await.map_err(|e| e.to_string())?;
+            configs
+                .iter()
+                .find(|(_, c)| c.spec.revision == rev && !provisioned_on(c, &rev))
+                .map(|(n, _)| n.clone())
+                .ok_or_else(|| "none yet".to_string())
+        })
+        .await
+        .unwrap();
+    // Kill once the agent has started applying (its marker is on disk).
+    let marker = f.state_dir(&victim).join("applying.json");
+    f.eventually(T, "the applying marker", || async {
+        if marker.exists() {
+            Ok(())
+        } else {
+            Err(format!("{} absent", marker.display()))
+        }
+    })
+    .await
+    .unwrap();
+    f.kill_agent(&victim);
+    assert!(marker.exists(), "killed mid-apply");
+    f.start_agent(&victim).unwrap();
+    // The restarted agent restores the last good config first and reports the interruption
+    // (`ApplyInterrupted`), which halts the rollout like any failure of that node; its kernel is back
+    // on the last good config.
+    let halted = f
+        .wait_phase(&rev, &["Failed", "Complete"], T)
+        .await
+        .unwrap();
+    let st = halted.status.unwrap();
+    if st.failed > 0 {
+        assert_eq!(st.failed_nodes[0].node, victim);
+        assert_eq!(st.failed_nodes[0].reason, "ApplyInterrupted");
+        assert!(
+            f.kernel_state(&victim)
+                .unwrap()
+                .contains("link vx.103 kind=vxlan mtu=9000"),
+            "restored the last good config"
+        );
+        // The admin re-arms the revision; the rollout then completes.
+        f.retry(&rev, 1).await.unwrap();
+    }
+    let done = f.wait_phase(&rev, &["Complete"], T).await.unwrap();
+    assert_eq!(done.status.unwrap().failed, 0);
+    f.wait_all_on(&rev, T).await.unwrap();
+    assert!(!marker.exists(), "marker settled after the restart");
+    // The restarted node runs exactly what a node with the same config runs.
+    let configs = f.configs().await.unwrap();
+    let twin = configs
+        .iter()
+        .find(|(n, c)| **n != victim && c.spec.config_hash == configs[&victim].spec.config_hash)
+        .map(|(n, _)| n.clone())
+        .unwrap();
+    assert_eq!(
+        f.kernel_state(&victim).unwrap(),
+        f.kernel_state(&twin).unwrap()
+    );
+    assert!(
+        f.kernel_state(&victim)
+            .unwrap()
+            .contains("link vx.103 kind=vxlan mtu=8000")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_added_mid_rollout_gets_the_target_and_a_removed_node_is_forgotten() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let mut f = start(FleetOptions {
+        max_unavailable: 1,
+        ..FleetOptions::default()
+    })
+    .await;
+    roll_out_samples(&f).await;
+    let rev = second_revision(&f, 8000).await;
+    f.eventually(T, "the second rollout under way", || async {
+        let n = f
+            .configs()
+            .await
+            .map_err(|e| e.to_string())?
+            .values()
+            .filter(|c| provisioned_on(c, &rev))
+            .count();
+        if n >= 1 { Ok(()) } else { Err(format!("{n}")) }
+    })
+    .await
+    .unwrap();
+    let joined = f.add_node().await.unwrap();
+    f.remove_node("node-5").await.unwrap();
+    let done = f.wait_phase(&rev, &["Complete"], T).await.unwrap();
+    let st = done.status.unwrap();
+    assert_eq!((st.total, st.updated, st.failed), (6, 6, 0), "{st:?}");
+    f.wait_all_on(&rev, T).await.unwrap();
+    let configs = f.configs().await.unwrap();
+    assert!(
+        !configs.contains_key("node-5"),
+        "the departed node is forgotten"
+    );
+    assert!(
+        provisioned_on(&configs[&joined], &rev),
+        "{joined} runs the target"
+    );
+    assert!(
+        f.kernel_state(&joined)
+            .unwrap()
+            .contains("link vx.103 kind=vxlan mtu=8000")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_faults_slow_the_rollout_without_false_failures() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let f = start(FleetOptions::default()).await;
+    let t0 = Instant::now();
+    roll_out_samples(&f).await;
+    let clean = t0.elapsed();
+    // Every request 100 ms slower, a fifth of writes fail with 500, all watches cut once.
+    f.admin(
+        "POST",
+        "/testbed/faults",
+        Some(json!({"match": {}, "action": {"delay": 100}, "budget": "always"})),
+    )
+    .await
+    .unwrap();
+    for verb in ["patch", "update", "create"] {
+        f.admin(
+            "POST",
+            "/testbed/faults",
+            Some(json!({"match": {"verb": verb}, "action": {"fail": 500}, "budget": {"fraction": 0.2}})),
+        )
+        .await
+        .unwrap();
+    }
+    let t1 = Instant::now();
+    let rev = second_revision(&f, 8000).await;
+    f.admin("POST", "/testbed/cut-watches", None).await.unwrap();
+    let done = f
+        .wait_phase(&rev, &["Complete", "Failed"], T)
+        .await
+        .unwrap();
+    let faulty = t1.elapsed();
+    let st = done.status.unwrap();
+    assert_eq!((st.updated, st.failed), (6, 0), "{st:?}");
+    f.admin("DELETE", "/testbed/faults", None).await.unwrap();
+    f.wait_all_on(&rev, T).await.unwrap();
+    eprintln!(
+        "rollout to 6 nodes: {clean:.1?} clean (incl. revision), {faulty:.1?} under API faults"
+    );
+}
