@@ -26,8 +26,10 @@ fmt:
 crds:
 	$(CARGO) run -q -p netwave-api --example crdgen
 
+# The demo: 6 nodes in network namespaces, testbed API server, 2 configurators, 6 agents (needs root).
 demo:
-	@echo "make demo lands with issue 7 (fleet in network namespaces); see README.md" >&2; exit 2
+	$(CARGO) build -q -p netwave-testbed -p netwave-configurator -p netwave-agent -p netwave-e2e --bins
+	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel)
 
 # Benchmarks print figures (release builds). The agent benchmark needs root.
 bench:

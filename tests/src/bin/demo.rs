@@ -1,0 +1,325 @@
+//! `make demo`: netwave's main job on one machine. Six nodes in network namespaces, the testbed API
+//! server, two configurators, one agent per node; roll out `deploy/samples/`, prove the data plane, roll
+//! out a bad change, watch it halt and roll back, print a summary, leave nothing behind.
+
+use std::collections::BTreeSet;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use netwave_api::manifest::{Manifest, samples};
+use netwave_e2e::fleet::{
+    Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET, phase, provisioned_on,
+};
+use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
+use serde_json::json;
+
+const NODES: usize = 6;
+const BAD_NODE: &str = "node-3";
+const T: Duration = Duration::from_secs(180);
+
+fn main() -> Result<()> {
+    let no_kernel = std::env::args().any(|a| a == "--no-kernel")
+        || std::env::var("NO_KERNEL").is_ok_and(|v| !v.is_empty() && v != "0");
+    if no_kernel {
+        bail!(
+            "NO_KERNEL mode is not implemented yet: the simulated-agent run exists only in the \
+             configurator's integration tests (cargo test -p netwave-configurator). Run `sudo make demo`."
+        );
+    }
+    if !is_root() {
+        eprintln!(
+            "make demo needs root: it creates network namespaces, veth pairs and VXLAN devices, and the \
+             agents apply config with netlink.\n  run:  sudo make demo\n  (or as root: make demo)"
+        );
+        std::process::exit(2);
+    }
+    let exe = std::env::current_exe()?;
+    let bins = Bins::in_dir(exe.parent().context("exe has a directory")?)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        tokio::select! {
+            r = demo(bins) => r,
+            _ = tokio::signal::ctrl_c() => {
+                // Dropping the demo future dropped the fleet: processes killed, namespaces deleted.
+                println!("\ninterrupted: fleet torn down (processes killed, namespaces deleted)");
+                std::process::exit(130);
+            }
+        }
+    })
+}
+
+fn step(title: &str) {
+    println!("\n\x1b[1m== {title}\x1b[0m");
+}
+
+async fn demo(bins: Bins) -> Result<()> {
+    let total = Instant::now();
+    step("1. a fleet on this machine");
+    let t = Instant::now();
+    let mut f = Fleet::start(
+        bins,
+        FleetOptions {
+            nodes: NODES,
+            ..FleetOptions::default()
+        },
+    )
+    .await?;
+    let run = f.net.run_id.clone();
+    println!(
+        "{NODES} node namespaces ({run}-node*) on fabric bridge {run}-fabric, underlay 198.18.0.0/16; \
+         API server (testbed) at {}; 2 configurators (leader election, maxUnavailable 2); one \
+         netwave-agent per node (ip netns exec), probing {PROBE_TARGET} (ICMP) and the API server",
+        f.url
+    );
+    if f.vrf {
+        println!(
+            "kernel: VRF devices supported → nodes labelled netwave.dev/pool=compute|storage, so the \
+             samples' VRFs and their segments are rolled out too"
+        );
+    } else {
+        println!(
+            "kernel: no VRF support ({}) → nodes get no netwave.dev/pool label: the samples' VRFs and \
+             their segments select only pooled nodes, so each node runs the default-VRF segments \
+             (vlan103-monitoring, vlan111-pxe) and routing table oob. (An agent asked for a VRF here \
+             would report KernelUnsupported.)",
+            std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+        );
+    }
+    let started = t.elapsed();
+    println!("up in {started:.1?}");
+
+    step("2. roll out deploy/samples/");
+    let manifests = samples()?;
+    let count = |k: fn(&Manifest) -> bool| manifests.iter().filter(|m| k(m)).count();
+    println!(
+        "applying {} VRFs, {} layer-2 segments, {} routing tables",
+        count(|m| matches!(m, Manifest::Vrf(_))),
+        count(|m| matches!(m, Manifest::Layer2(_))),
+        count(|m| matches!(m, Manifest::RoutingTable(_)))
+    );
+    let t = Instant::now();
+    f.apply(&manifests).await?;
+    let rev = f.wait_new_revision(0, T).await?;
+    let good = rev.metadata.name.clone().unwrap_or_default();
+    let phase_good = watch(&f, &good, &["Complete", "Failed"], t).await?;
+    let first_rollout = t.elapsed();
+    if phase_good != "Complete" {
+        bail!(
+            "the sample rollout ended {phase_good}:\n{}",
+            f.logs_tail(10)
+        );
+    }
+    println!("revision {good} complete on {NODES} nodes in {first_rollout:.1?}");
+
+    step("3. data plane: VXLAN segment vlan103-monitoring across nodes");
+    let t = Instant::now();
+    let entries = f.install_flood_entries()?;
+    println!(
+        "installed {entries} VXLAN flooding entries (bridge fdb append 00:00:00:00:00:00 … dst <peer>): \
+         they stand in for EVPN type-3 routes, which a BGP control plane would provide"
+    );
+    let workloads = f.add_workloads()?;
+    println!(
+        "one workload namespace per node: a veth on bridge l2.{DATA_VLAN}, 10.250.3.(100+i)/24, default \
+         route via the anycast gateway {DATA_GATEWAY}"
+    );
+    let mut ok = 0;
+    let mut pings = 0;
+    for (i, (node, ns, addr)) in workloads.iter().enumerate() {
+        let mut line = format!("  {node} ({addr}) → gw {DATA_GATEWAY}: ");
+        pings += 1;
+        if ping_in(ns, DATA_GATEWAY) {
+            ok += 1;
+            line.push_str("ok");
+        } else {
+            line.push_str("FAIL");
+        }
+        for (j, (peer, _, peer_addr)) in workloads.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            pings += 1;
+            let reached = ping_in(ns, peer_addr) || ping_in(ns, peer_addr);
+            if reached {
+                ok += 1;
+            }
+            line.push_str(&format!(
+                "  {}:{}",
+                peer.trim_start_matches("node-"),
+                if reached { "ok" } else { "FAIL" }
+            ));
+        }
+        println!("{line}");
+    }
+    let dataplane = t.elapsed();
+    println!(
+        "{ok}/{pings} pings answered (node-to-node over vx.{DATA_VLAN}, and the anycast gateway)"
+    );
+    if ok != pings {
+        bail!("data plane check failed");
+    }
+
+    step("4. a bad change: breaks one node's probe target");
+    let seq = rev.spec.sequence;
+    println!(
+        "routing table bad-monitoring on {BAD_NODE} only: rule `to {PROBE_TARGET}/32 lookup 300` and a \
+         blackhole route for it, so that node's ICMP health probe fails after the apply"
+    );
+    let t = Instant::now();
+    f.create_routing_table(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "RoutingTable",
+        "metadata": {"name": "bad-monitoring"},
+        "spec": {
+            "tableId": 300,
+            "routes": [{"prefix": format!("{PROBE_TARGET}/32"), "type": "blackhole"}],
+            "rules": [{"to": format!("{PROBE_TARGET}/32"), "priority": 300}],
+            "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": BAD_NODE}},
+        }
+    }))
+    .await?;
+    let bad = f.wait_new_revision(seq, T).await?;
+    let bad_name = bad.metadata.name.clone().unwrap_or_default();
+    let phase_bad = watch(&f, &bad_name, &["Failed", "Complete"], t).await?;
+    let to_halt = t.elapsed();
+    if phase_bad != "Failed" {
+        bail!("the bad revision was not halted ({phase_bad})");
+    }
+    let failed = f
+        .revisions()
+        .await?
+        .into_iter()
+        .find(|r| r.metadata.name.as_deref() == Some(bad_name.as_str()))
+        .and_then(|r| r.status)
+        .unwrap_or_default();
+    for n in &failed.failed_nodes {
+        println!("halted: {} {}: {}", n.node, n.reason, n.message);
+    }
+    println!("rolling the touched nodes back to {good}…");
+    f.wait_all_on(&good, T).await?;
+    let rolled_back = t.elapsed();
+    let state = f.kernel_state(BAD_NODE)?;
+    let clean = !state.contains("lookup 300");
+    println!(
+        "every node Provisioned on {good}; {BAD_NODE}'s kernel {} the bad rule",
+        if clean { "no longer has" } else { "STILL HAS" }
+    );
+
+    step("5. summary");
+    let row = |what: String, d: Duration| println!("  {what:<48} {d:>8.1?}");
+    row(
+        "fleet up (namespaces, API server, processes)".into(),
+        started,
+    );
+    row(
+        format!("first rollout, {NODES} nodes, maxUnavailable 2"),
+        first_rollout,
+    );
+    row(format!("data plane check ({pings} pings)"), dataplane);
+    row("bad change → halted after 1 failure".into(), to_halt);
+    row(
+        "bad change → all nodes back on last good".into(),
+        rolled_back,
+    );
+    drop(f);
+    let left = namespaces_of(&run);
+    row("total".into(), total.elapsed());
+    println!(
+        "teardown: processes killed, {}",
+        if left.is_empty() {
+            "no namespaces left".to_string()
+        } else {
+            format!("LEFT BEHIND: {left:?}")
+        }
+    );
+    if !clean || !left.is_empty() {
+        bail!("demo found a problem (see above)");
+    }
+    Ok(())
+}
+
+/// Shows the rollout of `rev` live until it reaches one of `until`; returns the phase reached.
+async fn watch(f: &Fleet, rev: &str, until: &[&str], t0: Instant) -> Result<String> {
+    let tty = std::io::stdout().is_terminal();
+    let mut drawn = 0usize;
+    let mut assigned_seen: BTreeSet<String> = BTreeSet::new();
+    let mut wave = 0;
+    let mut last_text = String::new();
+    let deadline = Instant::now() + T;
+    loop {
+        let revs = f.revisions().await?;
+        let r = revs
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(rev))
+            .context("revision vanished")?;
+        let configs = f.configs().await?;
+        let assigned: BTreeSet<String> = configs
+            .iter()
+            .filter(|(_, c)| c.spec.revision == rev)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if assigned.difference(&assigned_seen).next().is_some() {
+            wave += 1;
+        }
+        assigned_seen.extend(assigned);
+        let st = r.status.clone().unwrap_or_default();
+        let p = phase(r);
+        let total = st.total.max(configs.len() as u32).max(1);
+        let width = 30;
+        let filled = (st.updated as usize * width) / total as usize;
+        let mut text = format!(
+            "revision {rev} (seq {})  phase {:<11}  wave {wave}  {:>5.1}s\n[{}{}] {}/{} updated  {} in flight  {} failed\n",
+            r.spec.sequence,
+            p,
+            t0.elapsed().as_secs_f64(),
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            st.updated,
+            total,
+            st.in_progress,
+            st.failed
+        );
+        for (n, c) in &configs {
+            let s = c.status.clone().unwrap_or_default();
+            let what = if provisioned_on(c, rev) {
+                "\x1b[32mProvisioned\x1b[0m".to_string()
+            } else if s.phase.as_deref() == Some("Invalid")
+                && s.observed_revision.as_deref() == Some(rev)
+            {
+                format!(
+                    "\x1b[31mInvalid\x1b[0m {} (restored {})",
+                    s.reason.unwrap_or_default(),
+                    s.last_good_revision.unwrap_or_default()
+                )
+            } else if c.spec.revision == rev {
+                "\x1b[33mapplying\x1b[0m".to_string()
+            } else if p == "Failed" && s.phase.as_deref() == Some("Provisioned") {
+                format!("on last good {}", c.spec.revision)
+            } else {
+                format!("waiting (runs {})", s.observed_revision.unwrap_or_default())
+            };
+            text.push_str(&format!("  {n:<8} {what}\n"));
+        }
+        if text != last_text {
+            if tty && drawn > 0 {
+                print!("\x1b[{drawn}A\x1b[J");
+            }
+            if tty || until.contains(&p.as_str()) || drawn == 0 {
+                print!("{text}");
+                drawn = text.lines().count();
+            }
+            std::io::stdout().flush()?;
+            last_text = text;
+        }
+        if until.contains(&p.as_str()) {
+            return Ok(p);
+        }
+        if Instant::now() > deadline {
+            bail!("rollout of {rev} did not finish:\n{}", f.logs_tail(10));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
