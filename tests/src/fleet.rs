@@ -169,6 +169,9 @@ pub struct FleetOptions {
     pub health_deadline_secs: f64,
     /// Agent health: wait after an apply before probing (widens the apply window for crash tests).
     pub settle_secs: f64,
+    /// Real agents in node namespaces (needs root). `false`: no namespaces, API server on 127.0.0.1,
+    /// simulated agents in this process ([`simulate_agents`]) that never touch the kernel.
+    pub kernel: bool,
     /// Label nodes into pools (`compute`/`storage`) so the VRF-bound samples apply. `None`: label them
     /// only if the kernel supports VRF devices.
     pub pools: Option<bool>,
@@ -183,6 +186,7 @@ impl Default for FleetOptions {
             apply_timeout: Duration::from_secs(60),
             health_deadline_secs: 4.0,
             settle_secs: 0.2,
+            kernel: true,
             pools: None,
         }
     }
@@ -209,6 +213,7 @@ pub struct Fleet {
     configurators: Vec<Option<Proc>>,
     agents: BTreeMap<String, Proc>,
     restarts: BTreeMap<String, u32>,
+    simulator: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Fleet {
@@ -220,17 +225,28 @@ impl Fleet {
 
     /// Builds namespaces, starts the API server, creates Nodes, starts agents and configurators.
     pub async fn start(bins: Bins, opts: FleetOptions) -> Result<Fleet> {
-        let net = NetnsFleet::build(opts.nodes)?;
-        let vrf = net.kernel_has_vrf();
+        let (net, vrf, host_link, bind) = if opts.kernel {
+            let net = NetnsFleet::build(opts.nodes)?;
+            let vrf = net.kernel_has_vrf();
+            let host_link =
+                net.wire_host(&format!("{HOST_ADDR}/16"), &format!("{PROBE_TARGET}/16"))?;
+            (net, vrf, host_link, HOST_ADDR)
+        } else {
+            (
+                NetnsFleet::plan(opts.nodes),
+                false,
+                String::new(),
+                Ipv4Addr::LOCALHOST,
+            )
+        };
         let pools = opts.pools.unwrap_or(vrf);
-        let host_link = net.wire_host(&format!("{HOST_ADDR}/16"), &format!("{PROBE_TARGET}/16"))?;
         let dir = std::env::temp_dir().join(&net.run_id);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
         let kubeconfig = dir.join("kubeconfig");
         let mut cmd = Command::new(&bins.testbed);
         cmd.arg("--bind")
-            .arg(HOST_ADDR.to_string())
+            .arg(bind.to_string())
             .args(["--port", "0", "--kubeconfig"])
             .arg(&kubeconfig)
             .arg("--crds")
@@ -276,6 +292,7 @@ impl Fleet {
             configurators: Vec::new(),
             agents: BTreeMap::new(),
             restarts: BTreeMap::new(),
+            simulator: None,
         };
         Api::<Namespace>::all(fleet.client.clone())
             .create(
@@ -295,7 +312,12 @@ impl Fleet {
         let nodes: Vec<NodeNs> = fleet.net.nodes.clone();
         for n in &nodes {
             fleet.create_node(n).await?;
-            fleet.start_agent(&n.name)?;
+            if opts.kernel {
+                fleet.start_agent(&n.name)?;
+            }
+        }
+        if !opts.kernel {
+            fleet.simulator = Some(tokio::spawn(simulate_agents(fleet.client.clone())));
         }
         for i in 0..opts.configurators {
             fleet.configurators.push(None);
@@ -459,7 +481,9 @@ impl Fleet {
     pub async fn add_node(&mut self) -> Result<String> {
         let n = self.net.add_node()?;
         self.create_node(&n).await?;
-        self.start_agent(&n.name)?;
+        if self.opts.kernel {
+            self.start_agent(&n.name)?;
+        }
         Ok(n.name)
     }
 
@@ -570,6 +594,30 @@ impl Fleet {
                 .rfind(|r| r.spec.sequence > after)
                 .ok_or_else(|| format!("none above sequence {after}"))
         })
+        .await
+    }
+
+    /// Waits until the newest revision (sequence above `after`) reaches one of `phases` and returns it.
+    /// Inputs created one by one can yield intermediate revisions that the next one supersedes; this
+    /// follows whichever is newest.
+    pub async fn wait_latest(
+        &self,
+        after: u64,
+        phases: &[&str],
+        timeout: Duration,
+    ) -> Result<NetworkConfigRevision> {
+        self.eventually(
+            timeout,
+            &format!("the newest revision in {phases:?}"),
+            || async {
+                let revs = self.revisions().await.map_err(|e| e.to_string())?;
+                match revs.into_iter().rfind(|r| r.spec.sequence > after) {
+                    Some(r) if phases.contains(&phase(&r).as_str()) => Ok(r),
+                    Some(r) => Err(format!("{:?} is {:?}", r.metadata.name, phase(&r))),
+                    None => Err(format!("no revision above sequence {after}")),
+                }
+            },
+        )
         .await
     }
 
@@ -741,6 +789,9 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
+        if let Some(s) = self.simulator.take() {
+            s.abort();
+        }
         for c in self.configurators.iter_mut().flatten() {
             c.kill();
         }
@@ -751,7 +802,9 @@ impl Drop for Fleet {
             t.kill();
         }
         // Namespaces are freed asynchronously; delete the root-side veth now so nothing lingers.
-        let _ = ip(&["link", "del", &self.host_link]);
+        if !self.host_link.is_empty() {
+            let _ = ip(&["link", "del", &self.host_link]);
+        }
         if std::env::var_os("NETWAVE_E2E_KEEP_LOGS").is_none() {
             let _ = fs::remove_dir_all(&self.dir);
         }
@@ -876,4 +929,74 @@ pub fn kernel_state(ns: &str) -> Result<String> {
     }
     lines.sort();
     Ok(lines.join("\n"))
+}
+
+/// Agents that do not touch the kernel, for runs without root: every 200 ms they read every
+/// NodeNetworkConfig and answer each new (revision, retry) after 300 ms the way a real agent would. The
+/// health check is simulated on the config itself: a config whose policy rules send traffic for the
+/// probe target ([`PROBE_TARGET`]) into a table that blackholes it fails with `HealthCheckFailed`, and
+/// the node keeps its last good revision; anything else is `Provisioned`.
+pub async fn simulate_agents(client: Client) {
+    let api: Api<NodeNetworkConfig> = Api::all(client);
+    let mut answered: BTreeMap<String, (String, u32)> = BTreeMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            continue;
+        };
+        for c in list.items {
+            let name = c.name_any();
+            let key = (c.spec.revision.clone(), c.spec.retry);
+            if answered.get(&name) == Some(&key) {
+                continue;
+            }
+            let st = c.status.clone().unwrap_or_default();
+            if st.observed_revision.as_deref() == Some(key.0.as_str())
+                && st.observed_retry.unwrap_or(0) == key.1
+            {
+                answered.insert(name, key);
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let body = match blackholes_probe_target(&c.spec.config) {
+                None => json!({"status": {
+                    "phase": "Provisioned", "observedRevision": c.spec.revision,
+                    "observedRetry": c.spec.retry, "configHash": c.spec.config_hash,
+                    "lastGoodRevision": c.spec.revision, "reason": null, "message": null,
+                }}),
+                Some(table) => json!({"status": {
+                    "phase": "Invalid", "observedRevision": c.spec.revision,
+                    "observedRetry": c.spec.retry, "configHash": st.config_hash,
+                    "lastGoodRevision": st.last_good_revision, "reason": "HealthCheckFailed",
+                    "message": format!(
+                        "HealthCheckFailed: reachability icmp {PROBE_TARGET}: blackholed by table {table} \
+                         (simulated agent, no kernel); restored last good revision {}",
+                        st.last_good_revision.clone().unwrap_or_default()
+                    ),
+                }}),
+            };
+            if api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .is_ok()
+            {
+                answered.insert(name, key);
+            }
+        }
+    }
+}
+
+/// The table whose blackhole route catches the probe target through a policy rule, if any.
+fn blackholes_probe_target(config: &netwave_api::NodeConfig) -> Option<u32> {
+    let target = format!("{PROBE_TARGET}/32");
+    config
+        .rules
+        .iter()
+        .filter(|r| r.to.as_deref() == Some(target.as_str()))
+        .map(|r| r.table)
+        .find(|t| {
+            config.routes.iter().any(|r| {
+                r.table == *t && r.prefix == target && r.kind == netwave_api::RouteType::Blackhole
+            })
+        })
 }

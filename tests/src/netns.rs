@@ -68,6 +68,8 @@ pub struct NetnsFleet {
     pub workloads: Vec<String>,
     /// Index of the next node (names are never reused within a run).
     next_index: usize,
+    /// Names only, nothing created (the no-kernel mode of the demo).
+    planned_only: bool,
 }
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
@@ -90,6 +92,7 @@ impl NetnsFleet {
             nodes: Vec::new(),
             workloads: Vec::new(),
             next_index: 0,
+            planned_only: false,
         };
         // From here on, drop cleans up whatever was created, also on an early return.
         ip(&["netns", "add", &fleet.fabric])?;
@@ -102,20 +105,48 @@ impl NetnsFleet {
         Ok(fleet)
     }
 
-    /// Adds one more node (for join-mid-rollout scenarios) and returns it.
-    pub fn add_node(&mut self) -> Result<NodeNs> {
+    /// Names and addresses of `n` nodes without creating anything (no root needed): for runs whose
+    /// agents do not touch the kernel.
+    pub fn plan(n: usize) -> Self {
+        let seq = RUNS.fetch_add(1, Ordering::Relaxed);
+        let run_id = format!("{NETNS_PREFIX}{}x{seq}", std::process::id());
+        let mut fleet = NetnsFleet {
+            fabric: format!("{run_id}-fabric"),
+            run_id,
+            nodes: Vec::new(),
+            workloads: Vec::new(),
+            next_index: 0,
+            planned_only: true,
+        };
+        for _ in 0..n {
+            let node = fleet.next_node();
+            fleet.nodes.push(node);
+        }
+        fleet
+    }
+
+    fn next_node(&mut self) -> NodeNs {
         let i = self.next_index;
         self.next_index += 1;
         let octets = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + 1 + i as u32;
-        let node = NodeNs {
+        NodeNs {
             name: format!("node-{i}"),
             netns: format!("{}-node{i}", self.run_id),
             underlay: Ipv4Addr::from(octets),
-        };
+        }
+    }
+
+    /// Adds one more node (for join-mid-rollout scenarios) and returns it.
+    pub fn add_node(&mut self) -> Result<NodeNs> {
+        let node = self.next_node();
+        if self.planned_only {
+            self.nodes.push(node.clone());
+            return Ok(node);
+        }
         ip(&["netns", "add", &node.netns])?;
         self.nodes.push(node.clone());
         // Fabric-side name must fit in 15 bytes and be unique per run within the fabric namespace.
-        let fabric_side = format!("n{i}");
+        let fabric_side = node.name.replace("node-", "n");
         ip(&[
             "-n",
             &self.fabric,
@@ -153,7 +184,9 @@ impl NetnsFleet {
             bail!("no node {name}");
         };
         let node = self.nodes.remove(pos);
-        ip(&["netns", "del", &node.netns])?;
+        if !self.planned_only {
+            ip(&["netns", "del", &node.netns])?;
+        }
         Ok(())
     }
 
@@ -291,6 +324,9 @@ pub fn ping_in(ns: &str, target: &str) -> bool {
 
 impl Drop for NetnsFleet {
     fn drop(&mut self) {
+        if self.planned_only {
+            return;
+        }
         for w in &self.workloads {
             let _ = ip(&["netns", "del", w]);
         }

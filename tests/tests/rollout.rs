@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use netwave_api::manifest::samples;
-use netwave_e2e::fleet::{Bins, DATA_GATEWAY, Fleet, FleetOptions, PROBE_TARGET, provisioned_on};
+use netwave_e2e::fleet::{
+    Bins, DATA_GATEWAY, Fleet, FleetOptions, PROBE_TARGET, phase, provisioned_on,
+};
 use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
 use serde_json::json;
 
@@ -34,10 +36,8 @@ async fn start(opts: FleetOptions) -> Fleet {
 /// Applies the samples and waits for the first revision to complete; returns its name.
 async fn roll_out_samples(f: &Fleet) -> String {
     f.apply(&samples().unwrap()).await.unwrap();
-    let rev = f.wait_new_revision(0, T).await.unwrap();
-    let name = rev.metadata.name.unwrap();
-    f.wait_phase(&name, &["Complete"], T).await.unwrap();
-    name
+    let rev = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    rev.metadata.name.unwrap()
 }
 
 /// A routing table that blackholes the probe target of `node` only (a policy rule for "monitoring"
@@ -64,24 +64,30 @@ async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
     let _g = Fleet::lock().await;
     let mut f = start(FleetOptions::default()).await;
     f.apply(&samples().unwrap()).await.unwrap();
-    let rev = f.wait_new_revision(0, T).await.unwrap();
-    let name = rev.metadata.name.unwrap();
-    // Sample the fleet while it rolls: never more than maxUnavailable (2) nodes in flight.
+    // Sample the fleet while it rolls: never more than maxUnavailable (2) nodes in flight (spec
+    // revision not yet reported Provisioned, whatever revision: intermediate ones count too).
     let mut max_in_flight = 0;
     let deadline = Instant::now() + T;
-    loop {
+    let name = loop {
         let configs = f.configs().await.unwrap();
         let in_flight = configs
             .values()
-            .filter(|c| c.spec.revision == name && !provisioned_on(c, &name))
+            .filter(|c| !provisioned_on(c, &c.spec.revision))
             .count();
         max_in_flight = max_in_flight.max(in_flight);
-        if configs.len() == 6 && configs.values().all(|c| provisioned_on(c, &name)) {
-            break;
+        let revs = f.revisions().await.unwrap();
+        if let Some(r) = revs.last() {
+            let name = r.metadata.name.clone().unwrap();
+            if phase(r) == "Complete"
+                && configs.len() == 6
+                && configs.values().all(|c| provisioned_on(c, &name))
+            {
+                break name;
+            }
         }
         assert!(Instant::now() < deadline, "{}", f.logs_tail(10));
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
     assert!(
         max_in_flight <= 2,
         "{max_in_flight} nodes in flight at once"
@@ -138,9 +144,7 @@ async fn bad_revision_halts_after_the_first_failure_and_touched_nodes_return_to_
     f.create_routing_table(blackhole_probe_target("node-3"))
         .await
         .unwrap();
-    let bad = f.wait_new_revision(seq, T).await.unwrap();
-    let bad_name = bad.metadata.name.unwrap();
-    let failed = f.wait_phase(&bad_name, &["Failed"], T).await.unwrap();
+    let failed = f.wait_latest(seq, &["Failed"], T).await.unwrap();
     let st = failed.status.unwrap();
     assert_eq!(st.failed, 1, "halted after the first failure");
     assert_eq!(st.failed_nodes[0].node, "node-3");
@@ -164,8 +168,19 @@ async fn leader_killed_mid_rollout_the_standby_resumes_and_completes() {
     })
     .await;
     f.apply(&samples().unwrap()).await.unwrap();
-    let rev = f.wait_new_revision(0, T).await.unwrap();
-    let name = rev.metadata.name.unwrap();
+    // The samples' revision: the one whose configs carry the routing table oob (created last).
+    let name = f
+        .eventually(T, "the full samples revision", || async {
+            let revs = f.revisions().await.map_err(|e| e.to_string())?;
+            revs.into_iter()
+                .rfind(|r| {
+                    r.spec.inputs.routing_tables.len() == 2 && r.spec.inputs.layer2s.len() == 12
+                })
+                .and_then(|r| r.metadata.name)
+                .ok_or_else(|| "not yet".to_string())
+        })
+        .await
+        .unwrap();
     // Mid-rollout: at least one node done, not all.
     f.eventually(T, "one node updated", || async {
         let n = f

@@ -7,6 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_e2e::fleet::{
     Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET, phase, provisioned_on,
@@ -21,16 +22,12 @@ const T: Duration = Duration::from_secs(180);
 fn main() -> Result<()> {
     let no_kernel = std::env::args().any(|a| a == "--no-kernel")
         || std::env::var("NO_KERNEL").is_ok_and(|v| !v.is_empty() && v != "0");
-    if no_kernel {
-        bail!(
-            "NO_KERNEL mode is not implemented yet: the simulated-agent run exists only in the \
-             configurator's integration tests (cargo test -p netwave-configurator). Run `sudo make demo`."
-        );
-    }
-    if !is_root() {
+    if !no_kernel && !is_root() {
         eprintln!(
             "make demo needs root: it creates network namespaces, veth pairs and VXLAN devices, and the \
-             agents apply config with netlink.\n  run:  sudo make demo\n  (or as root: make demo)"
+             agents apply config with netlink.\n  run:  sudo make demo\n  or:   make demo NO_KERNEL=1   \
+             (no root: same API server and configurators, simulated agents that never touch the kernel, \
+             no data-plane check)"
         );
         std::process::exit(2);
     }
@@ -39,7 +36,7 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         tokio::select! {
-            r = demo(bins) => r,
+            r = demo(bins, !no_kernel) => r,
             _ = tokio::signal::ctrl_c() => {
                 // Dropping the demo future dropped the fleet: processes killed, namespaces deleted.
                 println!("\ninterrupted: fleet torn down (processes killed, namespaces deleted)");
@@ -53,7 +50,7 @@ fn step(title: &str) {
     println!("\n\x1b[1m== {title}\x1b[0m");
 }
 
-async fn demo(bins: Bins) -> Result<()> {
+async fn demo(bins: Bins, kernel: bool) -> Result<()> {
     let total = Instant::now();
     step("1. a fleet on this machine");
     let t = Instant::now();
@@ -61,32 +58,43 @@ async fn demo(bins: Bins) -> Result<()> {
         bins,
         FleetOptions {
             nodes: NODES,
+            kernel,
             ..FleetOptions::default()
         },
     )
     .await?;
     let run = f.net.run_id.clone();
-    println!(
-        "{NODES} node namespaces ({run}-node*) on fabric bridge {run}-fabric, underlay 198.18.0.0/16; \
-         API server (testbed) at {}; 2 configurators (leader election, maxUnavailable 2); one \
-         netwave-agent per node (ip netns exec), probing {PROBE_TARGET} (ICMP) and the API server",
-        f.url
-    );
-    if f.vrf {
+    if !kernel {
         println!(
-            "kernel: VRF devices supported → nodes labelled netwave.dev/pool=compute|storage, so the \
-             samples' VRFs and their segments are rolled out too"
+            "NO_KERNEL mode: API server at {}, 2 configurators (maxUnavailable 2), {NODES} Nodes; the \
+             agents are simulated in this process: they report on each NodeNetworkConfig like the real \
+             agent and fail the health check of a config that blackholes the probe target \
+             {PROBE_TARGET}, but change nothing in the kernel",
+            f.url
         );
     } else {
         println!(
-            "kernel: no VRF support ({}) → nodes get no netwave.dev/pool label: the samples' VRFs and \
+            "{NODES} node namespaces ({run}-node*) on fabric bridge {run}-fabric, underlay 198.18.0.0/16; \
+         API server (testbed) at {}; 2 configurators (leader election, maxUnavailable 2); one \
+         netwave-agent per node (ip netns exec), probing {PROBE_TARGET} (ICMP) and the API server",
+            f.url
+        );
+        if f.vrf {
+            println!(
+                "kernel: VRF devices supported → nodes labelled netwave.dev/pool=compute|storage, so the \
+             samples' VRFs and their segments are rolled out too"
+            );
+        } else {
+            println!(
+                "kernel: no VRF support ({}) → nodes get no netwave.dev/pool label: the samples' VRFs and \
              their segments select only pooled nodes, so each node runs the default-VRF segments \
              (vlan103-monitoring, vlan111-pxe) and routing table oob. (An agent asked for a VRF here \
              would report KernelUnsupported.)",
-            std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                .unwrap_or_default()
-                .trim()
-        );
+                std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                    .unwrap_or_default()
+                    .trim()
+            );
+        }
     }
     let started = t.elapsed();
     println!("up in {started:.1?}");
@@ -102,9 +110,8 @@ async fn demo(bins: Bins) -> Result<()> {
     );
     let t = Instant::now();
     f.apply(&manifests).await?;
-    let rev = f.wait_new_revision(0, T).await?;
+    let (rev, phase_good) = watch(&f, 0, &["Complete", "Failed"], t).await?;
     let good = rev.metadata.name.clone().unwrap_or_default();
-    let phase_good = watch(&f, &good, &["Complete", "Failed"], t).await?;
     let first_rollout = t.elapsed();
     if phase_good != "Complete" {
         bail!(
@@ -116,51 +123,54 @@ async fn demo(bins: Bins) -> Result<()> {
 
     step("3. data plane: VXLAN segment vlan103-monitoring across nodes");
     let t = Instant::now();
-    let entries = f.install_flood_entries()?;
-    println!(
-        "installed {entries} VXLAN flooding entries (bridge fdb append 00:00:00:00:00:00 … dst <peer>): \
+    let (mut ok, mut pings) = (0, 0);
+    if kernel {
+        let entries = f.install_flood_entries()?;
+        println!(
+            "installed {entries} VXLAN flooding entries (bridge fdb append 00:00:00:00:00:00 … dst <peer>): \
          they stand in for EVPN type-3 routes, which a BGP control plane would provide"
-    );
-    let workloads = f.add_workloads()?;
-    println!(
-        "one workload namespace per node: a veth on bridge l2.{DATA_VLAN}, 10.250.3.(100+i)/24, default \
+        );
+        let workloads = f.add_workloads()?;
+        println!(
+            "one workload namespace per node: a veth on bridge l2.{DATA_VLAN}, 10.250.3.(100+i)/24, default \
          route via the anycast gateway {DATA_GATEWAY}"
-    );
-    let mut ok = 0;
-    let mut pings = 0;
-    for (i, (node, ns, addr)) in workloads.iter().enumerate() {
-        let mut line = format!("  {node} ({addr}) → gw {DATA_GATEWAY}: ");
-        pings += 1;
-        if ping_in(ns, DATA_GATEWAY) {
-            ok += 1;
-            line.push_str("ok");
-        } else {
-            line.push_str("FAIL");
-        }
-        for (j, (peer, _, peer_addr)) in workloads.iter().enumerate() {
-            if i == j {
-                continue;
-            }
+        );
+        for (i, (node, ns, addr)) in workloads.iter().enumerate() {
+            let mut line = format!("  {node} ({addr}) → gw {DATA_GATEWAY}: ");
             pings += 1;
-            let reached = ping_in(ns, peer_addr) || ping_in(ns, peer_addr);
-            if reached {
+            if ping_in(ns, DATA_GATEWAY) {
                 ok += 1;
+                line.push_str("ok");
+            } else {
+                line.push_str("FAIL");
             }
-            line.push_str(&format!(
-                "  {}:{}",
-                peer.trim_start_matches("node-"),
-                if reached { "ok" } else { "FAIL" }
-            ));
+            for (j, (peer, _, peer_addr)) in workloads.iter().enumerate() {
+                if i == j {
+                    continue;
+                }
+                pings += 1;
+                let reached = ping_in(ns, peer_addr) || ping_in(ns, peer_addr);
+                if reached {
+                    ok += 1;
+                }
+                line.push_str(&format!(
+                    "  {}:{}",
+                    peer.trim_start_matches("node-"),
+                    if reached { "ok" } else { "FAIL" }
+                ));
+            }
+            println!("{line}");
         }
-        println!("{line}");
+        println!(
+            "{ok}/{pings} pings answered (node-to-node over vx.{DATA_VLAN}, and the anycast gateway)"
+        );
+        if ok != pings {
+            bail!("data plane check failed");
+        }
+    } else {
+        println!("skipped: NO_KERNEL mode has no data plane");
     }
     let dataplane = t.elapsed();
-    println!(
-        "{ok}/{pings} pings answered (node-to-node over vx.{DATA_VLAN}, and the anycast gateway)"
-    );
-    if ok != pings {
-        bail!("data plane check failed");
-    }
 
     step("4. a bad change: breaks one node's probe target");
     let seq = rev.spec.sequence;
@@ -181,9 +191,8 @@ async fn demo(bins: Bins) -> Result<()> {
         }
     }))
     .await?;
-    let bad = f.wait_new_revision(seq, T).await?;
+    let (bad, phase_bad) = watch(&f, seq, &["Failed", "Complete"], t).await?;
     let bad_name = bad.metadata.name.clone().unwrap_or_default();
-    let phase_bad = watch(&f, &bad_name, &["Failed", "Complete"], t).await?;
     let to_halt = t.elapsed();
     if phase_bad != "Failed" {
         bail!("the bad revision was not halted ({phase_bad})");
@@ -201,12 +210,17 @@ async fn demo(bins: Bins) -> Result<()> {
     println!("rolling the touched nodes back to {good}…");
     f.wait_all_on(&good, T).await?;
     let rolled_back = t.elapsed();
-    let state = f.kernel_state(BAD_NODE)?;
-    let clean = !state.contains("lookup 300");
-    println!(
-        "every node Provisioned on {good}; {BAD_NODE}'s kernel {} the bad rule",
-        if clean { "no longer has" } else { "STILL HAS" }
-    );
+    let clean = if kernel {
+        let clean = !f.kernel_state(BAD_NODE)?.contains("lookup 300");
+        println!(
+            "every node Provisioned on {good}; {BAD_NODE}'s kernel {} the bad rule",
+            if clean { "no longer has" } else { "STILL HAS" }
+        );
+        clean
+    } else {
+        println!("every node Provisioned on {good}");
+        true
+    };
 
     step("5. summary");
     let row = |what: String, d: Duration| println!("  {what:<48} {d:>8.1?}");
@@ -241,20 +255,37 @@ async fn demo(bins: Bins) -> Result<()> {
     Ok(())
 }
 
-/// Shows the rollout of `rev` live until it reaches one of `until`; returns the phase reached.
-async fn watch(f: &Fleet, rev: &str, until: &[&str], t0: Instant) -> Result<String> {
+/// Shows the rollout of the newest revision (sequence above `after`; inputs created one by one can
+/// yield intermediate revisions, superseded by the next) live until it reaches one of `until`; returns
+/// it and the phase reached.
+async fn watch(
+    f: &Fleet,
+    after: u64,
+    until: &[&str],
+    t0: Instant,
+) -> Result<(NetworkConfigRevision, String)> {
     let tty = std::io::stdout().is_terminal();
     let mut drawn = 0usize;
     let mut assigned_seen: BTreeSet<String> = BTreeSet::new();
     let mut wave = 0;
     let mut last_text = String::new();
+    let mut current: Option<String> = None;
     let deadline = Instant::now() + T;
     loop {
         let revs = f.revisions().await?;
-        let r = revs
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(rev))
-            .context("revision vanished")?;
+        let Some(r) = revs.iter().rfind(|r| r.spec.sequence > after) else {
+            if Instant::now() > deadline {
+                bail!("no new revision:\n{}", f.logs_tail(10));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let rev = r.metadata.name.as_deref().unwrap_or_default();
+        if current.as_deref() != Some(rev) {
+            current = Some(rev.to_string());
+            assigned_seen.clear();
+            wave = 0;
+        }
         let configs = f.configs().await?;
         let assigned: BTreeSet<String> = configs
             .iter()
@@ -315,7 +346,7 @@ async fn watch(f: &Fleet, rev: &str, until: &[&str], t0: Instant) -> Result<Stri
             last_text = text;
         }
         if until.contains(&p.as_str()) {
-            return Ok(p);
+            return Ok((r.clone(), p));
         }
         if Instant::now() > deadline {
             bail!("rollout of {rev} did not finish:\n{}", f.logs_tail(10));
