@@ -162,8 +162,11 @@ async fn leader_killed_mid_rollout_the_standby_resumes_and_completes() {
         return;
     }
     let _g = Fleet::lock().await;
+    // One node at a time, each apply held open for a second: the rollout takes long enough to act
+    // in the middle of it.
     let mut f = start(FleetOptions {
         max_unavailable: 1,
+        settle_secs: 1.0,
         ..FleetOptions::default()
     })
     .await;
@@ -321,8 +324,11 @@ async fn node_added_mid_rollout_gets_the_target_and_a_removed_node_is_forgotten(
         return;
     }
     let _g = Fleet::lock().await;
+    // One node at a time, each apply held open for a second: the rollout takes long enough to act
+    // in the middle of it.
     let mut f = start(FleetOptions {
         max_unavailable: 1,
+        settle_secs: 1.0,
         ..FleetOptions::default()
     })
     .await;
@@ -404,4 +410,25 @@ async fn api_faults_slow_the_rollout_without_false_failures() {
     eprintln!(
         "rollout to 6 nodes: {clean:.1?} clean (incl. revision), {faulty:.1?} under API faults"
     );
+}
+
+/// The demo's mode without root: same API server and configurators, simulated agents. Runs everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_kernel_mode_rolls_out_halts_and_rolls_back() {
+    let _g = Fleet::lock().await;
+    let f = start(FleetOptions {
+        kernel: false,
+        ..FleetOptions::default()
+    })
+    .await;
+    let good = roll_out_samples(&f).await;
+    let seq = f.revisions().await.unwrap().last().unwrap().spec.sequence;
+    f.create_routing_table(blackhole_probe_target("node-3"))
+        .await
+        .unwrap();
+    let failed = f.wait_latest(seq, &["Failed"], T).await.unwrap();
+    let st = failed.status.unwrap();
+    assert_eq!(st.failed, 1);
+    assert_eq!(st.failed_nodes[0].node, "node-3");
+    f.wait_all_on(&good, T).await.unwrap();
 }
