@@ -1,5 +1,10 @@
 //! netwave end-to-end harness: a fleet of nodes in network namespaces on one machine, the testbed API
 //! server, configurators and agents as real processes. Used by the end-to-end tests and `make demo`.
+//!
+//! - [`netns`]: the fabric and node namespaces (underlay 198.18.0.0/16), workload namespaces, cleanup.
+//! - [`fleet`]: [`fleet::Fleet`] = namespaces + testbed + configurators + agents; manifests, rollout
+//!   waits, kernel snapshots per node, testbed faults, SIGKILL, nodes joining and leaving; a no-kernel
+//!   mode with simulated agents.
 
 pub mod fleet;
 pub mod netns;
