@@ -19,6 +19,8 @@ use sha2::{Digest, Sha256};
 
 pub const LAST_GOOD_FILE: &str = "last-good.json";
 pub const APPLYING_FILE: &str = "applying.json";
+/// Which revision's apply was interrupted, and how often: an interruption is retried once, not judged.
+pub const INTERRUPTED_FILE: &str = "interrupted.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -86,6 +88,9 @@ pub struct Applying {
     pub revision: String,
     pub retry: u32,
     pub config_hash: String,
+    /// Earlier applies of this revision and retry that were interrupted (agent killed, node rebooted).
+    #[serde(default)]
+    pub interruptions: u32,
 }
 
 /// The agent's state directory.
@@ -163,12 +168,33 @@ impl StateDir {
                 revision: String::new(),
                 retry: 0,
                 config_hash: String::new(),
+                interruptions: 0,
             })
         }))
     }
 
+    /// Records that an apply was interrupted (read back by the next apply of the same revision).
+    pub fn save_interrupted(&self, interrupted: &Applying) -> Result<(), BackupError> {
+        let bytes = serde_json::to_vec(interrupted).expect("state always serializes");
+        self.write_atomic(INTERRUPTED_FILE, &bytes)
+    }
+
+    /// The interruption record, if any; an unreadable one reads as none (it only grants a retry).
+    pub fn interrupted(&self) -> Result<Option<Applying>, BackupError> {
+        let path = self.dir.join(INTERRUPTED_FILE);
+        Ok(read_opt(&path)?.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    pub fn clear_interrupted(&self) -> Result<(), BackupError> {
+        self.remove(INTERRUPTED_FILE)
+    }
+
     pub fn clear_applying(&self) -> Result<(), BackupError> {
-        let path = self.dir.join(APPLYING_FILE);
+        self.remove(APPLYING_FILE)
+    }
+
+    fn remove(&self, name: &str) -> Result<(), BackupError> {
+        let path = self.dir.join(name);
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -298,6 +324,7 @@ mod tests {
             revision: "r3".into(),
             retry: 1,
             config_hash: "h".into(),
+            interruptions: 0,
         };
         s.mark_applying(&a).unwrap();
         // A new agent process sees it.

@@ -144,6 +144,9 @@ pub fn decide(
     }
 }
 
+/// Interrupted applies of one revision (and retry) after which it is reported `Invalid`.
+pub const MAX_INTERRUPTIONS: u32 = 2;
+
 /// The agent's dataplane side: netlink, state dir, probes and the kernel's capabilities.
 #[derive(Clone)]
 pub struct Agent {
@@ -219,10 +222,19 @@ impl Agent {
 
         let before = self.prober.run_once(&Default::default()).await;
         let gate = gating(&before);
+        // Carry over how often this very apply was interrupted before (see `recover`).
+        let interruptions = self
+            .state
+            .interrupted()
+            .ok()
+            .flatten()
+            .filter(|i| i.revision == t.revision && i.retry == t.retry)
+            .map_or(0, |i| i.interruptions);
         if let Err(e) = self.state.mark_applying(&Applying {
             revision: t.revision.clone(),
             retry: t.retry,
             config_hash: t.config_hash.clone(),
+            interruptions,
         }) {
             return invalid(Reason::ApplyFailed, format!("writing applying marker: {e}"));
         }
@@ -252,6 +264,7 @@ impl Agent {
                 config: t.config.clone(),
             });
             let _ = self.state.clear_applying();
+            let _ = self.state.clear_interrupted();
             let note = match saved {
                 Ok(()) => String::new(),
                 Err(e) => format!("; backup not written: {e}"),
@@ -273,6 +286,7 @@ impl Agent {
         let restore = self.restore().await;
         let _ = self.prober.run_once(&gate).await;
         let _ = self.state.clear_applying();
+        let _ = self.state.clear_interrupted();
         Outcome {
             revision: t.revision.clone(),
             retry: t.retry,
@@ -321,21 +335,41 @@ impl Agent {
         }
     }
 
-    /// At start: if an apply was interrupted (marker present), restore the last good config first and
-    /// return the interrupted revision's outcome (`Invalid`, `ApplyInterrupted`).
+    /// At start: if an apply was interrupted (marker present), restore the last good config first.
+    ///
+    /// A first interruption is not a verdict on the config (the agent may have been OOM-killed or the
+    /// node rebooted): it is recorded and `None` is returned, so the assigned revision is applied again.
+    /// When the same revision (and retry) is interrupted [`MAX_INTERRUPTIONS`] times, the config itself
+    /// is suspect: the outcome is `Invalid` with `ApplyInterrupted`.
     pub async fn recover(&self) -> Result<Option<Outcome>, BackupError> {
         let Some(marker) = self.state.applying()? else {
             return Ok(None);
         };
         let restore = self.restore().await;
+        let interruptions = marker.interruptions + 1;
+        if interruptions < MAX_INTERRUPTIONS && !marker.revision.is_empty() {
+            self.state.save_interrupted(&Applying {
+                interruptions,
+                ..marker.clone()
+            })?;
+            self.state.clear_applying()?;
+            tracing::warn!(
+                revision = %marker.revision,
+                interruptions,
+                restore = %restore.note,
+                "an apply was interrupted; restored the last good config and will apply again"
+            );
+            return Ok(None);
+        }
         self.state.clear_applying()?;
+        self.state.clear_interrupted()?;
         let reason = Reason::ApplyInterrupted;
         Ok(Some(Outcome {
             revision: marker.revision.clone(),
             retry: marker.retry,
             reason: Some(reason),
             message: format!(
-                "{reason}: the agent stopped while applying revision {}; {}",
+                "{reason}: the agent stopped while applying revision {} ({interruptions} times); {}",
                 marker.revision, restore.note
             ),
             running_hash: restore.running.as_ref().map(|r| r.0.clone()),

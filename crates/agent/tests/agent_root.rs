@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use common::{PeerNs, in_netns, ip};
 use netwave_agent::backup::{Applying, StateDir};
 use netwave_agent::diff::diff;
@@ -262,11 +262,13 @@ fn restart_after_crash_mid_apply_restores_last_good() {
             let mut r2 = good();
             r2.layer2s[0].vni = 2010;
             r2.layer2s[0].anycast_gateways = vec!["198.18.11.1/24".into()];
-            e.agent.state.mark_applying(&Applying {
+            let marker = Applying {
                 revision: "r2".into(),
                 retry: 0,
                 config_hash: "hash-r2".into(),
-            })?;
+                interruptions: 0,
+            };
+            e.agent.state.mark_applying(&marker)?;
             e.agent
                 .netlink
                 .reconcile(&desired(&r2, e.agent.netlink.settings())?)
@@ -281,7 +283,35 @@ fn restart_after_crash_mid_apply_restores_last_good() {
                 state: StateDir::open(e.agent.state.path())?,
                 netlink,
             };
-            let out = fresh.recover().await?.expect("an interrupted apply");
+            // First interruption: restored, recorded, and no verdict: r2 gets applied again.
+            ensure!(
+                fresh.recover().await?.is_none(),
+                "a first interruption is retried"
+            );
+            ensure!(runs(&fresh, &good()).await?, "not restored");
+            let recorded = fresh
+                .state
+                .interrupted()?
+                .context("interruption recorded")?;
+            ensure!(
+                recorded.revision == "r2" && recorded.interruptions == 1,
+                "{recorded:?}"
+            );
+            ensure!(fresh.state.applying()?.is_none(), "marker not cleared");
+
+            // The re-apply is interrupted too (apply() carries the count into its marker).
+            fresh.state.mark_applying(&Applying {
+                interruptions: 1,
+                ..marker
+            })?;
+            fresh
+                .netlink
+                .reconcile(&desired(&r2, fresh.netlink.settings())?)
+                .await?;
+            let out = fresh
+                .recover()
+                .await?
+                .expect("a second interruption is a verdict");
             ensure!(
                 out.reason == Some(Reason::ApplyInterrupted) && out.revision == "r2",
                 "{out:?}"
@@ -289,6 +319,10 @@ fn restart_after_crash_mid_apply_restores_last_good() {
             ensure!(out.last_good_revision.as_deref() == Some("r1"));
             ensure!(runs(&fresh, &good()).await?, "not restored");
             ensure!(fresh.recover().await?.is_none(), "marker not cleared");
+            ensure!(
+                fresh.state.interrupted()?.is_none(),
+                "interruption record not cleared"
+            );
             Ok(())
         },
     );

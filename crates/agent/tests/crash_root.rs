@@ -1,6 +1,7 @@
 //! SIGKILL during an apply: the real `netwave-agent` binary against the API testbed, in a throwaway network
-//! namespace (root). After a restart the last good config is back in the kernel and the interrupted
-//! revision is reported `Invalid` (`ApplyInterrupted`) and not re-applied.
+//! namespace (root). After a restart the last good config is restored first. A first interruption is
+//! retried (the revision then provisions); a revision interrupted twice is reported `Invalid`
+//! (`ApplyInterrupted`), the last good config stays in the kernel and it is not applied again.
 
 mod common;
 
@@ -139,18 +140,32 @@ fn sigkill_mid_apply_then_restart_restores_last_good_and_reports() {
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             let marker = dir.path().join("state/applying.json");
-            wait_for("r2 half-applied", async || {
-                Ok(
-                    (marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20"))
-                        .then_some(()),
-                )
-            })
-            .await?;
+            let half_applied = || async {
+                wait_for("r2 half-applied", async || {
+                    Ok(
+                        (marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20"))
+                            .then_some(()),
+                    )
+                })
+                .await
+            };
+            half_applied().await?;
             agent.kill();
             ensure!(marker.exists(), "marker gone before the kill");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
 
-            // Restart: r1 restored first, r2 reported as interrupted and left alone.
+            // Restart: r1 restored, then r2 applied again (one interruption is not a verdict)...
+            let mut agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
+            // ...and interrupted again, mid-way through that second attempt.
+            wait_for("r2 re-applying", async || {
+                let retrying = std::fs::read_to_string(&marker)
+                    .is_ok_and(|m| m.contains("\"interruptions\":1"));
+                Ok((retrying && ip(&["-o", "link", "show"])?.contains("vx.20")).then_some(()))
+            })
+            .await?;
+            agent.kill();
+
+            // Second restart: r1 restored first, r2 reported as interrupted and left alone.
             let _agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
             let s = wait_for("r2 Invalid", async || {
                 Ok(status(&nncs).await?.filter(|s| {
@@ -169,6 +184,64 @@ fn sigkill_mid_apply_then_restart_restores_last_good_and_reports() {
             tokio::time::sleep(Duration::from_secs(1)).await;
             ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
             ensure!(status(&nncs).await?.and_then(|s| s.phase).as_deref() == Some("Invalid"));
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn sigkill_mid_apply_once_then_restart_applies_the_revision() {
+    in_netns(
+        "sigkill_mid_apply_once_then_restart_applies_the_revision",
+        || async {
+            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
+            let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
+            nncs.create(
+                &PostParams::default(),
+                &NodeNetworkConfig::new("n1", spec("r1", vec![l2(10, 1010)])),
+            )
+            .await?;
+            let dir = tempfile::tempdir()?;
+            std::fs::write(
+                dir.path().join("health.yaml"),
+                "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 2\ndeadlineSeconds: 5\n",
+            )?;
+            let mut agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
+            wait_for("r1 Provisioned", async || {
+                Ok(status(&nncs).await?.filter(|s| {
+                    s.phase.as_deref() == Some("Provisioned")
+                        && s.observed_revision.as_deref() == Some("r1")
+                }))
+            })
+            .await?;
+            let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let marker = dir.path().join("state/applying.json");
+            wait_for("r2 half-applied", async || {
+                Ok(
+                    (marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20"))
+                        .then_some(()),
+                )
+            })
+            .await?;
+            agent.kill();
+
+            // The restarted agent restores r1, applies r2 again, and r2 provisions: the rollout goes on.
+            let _agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
+            let s = wait_for("r2 Provisioned", async || {
+                Ok(status(&nncs).await?.filter(|s| {
+                    s.phase.as_deref() == Some("Provisioned")
+                        && s.observed_revision.as_deref() == Some("r2")
+                }))
+            })
+            .await?;
+            ensure!(s.last_good_revision.as_deref() == Some("r2"), "{s:?}");
+            ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
+            ensure!(ip(&["-o", "link", "show"])?.contains("vx.20"));
+            ensure!(!marker.exists());
+            ensure!(!dir.path().join("state/interrupted.json").exists());
             Ok(())
         },
     );
