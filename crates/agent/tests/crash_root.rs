@@ -106,84 +106,105 @@ async fn status(api: &Api<NodeNetworkConfig>) -> Result<Option<NodeNetworkConfig
     Ok(api.get("n1").await?.status)
 }
 
+/// One node `n1` on the testbed, its agent running r1, and r2 (a VNI change and a new segment) just
+/// assigned. The settle delay holds each apply (marker written, kernel changed) long enough to kill it.
+struct Scene {
+    tb: Testbed,
+    nncs: Api<NodeNetworkConfig>,
+    dir: tempfile::TempDir,
+    marker: std::path::PathBuf,
+}
+
+impl Scene {
+    async fn start() -> Result<(Scene, AgentProc)> {
+        let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+        let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
+        let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
+        nncs.create(
+            &PostParams::default(),
+            &NodeNetworkConfig::new("n1", spec("r1", vec![l2(10, 1010)])),
+        )
+        .await?;
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("health.yaml"),
+            "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 2\ndeadlineSeconds: 5\n",
+        )?;
+        let marker = dir.path().join("state/applying.json");
+        let scene = Scene {
+            tb,
+            nncs,
+            dir,
+            marker,
+        };
+        let agent = scene.agent()?;
+        scene.phase("Provisioned", "r1").await?;
+        let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
+        scene
+            .nncs
+            .patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok((scene, agent))
+    }
+
+    fn agent(&self) -> Result<AgentProc> {
+        AgentProc::start(self.tb.kubeconfig_path(), self.dir.path())
+    }
+
+    /// Waits until the agent reports `phase` for `revision`.
+    async fn phase(&self, phase: &str, revision: &str) -> Result<NodeNetworkConfigStatus> {
+        wait_for(&format!("{revision} {phase}"), async || {
+            Ok(status(&self.nncs).await?.filter(|s| {
+                s.phase.as_deref() == Some(phase)
+                    && s.observed_revision.as_deref() == Some(revision)
+            }))
+        })
+        .await
+    }
+
+    /// Waits until r2 is half-applied: marker on disk (carrying `interruptions` earlier ones) and vx.20 in
+    /// the kernel.
+    async fn half_applied(&self, interruptions: u32) -> Result<()> {
+        let want = format!("\"interruptions\":{interruptions}");
+        wait_for("r2 half-applied", async || {
+            let marked = std::fs::read_to_string(&self.marker).is_ok_and(|m| m.contains(&want));
+            Ok((marked && ip(&["-o", "link", "show"])?.contains("vx.20")).then_some(()))
+        })
+        .await
+    }
+}
+
 #[test]
-fn sigkill_mid_apply_then_restart_restores_last_good_and_reports() {
+fn sigkill_mid_apply_twice_restores_last_good_and_reports() {
     in_netns(
-        "sigkill_mid_apply_then_restart_restores_last_good_and_reports",
+        "sigkill_mid_apply_twice_restores_last_good_and_reports",
         || async {
-            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
-            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
-            let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
-            nncs.create(
-                &PostParams::default(),
-                &NodeNetworkConfig::new("n1", spec("r1", vec![l2(10, 1010)])),
-            )
-            .await?;
-            let dir = tempfile::tempdir()?;
-            // The settle delay holds the apply (marker written, kernel changed) long enough to kill it.
-            std::fs::write(
-                dir.path().join("health.yaml"),
-                "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 2\ndeadlineSeconds: 5\n",
-            )?;
-
-            let mut agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
-            wait_for("r1 Provisioned", async || {
-                Ok(status(&nncs).await?.filter(|s| {
-                    s.phase.as_deref() == Some("Provisioned")
-                        && s.observed_revision.as_deref() == Some("r1")
-                }))
-            })
-            .await?;
-
-            // r2: a VNI change and a new segment. Kill the agent while it is applying r2.
-            let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
-            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            let marker = dir.path().join("state/applying.json");
-            let half_applied = || async {
-                wait_for("r2 half-applied", async || {
-                    Ok(
-                        (marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20"))
-                            .then_some(()),
-                    )
-                })
-                .await
-            };
-            half_applied().await?;
+            let (scene, mut agent) = Scene::start().await?;
+            scene.half_applied(0).await?;
             agent.kill();
-            ensure!(marker.exists(), "marker gone before the kill");
+            ensure!(scene.marker.exists(), "marker gone before the kill");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
 
-            // Restart: r1 restored, then r2 applied again (one interruption is not a verdict)...
-            let mut agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
-            // ...and interrupted again, mid-way through that second attempt.
-            wait_for("r2 re-applying", async || {
-                let retrying = std::fs::read_to_string(&marker)
-                    .is_ok_and(|m| m.contains("\"interruptions\":1"));
-                Ok((retrying && ip(&["-o", "link", "show"])?.contains("vx.20")).then_some(()))
-            })
-            .await?;
+            // Restart: r1 restored, then r2 applied again (one interruption is not a verdict)... and
+            // interrupted again, mid-way through that second attempt.
+            let mut agent = scene.agent()?;
+            scene.half_applied(1).await?;
             agent.kill();
 
             // Second restart: r1 restored first, r2 reported as interrupted and left alone.
-            let _agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
-            let s = wait_for("r2 Invalid", async || {
-                Ok(status(&nncs).await?.filter(|s| {
-                    s.phase.as_deref() == Some("Invalid")
-                        && s.observed_revision.as_deref() == Some("r2")
-                }))
-            })
-            .await?;
+            let _agent = scene.agent()?;
+            let s = scene.phase("Invalid", "r2").await?;
             ensure!(s.reason.as_deref() == Some("ApplyInterrupted"), "{s:?}");
             ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
             ensure!(s.config_hash.as_deref() == Some("hash-r1"), "{s:?}");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 1010"));
             ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
-            ensure!(!marker.exists());
+            ensure!(!scene.marker.exists());
             // Not re-applied without a retry bump.
             tokio::time::sleep(Duration::from_secs(1)).await;
             ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
-            ensure!(status(&nncs).await?.and_then(|s| s.phase).as_deref() == Some("Invalid"));
+            let phase = status(&scene.nncs).await?.and_then(|s| s.phase);
+            ensure!(phase.as_deref() == Some("Invalid"), "{phase:?}");
             Ok(())
         },
     );
@@ -194,54 +215,18 @@ fn sigkill_mid_apply_once_then_restart_applies_the_revision() {
     in_netns(
         "sigkill_mid_apply_once_then_restart_applies_the_revision",
         || async {
-            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
-            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
-            let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
-            nncs.create(
-                &PostParams::default(),
-                &NodeNetworkConfig::new("n1", spec("r1", vec![l2(10, 1010)])),
-            )
-            .await?;
-            let dir = tempfile::tempdir()?;
-            std::fs::write(
-                dir.path().join("health.yaml"),
-                "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 2\ndeadlineSeconds: 5\n",
-            )?;
-            let mut agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
-            wait_for("r1 Provisioned", async || {
-                Ok(status(&nncs).await?.filter(|s| {
-                    s.phase.as_deref() == Some("Provisioned")
-                        && s.observed_revision.as_deref() == Some("r1")
-                }))
-            })
-            .await?;
-            let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
-            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-            let marker = dir.path().join("state/applying.json");
-            wait_for("r2 half-applied", async || {
-                Ok(
-                    (marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20"))
-                        .then_some(()),
-                )
-            })
-            .await?;
+            let (scene, mut agent) = Scene::start().await?;
+            scene.half_applied(0).await?;
             agent.kill();
 
             // The restarted agent restores r1, applies r2 again, and r2 provisions: the rollout goes on.
-            let _agent = AgentProc::start(tb.kubeconfig_path(), dir.path())?;
-            let s = wait_for("r2 Provisioned", async || {
-                Ok(status(&nncs).await?.filter(|s| {
-                    s.phase.as_deref() == Some("Provisioned")
-                        && s.observed_revision.as_deref() == Some("r2")
-                }))
-            })
-            .await?;
+            let _agent = scene.agent()?;
+            let s = scene.phase("Provisioned", "r2").await?;
             ensure!(s.last_good_revision.as_deref() == Some("r2"), "{s:?}");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
             ensure!(ip(&["-o", "link", "show"])?.contains("vx.20"));
-            ensure!(!marker.exists());
-            ensure!(!dir.path().join("state/interrupted.json").exists());
+            ensure!(!scene.marker.exists());
+            ensure!(!scene.dir.path().join("state/interrupted.json").exists());
             Ok(())
         },
     );

@@ -307,47 +307,18 @@ pub enum Recorded {
 impl History {
     pub fn record(client: &Client) -> Self {
         let events: Arc<Mutex<Vec<(u64, Recorded)>>> = Arc::default();
-        let mut tasks = Vec::new();
-        {
-            let events = events.clone();
-            let api: Api<NodeNetworkConfig> = Api::all(client.clone());
-            tasks.push(tokio::spawn(async move {
-                let s = watcher(api, watcher::Config::default()).default_backoff();
-                futures::pin_mut!(s);
-                while let Some(Ok(ev)) = s.next().await {
-                    if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
-                        let rv = o
-                            .resource_version()
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        events
-                            .lock()
-                            .unwrap()
-                            .push((rv, Recorded::Config(Box::new(o))));
-                    }
-                }
-            }));
-        }
-        {
-            let events = events.clone();
-            let api: Api<NetworkConfigRevision> = Api::all(client.clone());
-            tasks.push(tokio::spawn(async move {
-                let s = watcher(api, watcher::Config::default()).default_backoff();
-                futures::pin_mut!(s);
-                while let Some(Ok(ev)) = s.next().await {
-                    if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
-                        let rv = o
-                            .resource_version()
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        events
-                            .lock()
-                            .unwrap()
-                            .push((rv, Recorded::Revision(Box::new(o))));
-                    }
-                }
-            }));
-        }
+        let tasks = vec![
+            record_kind(
+                Api::<NodeNetworkConfig>::all(client.clone()),
+                events.clone(),
+                |o| Recorded::Config(Box::new(o)),
+            ),
+            record_kind(
+                Api::<NetworkConfigRevision>::all(client.clone()),
+                events.clone(),
+                |o| Recorded::Revision(Box::new(o)),
+            ),
+        ];
         History { events, tasks }
     }
 
@@ -372,6 +343,35 @@ impl History {
         }
         max
     }
+}
+
+/// Records every version of every object of one kind, keyed by resourceVersion.
+fn record_kind<K>(
+    api: Api<K>,
+    events: Arc<Mutex<Vec<(u64, Recorded)>>>,
+    wrap: fn(K) -> Recorded,
+) -> JoinHandle<()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    tokio::spawn(async move {
+        let s = watcher(api, watcher::Config::default()).default_backoff();
+        futures::pin_mut!(s);
+        while let Some(Ok(ev)) = s.next().await {
+            if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
+                let rv = o
+                    .resource_version()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                events.lock().unwrap().push((rv, wrap(o)));
+            }
+        }
+    })
 }
 
 impl Drop for History {
