@@ -186,6 +186,19 @@ impl NetnsFleet {
         let node = self.nodes.remove(pos);
         if !self.planned_only {
             ip(&["netns", "del", &node.netns])?;
+            // The kernel tears a deleted namespace down asynchronously: until its veth is gone from the
+            // fabric, the "removed" node still answers. Wait for that, so callers see it gone.
+            let fabric_side = node.name.replace("node-", "n");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while ip(&["-n", &self.fabric, "link", "show", &fabric_side]).is_ok() {
+                if std::time::Instant::now() >= deadline {
+                    bail!(
+                        "{}'s veth {fabric_side} still on the fabric 10s after deleting its namespace",
+                        node.name
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
         }
         Ok(())
     }
