@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -76,11 +76,7 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Json,
-    Text,
-}
+pub use netwave_runtime::LogFormat;
 
 /// `maxUnavailable`-style value: an absolute count or a percentage of eligible nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,6 @@
 //! ```
 
 pub mod args;
-pub mod http;
 pub mod lease;
 pub mod metrics;
 pub mod reconcile;

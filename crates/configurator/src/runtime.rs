@@ -4,50 +4,21 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kube::Client;
-use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::{Recorder, Reporter};
 use netwave_core::fleet::FleetParams;
 use netwave_core::rollout::{Budget, PolicyDefaults};
+use netwave_runtime::{self as http, Readiness};
 use tokio::sync::{Notify, watch as channel};
 use tracing::info;
 
-use crate::args::{Args, IntOrPercent, LogFormat};
-use crate::http::{self, Readiness};
+use crate::args::{Args, IntOrPercent};
 use crate::lease::{Elector, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{Reconciler, Settings};
 use crate::watch as watches;
 use crate::writer::Writer;
 
-pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-}
-
-/// Kubeconfig from the flag, else in-cluster, else `$KUBECONFIG` / `~/.kube/config`.
-pub async fn client(args: &Args) -> anyhow::Result<Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
-        }
-        None => match Config::incluster() {
-            Ok(c) => c,
-            Err(_) => Config::infer()
-                .await
-                .context("no in-cluster config and no usable kubeconfig")?,
-        },
-    };
-    Ok(Client::try_from(config)?)
-}
+pub use netwave_runtime::{init_tracing, shutdown_signal};
 
 pub fn settings(args: &Args) -> Settings {
     Settings {
@@ -69,20 +40,15 @@ pub fn settings(args: &Args) -> Settings {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+fn metrics_router(metrics: &Arc<Metrics>) -> axum::Router {
+    let metrics = metrics.clone();
+    http::metrics_router(move || metrics.encode())
 }
 
 /// Runs the configurator until SIGTERM/SIGINT: on shutdown the reconcile in progress finishes its
 /// writes, then the lease is released so a standby takes over at once.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = client(&args).await?;
+    let client = netwave_runtime::client(args.kubeconfig.as_deref()).await?;
     run_with(args, client, shutdown_signal()).await
 }
 
@@ -94,7 +60,7 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let ready = Readiness::default();
-    let metrics_addr = http::serve(args.metrics_addr, http::metrics_router(metrics.clone()))
+    let metrics_addr = http::serve(args.metrics_addr, metrics_router(&metrics))
         .await
         .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
     let health_addr = http::serve(args.health_addr, http::health_router(ready.clone()))

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
 use crate::model::{NodeSettings, VXLAN_PORT};
 
@@ -64,11 +64,7 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Json,
-    Text,
-}
+pub use netwave_runtime::LogFormat;
 
 impl Args {
     /// Checks values clap cannot.

@@ -37,55 +37,16 @@ use crate::backup::StateDir;
 use crate::health::{ApiCheck, HealthConfig, Prober};
 use crate::netlink::Netlink;
 use crate::reconcile::{Agent, Decision, Outcome, Target, decide};
-use args::{Args, LogFormat};
+use args::Args;
 use metrics::{ApplyLabels, Metrics};
 
 pub const FIELD_MANAGER: &str = "netwave-agent";
 pub const NETWORK_READY: &str = "NetworkReady";
 
-pub fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-}
-
-/// Kubeconfig from the flag, else in-cluster, else `$KUBECONFIG` / `~/.kube/config`.
-pub async fn client(args: &Args) -> anyhow::Result<Client> {
-    use kube::config::{Config, KubeConfigOptions, Kubeconfig};
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
-        }
-        None => match Config::incluster() {
-            Ok(c) => c,
-            Err(_) => Config::infer()
-                .await
-                .context("no in-cluster config and no usable kubeconfig")?,
-        },
-    };
-    Ok(Client::try_from(config)?)
-}
-
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
+pub use netwave_runtime::{init_tracing, shutdown_signal};
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = client(&args).await?;
+    let client = netwave_runtime::client(args.kubeconfig.as_deref()).await?;
     run_with(args, client, shutdown_signal()).await
 }
 

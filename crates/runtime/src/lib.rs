@@ -1,0 +1,109 @@
+//! Plumbing shared by `netwave-configurator` and `netwave-agent` (shells only; nothing here decides):
+//! log setup, the Kubernetes client, shutdown signals and the `/metrics`, `/healthz`, `/readyz` endpoints.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use kube::Client;
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Structured logs to stderr; `RUST_LOG` overrides the default `info` filter.
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Kubeconfig from the flag, else in-cluster, else `$KUBECONFIG` / `~/.kube/config`.
+pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?
+        }
+        None => match Config::incluster() {
+            Ok(c) => c,
+            Err(_) => Config::infer()
+                .await
+                .context("no in-cluster config and no usable kubeconfig")?,
+        },
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Set once the process is ready to serve (caches synced, start-up recovery done).
+#[derive(Clone, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set_ready(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// `/metrics`, answered with whatever `encode` returns (a registry's text exposition).
+pub fn metrics_router(encode: impl Fn() -> String + Clone + Send + Sync + 'static) -> Router {
+    Router::new().route("/metrics", get(move || async move { encode() }))
+}
+
+/// `/healthz` (process alive) and `/readyz` (503 until `ready` is set).
+pub fn health_router(ready: Readiness) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(r): State<Readiness>| async move {
+                if r.is_ready() {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                }
+            }),
+        )
+        .with_state(ready)
+}
+
+/// Binds `addr` now (so a bad address fails at start) and serves `router` in the background.
+pub async fn serve(addr: SocketAddr, router: Router) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!(error = %e, %local, "http server stopped");
+        }
+    });
+    Ok(local)
+}
