@@ -97,6 +97,18 @@ impl NetnsFleet {
         // From here on, drop cleans up whatever was created, also on an early return.
         ip(&["netns", "add", &fleet.fabric])?;
         ip(&["-n", &fleet.fabric, "link", "add", "br0", "type", "bridge"])?;
+        // A bridge without a set address takes the lowest MAC of its ports, so it changes whenever a
+        // node joins or leaves; every node's ARP entry for the fabric address (the agents' probe target)
+        // then points nowhere for tens of seconds. Pin it.
+        ip(&[
+            "-n",
+            &fleet.fabric,
+            "link",
+            "set",
+            "br0",
+            "address",
+            "02:00:00:00:fa:b0",
+        ])?;
         ip(&["-n", &fleet.fabric, "link", "set", "br0", "up"])?;
         ip(&["-n", &fleet.fabric, "link", "set", "lo", "up"])?;
         for _ in 0..n {
