@@ -61,6 +61,11 @@ pub struct Args {
     /// Underlay MTU the VXLAN devices' MTU must fit in (VXLAN adds 50 bytes over IPv4, 70 over IPv6).
     #[arg(long, default_value_t = 9100, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub underlay_mtu: u32,
+    /// A new revision is cut only after the inputs have stopped changing for this long, so a directory of
+    /// manifests applied object by object (or a GitOps sync) becomes one revision, not a string of partial
+    /// ones that each start rolling out. A steady stream of changes waits at most 10 times this. 0 = off.
+    #[arg(long, env = "NETWAVE_INPUT_SETTLE", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub input_settle: Duration,
     /// Full reconcile at least this often even without changes.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
@@ -129,6 +134,13 @@ impl Args {
             if d < Duration::from_secs(1) {
                 return Err(format!("{flag} must be at least 1s"));
             }
+        }
+        if self.input_settle > Duration::from_secs(60) {
+            return Err(format!(
+                "--input-settle ({:?}) must be at most 60s: every input change waits this long before it \
+                 becomes a revision",
+                self.input_settle
+            ));
         }
         if self.resync_interval < Duration::from_secs(1) {
             return Err("--resync-interval must be at least 1s".into());

@@ -37,6 +37,7 @@ pub fn settings(args: &Args) -> Settings {
             ..FleetParams::default()
         },
         resync: args.resync_interval,
+        input_settle: args.input_settle,
     }
 }
 

@@ -227,6 +227,44 @@ async fn a_new_revision_supersedes_a_running_one_within_budget() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifests_applied_one_by_one_become_one_revision() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    // The configurator is already running when the admin applies the sample directory, one object
+    // every 150 ms: 2.7 s in all, longer than the window, but never quiet for a whole window.
+    let c = Configurator::start(
+        env.client.clone(),
+        args(&["--max-unavailable", "2", "--input-settle", "1s"]),
+    );
+    let pp = PostParams::default();
+    for m in netwave_api::manifest::samples().unwrap() {
+        match m {
+            netwave_api::manifest::Manifest::Vrf(o) => {
+                drop(Api::all(env.client.clone()).create(&pp, &o).await.unwrap())
+            }
+            netwave_api::manifest::Manifest::Layer2(o) => {
+                drop(Api::all(env.client.clone()).create(&pp, &o).await.unwrap())
+            }
+            netwave_api::manifest::Manifest::RoutingTable(o) => {
+                drop(Api::all(env.client.clone()).create(&pp, &o).await.unwrap())
+            }
+            _ => continue,
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            revisions(&env.client).await.is_empty(),
+            "a revision was cut from a partial set of inputs"
+        );
+    }
+    let done = only_revision(&env, "Complete").await;
+    assert_eq!(done.spec.inputs.layer2s.len(), 12, "the whole directory");
+    assert_eq!(done.spec.inputs.routing_tables.len(), 2);
+    assert_eq!(done.status.unwrap().updated, 4);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
     let env = env().await;
     add_nodes(&env.client, &node_names(4)).await;

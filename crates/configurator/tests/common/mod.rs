@@ -126,6 +126,8 @@ pub fn args(extra: &[&str]) -> Args {
         "text",
         "--resync-interval",
         "2s",
+        "--input-settle",
+        "300ms",
     ];
     argv.extend_from_slice(extra);
     let args = Args::try_parse_from(argv).unwrap();
