@@ -5,6 +5,8 @@
 //!   does not parse or whose checksum does not match is [`BackupError::Corrupt`]: reported, never applied.
 //! - `applying.json`: written before every apply and removed after its outcome is settled. Finding it at
 //!   start means the agent died mid-apply: restore the last good config first.
+//! - `interrupted.json`: which apply was interrupted, and how often (one interruption is retried).
+//! - `rejected.json`: the last revision and retry judged `Invalid`, with reason and message.
 //!
 //! Every write is atomic (omicron's ledger pattern): write a temp file, fsync it, rename it over the
 //! target, fsync the directory. A crash leaves either the old or the new file, never a torn one.
@@ -21,6 +23,9 @@ pub const LAST_GOOD_FILE: &str = "last-good.json";
 pub const APPLYING_FILE: &str = "applying.json";
 /// Which revision's apply was interrupted, and how often: an interruption is retried once, not judged.
 pub const INTERRUPTED_FILE: &str = "interrupted.json";
+/// The last revision (and retry) this node judged `Invalid`: a restart before that verdict reached the
+/// API server reports it again instead of applying the bad config a second time.
+pub const REJECTED_FILE: &str = "rejected.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -91,6 +96,16 @@ pub struct Applying {
     /// Earlier applies of this revision and retry that were interrupted (agent killed, node rebooted).
     #[serde(default)]
     pub interruptions: u32,
+}
+
+/// A verdict of `Invalid` on one revision and retry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejected {
+    pub revision: String,
+    pub retry: u32,
+    pub reason: String,
+    pub message: String,
 }
 
 /// The agent's state directory.
@@ -182,6 +197,18 @@ impl StateDir {
     /// The interruption record, if any; an unreadable one reads as none (it only grants a retry).
     pub fn interrupted(&self) -> Result<Option<Applying>, BackupError> {
         let path = self.dir.join(INTERRUPTED_FILE);
+        Ok(read_opt(&path)?.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    pub fn save_rejected(&self, rejected: &Rejected) -> Result<(), BackupError> {
+        let bytes = serde_json::to_vec(rejected).expect("state always serializes");
+        self.write_atomic(REJECTED_FILE, &bytes)
+    }
+
+    /// The last verdict, if any; an unreadable one reads as none (the revision is then applied again,
+    /// which is what happened before this record existed).
+    pub fn rejected(&self) -> Result<Option<Rejected>, BackupError> {
+        let path = self.dir.join(REJECTED_FILE);
         Ok(read_opt(&path)?.and_then(|b| serde_json::from_slice(&b).ok()))
     }
 
@@ -333,5 +360,25 @@ mod tests {
         again.clear_applying().unwrap();
         assert_eq!(s.applying().unwrap(), None);
         again.clear_applying().unwrap();
+    }
+
+    #[test]
+    fn a_verdict_survives_a_restart_and_a_torn_one_reads_as_none() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(t.path()).unwrap();
+        assert_eq!(s.rejected().unwrap(), None);
+        let r = Rejected {
+            revision: "r4".into(),
+            retry: 2,
+            reason: "HealthCheckFailed".into(),
+            message: "HealthCheckFailed: api: connection refused".into(),
+        };
+        s.save_rejected(&r).unwrap();
+        assert_eq!(
+            StateDir::open(t.path()).unwrap().rejected().unwrap(),
+            Some(r)
+        );
+        fs::write(t.path().join(REJECTED_FILE), b"{\"revis").unwrap();
+        assert_eq!(s.rejected().unwrap(), None);
     }
 }

@@ -18,7 +18,7 @@ use std::fmt;
 
 use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, ProbeResult};
 
-use crate::backup::{Applying, BackupError, LastGood, StateDir};
+use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
 use crate::health::{Prober, first_gating_failure, gating};
 use crate::model::{Capabilities, Dataplane, desired, missing_features};
 use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
@@ -43,6 +43,18 @@ impl Reason {
             Reason::HealthCheckFailed => "HealthCheckFailed",
             Reason::ApplyInterrupted => "ApplyInterrupted",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<Reason> {
+        [
+            Reason::InvalidConfig,
+            Reason::KernelUnsupported,
+            Reason::ApplyFailed,
+            Reason::HealthCheckFailed,
+            Reason::ApplyInterrupted,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 }
 
@@ -174,8 +186,51 @@ impl Agent {
     }
 
     /// Applies `t` with health checks and rollback. Never panics on kernel or probe failures: every
-    /// failure is an `Invalid` outcome naming its step.
+    /// failure is an `Invalid` outcome naming its step, and is recorded in the state dir (see
+    /// [`Agent::rejected_outcome`]).
     pub async fn apply(&self, t: &Target) -> Outcome {
+        let o = self.apply_unrecorded(t).await;
+        self.record_verdict(&o);
+        o
+    }
+
+    fn record_verdict(&self, o: &Outcome) {
+        let Some(reason) = o.reason else { return };
+        let rejected = Rejected {
+            revision: o.revision.clone(),
+            retry: o.retry,
+            reason: reason.as_str().to_string(),
+            message: o.message.clone(),
+        };
+        if let Err(e) = self.state.save_rejected(&rejected) {
+            tracing::warn!(error = %e, "recording the Invalid verdict (a restart may apply it again)");
+        }
+    }
+
+    /// The `Invalid` outcome this node already reached for exactly `t` (revision and retry), from the state
+    /// dir: after a restart it is reported again, and `t` is not applied a second time. The kernel runs
+    /// the last good config (the verdict's rollback, or the restore at start).
+    pub fn rejected_outcome(&self, t: &Target) -> Option<Outcome> {
+        let r = self.state.rejected().ok().flatten()?;
+        if r.revision != t.revision || r.retry != t.retry {
+            return None;
+        }
+        let last_good = self.last_good().ok().flatten();
+        Some(Outcome {
+            revision: r.revision,
+            retry: r.retry,
+            reason: Some(Reason::parse(&r.reason).unwrap_or(Reason::ApplyFailed)),
+            message: r.message,
+            running_hash: last_good.as_ref().map(|l| l.config_hash.clone()),
+            last_good_revision: last_good.map(|l| l.revision),
+            probes: Vec::new(),
+            applied: 0,
+            writes: 0,
+            rolled_back: false,
+        })
+    }
+
+    async fn apply_unrecorded(&self, t: &Target) -> Outcome {
         let last_good = self.last_good();
         let lg_rev = last_good
             .as_ref()
@@ -364,7 +419,7 @@ impl Agent {
         self.state.clear_applying()?;
         self.state.clear_interrupted()?;
         let reason = Reason::ApplyInterrupted;
-        Ok(Some(Outcome {
+        let outcome = Outcome {
             revision: marker.revision.clone(),
             retry: marker.retry,
             reason: Some(reason),
@@ -378,7 +433,9 @@ impl Agent {
             applied: 0,
             writes: 0,
             rolled_back: true,
-        }))
+        };
+        self.record_verdict(&outcome);
+        Ok(Some(outcome))
     }
 
     /// Drift repair: bring the kernel back to the config it should be running (the last good one).

@@ -71,7 +71,11 @@ async fn wait_status(
 }
 
 async fn metrics() -> Result<String> {
-    let mut s = tokio::net::TcpStream::connect("127.0.0.1:19091").await?;
+    metrics_at(19091).await
+}
+
+async fn metrics_at(port: u16) -> Result<String> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
         .await?;
     let mut out = String::new();
@@ -251,9 +255,9 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
 }
 
 #[test]
-fn api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back() {
+fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_restart() {
     in_netns(
-        "api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back",
+        "api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_restart",
         || async {
             let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
             let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
@@ -279,7 +283,7 @@ fn api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back() {
                 node_name: "n1".into(),
                 state_dir: dir.path().join("state"),
                 health_config: Some(health),
-                drift_interval: Duration::from_secs(3600),
+                drift_interval: Duration::from_secs(1),
                 vxlan_local: Some("198.18.0.10".parse()?),
                 vxlan_port: 4789,
                 vlan_trunk: None,
@@ -295,7 +299,7 @@ fn api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back() {
                 ..Default::default()
             });
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let agent = tokio::spawn(shell::run_with(args, agent_client, async {
+            let agent = tokio::spawn(shell::run_with(args.clone(), agent_client.clone(), async {
                 let _ = stopped.await;
             }));
             wait_status(&nncs, "r1 Provisioned", |s| {
@@ -339,8 +343,39 @@ fn api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back() {
                 "reported while cut off?! {s:?}"
             );
 
-            // Back online: the report arrives.
+            // Still cut off, with the Invalid report undelivered: drift is repaired all the same.
+            ip(&["link", "del", "vx.10"])?;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !ip(&["-o", "link", "show"])?.contains("vx.10") {
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "no drift repair while the API server is unreachable"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+
+            // SIGTERM while cut off: the agent stops after its short grace for undelivered reports.
+            let _ = stop.send(());
+            let started = std::time::Instant::now();
+            tokio::time::timeout(Duration::from_secs(10), agent)
+                .await
+                .context("the agent did not stop while cut off from the API server")?
+                .context("agent task")??;
+            let took = started.elapsed();
+            ensure!(took < Duration::from_secs(8), "stopping took {took:?}");
+
+            // Back online, a new agent process: it reports the verdict from before the restart instead
+            // of applying r2 again.
             tb.faults().heal();
+            let args = Args {
+                metrics_addr: "127.0.0.1:19095".parse()?,
+                health_addr: "127.0.0.1:19096".parse()?,
+                ..args
+            };
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let agent = tokio::spawn(shell::run_with(args, agent_client, async {
+                let _ = stopped.await;
+            }));
             let s = wait_status(&nncs, "r2 Invalid", |s| {
                 s.phase.as_deref() == Some("Invalid")
                     && s.observed_revision.as_deref() == Some("r2")
@@ -357,6 +392,15 @@ fn api_cut_by_a_new_config_rolls_back_locally_and_reports_when_back() {
             ensure!(
                 s.last_good_revision.as_deref() == Some("r1")
                     && s.config_hash.as_deref() == Some("hash-r1")
+            );
+            ensure!(
+                !ip(&["-o", "link", "show"])?.contains("vx.20"),
+                "r2 was applied again"
+            );
+            let m = metrics_at(19095).await?;
+            ensure!(
+                metric(&m, "netwave_agent_netlink_writes_total") == 0.0,
+                "the restarted agent changed the kernel: {m}"
             );
             let _ = stop.send(());
             agent.await.context("agent task")??;

@@ -34,6 +34,7 @@ pub struct Metrics {
     pub managed_objects: Gauge,
     pub netlink_writes: Counter,
     pub status_write_errors: Counter,
+    pub status_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -94,6 +95,12 @@ impl Default for Metrics {
             "Failed NodeNetworkConfig status writes (retried)",
             status_write_errors.clone(),
         );
+        let status_pending = Gauge::default();
+        registry.register(
+            "status_pending",
+            "1 while a status change waits to be written (API server unreachable or refusing)",
+            status_pending.clone(),
+        );
         Metrics {
             registry,
             apply_duration,
@@ -105,6 +112,7 @@ impl Default for Metrics {
             managed_objects,
             netlink_writes,
             status_write_errors,
+            status_pending,
         }
     }
 }

@@ -6,14 +6,19 @@
 //!  watch own NNC ──► latest spec ─► reconcile::decide ─► Agent::apply / fast path / skip
 //!  watch own Node ─► taints                              │
 //!  drift timer ───► Agent::repair_drift                  ▼
-//!                                        status (retried with backoff until the API answers)
+//!                                  report::Reporter: status, NetworkReady, taints, Events, each
+//!                                  delivered by its own task, retried until the API answers
 //! ```
+//!
+//! Nothing in the loop waits for the API server: while it is unreachable the node still applies, rolls
+//! back, repairs drift and stops on SIGTERM (after a short grace for undelivered reports).
 //!
 //! [`run_with`] takes any `kube::Client`, so tests run the agent against the API testbed in-process.
 
 pub mod args;
 pub mod http;
 pub mod metrics;
+pub mod report;
 pub mod status;
 
 use std::sync::Arc;
@@ -23,13 +28,12 @@ use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
-use serde_json::json;
 use tokio::sync::watch as channel;
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -39,6 +43,10 @@ use crate::netlink::Netlink;
 use crate::reconcile::{Agent, Decision, Outcome, Target, decide};
 use args::Args;
 use metrics::{ApplyLabels, Metrics};
+use report::Reporter as ApiReporter;
+
+/// On shutdown, how long undelivered reports may still take.
+const REPORT_GRACE: Duration = Duration::from_secs(5);
 
 pub const FIELD_MANAGER: &str = "netwave-agent";
 pub const NETWORK_READY: &str = "NetworkReady";
@@ -58,12 +66,10 @@ fn now() -> Time {
 struct Shell {
     node: String,
     agent: Agent,
-    client: Client,
     metrics: Arc<Metrics>,
-    recorder: Recorder,
-    taints: Vec<String>,
-    /// The status this agent last wrote successfully (fresher than the watch while our own write is in
-    /// flight; the agent is the only writer).
+    reporter: ApiReporter,
+    /// The status this agent last reported (fresher than the watch while its delivery is pending; the
+    /// agent is the only writer).
     reported: Option<NodeNetworkConfigStatus>,
 }
 
@@ -131,13 +137,18 @@ pub async fn run_with(
             instance: Some(args.node_name.clone()),
         },
     );
+    let reporter = ApiReporter::start(
+        client,
+        args.node_name.clone(),
+        taints,
+        recorder,
+        metrics.clone(),
+    );
     let mut shell = Shell {
         node: args.node_name.clone(),
         agent,
-        client,
         metrics,
-        recorder,
-        taints,
+        reporter,
         reported: None,
     };
     let mut drift = tokio::time::interval(args.drift_interval);
@@ -150,7 +161,7 @@ pub async fn run_with(
         let nnc = nnc_rx.borrow_and_update().clone();
         if let Some(nnc) = nnc {
             if let Some(o) = interrupted.take() {
-                shell.report(&nnc, &o).await;
+                shell.report(&nnc, &o);
             }
             shell.handle(&nnc).await;
         }
@@ -159,7 +170,7 @@ pub async fn run_with(
             // Someone re-tainted a healthy node (or the Node came back): take our taints off again.
             r = node_rx.changed() => {
                 if r.is_err() { break }
-                if shell.healthy() { shell.remove_taints().await; }
+                shell.reporter.node_changed();
                 continue;
             }
             _ = drift.tick() => {
@@ -170,6 +181,7 @@ pub async fn run_with(
         }
     }
     info!("netwave-agent stopping");
+    shell.reporter.shutdown(REPORT_GRACE).await;
     Ok(())
 }
 
@@ -221,9 +233,21 @@ impl Shell {
         let span = info_span!("reconcile", node = %self.node, revision = %nnc.spec.revision);
         let decision = decide(&nnc.spec, status.as_ref(), running.as_deref());
         let target = Target::from(&nnc.spec);
+        // Judged Invalid before a restart, and the verdict never reached the API server: report it
+        // instead of applying the bad config again.
+        if decision == Decision::Apply
+            && let Some(o) = self.agent.rejected_outcome(&target)
+        {
+            warn!(revision = %o.revision, message = %o.message, "reporting an Invalid verdict from before the restart");
+            self.report(nnc, &o);
+            self.reporter.network_ready(false);
+            return;
+        }
         async {
             match decision {
-                Decision::UpToDate | Decision::SkipInvalid => {}
+                // Also after a restart: the Node's condition (and taints) match what runs.
+                Decision::UpToDate => self.reporter.network_ready(true),
+                Decision::SkipInvalid => self.reporter.network_ready(false),
                 Decision::FastPath => {
                     let outcome = match self.agent.record_fast_path(&target) {
                         Ok(()) => Outcome {
@@ -244,13 +268,14 @@ impl Shell {
                             return;
                         }
                     };
-                    self.report(nnc, &outcome).await;
-                    self.node_ready(true).await;
+                    self.report(nnc, &outcome);
+                    self.reporter.network_ready(true);
                 }
                 Decision::Apply => {
                     let prev = status.clone();
                     let st = status::provisioning(&target, prev.as_ref(), &self.agent.caps, now());
-                    self.write_status(&nnc.name_any(), &st).await;
+                    self.reported = Some(st.clone());
+                    self.reporter.status(&nnc.name_any(), st);
                     let start = std::time::Instant::now();
                     let before = self.agent.netlink.writes();
                     let outcome = self.agent.apply(&target).await;
@@ -265,8 +290,8 @@ impl Shell {
                         self.metrics.rollbacks.inc();
                     }
                     info!(phase = outcome.phase(), message = %outcome.message, "apply finished");
-                    self.report(nnc, &outcome).await;
-                    self.node_ready(outcome.reason.is_none()).await;
+                    self.report(nnc, &outcome);
+                    self.reporter.network_ready(outcome.reason.is_none());
                 }
             }
         }
@@ -274,8 +299,8 @@ impl Shell {
         .await
     }
 
-    /// Status (retried until written), metrics and an Event for `o`.
-    async fn report(&mut self, nnc: &NodeNetworkConfig, o: &Outcome) {
+    /// Status, metrics and an Event for `o` (delivered in the background).
+    fn report(&mut self, nnc: &NodeNetworkConfig, o: &Outcome) {
         self.metrics
             .applies
             .get_or_create(&ApplyLabels {
@@ -285,7 +310,8 @@ impl Shell {
             .inc();
         let prev = self.reported.clone().or_else(|| nnc.status.clone());
         let st = status::from_outcome(o, prev.as_ref(), &self.agent.caps, now());
-        self.write_status(&nnc.name_any(), &st).await;
+        self.reported = Some(st.clone());
+        self.reporter.status(&nnc.name_any(), st);
         if let Some(reason) = o.reason {
             let ev = Event {
                 type_: EventType::Warning,
@@ -294,115 +320,8 @@ impl Shell {
                 action: if o.rolled_back { "Rollback" } else { "Apply" }.into(),
                 secondary: None,
             };
-            if let Err(e) = self.recorder.publish(&ev, &nnc.object_ref(&())).await {
-                warn!(error = %e, "publishing event");
-            }
+            self.reporter.event(ev, nnc.object_ref(&()));
         }
-    }
-
-    /// Writes NNC status with server-side apply, retrying with backoff until the API server takes it: if
-    /// the API was unreachable (even because of a config we rolled back), we report once it is back.
-    async fn write_status(&mut self, name: &str, st: &NodeNetworkConfigStatus) {
-        let api: Api<NodeNetworkConfig> = Api::all(self.client.clone());
-        let patch = json!({
-            "apiVersion": "netwave.dev/v1alpha1",
-            "kind": "NodeNetworkConfig",
-            "status": st,
-        });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let mut delay = Duration::from_millis(200);
-        loop {
-            match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
-                Ok(_) => {
-                    self.reported = Some(st.clone());
-                    return;
-                }
-                // Our NNC is gone: nothing to report to.
-                Err(kube::Error::Api(ae)) if ae.code == 404 => return,
-                Err(e) => {
-                    self.metrics.status_write_errors.inc();
-                    warn!(error = %e, retry_in = ?delay, "writing status failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
-                }
-            }
-        }
-    }
-
-    /// `NetworkReady` condition on our Node, and removal of the configured taints once healthy. Best
-    /// effort: failures are logged and retried on the next apply.
-    async fn node_ready(&self, healthy: bool) {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let cond = json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "status": { "conditions": [{
-                "type": NETWORK_READY,
-                "status": if healthy { "True" } else { "False" },
-                "reason": if healthy { "Provisioned" } else { "Invalid" },
-                "message": "reported by netwave-agent",
-                "lastHeartbeatTime": now(),
-                "lastTransitionTime": now(),
-            }]}
-        });
-        if let Err(e) = nodes
-            .patch_status(
-                &self.node,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&cond),
-            )
-            .await
-        {
-            warn!(error = %e, "setting the NetworkReady condition");
-        }
-        if healthy {
-            self.remove_taints().await;
-        }
-    }
-
-    /// Removes the configured taints from our Node (read fresh: the conditional replace needs the current
-    /// resourceVersion).
-    async fn remove_taints(&self) {
-        if self.taints.is_empty() {
-            return;
-        }
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get(&self.node).await {
-            Ok(n) => n,
-            Err(e) => {
-                warn!(error = %e, "reading own Node");
-                return;
-            }
-        };
-        let taints = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default();
-        let keep: Vec<_> = taints
-            .iter()
-            .filter(|t| !self.taints.contains(&t.key))
-            .collect();
-        if keep.len() == taints.len() {
-            return;
-        }
-        // resourceVersion makes the replace conditional: a concurrent taint change is not lost.
-        let patch = json!({
-            "metadata": { "resourceVersion": node.resource_version() },
-            "spec": { "taints": keep },
-        });
-        match nodes
-            .patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => info!(removed = ?self.taints, "removed taints: node network is healthy"),
-            Err(e) => warn!(error = %e, "removing taints"),
-        }
-    }
-
-    fn healthy(&self) -> bool {
-        self.reported.as_ref().and_then(|s| s.phase.as_deref())
-            == Some(crate::reconcile::PROVISIONED)
     }
 
     async fn repair_drift(&mut self, nnc: Option<&NodeNetworkConfig>) {
@@ -423,9 +342,7 @@ impl Shell {
                         action: "Reconcile".into(),
                         secondary: None,
                     };
-                    if let Err(e) = self.recorder.publish(&ev, &nnc.object_ref(&())).await {
-                        warn!(error = %e, "publishing event");
-                    }
+                    self.reporter.event(ev, nnc.object_ref(&()));
                 }
             }
             Err(e) => error!(error = %e, "drift repair failed"),
