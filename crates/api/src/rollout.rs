@@ -190,6 +190,10 @@ pub struct NetworkConfigRevisionStatus {
     /// When `spec.paused` was first seen set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<Time>,
+    /// Who set `spec.paused`: the field manager that owns it in `metadata.managedFields` (e.g.
+    /// `kubectl-patch`, `kubectl-edit`, `argocd-controller`) and when it wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
     /// Last time a node became updated (or the rollout became the target, resumed or was retried); the
     /// progress deadline counts from here. Kept in status so a new leader continues the same clock.
     #[serde(skip_serializing_if = "Option::is_none")]

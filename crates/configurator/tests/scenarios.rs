@@ -36,7 +36,11 @@ async fn set_paused(env: &Env, name: &str, paused: bool) {
     Api::<NetworkConfigRevision>::all(env.client.clone())
         .patch(
             name,
-            &PatchParams::default(),
+            // As a tool an admin runs identifies itself (kubectl sends kubectl-patch, kubectl-edit, …).
+            &PatchParams {
+                field_manager: Some("ops-alice".into()),
+                ..PatchParams::default()
+            },
             &Patch::Merge(json!({"spec": {"paused": paused}})),
         )
         .await
@@ -68,7 +72,21 @@ async fn pause_stops_new_assignments_and_resume_completes() {
         }
     })
     .await;
-    assert!(paused.status.as_ref().unwrap().paused_at.is_some());
+    let st = paused.status.as_ref().unwrap();
+    assert!(st.paused_at.is_some());
+    let by = st.paused_by.as_deref().unwrap_or_default();
+    assert!(by.starts_with("ops-alice at "), "pausedBy: {by:?}");
+    assert!(
+        condition(&paused, "Paused").is_some_and(|(_, reason)| reason == "PausedBySpec")
+            && paused
+                .status
+                .as_ref()
+                .unwrap()
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Paused" && c.message.contains("set by ops-alice at ")),
+        "the Paused condition names who paused"
+    );
     // In-flight nodes finish; nobody new is assigned while paused.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let assigned = configs(&env.client)
@@ -96,7 +114,9 @@ async fn pause_stops_new_assignments_and_resume_completes() {
 
     set_paused(&env, &rev, false).await;
     let done = only_revision(&env, "Complete").await;
-    assert_eq!(done.status.unwrap().updated, 8);
+    let st = done.status.unwrap();
+    assert_eq!(st.updated, 8);
+    assert_eq!(st.paused_by, None, "cleared on resume");
     c.stop().await;
 }
 

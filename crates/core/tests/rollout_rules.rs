@@ -623,10 +623,21 @@ fn pause_stops_new_assignments_while_nodes_in_flight_finish() {
     store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
     run(&mut store, at(1));
     store.revision("r2").paused = true;
+    store.revision("r2").paused_by = Some("kubectl-patch at 2026-11-21T10:03:00Z".into());
     let plan = run(&mut store, at(2));
     assert!(plan.assignments.is_empty());
     assert!(event_reasons(&plan).contains(&EventReason::RolloutPaused));
+    assert!(
+        plan.events.iter().any(|e| e
+            .message
+            .contains("set by kubectl-patch at 2026-11-21T10:03:00Z")),
+        "the event says who paused"
+    );
     assert_eq!(status(&store, "r2").paused_at, Some(at(2).to_time()));
+    assert_eq!(
+        status(&store, "r2").paused_by.as_deref(),
+        Some("kubectl-patch at 2026-11-21T10:03:00Z")
+    );
     assert_eq!(condition(&store, "r2", "Paused").0, "True");
     assert!(
         plan.report
@@ -642,6 +653,7 @@ fn pause_stops_new_assignments_while_nodes_in_flight_finish() {
     assert!(event_reasons(&plan).contains(&EventReason::RolloutResumed));
     assert_eq!(plan.assignments.len(), 2);
     assert_eq!(status(&store, "r2").paused_at, None);
+    assert_eq!(status(&store, "r2").paused_by, None);
 }
 
 #[test]

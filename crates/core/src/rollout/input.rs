@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionStatus, NodeNetworkConfig,
     RolloutPolicy, ValidationResult,
@@ -41,6 +42,8 @@ pub struct RevisionState {
     /// `spec.rollout` as written; merged over [`PolicyDefaults`] inside the step.
     pub policy: RolloutPolicy,
     pub paused: bool,
+    /// Who last wrote `spec.paused` (field manager and time, from managedFields), when known.
+    pub paused_by: Option<String>,
     pub retry: u32,
     pub status: NetworkConfigRevisionStatus,
     /// Fleet-wide validation of this revision against the current nodes, computed by the caller.
@@ -192,11 +195,35 @@ impl RevisionState {
             hash: rev.spec.hash.clone(),
             policy: rev.spec.rollout.clone(),
             paused: rev.spec.paused,
+            paused_by: field_writer(&rev.metadata, &["spec", "paused"]),
             retry: rev.spec.retry,
             status: rev.status.clone().unwrap_or_default(),
             validation,
         })
     }
+}
+
+/// The field manager that last wrote the field at `path` (e.g. `["spec", "paused"]`), with the time of
+/// that write: `kubectl-patch at 2026-11-21T10:03:00Z`. Several owners (server-side apply): the latest.
+pub fn field_writer(meta: &ObjectMeta, path: &[&str]) -> Option<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| {
+            let mut v = e.fields_v1.as_ref().map(|f| &f.0);
+            for p in path {
+                v = v.and_then(|v| v.get(format!("f:{p}")));
+            }
+            v.is_some()
+        })
+        .max_by_key(|e| e.time.as_ref().map(|t| t.0))
+        .and_then(|e| {
+            let who = e.manager.clone()?;
+            Some(match &e.time {
+                Some(t) => format!("{who} at {}", t.0),
+                None => who,
+            })
+        })
 }
 
 impl NodeConfigState {
@@ -259,5 +286,56 @@ impl NodeState {
             ready,
             unschedulable,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(manager: &str, time: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            time: Some(Time(time.parse().unwrap())),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_writer_of_a_field_comes_from_managed_fields() {
+        let meta = ObjectMeta {
+            managed_fields: Some(vec![
+                entry(
+                    "netwave-configurator",
+                    "2026-11-21T10:00:00Z",
+                    json!({"f:spec": {"f:hash": {}, "f:paused": {}}}),
+                ),
+                entry(
+                    "kubectl-patch",
+                    "2026-11-21T10:03:00Z",
+                    json!({"f:spec": {"f:paused": {}}}),
+                ),
+                entry(
+                    "argocd-controller",
+                    "2026-11-21T10:09:00Z",
+                    json!({"f:spec": {"f:rollout": {}}}),
+                ),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(
+            field_writer(&meta, &["spec", "paused"]).as_deref(),
+            Some("kubectl-patch at 2026-11-21T10:03:00Z")
+        );
+        assert_eq!(field_writer(&meta, &["spec", "retry"]), None);
+        assert_eq!(
+            field_writer(&ObjectMeta::default(), &["spec", "paused"]),
+            None
+        );
     }
 }

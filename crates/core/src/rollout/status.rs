@@ -291,14 +291,19 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
     } else {
         None
     };
+    s.paused_by = if r.state.paused {
+        r.state.paused_by.clone().or(old.paused_by.clone())
+    } else {
+        None
+    };
     let (paused_status, paused_reason, paused_msg) = if r.state.paused {
         (
             "True",
             "PausedBySpec",
-            "spec.paused is set: no new assignments",
+            paused_message(s.paused_by.as_deref()),
         )
     } else {
-        ("False", "NotPaused", "")
+        ("False", "NotPaused", String::new())
     };
     set_condition(
         &mut s.conditions,
@@ -307,7 +312,7 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
         "Paused",
         paused_status,
         paused_reason,
-        paused_msg.to_string(),
+        paused_msg,
     );
     let target_name = ctx
         .target
@@ -368,7 +373,10 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
                 events.push(event(
                     r,
                     EventReason::RolloutPaused,
-                    "spec.paused set: no new assignments; nodes in flight finish".to_string(),
+                    format!(
+                        "{}; nodes in flight finish",
+                        paused_message(r.state.paused_by.as_deref())
+                    ),
                 ));
             }
             if !r.state.paused && old.paused_at.is_some() {
@@ -717,4 +725,12 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
     }
     sort_conditions(&mut s.conditions);
     (s, events)
+}
+
+/// `spec.paused set by kubectl-patch at …: no new assignments`.
+fn paused_message(by: Option<&str>) -> String {
+    match by {
+        Some(who) => format!("spec.paused set by {who}: no new assignments"),
+        None => "spec.paused is set: no new assignments".to_string(),
+    }
 }
