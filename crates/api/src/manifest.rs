@@ -19,7 +19,7 @@ pub enum Manifest {
     Vrf(VRFRouteConfiguration),
     Layer2(Layer2NetworkConfiguration),
     RoutingTable(RoutingTable),
-    Revision(NetworkConfigRevision),
+    Revision(Box<NetworkConfigRevision>),
     NodeConfig(NodeNetworkConfig),
 }
 
@@ -108,7 +108,7 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
             }
             "RoutingTable" => Manifest::RoutingTable(typed(&doc).map_err(|m| err(&location, m))?),
             "NetworkConfigRevision" => {
-                Manifest::Revision(typed(&doc).map_err(|m| err(&location, m))?)
+                Manifest::Revision(Box::new(typed(&doc).map_err(|m| err(&location, m))?))
             }
             "NodeNetworkConfig" => {
                 Manifest::NodeConfig(typed(&doc).map_err(|m| err(&location, m))?)
