@@ -256,7 +256,7 @@ impl Prober {
             Probe::Tcp(addr) => tokio::net::TcpStream::connect(addr)
                 .await
                 .map(drop)
-                .map_err(|e| format!("connect: {e}")),
+                .map_err(|e| connect_error(&e, addr.ip())),
             Probe::Icmp(ip) => {
                 let t = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds);
                 icmp_echo(*ip, t).await
@@ -329,6 +329,19 @@ fn result(
     }
 }
 
+/// A connect error in routing terms where the kernel's errno is cryptic: a blackhole route makes
+/// `connect` fail with EINVAL ("Invalid argument").
+fn connect_error(e: &std::io::Error, ip: IpAddr) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::InvalidInput => format!("no route to {ip}: a blackhole route covers it"),
+        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => {
+            format!("no route to {ip}: {e}")
+        }
+        _ => format!("connect: {e}"),
+    }
+}
+
 static ICMP_SEQ: AtomicU16 = AtomicU16::new(1);
 
 /// One ICMP echo request and its reply. The socket is opened here, on the calling thread (its network
@@ -350,7 +363,7 @@ async fn icmp_echo(ip: IpAddr, wait: Duration) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     // Connected: the kernel delivers only this target's packets to the socket.
     sock.connect(&SockAddr::from(SocketAddr::new(ip, 0)))
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| connect_error(&e, ip))?;
     let id = (std::process::id() as u16).to_be_bytes();
     let seq = ICMP_SEQ.fetch_add(1, Ordering::Relaxed).to_be_bytes();
     let mut pkt = vec![request, 0, 0, 0, id[0], id[1], seq[0], seq[1]];

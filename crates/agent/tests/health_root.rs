@@ -55,6 +55,19 @@ fn probes_see_what_the_namespace_has() {
         // No route at all, and a silent address on a connected subnet.
         ensure!(ok(Probe::Icmp("203.0.113.9".parse()?)).await.is_err());
         ensure!(ok(Probe::Tcp("203.0.113.9:179".parse()?)).await.is_err());
+        // A blackhole route (what a bad routing table does to a probe target): said in routing terms,
+        // not as the kernel's "Invalid argument".
+        ip(&["route", "add", "blackhole", "198.18.6.0/24"])?;
+        for probe in [
+            Probe::Icmp("198.18.6.9".parse()?),
+            Probe::Tcp("198.18.6.9:179".parse()?),
+        ] {
+            let e = ok(probe).await.unwrap_err();
+            ensure!(
+                e == "no route to 198.18.6.9: a blackhole route covers it",
+                "{e}"
+            );
+        }
         drop(listener);
         Ok(())
     });

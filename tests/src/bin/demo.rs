@@ -205,7 +205,12 @@ async fn demo(bins: Bins, kernel: bool) -> Result<()> {
         .and_then(|r| r.status)
         .unwrap_or_default();
     for n in &failed.failed_nodes {
-        println!("halted: {} {}: {}", n.node, n.reason, n.message);
+        // The agent's message starts with its reason ("HealthCheckFailed: reachability …").
+        if n.message.starts_with(&n.reason) {
+            println!("halted: {} {}", n.node, n.message);
+        } else {
+            println!("halted: {} {}: {}", n.node, n.reason, n.message);
+        }
     }
     println!("rolling the touched nodes back to {good}…");
     f.wait_all_on(&good, T).await?;
