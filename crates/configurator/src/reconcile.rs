@@ -89,6 +89,11 @@ impl InputSettle {
         self.burst_started = None;
     }
 
+    /// This hash was first seen `now` (so the change is logged once, not on every reconcile).
+    fn first_sight(&self, now: Timestamp) -> bool {
+        self.seen.as_ref().is_some_and(|(_, t)| *t == now)
+    }
+
     /// The inputs need a new revision. `None`: cut it now; `Some(t)`: not before `t`.
     fn wait_until(&mut self, hash: &str, now: Timestamp, window: Duration) -> Option<Timestamp> {
         if self.seen.as_ref().is_none_or(|(h, _)| h != hash) {
@@ -249,7 +254,9 @@ pub fn compute(
     match decision {
         Decision::Create { .. } | Decision::Reactivate { .. } if settle_until.is_some() => {
             // Not yet: the current target keeps rolling out meanwhile.
-            debug!(inputs = %hash, until = ?settle_until, "inputs changed: waiting for them to settle");
+            if settle.first_sight(now) {
+                info!(inputs = %hash, settle = ?settings.input_settle, "inputs changed: a revision is cut once they stop changing");
+            }
         }
         Decision::Create {
             name,
