@@ -49,6 +49,9 @@ pub struct Metrics {
     pub revisions_failed: Counter,
     /// Time from assigning a revision to a node until its agent reported Provisioned.
     pub node_apply_duration: Histogram,
+    /// Time from assigning a wave (the nodes given one revision at the same moment) until all of them
+    /// reported Provisioned.
+    pub wave_duration: Histogram,
     /// Time from a revision becoming target until it completed.
     pub rollout_duration: Histogram,
     pub reconcile_duration: Histogram,
@@ -69,6 +72,7 @@ impl Default for Metrics {
             rollbacks: Counter::default(),
             revisions_failed: Counter::default(),
             node_apply_duration: Histogram::new(exponential_buckets(0.25, 2.0, 12)),
+            wave_duration: Histogram::new(exponential_buckets(0.25, 2.0, 14)),
             rollout_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             api_errors: Family::default(),
@@ -106,6 +110,11 @@ impl Default for Metrics {
             "node_apply_duration_seconds",
             "Time from assignment to Provisioned per node",
             m.node_apply_duration.clone(),
+        );
+        registry.register(
+            "wave_duration_seconds",
+            "Time from assigning a wave of nodes to all of them Provisioned",
+            m.wave_duration.clone(),
         );
         registry.register(
             "rollout_duration_seconds",

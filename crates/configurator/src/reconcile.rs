@@ -546,12 +546,14 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
     }
 }
 
-/// Observes, once per (node, revision), how long the node took from assignment to `Provisioned`. The first
-/// reconcile of a process only remembers what is already updated, so a new leader does not report the
+/// Observes, once per (node, revision), how long the node took from assignment to `Provisioned`, and once
+/// per wave — the nodes assigned one revision at the same moment — how long until all of them were. The
+/// first reconcile of a process only remembers what is already done, so a new leader does not report the
 /// history it inherited.
 #[derive(Default)]
 pub struct ApplyTimes {
     seen: Option<BTreeSet<(String, String)>>,
+    waves_done: BTreeSet<(String, i64)>,
 }
 
 impl ApplyTimes {
@@ -559,11 +561,22 @@ impl ApplyTimes {
         let first = self.seen.is_none();
         let seen = self.seen.get_or_insert_with(BTreeSet::new);
         let mut current = BTreeSet::new();
+        // (revision, assigned at) → (nodes, updated nodes).
+        let mut waves: BTreeMap<(String, i64), (usize, usize)> = BTreeMap::new();
+        let elapsed = |at: Timestamp| now.0.saturating_sub(at.0).max(0) as f64 / 1000.0;
         for c in &s.node_configs {
             let Ok(state) = NodeConfigState::from_api(c) else {
                 continue;
             };
-            if !rollout::is_updated(&state, &state.spec.revision) {
+            let updated = rollout::is_updated(&state, &state.spec.revision);
+            if let Some(at) = state.spec.assigned_at {
+                let w = waves
+                    .entry((state.spec.revision.clone(), at.0))
+                    .or_default();
+                w.0 += 1;
+                w.1 += usize::from(updated);
+            }
+            if !updated {
                 continue;
             }
             let key = (state.name.clone(), state.spec.revision.clone());
@@ -571,13 +584,22 @@ impl ApplyTimes {
                 && !seen.contains(&key)
                 && let Some(at) = state.spec.assigned_at
             {
-                metrics
-                    .node_apply_duration
-                    .observe(now.0.saturating_sub(at.0).max(0) as f64 / 1000.0);
+                metrics.node_apply_duration.observe(elapsed(at));
             }
             current.insert(key);
         }
         *seen = current;
+        let done: BTreeSet<(String, i64)> = waves
+            .into_iter()
+            .filter(|(_, (n, updated))| n == updated)
+            .map(|(k, _)| k)
+            .collect();
+        if !first {
+            for (_, at) in done.difference(&self.waves_done) {
+                metrics.wave_duration.observe(elapsed(Timestamp(*at)));
+            }
+        }
+        self.waves_done = done;
     }
 }
 

@@ -97,6 +97,13 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
         metrics.contains("netwave_assignments_total{reason=\"Rollout\"}"),
         "{metrics}"
     );
+    // Ten nodes, at most two at a time: five to ten waves, each observed once.
+    let waves: u32 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("netwave_wave_duration_seconds_count "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!((5..=10).contains(&waves), "{waves} waves:\n{metrics}");
     c.stop().await;
 
     // Budget: never more than two nodes in flight, at any point of the watch history.
