@@ -59,6 +59,8 @@ pub struct Metrics {
     /// Writes a replica skipped because it was not (or no longer) the leader.
     pub writes_dropped: Counter,
     pub leader: Gauge,
+    /// 1 while changed inputs settle before a revision is cut from them (`--input-settle`).
+    pub inputs_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -78,6 +80,7 @@ impl Default for Metrics {
             api_errors: Family::default(),
             writes_dropped: Counter::default(),
             leader: Gauge::default(),
+            inputs_pending: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("revisions", "Revisions by phase", m.revisions.clone());
@@ -140,6 +143,11 @@ impl Default for Metrics {
             "leader",
             "1 while this replica holds the leader lease",
             m.leader.clone(),
+        );
+        registry.register(
+            "inputs_pending",
+            "1 while changed inputs settle before a revision is cut from them",
+            m.inputs_pending.clone(),
         );
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.

@@ -200,6 +200,8 @@ pub struct Outcome {
     pub requeue_at: Option<Timestamp>,
     /// The current inputs equal this Failed revision: nothing new is created for them.
     pub equals_failed: Option<String>,
+    /// The inputs changed and are settling: a revision is cut once they stop changing.
+    pub inputs_pending: bool,
 }
 
 pub fn now() -> Timestamp {
@@ -281,6 +283,7 @@ pub fn compute(
                 plan: None,
                 requeue_at: None,
                 equals_failed: None,
+                inputs_pending: false,
             };
         }
         Decision::Reactivate { name, new_sequence } => {
@@ -293,6 +296,7 @@ pub fn compute(
                 plan: None,
                 requeue_at: None,
                 equals_failed: None,
+                inputs_pending: false,
             };
         }
         Decision::EqualsFailed { name } => {
@@ -454,6 +458,7 @@ pub fn compute(
         plan: Some(plan),
         requeue_at,
         equals_failed,
+        inputs_pending: settle_until.is_some(),
     }
 }
 
@@ -682,6 +687,9 @@ impl Reconciler {
             }
         }
         self.metrics.leader.set(i64::from(self.writer.is_leader()));
+        self.metrics
+            .inputs_pending
+            .set(i64::from(outcome.inputs_pending));
         drop(_g);
         let mut outcome = outcome;
         if outcome.equals_failed != self.reported_equals_failed && self.writer.is_leader() {

@@ -252,11 +252,28 @@ async fn manifests_applied_one_by_one_become_one_revision() {
     add_nodes(&env.client, &node_names(4)).await;
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
     // The configurator is already running when the admin applies the sample directory, one object
-    // every 150 ms: 2.7 s in all, longer than the window, but never quiet for a whole window.
+    // every 150 ms: 2.7 s in all, longer than the window, but never quiet for a whole window (the
+    // window is wide so that a stall of the test on a loaded machine does not look like quiet).
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let c = Configurator::start(
         env.client.clone(),
-        args(&["--max-unavailable", "2", "--input-settle", "1s"]),
+        args(&[
+            "--max-unavailable",
+            "2",
+            "--input-settle",
+            "2s",
+            "--metrics-addr",
+            &metrics_addr,
+        ]),
     );
+    let pending = || async move {
+        let (_, text) = http_get(metrics_port, "/metrics").await;
+        text.lines().find_map(|l| {
+            l.strip_prefix("netwave_inputs_pending ")
+                .map(|v| v.to_string())
+        })
+    };
     let pp = PostParams::default();
     for m in netwave_api::manifest::samples().unwrap() {
         match m {
@@ -277,10 +294,17 @@ async fn manifests_applied_one_by_one_become_one_revision() {
             "a revision was cut from a partial set of inputs"
         );
     }
+    // Still within the window of the last object.
+    assert_eq!(
+        pending().await.as_deref(),
+        Some("1"),
+        "the settling shows in metrics"
+    );
     let done = only_revision(&env, "Complete").await;
     assert_eq!(done.spec.inputs.layer2s.len(), 12, "the whole directory");
     assert_eq!(done.spec.inputs.routing_tables.len(), 2);
     assert_eq!(done.status.unwrap().updated, 4);
+    assert_eq!(pending().await.as_deref(), Some("0"));
     c.stop().await;
 }
 
