@@ -18,12 +18,15 @@
 //! The hash covers the serialization of the API types, so adding a field to them (even an optional one
 //! that serializes when set) changes hashes only for objects that set it.
 
-use serde::Serialize;
-use sha2::{Digest, Sha256};
+use std::time::Duration;
 
 use netwave_api::{
     NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision, RevisionInputs,
 };
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::types::Timestamp;
 
 /// Prefix of revision object names.
 pub const REVISION_NAME_PREFIX: &str = "rev-";
@@ -214,5 +217,112 @@ pub fn decide(hash: &str, existing: &[ExistingRevision], sequence_floor: u64) ->
         name,
         sequence: next,
         hash: hash.to_string(),
+    }
+}
+
+/// Debounces input changes. Admins change inputs object by object (`kubectl apply -f dir/`, a GitOps
+/// sync), and every intermediate set would otherwise become a revision that starts rolling out: a
+/// half-applied configuration on the first nodes, then a second rollout over them. A revision is cut once
+/// the inputs hash has not changed for the window, or at the latest [`MAX_SETTLE_FACTOR`] windows after
+/// the first change of the burst, so a steady stream of edits cannot hold revisions back forever.
+///
+/// The only state is in memory: a new leader waits one window before cutting, which delays a revision
+/// by seconds and never changes which one is cut.
+#[derive(Debug, Default)]
+pub struct InputSettle {
+    /// The inputs hash last seen and when it was first seen.
+    seen: Option<(String, Timestamp)>,
+    /// When the inputs first differed from every revision, in the current burst of changes.
+    burst_started: Option<Timestamp>,
+}
+
+pub const MAX_SETTLE_FACTOR: u32 = 10;
+
+impl InputSettle {
+    /// The inputs no longer need a new revision (one exists for them): the burst is over.
+    pub fn settled(&mut self) {
+        self.seen = None;
+        self.burst_started = None;
+    }
+
+    /// This hash was first seen `now` (so the change is logged once, not on every reconcile).
+    pub fn first_sight(&self, now: Timestamp) -> bool {
+        self.seen.as_ref().is_some_and(|(_, t)| *t == now)
+    }
+
+    /// The inputs need a new revision. `None`: cut it now; `Some(t)`: not before `t`.
+    pub fn wait_until(
+        &mut self,
+        hash: &str,
+        now: Timestamp,
+        window: Duration,
+    ) -> Option<Timestamp> {
+        if self.seen.as_ref().is_none_or(|(h, _)| h != hash) {
+            self.seen = Some((hash.to_string(), now));
+        }
+        let since = self.seen.as_ref().map_or(now, |(_, t)| *t);
+        let burst = *self.burst_started.get_or_insert(since);
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let quiet = Timestamp(since.0.saturating_add(ms(window)));
+        let cap = Timestamp(burst.0.saturating_add(ms(window * MAX_SETTLE_FACTOR)));
+        let ready = quiet.min(cap);
+        (now < ready).then_some(ready)
+    }
+}
+
+#[cfg(test)]
+mod settle_tests {
+    use super::*;
+
+    const W: Duration = Duration::from_secs(2);
+
+    #[test]
+    fn a_revision_waits_until_the_inputs_are_quiet_for_the_window() {
+        let mut s = InputSettle::default();
+        let t = Timestamp::from_secs(100);
+        assert_eq!(s.wait_until("a", t, W), Some(t.plus_secs(2)));
+        assert_eq!(s.wait_until("a", t.plus_secs(1), W), Some(t.plus_secs(2)));
+        // Another change restarts the quiet time.
+        assert_eq!(s.wait_until("b", t.plus_secs(1), W), Some(t.plus_secs(3)));
+        assert_eq!(s.wait_until("b", t.plus_secs(3), W), None);
+    }
+
+    #[test]
+    fn a_steady_stream_of_changes_waits_at_most_ten_windows() {
+        let mut s = InputSettle::default();
+        let t = Timestamp::from_secs(100);
+        let mut cut = None;
+        for i in 0..40u64 {
+            let now = t.plus_secs(i);
+            if s.wait_until(&format!("h{i}"), now, W).is_none() {
+                cut = Some(i);
+                break;
+            }
+        }
+        assert_eq!(
+            cut,
+            Some(20),
+            "cut at the cap of 10 windows after the first change"
+        );
+    }
+
+    #[test]
+    fn settling_forgets_the_last_change() {
+        let mut s = InputSettle::default();
+        let t = Timestamp::from_secs(100);
+        assert!(s.wait_until("b", t, W).is_some());
+        // Back to the inputs of an existing revision, then to "b" again much later: a fresh window.
+        s.settled();
+        let later = t.plus_secs(60);
+        assert_eq!(s.wait_until("b", later, W), Some(later.plus_secs(2)));
+    }
+
+    #[test]
+    fn a_zero_window_cuts_at_once() {
+        let mut s = InputSettle::default();
+        assert_eq!(
+            s.wait_until("a", Timestamp::from_secs(1), Duration::ZERO),
+            None
+        );
     }
 }
