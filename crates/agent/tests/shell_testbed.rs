@@ -70,6 +70,30 @@ async fn wait_status(
     }
 }
 
+/// Agent arguments for node `n1` with its state in `dir`, drift repair every second, `/metrics` on
+/// `metrics_port` and `/healthz` on the next port.
+fn agent_args(
+    dir: &std::path::Path,
+    health: std::path::PathBuf,
+    metrics_port: u16,
+) -> Result<Args> {
+    Ok(Args {
+        node_name: "n1".into(),
+        state_dir: dir.join("state"),
+        health_config: Some(health),
+        drift_interval: Duration::from_secs(1),
+        vxlan_local: Some("198.18.0.10".parse()?),
+        vxlan_port: 4789,
+        vlan_trunk: None,
+        protected: vec![],
+        name_prefixes: vec![],
+        kubeconfig: None,
+        metrics_addr: ([127, 0, 0, 1], metrics_port).into(),
+        health_addr: ([127, 0, 0, 1], metrics_port + 1).into(),
+        log_format: shell::args::LogFormat::Text,
+    })
+}
+
 async fn metrics() -> Result<String> {
     metrics_at(19091).await
 }
@@ -125,21 +149,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 0\ndeadlineSeconds: 2\n\
              taints: [\"netwave.dev/network-unavailable\"]\n",
             )?;
-            let args = Args {
-                node_name: "n1".into(),
-                state_dir: dir.path().join("state"),
-                health_config: Some(health),
-                drift_interval: Duration::from_secs(1),
-                vxlan_local: Some("198.18.0.10".parse()?),
-                vxlan_port: 4789,
-                vlan_trunk: None,
-                protected: vec![],
-                name_prefixes: vec![],
-                kubeconfig: None,
-                metrics_addr: "127.0.0.1:19091".parse()?,
-                health_addr: "127.0.0.1:19092".parse()?,
-                log_format: shell::args::LogFormat::Text,
-            };
+            let args = agent_args(dir.path(), health, 19091)?;
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let agent = tokio::spawn(shell::run_with(args, client.clone(), async {
                 let _ = stopped.await;
@@ -279,21 +289,7 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
                 &health,
                 "apiServer: true\nsettleSeconds: 1\ndeadlineSeconds: 2\nattemptTimeoutSeconds: 0.5\n",
             )?;
-            let args = Args {
-                node_name: "n1".into(),
-                state_dir: dir.path().join("state"),
-                health_config: Some(health),
-                drift_interval: Duration::from_secs(1),
-                vxlan_local: Some("198.18.0.10".parse()?),
-                vxlan_port: 4789,
-                vlan_trunk: None,
-                protected: vec![],
-                name_prefixes: vec![],
-                kubeconfig: None,
-                metrics_addr: "127.0.0.1:19093".parse()?,
-                health_addr: "127.0.0.1:19094".parse()?,
-                log_format: shell::args::LogFormat::Text,
-            };
+            let args = agent_args(dir.path(), health, 19093)?;
             let agent_client = tb.client_as(ClientIdentity {
                 token: Some("agent-n1".into()),
                 ..Default::default()
@@ -368,8 +364,8 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
             // of applying r2 again.
             tb.faults().heal();
             let args = Args {
-                metrics_addr: "127.0.0.1:19095".parse()?,
-                health_addr: "127.0.0.1:19096".parse()?,
+                metrics_addr: ([127, 0, 0, 1], 19095).into(),
+                health_addr: ([127, 0, 0, 1], 19096).into(),
                 ..args
             };
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
