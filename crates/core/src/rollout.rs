@@ -72,6 +72,8 @@
 //! - **Failure** of N on R: the agent reports `Invalid` for R with R's current retry, or R was assigned
 //!   (current retry) `applyTimeoutSeconds` ago and N is not updated. Each failure is recorded once in
 //!   R's `failedNodes` and N goes back to the last good revision; R is never retried on N automatically.
+//!   "The last good revision" is the one before R even when N's failure is what lets R complete in the
+//!   same step (every other node updated): R becomes the last good revision, N stays on the previous one.
 //! - **maxFailures** reached: R → `Failed`; every node assigned R is reassigned the last good revision
 //!   (rollbacks first, same budget). `spec.retry` re-arms R (failures cleared, agents re-apply). Without a
 //!   last good revision nothing more is assigned and the status says so.

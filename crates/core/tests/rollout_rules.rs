@@ -365,6 +365,46 @@ fn failure_is_an_apply_timeout_counted_from_assignment() {
 }
 
 #[test]
+fn failing_nodes_go_back_to_the_previous_last_good_revision_even_when_the_target_completes() {
+    // The last node still applying r2 fails it, under maxFailures: its failure is what lets r2 complete
+    // in the same step. r2 becomes the last good revision, but node-01 goes back to r1 — the last good
+    // revision when it failed, and the one its agent restored — never to r2, which failed on it and is
+    // not retried on it automatically (proptest regression 443a238a).
+    for (case, fail) in [("invalid report", true), ("apply timeout", false)] {
+        let mut store = fleet_on_r1(3);
+        store.defaults.revision_history_limit = 1;
+        let r2 = store.add_revision("r2", 2);
+        r2.policy.max_failures = Some(2);
+        r2.policy.max_unavailable = Some(IntOrString::Int(3));
+        r2.policy.apply_timeout_seconds = Some(60);
+        run(&mut store, at(1));
+        assert_eq!(on_revision(&store, "r2").len(), 3, "{case}");
+        store.agent_reports("node-02", AgentPhase::Provisioned, None);
+        store.agent_reports("node-03", AgentPhase::Provisioned, None);
+        if fail {
+            store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+        }
+        let plan = run(&mut store, at(61));
+        assert_eq!(
+            assigned(&plan),
+            [("node-01", "r1", AssignReason::Rollback)],
+            "{case}"
+        );
+        assert_eq!(phase(&store, "r2"), "Complete", "{case}");
+        assert_eq!(condition(&store, "r2", "Degraded").0, "True", "{case}");
+        assert_eq!(plan.report.last_good.as_deref(), Some("r2"), "{case}");
+        // Later steps leave node-01 on r1 (and keep r1, which it references, past the history limit).
+        for t in 62..66 {
+            agents_succeed(&mut store);
+            let plan = run(&mut store, at(t));
+            assert!(plan.assignments.is_empty(), "{case}: {plan:#?}");
+        }
+        assert_eq!(on_revision(&store, "r1"), ["node-01"], "{case}");
+        assert_eq!(phase(&store, "r1"), "Complete", "{case}");
+    }
+}
+
+#[test]
 fn max_failures_fails_the_revision_and_rolls_every_touched_node_back_under_the_budget() {
     let mut store = fleet_on_r1(6);
     store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));

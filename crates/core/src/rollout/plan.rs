@@ -241,7 +241,10 @@ impl EventReason {
 pub struct Report {
     /// Newest revision that is not `Failed`.
     pub target: Option<String>,
-    /// Newest `Complete` revision: where failed nodes go back to.
+    /// Newest `Complete` revision once this plan is applied: where failed nodes go back to. One
+    /// exception: when a node's failure of the target is what lets the target complete in this plan,
+    /// that node goes back to the last good revision before it (a node never goes back to a revision
+    /// it failed), so a `Rollback` in the plan may name the previous last good revision.
     pub last_good: Option<String>,
     /// Nodes in flight after this plan is applied.
     pub in_flight: u32,

@@ -462,6 +462,9 @@ fn step_once(
         target = Some(revs.len());
         revs.push(rev);
     }
+    // The last good revision as the step begins: where this round's rollbacks and new nodes go. If the
+    // target completes with this plan it becomes the last good revision (`status::last_good_after`,
+    // which the statuses and the report show), but a node that failed it still goes back here.
     let last_good = revs.iter().position(|r| {
         !matches!(r.fate, Fate::Failed(_)) && r.stored_phase == Some(Phase::Complete)
     });
@@ -1005,7 +1008,8 @@ fn step_once(
     if let Some(t) = target {
         protected.insert(revs[t].name());
     }
-    if let Some(lg) = status::last_good_after(&ctx) {
+    let last_good_after = status::last_good_after(&ctx);
+    if let Some(lg) = last_good_after {
         protected.insert(revs[lg].name());
     }
     let limit = input.defaults.revision_history_limit;
@@ -1072,7 +1076,7 @@ fn step_once(
         events,
         report: Report {
             target: target.map(|t| revs[t].name().to_string()),
-            last_good: last_good.map(|i| revs[i].name().to_string()),
+            last_good: last_good_after.map(|i| revs[i].name().to_string()),
             in_flight,
             budget,
             waiting: report_waiting,
