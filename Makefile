@@ -1,7 +1,7 @@
 # Thin wrappers around cargo; the README's two commands are the truth.
 CARGO ?= cargo
 
-.PHONY: build test unit kernel-tier lint fmt crds demo bench
+.PHONY: build test unit kernel-tier lint fmt crds demo bench explore
 
 build:
 	$(CARGO) build --workspace --all-targets
@@ -38,3 +38,15 @@ bench:
 	$(CARGO) run --release -q -p netwave-testbed --example scale
 	$(CARGO) build --release -q -p netwave-agent --bins --examples
 	target/release/examples/bench
+
+# Core properties and simulator on fresh random seeds (EXPLORE_CASES per property, EXPLORE_SIM_SEEDS runs, EXPLORE_SEED replays a run); prints any counterexample and its regression line.
+EXPLORE_CASES ?= 100000
+EXPLORE_SIM_SEEDS ?= 10000
+explore:
+	@seed=$${EXPLORE_SEED:-$$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')}; \
+	echo "explore: seed $$seed, $(EXPLORE_CASES) cases per property, $(EXPLORE_SIM_SEEDS) simulator runs"; \
+	PROPTEST_RNG_SEED=$$seed PROPTEST_CASES=$(EXPLORE_CASES) EXPLORE_SEED=$$seed EXPLORE_SIM_SEEDS=$(EXPLORE_SIM_SEEDS) \
+		$(CARGO) test --release --no-fail-fast -p netwave-core --lib --tests -- --include-ignored --show-output; rc=$$?; \
+	git --no-pager diff --no-color -U0 -- crates/core/proptest-regressions | grep '^+cc' | sed 's/^+/new regression: /'; \
+	git ls-files --others --exclude-standard -- crates/core/proptest-regressions | xargs -r grep -h '^cc' | sed 's/^/new regression: /'; \
+	echo "explore: seed $$seed: $$([ $$rc = 0 ] && echo nothing found || echo 'FAILED (counterexamples above)')"; exit $$rc

@@ -1,6 +1,7 @@
 //! Fleet validation: for every rule a failing case (naming the objects and nodes) and a passing case.
 
 mod support_inputs;
+mod support_props;
 
 use netwave_api::{NamedLayer2, RevisionInputs};
 use netwave_core::fleet::{Check, FleetParams, FleetValidation, UnderlayFamily, validate};
@@ -557,7 +558,7 @@ fn many_overlapping_segments_on_one_node_each_show_up() {
 // ---- properties ----
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(support_props::config(64, "proptest-regressions/fleet.txt"))]
 
     #[test]
     fn validation_is_deterministic_whatever_the_order((inputs, nodes) in arb_fleet(), seed in any::<u64>()) {

@@ -2,6 +2,7 @@
 //! determinism properties.
 
 mod support_inputs;
+mod support_props;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -374,7 +375,7 @@ fn identical_routes_from_two_tables_merge() {
 // ---- properties ----
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(support_props::config(64, "proptest-regressions/render.txt"))]
 
     #[test]
     fn render_is_independent_of_input_and_node_order((inputs, nodes) in arb_fleet(), seed in any::<u64>()) {

@@ -1,6 +1,7 @@
 //! Revision hashing, naming and the rules for creating revisions, one test per rule.
 
 mod support_inputs;
+mod support_props;
 
 use netwave_api::RevisionInputs;
 use netwave_core::revision::{
@@ -276,7 +277,7 @@ fn shuffle<T>(v: &mut [T], mut seed: u64) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(support_props::config(64, "proptest-regressions/revision.txt"))]
 
     #[test]
     fn hash_is_independent_of_object_order(seed in any::<u64>()) {

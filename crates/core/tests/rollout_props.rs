@@ -9,6 +9,8 @@
 //!
 //! Failing cases are kept in `proptest-regressions/` and replayed first.
 
+mod support_props;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -20,7 +22,6 @@ use netwave_core::rollout::{
 };
 use netwave_core::sim::Store;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 const NOW: Timestamp = Timestamp(1_800_000_000_000);
 const MAX_NODES: usize = 16;
@@ -349,15 +350,7 @@ fn budgets(store: &Store, plan: &Plan) -> (u32, Option<BTreeMap<String, u32>>) {
 }
 
 proptest! {
-    // Integration tests have no lib.rs next to them, so name the regressions file explicitly
-    // (the working directory of `cargo test` is the package root).
-    #![proptest_config(ProptestConfig {
-        cases: 512,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/rollout_props.txt",
-        ))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(support_props::config(512, "proptest-regressions/rollout_props.txt"))]
 
     #[test]
     fn budget_is_never_exceeded_even_by_a_partly_applied_plan(g in world_gen()) {

@@ -1,5 +1,7 @@
 //! The seeded fleet simulation: 1,000 seeds × 50 nodes with random faults, churn and leader kills,
-//! every invariant checked after every write (see `netwave_core::sim`).
+//! every invariant checked after every write (see `netwave_core::sim`). The seeds are fixed, so
+//! `make test` runs the same histories every time; `make explore` runs the ignored
+//! `explore_fresh_seeds` over seeds it draws.
 
 use std::ops::Range;
 
@@ -108,4 +110,54 @@ fn larger_fleets_hold_the_invariants_too() {
         let o = run_seed(seed, 300).unwrap_or_else(|v| panic!("{v}"));
         assert!(o.writes > 300, "seed {seed}: {o:?}");
     }
+}
+
+/// Fleet sizes `explore_fresh_seeds` cycles through: small fleets reach corners (every node Not Ready,
+/// one node per domain) that 50 nodes rarely do.
+const EXPLORE_NODES: [usize; 4] = [1, 4, 16, NODES];
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v}: not a u64")),
+    )
+}
+
+/// `make explore`: `EXPLORE_SIM_SEEDS` runs (default 10,000) from seed `EXPLORE_SEED` on (default: a
+/// fresh random one), fleet sizes cycling through [`EXPLORE_NODES`]. Every violation is printed with
+/// the line that replays it; the test fails if there was any.
+#[test]
+#[ignore = "long; run by `make explore`"]
+fn explore_fresh_seeds() {
+    let runs = env_u64("EXPLORE_SIM_SEEDS").unwrap_or(10_000);
+    let start = env_u64("EXPLORE_SEED").unwrap_or_else(|| {
+        use std::hash::{BuildHasher, RandomState};
+        RandomState::new().hash_one(0u8)
+    });
+    eprintln!("explore: {runs} simulator runs from seed {start}");
+    let began = std::time::Instant::now();
+    let mut totals = Totals::default();
+    let mut violations = Vec::new();
+    for k in 0..runs {
+        let seed = start.wrapping_add(k);
+        let nodes = EXPLORE_NODES[(seed % EXPLORE_NODES.len() as u64) as usize];
+        match run_seed(seed, nodes) {
+            Ok(o) => totals.add(&o),
+            Err(v) => {
+                eprintln!("invariant violated: {v}\nreproduce: run_seed({seed}, {nodes})");
+                violations.push((seed, nodes));
+            }
+        }
+    }
+    eprintln!(
+        "explore: {runs} simulator runs in {:.1}s: {totals:?}",
+        began.elapsed().as_secs_f64()
+    );
+    assert!(
+        violations.is_empty(),
+        "{} run(s) violated an invariant (seed, nodes): {violations:?}",
+        violations.len()
+    );
 }
