@@ -218,8 +218,12 @@ pub struct Route {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 15))]
     pub dev: Option<String>,
-    /// Route type. `unicast` needs `via` or `dev`.
+    /// Route type (default `unicast`). `unicast` needs `via` or `dev`.
+    // No default in the schema: a default the server fills into an item of an atomic list makes every
+    // client-side `kubectl apply` of an unchanged file report the object "configured". Still written
+    // when unicast, so folded inputs (and the revision hash) are what they were.
     #[serde(rename = "type", default)]
+    #[schemars(transform = without_default)]
     pub kind: RouteType,
     /// Route metric (priority); lower wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,6 +250,10 @@ pub enum RouteType {
     Unicast,
     Blackhole,
     Unreachable,
+}
+
+fn without_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
 }
 
 #[derive(

@@ -32,7 +32,7 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every netwave CRD with the file name it is committed under in `crds/`.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
-    vec![
+    let crds = vec![
         ("vrfrouteconfigurations.yaml", VRFRouteConfiguration::crd()),
         (
             "layer2networkconfigurations.yaml",
@@ -41,7 +41,36 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("routingtables.yaml", RoutingTable::crd()),
         ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),
-    ]
+    ];
+    crds.into_iter()
+        .map(|(file, crd)| (file, kubernetes_formats(crd)))
+        .collect()
+}
+
+/// Kubernetes knows the integer formats int32 and int64 only: kube-apiserver warns `unrecognized format
+/// "uint32"` (and so on) on every apply of a CRD carrying schemars' names for Rust's unsigned types.
+/// They become the signed format wide enough for them; the schema's `minimum: 0` keeps the sign rule.
+fn kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let k8s = match m.get("format").and_then(|f| f.as_str()) {
+                    Some("uint8" | "uint16" | "int8" | "int16") => Some("int32"),
+                    Some("uint32" | "uint64") => Some("int64"),
+                    _ => None,
+                };
+                if let Some(format) = k8s {
+                    m.insert("format".into(), format.into());
+                }
+                m.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let mut v = serde_json::to_value(crd).expect("a CRD always serializes");
+    walk(&mut v);
+    serde_json::from_value(v).expect("only a format string changed")
 }
 
 /// The YAML committed for a CRD: a generated-file header, then the object.

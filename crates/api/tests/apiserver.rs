@@ -1,0 +1,225 @@
+//! netwave's CRDs and samples on the real kube-apiserver, driven by the real kubectl as an admin would:
+//! the server accepts the schemas, kubectl explains them, prints their columns, and a bad object is
+//! refused by the server with its field path.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use netwave_control_plane::{ControlPlane, Shared, shared};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kubectl(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut cmd = cp.kubectl();
+    cmd.args(args).current_dir(repo());
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `kubectl …` that must succeed; returns stdout.
+fn ok(cp: &ControlPlane, args: &[&str]) -> String {
+    let o = kubectl(cp, args, None);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "kubectl {args:?} failed:\n{err}\n{out}");
+    out
+}
+
+/// The control plane with netwave's CRDs applied by kubectl from `crds/` and Established.
+async fn with_crds() -> Shared {
+    let cp = shared().await.unwrap();
+    let o = kubectl(&cp, &["apply", "-f", "crds/"], None);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "kubectl apply -f crds/: {err}");
+    // A warning on apply (an unknown schema format, a deprecated field) is a defect users see every time.
+    assert!(
+        !err.contains("Warning"),
+        "the server warns about our CRDs:\n{err}"
+    );
+    assert_eq!(out.lines().count(), 5, "five CRDs: {out}");
+    ok(
+        &cp,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd",
+            "-l",
+            "",
+            "vrfrouteconfigurations.netwave.dev",
+            "layer2networkconfigurations.netwave.dev",
+            "routingtables.netwave.dev",
+            "networkconfigrevisions.netwave.dev",
+            "nodenetworkconfigs.netwave.dev",
+        ],
+    );
+    cp
+}
+
+#[tokio::test]
+async fn crds_are_established_and_kubectl_explains_them() {
+    let cp = with_crds().await;
+    let out = ok(&cp, &["explain", "vrf.spec.import"]);
+    assert!(out.contains("KIND:       VRFRouteConfiguration"), "{out}");
+    for field in ["cidr", "seq", "ge", "le", "action"] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(field)),
+            "explain lists {field}:\n{out}"
+        );
+    }
+    assert!(out.contains("enum: permit, deny"), "{out}");
+    let out = ok(&cp, &["explain", "ncr.spec.rollout.maxUnavailable"]);
+    assert!(out.contains("FIELD: maxUnavailable"), "{out}");
+    let resources = ok(&cp, &["api-resources", "--api-group=netwave.dev"]);
+    for short in ["vrf", "l2", "rt", "ncr", "nnc"] {
+        assert!(
+            resources.split_whitespace().any(|w| w == short),
+            "short name {short} is served:\n{resources}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_samples_apply_and_print_their_columns() {
+    let cp = with_crds().await;
+    let out = ok(&cp, &["apply", "-f", "deploy/samples/"]);
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with(" created")).count(),
+        out.lines().count(),
+        "{out}"
+    );
+    let vrfs = ok(&cp, &["get", "vrf"]);
+    let header: Vec<&str> = vrfs.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..4], ["NAME", "VRF", "VNI", "TABLE"], "{vrfs}");
+    assert!(
+        vrfs.lines()
+            .any(|l| l.starts_with("cluster ") && l.contains("2001000")),
+        "{vrfs}"
+    );
+    let l2 = ok(&cp, &["get", "l2", "vlan103-monitoring"]);
+    let header: Vec<&str> = l2.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..5], ["NAME", "VLAN", "VNI", "VRF", "MTU"], "{l2}");
+    let described = ok(&cp, &["describe", "vrf", "cluster"]);
+    assert!(described.contains("Route Target:"), "{described}");
+    // Applying the same files again changes nothing.
+    let again = ok(&cp, &["apply", "-f", "deploy/samples/"]);
+    assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
+}
+
+/// Schema rules are enforced by the server, with the path of the offending field.
+#[tokio::test]
+async fn the_server_refuses_a_bad_object_naming_the_field() {
+    let cp = with_crds().await;
+    let bad_vlan = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: Layer2NetworkConfiguration
+metadata: {name: bad-vlan}
+spec: {id: 5000, vni: 100, mtu: 1500}
+"#;
+    let o = kubectl(&cp, &["apply", "-f", "-"], Some(bad_vlan));
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("spec.id") && err.contains("4094"),
+        "names spec.id and its bound: {err}"
+    );
+
+    let long_vrf = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: VRFRouteConfiguration
+metadata: {name: long}
+spec: {vrf: a-name-far-too-long-for-linux, vni: 100, routeTarget: "65000:1", seq: 1}
+"#;
+    let o = kubectl(&cp, &["apply", "-f", "-"], Some(long_vrf));
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("spec.vrf"), "{err}");
+
+    // A misspelt field is refused (kubectl's default strict field validation, done by the server).
+    let misspelt = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: RoutingTable
+metadata: {name: misspelt}
+spec: {tableId: 200, rotes: []}
+"#;
+    let o = kubectl(&cp, &["apply", "-f", "-"], Some(misspelt));
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains(r#"unknown field "spec.rotes""#), "{err}");
+
+    let o = kubectl(&cp, &["get", "l2,vrf,rt", "-o", "name"], None);
+    assert_eq!(text(&o).0, "", "nothing was stored");
+}
+
+/// Server-side apply and `kubectl diff`, as an admin previews a change before making it.
+#[tokio::test]
+async fn server_side_apply_and_diff_show_a_change_before_it_is_made() {
+    let cp = with_crds().await;
+    ok(
+        &cp,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=admin",
+            "-f",
+            "deploy/samples/",
+        ],
+    );
+    let diff = ["diff", "--server-side", "--field-manager=admin", "-f"];
+    let o = kubectl(&cp, &[&diff[..], &["deploy/samples/"]].concat(), None);
+    assert_eq!(o.status.code(), Some(0), "no change: {:?}", text(&o));
+
+    let samples = std::fs::read_to_string(repo().join("deploy/samples/layer2.yaml")).unwrap();
+    let changed = samples.replacen("mtu: 9000", "mtu: 8900", 1);
+    assert_ne!(
+        samples, changed,
+        "the samples hold an MTU of 9000 to change"
+    );
+    let o = kubectl(&cp, &[&diff[..], &["-"]].concat(), Some(&changed));
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "a difference: {err}");
+    assert!(
+        out.contains("-  mtu: 9000") && out.contains("+  mtu: 8900"),
+        "{out}"
+    );
+
+    // Another manager taking a field the admin applied is a conflict, not a silent overwrite.
+    let o = kubectl(
+        &cp,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=someone-else",
+            "-f",
+            "-",
+        ],
+        Some(&changed),
+    );
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("conflict") && err.contains(".spec.mtu"),
+        "{err}"
+    );
+}

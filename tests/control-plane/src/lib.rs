@@ -1,0 +1,661 @@
+//! netwave-control-plane: the real Kubernetes control plane for netwave's tests — etcd and kube-apiserver
+//! built from Go modules (`build.sh`, cached outside the repo), and a `kubectl` of the same release.
+//!
+//! ```text
+//!  test ──kube::Client / kubectl──▶ kube-apiserver (127.0.0.1 or a fabric address, RBAC, token auth,
+//!                                   │                our CA's serving cert, SA token signing)
+//!                                   ▼
+//!                                  etcd (127.0.0.1, temp dir, no fsync)
+//! ```
+//!
+//! Each server runs under a small bash watchdog whose stdin is a pipe from the test process: when the
+//! test process goes away — normal exit, panic, SIGKILL or Ctrl-C — the pipe closes and the watchdog
+//! stops the server. So a test binary never leaves an API server behind, even through a `static`.
+//!
+//! Starting a control plane takes a few seconds, so a test binary shares one ([`shared`]): each test
+//! takes it exclusively and it is reset (every object of netwave's API group, Nodes, Leases, Events and
+//! admission policies deleted) before the next test gets it. A test that stops or restarts the server,
+//! or needs it on another address, starts its own ([`ControlPlane::start`]).
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+
+/// The bearer token of the built-in admin (group `system:masters`).
+pub const ADMIN_TOKEN: &str = "netwave-admin-token";
+
+/// The binaries `build.sh` produced (or reused) and what it says about them.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kubectl: PathBuf,
+    /// One line: versions, Go version, build time.
+    pub info: String,
+}
+
+/// Builds or reuses the control-plane binaries, once per process. `NETWAVE_CONTROL_PLANE=<dir>` points at
+/// prebuilt binaries instead (a developer machine without Go).
+pub fn binaries() -> Result<&'static Binaries> {
+    static BINARIES: OnceLock<std::result::Result<Binaries, String>> = OnceLock::new();
+    BINARIES
+        .get_or_init(|| find_or_build().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("the real control plane is not available: {e}"))
+}
+
+fn find_or_build() -> Result<Binaries> {
+    let dir = match std::env::var_os("NETWAVE_CONTROL_PLANE") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build.sh");
+            let out = Command::new("bash")
+                .arg(&script)
+                .stderr(Stdio::inherit())
+                .output()
+                .with_context(|| format!("running {}", script.display()))?;
+            if !out.status.success() {
+                bail!("{} failed ({})", script.display(), out.status);
+            }
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    let info = std::fs::read_to_string(dir.join("build-info"))
+        .with_context(|| format!("reading {}/build-info", dir.display()))?
+        .trim()
+        .to_string();
+    let b = Binaries {
+        etcd: dir.join("etcd"),
+        kube_apiserver: dir.join("kube-apiserver"),
+        kubectl: dir.join("kubectl"),
+        info,
+    };
+    for p in [&b.etcd, &b.kube_apiserver, &b.kubectl] {
+        if !p.is_file() {
+            bail!("{} is missing", p.display());
+        }
+    }
+    eprintln!("control plane: {}", b.info);
+    Ok(b)
+}
+
+/// How to start a control plane.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The API server's address (default 127.0.0.1). The e2e fleet binds an address its network
+    /// namespaces reach; the serving certificate always covers 127.0.0.1 and this address.
+    pub bind: IpAddr,
+    /// How long to wait for `/readyz`.
+    pub start_timeout: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            start_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// A running etcd + kube-apiserver in a temporary directory. Both stop when it is dropped.
+pub struct ControlPlane {
+    dir: tempfile::TempDir,
+    bin: &'static Binaries,
+    opts: Options,
+    etcd_url: String,
+    addr: SocketAddr,
+    etcd: Option<Supervised>,
+    apiserver: Option<Supervised>,
+    kubeconfig: PathBuf,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("addr", &self.addr)
+            .field("dir", &self.dir.path())
+            .finish()
+    }
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver on free ports and waits until the API server is ready.
+    pub async fn start(opts: Options) -> Result<ControlPlane> {
+        let bin = binaries()?;
+        let dir = tempfile::Builder::new()
+            .prefix("netwave-control-plane-")
+            .tempdir()
+            .context("creating the control plane's directory")?;
+        write_pki(dir.path(), opts.bind)?;
+        std::fs::write(
+            dir.path().join("tokens.csv"),
+            format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"),
+        )?;
+        let mut cp = ControlPlane {
+            dir,
+            bin,
+            opts,
+            etcd_url: String::new(),
+            addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            etcd: None,
+            apiserver: None,
+            kubeconfig: PathBuf::new(),
+        };
+        cp.start_etcd().await?;
+        cp.addr = SocketAddr::new(cp.opts.bind, free_port(cp.opts.bind)?);
+        cp.kubeconfig = cp.dir.path().join("kubeconfig");
+        cp.write_kubeconfig(&cp.kubeconfig, ADMIN_TOKEN)?;
+        cp.start_apiserver().await?;
+        Ok(cp)
+    }
+
+    async fn start_etcd(&mut self) -> Result<()> {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (client, peer) = (free_port(lo)?, free_port(lo)?);
+        self.etcd_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let data = self.dir.path().join("etcd");
+        let args: Vec<String> = vec![
+            "--name=netwave".into(),
+            format!("--data-dir={}", data.display()),
+            // Test data: a crash loses nothing anyone needs, and fsync on a loaded CI disk costs seconds.
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+            format!("--listen-client-urls={}", self.etcd_url),
+            format!("--advertise-client-urls={}", self.etcd_url),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=netwave={peer_url}"),
+        ];
+        let log = self.dir.path().join("etcd.log");
+        let mut etcd = Supervised::spawn(&self.bin.etcd, &args, &log, Some(self.dir.path()))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", client))
+            .await
+            .is_err()
+        {
+            if let Some(status) = etcd.exited() {
+                bail!("etcd exited ({status}) before serving:\n{}", tail(&log));
+            }
+            if Instant::now() > deadline {
+                bail!("etcd did not listen within 30 s:\n{}", tail(&log));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.etcd = Some(etcd);
+        Ok(())
+    }
+
+    fn apiserver_args(&self) -> Vec<String> {
+        let d = self.dir.path();
+        let p = |f: &str| d.join(f).display().to_string();
+        vec![
+            format!("--etcd-servers={}", self.etcd_url),
+            format!("--bind-address={}", self.addr.ip()),
+            format!("--secure-port={}", self.addr.port()),
+            format!("--tls-cert-file={}", p("apiserver.crt")),
+            format!("--tls-private-key-file={}", p("apiserver.key")),
+            format!("--cert-dir={}", p("pki")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            format!("--service-account-issuer=https://{}", self.addr),
+            format!("--service-account-key-file={}", p("sa.pub")),
+            format!("--service-account-signing-key-file={}", p("sa.key")),
+            "--authorization-mode=Node,RBAC".into(),
+            format!("--token-auth-file={}", p("tokens.csv")),
+            // No controller-manager creates default ServiceAccounts; tests create the ones they use.
+            "--disable-admission-plugins=ServiceAccount".into(),
+            "--allow-privileged=true".into(),
+            // The address must not land in Endpoints (and a loopback one is refused by the lease reconciler).
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+        ]
+    }
+
+    async fn start_apiserver(&mut self) -> Result<()> {
+        let log = self.dir.path().join("apiserver.log");
+        let started = Instant::now();
+        let mut server =
+            Supervised::spawn(&self.bin.kube_apiserver, &self.apiserver_args(), &log, None)?;
+        let client = self.client().await?;
+        let deadline = started + self.opts.start_timeout;
+        loop {
+            let req = http::Request::get("/readyz").body(Vec::new())?;
+            if let Ok(body) = client.request_text(req).await
+                && body.trim() == "ok"
+            {
+                break;
+            }
+            if let Some(status) = server.exited() {
+                bail!(
+                    "kube-apiserver exited ({status}) before ready:\n{}",
+                    tail(&log)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver not ready within {:?}:\n{}",
+                    self.opts.start_timeout,
+                    tail(&log)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "control plane: kube-apiserver ready on {} in {:.1} s",
+            self.addr,
+            started.elapsed().as_secs_f64()
+        );
+        self.apiserver = Some(server);
+        Ok(())
+    }
+
+    /// Stops the API server (SIGTERM, as a rolling control-plane upgrade does); etcd keeps the data.
+    pub fn stop_apiserver(&mut self) {
+        if let Some(s) = self.apiserver.take() {
+            s.stop();
+        }
+    }
+
+    /// Starts the API server again on the same address and etcd.
+    pub async fn restart_apiserver(&mut self) -> Result<()> {
+        self.stop_apiserver();
+        self.start_apiserver().await
+    }
+
+    /// The API server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin kubeconfig (token of `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The CA that signed the serving certificate.
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    /// The API server's log (for a failing test's message).
+    pub fn apiserver_log(&self) -> String {
+        tail(&self.dir.path().join("apiserver.log"))
+    }
+
+    /// Writes a kubeconfig for this server that authenticates with `token`.
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<()> {
+        let kc = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "netwave", "cluster": {
+                "server": format!("https://{}", self.addr),
+                "certificate-authority": self.ca_path(),
+            }}],
+            "users": [{"name": "user", "user": {"token": token}}],
+            "contexts": [{"name": "netwave", "context": {"cluster": "netwave", "user": "user"}}],
+            "current-context": "netwave",
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&kc)?)
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// An admin client (bound to the calling test's runtime).
+    pub async fn client(&self) -> Result<Client> {
+        self.client_from(&self.kubeconfig).await
+    }
+
+    /// A client that authenticates with `token` (a service-account token from TokenRequest, say).
+    pub async fn client_with_token(&self, token: &str) -> Result<Client> {
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-{}", short_hash(token)));
+        self.write_kubeconfig(&path, token)?;
+        self.client_from(&path).await
+    }
+
+    async fn client_from(&self, path: &Path) -> Result<Client> {
+        let kc = Kubeconfig::read_from(path)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// `kubectl` of the server's release, with the admin kubeconfig.
+    pub fn kubectl(&self) -> Command {
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut c = Command::new(&self.bin.kubectl);
+        c.env("KUBECONFIG", &self.kubeconfig)
+            // A fresh discovery cache per call, never the user's: tests install CRDs and use them right
+            // away, and a cached discovery from before the install would not know their kinds.
+            .env(
+                "KUBECACHEDIR",
+                self.dir.path().join(format!("kubectl-cache-{n}")),
+            )
+            .env("HOME", self.dir.path());
+        c
+    }
+
+    /// Applies CRDs (server-side, idempotent) and waits until every one is Established.
+    pub async fn install_crds(
+        &self,
+        client: &Client,
+        crds: impl IntoIterator<Item = CustomResourceDefinition>,
+    ) -> Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let pp = PatchParams::apply("netwave-tests").force();
+        let mut names = Vec::new();
+        for mut crd in crds {
+            crd.metadata.managed_fields = None;
+            crd.metadata.resource_version = None;
+            crd.status = None;
+            let name = crd.name_any();
+            api.patch(&name, &pp, &Patch::Apply(&crd))
+                .await
+                .with_context(|| format!("applying CRD {name}"))?;
+            names.push(name);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for name in names {
+            loop {
+                let crd = api.get(&name).await?;
+                let established = crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    });
+                if established {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("CRD {name} not Established within 30 s: {:?}", crd.status);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes what tests create, so the next test starts from an empty cluster: every object of the
+    /// `netwave.dev` kinds, Nodes, Leases and Events in every namespace, and admission policies.
+    /// Namespaces stay (without a controller-manager nothing would finalize their deletion).
+    pub async fn reset(&self, client: &Client) -> Result<()> {
+        let dp = DeleteParams::background();
+        let lp = ListParams::default();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in crds.list(&lp).await?.items {
+            // netwave's kinds are all cluster-scoped.
+            if crd.spec.group != "netwave.dev" || crd.spec.scope != "Cluster" {
+                continue;
+            }
+            let Some(v) = crd.spec.versions.iter().find(|v| v.served) else {
+                continue;
+            };
+            let gvk = GroupVersionKind::gvk(&crd.spec.group, &v.name, &crd.spec.names.kind);
+            let ar = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+            Api::<DynamicObject>::all_with(client.clone(), &ar)
+                .delete_collection(&dp, &lp)
+                .await
+                .with_context(|| format!("deleting every {}", ar.kind))?;
+        }
+        use k8s_openapi::api::admissionregistration::v1 as adm;
+        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .delete_collection(&dp, &lp)
+            .await
+            .context("deleting every Node")?;
+        Api::<adm::ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .delete_collection(&dp, &lp)
+            .await
+            .context("deleting every ValidatingAdmissionPolicyBinding")?;
+        Api::<adm::ValidatingAdmissionPolicy>::all(client.clone())
+            .delete_collection(&dp, &lp)
+            .await
+            .context("deleting every ValidatingAdmissionPolicy")?;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        for ns in namespaces.list(&lp).await?.items {
+            let ns = ns.name_any();
+            let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+                Api::namespaced(client.clone(), &ns);
+            leases.delete_collection(&dp, &lp).await?;
+            let events: Api<k8s_openapi::api::events::v1::Event> =
+                Api::namespaced(client.clone(), &ns);
+            events.delete_collection(&dp, &lp).await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the namespace unless it exists.
+    pub async fn ensure_namespace(&self, client: &Client, name: &str) -> Result<()> {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Some(s) = self.apiserver.take() {
+            s.stop();
+        }
+        if let Some(s) = self.etcd.take() {
+            s.stop();
+        }
+    }
+}
+
+/// A server process under a bash watchdog. The watchdog's stdin is a pipe whose write end only this
+/// process holds: closing it (drop, or this process ending in any way) makes the watchdog SIGTERM the
+/// server, wait up to 10 s and SIGKILL it. Ctrl-C reaches the watchdog too and does the same.
+struct Supervised {
+    watchdog: Child,
+    stdin: Option<ChildStdin>,
+}
+
+const WATCHDOG: &str = r#"
+exec 3<&0
+"$@" </dev/null & server=$!
+stop() {
+    kill -TERM "$server" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$server" 2>/dev/null
+    wait "$server"
+    # The last server of a control plane removes its directory (a `static` never runs the destructor).
+    [ -n "${REMOVE_DIR:-}" ] && rm -rf "$REMOVE_DIR"
+    exit
+}
+trap stop TERM INT HUP
+# Returns at EOF: the owner closed the pipe or is gone. If the server dies first, `wait -n` notices.
+# (An asynchronous command's stdin would be /dev/null without the explicit redirection.)
+read -r _ <&3 &
+reader=$!
+wait -n "$server" "$reader"
+stop
+"#;
+
+impl Supervised {
+    fn spawn(
+        bin: &Path,
+        args: &[String],
+        log: &Path,
+        remove_dir: Option<&Path>,
+    ) -> Result<Supervised> {
+        let out = std::fs::File::create(log)?;
+        let err = out.try_clone()?;
+        let mut watchdog = Command::new("bash")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("watchdog")
+            .arg(bin)
+            .args(args)
+            .env("REMOVE_DIR", remove_dir.unwrap_or(Path::new("")))
+            .stdin(Stdio::piped())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stdin = watchdog.stdin.take();
+        Ok(Supervised { watchdog, stdin })
+    }
+
+    /// The watchdog's exit status once the server (and so the watchdog) has gone.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.watchdog.try_wait().ok().flatten()
+    }
+
+    fn stop(mut self) {
+        if let Some(mut s) = self.stdin.take() {
+            let _ = s.write_all(b"stop\n");
+        }
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// A free TCP port on `ip` (bound and released; a race with another process is possible but rare).
+pub fn free_port(ip: IpAddr) -> Result<u16> {
+    Ok(std::net::TcpListener::bind((ip, 0))
+        .with_context(|| format!("binding {ip}:0"))?
+        .local_addr()?
+        .port())
+}
+
+/// A CA, a serving certificate for 127.0.0.1, `localhost` and `bind`, and the service-account key.
+fn write_pki(dir: &Path, bind: IpAddr) -> Result<()> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "netwave test CA");
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut leaf = CertificateParams::new(vec!["localhost".to_string()])?;
+    leaf.distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    leaf.subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    if !bind.is_loopback() {
+        leaf.subject_alt_names.push(SanType::IpAddress(bind));
+    }
+    let cert = leaf.signed_by(&key, &issuer)?;
+
+    let sa = KeyPair::generate()?;
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem())?;
+    std::fs::write(dir.join("apiserver.crt"), cert.pem())?;
+    std::fs::write(dir.join("apiserver.key"), key.serialize_pem())?;
+    std::fs::write(dir.join("sa.key"), sa.serialize_pem())?;
+    // The verifying side reads public keys only.
+    std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
+    Ok(())
+}
+
+fn short_hash(s: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// The last 40 lines of a log file.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The control plane this test binary shares, taken exclusively until the returned guard drops.
+pub struct Shared {
+    cp: Option<ControlPlane>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = ControlPlane;
+    fn deref(&self) -> &ControlPlane {
+        self.cp.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(cp) = self.cp.take() {
+            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            pool.idle.push(cp);
+        }
+    }
+}
+
+struct Pool {
+    idle: Vec<ControlPlane>,
+    started: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    idle: Vec::new(),
+    started: 0,
+});
+
+/// How many control planes one test binary may run at once (`NETWAVE_CONTROL_PLANES`, default 2: the
+/// tests of a binary run two at a time on these 2-core machines).
+fn pool_size() -> usize {
+    std::env::var("NETWAVE_CONTROL_PLANES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2)
+}
+
+/// Takes one of this test binary's control planes, starting it on first use, reset to an empty cluster.
+/// Tests waiting for one queue here, so tests of one binary are isolated from each other.
+pub async fn shared() -> Result<Shared> {
+    let cp = loop {
+        let start_new = {
+            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(cp) = pool.idle.pop() {
+                break cp;
+            }
+            if pool.started < pool_size() {
+                pool.started += 1;
+                true
+            } else {
+                false
+            }
+        };
+        if start_new {
+            match ControlPlane::start(Options::default()).await {
+                Ok(cp) => break cp,
+                Err(e) => {
+                    POOL.lock().unwrap_or_else(|p| p.into_inner()).started -= 1;
+                    return Err(e);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let shared = Shared { cp: Some(cp) };
+    let client = shared.client().await?;
+    shared
+        .reset(&client)
+        .await
+        .context("resetting the shared control plane")?;
+    Ok(shared)
+}

@@ -1,0 +1,135 @@
+//! The harness itself: a control plane starts, serves as admin, and is gone with its owner.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+use netwave_control_plane::{ControlPlane, Options, shared};
+
+#[tokio::test]
+async fn the_shared_control_plane_serves_the_admin_and_starts_empty() {
+    let cp = shared().await.unwrap();
+    let client = cp.client().await.unwrap();
+    let v = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        v.git_version, "v1.37.2",
+        "the server built from k8s.io/kubernetes"
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    cp.reset(&client).await.unwrap();
+    assert!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+/// A dropped control plane leaves no process behind and frees its port.
+#[tokio::test]
+async fn dropping_a_control_plane_stops_both_servers() {
+    let cp = ControlPlane::start(Options::default()).await.unwrap();
+    let addr = cp.addr();
+    let pids = server_pids(cp.kubeconfig().parent().unwrap());
+    assert_eq!(pids.len(), 2, "etcd and kube-apiserver run: {pids:?}");
+    drop(cp);
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "server {pid} still runs after drop"
+        );
+    }
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+/// A test binary that dies without running any destructor (SIGKILL) still takes its servers with it.
+#[tokio::test]
+async fn a_killed_owner_takes_its_servers_with_it() {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "owner_that_gets_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(
+            "NETWAVE_OWNER_DIR_FILE",
+            std::env::temp_dir().join(format!("owner-{}", std::process::id())),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let marker = std::env::temp_dir().join(format!("owner-{}", std::process::id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let dir = loop {
+        if let Ok(d) = std::fs::read_to_string(&marker) {
+            break std::path::PathBuf::from(d);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "owner never started its control plane"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let pids = server_pids(&dir);
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_file(&marker);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    for pid in pids {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server {pid} outlived its killed owner"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Run by `a_killed_owner_takes_its_servers_with_it` as a separate process.
+#[tokio::test]
+#[ignore = "helper process of a_killed_owner_takes_its_servers_with_it"]
+async fn owner_that_gets_killed() {
+    let cp = ControlPlane::start(Options::default()).await.unwrap();
+    let file = std::env::var("NETWAVE_OWNER_DIR_FILE").unwrap();
+    std::fs::write(file, cp.kubeconfig().parent().unwrap().to_str().unwrap()).unwrap();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// Pids of processes whose command line mentions `dir` and that are etcd or kube-apiserver themselves.
+fn server_pids(dir: &std::path::Path) -> Vec<u32> {
+    let dir = dir.to_str().unwrap();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let exe = args.first().cloned().unwrap_or_default();
+        if (exe.ends_with("/etcd") || exe.ends_with("/kube-apiserver"))
+            && args.iter().any(|a| a.contains(dir))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
