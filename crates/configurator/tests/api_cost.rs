@@ -9,11 +9,11 @@ use std::time::Duration;
 use common::*;
 
 async fn rollout_cost(nodes: usize, max_unavailable: &str) -> (f64, String) {
-    let env = env().await;
+    let env = testbed_env().await;
     add_nodes(&env.client, &node_names(nodes)).await;
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(20));
     apply_samples(&env.client).await;
-    env.tb.reset_counters();
+    env.tb().reset_counters();
     let c = Configurator::start(
         env.client.clone(),
         args(&["--max-unavailable", max_unavailable]),
@@ -30,7 +30,7 @@ async fn rollout_cost(nodes: usize, max_unavailable: &str) -> (f64, String) {
     )
     .await;
     c.stop().await;
-    let counts = env.tb.counters();
+    let counts = env.tb().counters();
     // Agents write only NodeNetworkConfig status; everything else written is the configurator's.
     let agent_writes = counts.get("patch", "nodenetworkconfigs/status");
     let configurator_writes = counts.writes() - agent_writes;

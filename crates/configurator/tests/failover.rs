@@ -1,4 +1,4 @@
-//! Two configurator *processes* (the real binary) against the testbed; the leader is SIGKILLed at a
+//! Two configurator *processes* (the real binary) against the real API server; the leader is SIGKILLed at a
 //! different point of the rollout in every run. The standby must take over within the lease duration and
 //! finish the rollout, with the DESIGN.md §3 invariants holding throughout.
 
@@ -86,7 +86,7 @@ async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
         let history = History::record(&env.client);
         let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(120));
         apply_samples(&env.client).await;
-        let kubeconfig = env.tb.kubeconfig_path().to_path_buf();
+        let kubeconfig = env.kubeconfig();
         let mut procs = vec![
             spawn(&kubeconfig, &format!("r{run}-a")),
             spawn(&kubeconfig, &format!("r{run}-b")),

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::env;
+use common::testbed_env;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use netwave_configurator::lease::{Elector, LeaderGate, LeaseConfig};
@@ -64,9 +64,9 @@ async fn watch_exclusion(a: &Replica, b: &Replica, d: Duration) -> (u32, u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_one_leader_and_fast_handover_on_release() {
-    let env = env().await;
-    let a = replica(&env.tb, "a");
-    let b = replica(&env.tb, "b");
+    let env = testbed_env().await;
+    let a = replica(env.tb(), "a");
+    let b = replica(env.tb(), "b");
     let (a_led, b_led) = watch_exclusion(&a, &b, Duration::from_secs(2)).await;
     assert!(a_led + b_led > 0, "someone leads");
     assert!(
@@ -95,18 +95,18 @@ async fn exactly_one_leader_and_fast_handover_on_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_stops_before_anyone_else_starts() {
-    let env = env().await;
-    let a = replica(&env.tb, "a");
+    let env = testbed_env().await;
+    let a = replica(env.tb(), "a");
     // Let `a` win first.
     let deadline = Instant::now() + Duration::from_secs(3);
     while !a.gate.is_leader() {
         assert!(Instant::now() < deadline, "a never became leader");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let b = replica(&env.tb, "b");
+    let b = replica(env.tb(), "b");
     watch_exclusion(&a, &b, Duration::from_millis(500)).await;
     // Cut `a` off from the API server: it cannot renew, and must give up on its own clock.
-    env.tb
+    env.tb()
         .faults()
         .partition(Partition::UserAgent("replica-a".into()));
     let cut = Instant::now();
@@ -117,21 +117,21 @@ async fn a_partitioned_leader_stops_before_anyone_else_starts() {
     );
     assert!(b_led > 0, "the healthy replica took over");
     assert!(cut.elapsed() >= Duration::from_secs(4));
-    env.tb.faults().heal();
+    env.tb().faults().heal();
     watch_exclusion(&a, &b, Duration::from_secs(1)).await;
     assert!(b.gate.is_leader(), "healing does not flip leadership back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_leader_is_replaced_within_the_lease_duration() {
-    let env = env().await;
-    let a = replica(&env.tb, "a");
+    let env = testbed_env().await;
+    let a = replica(env.tb(), "a");
     let deadline = Instant::now() + Duration::from_secs(3);
     while !a.gate.is_leader() {
         assert!(Instant::now() < deadline, "a never became leader");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let b = replica(&env.tb, "b");
+    let b = replica(env.tb(), "b");
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Crash: no release, the lease just stops being renewed.
     a.task.abort();

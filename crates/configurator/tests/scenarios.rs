@@ -169,13 +169,11 @@ async fn nodes_joining_and_leaving_mid_rollout() {
     })
     .await;
     let nodes: Api<Node> = Api::all(env.client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &node("node-late", &[("netwave.dev/pool", "compute")]),
-        )
-        .await
-        .unwrap();
+    create_node(
+        &env.client,
+        &node("node-late", &[("netwave.dev/pool", "compute")]),
+    )
+    .await;
     nodes
         .delete("node-05", &DeleteParams::default())
         .await
@@ -413,12 +411,12 @@ fn condition_of(st: &netwave_api::NetworkConfigRevisionStatus, t: &str) -> Optio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_faults_slow_the_rollout_but_fail_nothing() {
-    let env = std::sync::Arc::new(env().await);
+    let env = std::sync::Arc::new(testbed_env().await);
     add_nodes(&env.client, &node_names(6)).await;
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
     apply_samples(&env.client).await;
     for verb in ["create", "patch", "update", "delete"] {
-        env.tb.faults().fail_fraction(Match::verb(verb), 0.3, 500);
+        env.tb().faults().fail_fraction(Match::verb(verb), 0.3, 500);
     }
     let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
     let cutter = {
@@ -426,7 +424,7 @@ async fn api_faults_slow_the_rollout_but_fail_nothing() {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(700)).await;
-                env.tb.faults().cut_watches();
+                env.tb().faults().cut_watches();
             }
         })
     };
@@ -435,7 +433,7 @@ async fn api_faults_slow_the_rollout_but_fail_nothing() {
     let st = r.status.unwrap();
     assert_eq!((st.updated, st.failed), (6, 0));
     assert!(st.failed_nodes.is_empty());
-    let failed_writes = env.tb.counters();
+    let failed_writes = env.tb().counters();
     assert!(failed_writes.writes() > 0);
     c.stop().await;
 }

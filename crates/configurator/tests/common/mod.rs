@@ -1,5 +1,6 @@
-//! Test support: a testbed API server with netwave's CRDs, Nodes, configurators running in-process, and
-//! simulated agents that answer NodeNetworkConfig specs the way real agents do.
+//! Test support: the real kube-apiserver (or, for injected faults and request counters, the testbed)
+//! with netwave's CRDs, Nodes, configurators running in-process, and simulated agents that answer
+//! NodeNetworkConfig specs the way real agents do.
 
 #![allow(dead_code)]
 
@@ -20,12 +21,57 @@ use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The API server a test talks to.
+pub enum Server {
+    /// The real kube-apiserver + etcd, shared by this test binary's tests one at a time.
+    Real(netwave_control_plane::Shared),
+    /// Our in-memory server: for injected faults, partitions and request counters.
+    Testbed(Testbed),
+}
+
 pub struct Env {
-    pub tb: Testbed,
+    pub server: Server,
     pub client: Client,
 }
 
+impl Env {
+    /// The testbed, for tests that inject faults or count requests ([`testbed_env`]).
+    pub fn tb(&self) -> &Testbed {
+        match &self.server {
+            Server::Testbed(tb) => tb,
+            Server::Real(_) => panic!("this test needs testbed_env(): faults and counters"),
+        }
+    }
+
+    /// An admin kubeconfig for binaries the test starts.
+    pub fn kubeconfig(&self) -> std::path::PathBuf {
+        match &self.server {
+            Server::Testbed(tb) => tb.kubeconfig_path().to_path_buf(),
+            Server::Real(cp) => cp.kubeconfig().to_path_buf(),
+        }
+    }
+}
+
+/// The real API server, empty but for netwave's CRDs and the `netwave-system` namespace.
 pub async fn env() -> Env {
+    let cp = netwave_control_plane::shared()
+        .await
+        .expect("the real control plane starts");
+    let client = cp.client().await.unwrap();
+    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
+        .await
+        .unwrap();
+    cp.ensure_namespace(&client, "netwave-system")
+        .await
+        .unwrap();
+    Env {
+        server: Server::Real(cp),
+        client,
+    }
+}
+
+/// The testbed, for tests that inject API faults or count requests.
+pub async fn testbed_env() -> Env {
     let tb = Testbed::start(
         TestbedOptions::default().with_crds(netwave_api::crds().into_iter().map(|(_, c)| c)),
     )
@@ -39,7 +85,10 @@ pub async fn env() -> Env {
     )
     .await
     .unwrap();
-    Env { tb, client }
+    Env {
+        server: Server::Testbed(tb),
+        client,
+    }
 }
 
 pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
@@ -65,15 +114,24 @@ pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
     n
 }
 
-pub async fn add_nodes(client: &Client, names: &[String]) {
+/// Creates a Node, then sets its status: an API server ignores the status in a create (a kubelet
+/// registers its Node, then reports conditions through the status subresource).
+pub async fn create_node(client: &Client, node: &Node) {
     let api: Api<Node> = Api::all(client.clone());
+    let name = node.name_any();
+    api.create(&PostParams::default(), node).await.unwrap();
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": node.status})),
+    )
+    .await
+    .unwrap();
+}
+
+pub async fn add_nodes(client: &Client, names: &[String]) {
     for name in names {
-        api.create(
-            &PostParams::default(),
-            &node(name, &[("netwave.dev/pool", "compute")]),
-        )
-        .await
-        .unwrap();
+        create_node(client, &node(name, &[("netwave.dev/pool", "compute")])).await;
     }
 }
 
@@ -135,7 +193,8 @@ pub fn args(extra: &[&str]) -> Args {
     args
 }
 
-/// A configurator running in this process; stops (gracefully) on drop of the handle's sender.
+/// A configurator running in this process; `stop` ends it gracefully, drop aborts it (tests share an API
+/// server, so nothing of one test may go on acting in the next).
 pub struct Configurator {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
@@ -170,6 +229,21 @@ impl Configurator {
     }
 }
 
+impl Drop for Configurator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A background task aborted on drop.
+pub struct Task(pub JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How a simulated agent answers a revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answer {
@@ -190,13 +264,16 @@ pub fn always_ok() -> Behaviour {
 
 /// Simulated agents for every node: watch all NodeNetworkConfigs and, after `delay`, report on each new
 /// spec as the node's agent would (the agent is the only writer of status).
-pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
+pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> Task {
+    Task(tokio::spawn(async move {
         let api: Api<NodeNetworkConfig> = Api::all(client.clone());
         let handled: Arc<Mutex<BTreeMap<String, (String, u32)>>> = Arc::default();
         let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
         futures::pin_mut!(stream);
+        // Owned here, so aborting the agents also aborts every answer still on its way.
+        let mut answers = tokio::task::JoinSet::new();
         while let Some(ev) = stream.next().await {
+            while answers.try_join_next().is_some() {}
             let objs = match ev {
                 Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => vec![o],
                 _ => continue,
@@ -213,7 +290,7 @@ pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> Jo
                 handled.lock().unwrap().insert(name.clone(), key.clone());
                 let answer = behaviour(&name, &key.0);
                 let api = api.clone();
-                tokio::spawn(async move {
+                answers.spawn(async move {
                     tokio::time::sleep(delay).await;
                     let last_good = status.last_good_revision.clone();
                     let body = match answer {
@@ -243,7 +320,7 @@ pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> Jo
                 });
             }
         }
-    })
+    }))
 }
 
 pub async fn revisions(client: &Client) -> Vec<NetworkConfigRevision> {
