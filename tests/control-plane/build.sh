@@ -15,6 +15,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # The one place the versions live (the go.mod files must agree; checked below).
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
+# The Prometheus operator's CRDs (PrometheusRule, ServiceMonitor), so deploy/monitoring is applied to the
+# server with the schema a cluster running the operator has. Its Go module carries them as YAML.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 
 for f in kubernetes/go.mod etcd/go.mod; do
     case "$f" in
@@ -30,7 +33,22 @@ done
 key="$(cat "$here"/kubernetes/go.{mod,sum} "$here"/etcd/go.{mod,sum} | sha256sum | cut -c1-12)"
 cache="${NETWAVE_CACHE:-$HOME/.cache/netwave}/control-plane/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-$key"
 
+# Copies the operator's CRDs into the cache (a download of ~4 MB, checked against the Go checksum database).
+fetch_crds() {
+    local dest="$1/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION"
+    [ -d "$dest" ] && return 0
+    local dir
+    dir="$(cd "$here/etcd" && GOFLAGS=-mod=mod GOTOOLCHAIN=local go mod download -json \
+        "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+        sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    mkdir -p "$dest.tmp"
+    cp "$dir"/example/prometheus-operator-crd/monitoring.coreos.com_{prometheusrules,servicemonitors}.yaml "$dest.tmp/"
+    chmod u+w "$dest.tmp"/*
+    mv "$dest.tmp" "$dest"
+}
+
 if [ -x "$cache/kube-apiserver" ] && [ -x "$cache/kubectl" ] && [ -x "$cache/etcd" ] && [ -f "$cache/build-info" ]; then
+    fetch_crds "$cache"
     echo "$cache"
     exit 0
 fi
@@ -69,6 +87,7 @@ end=$(date +%s)
 cat >"$cache.tmp/build-info" <<EOF
 kube-apiserver $K8S_VERSION, etcd $ETCD_VERSION, built with $(go env GOVERSION) in $((end - start)) s (etcd $((etcd_done - start)) s, kube-apiserver $((apiserver_done - etcd_done)) s, kubectl $((end - apiserver_done)) s) on $(date -u +%Y-%m-%dT%H:%M:%SZ)
 EOF
+fetch_crds "$cache.tmp"
 rm -rf "$cache"
 mv "$cache.tmp" "$cache"
 echo "control-plane: $(cat "$cache/build-info")" >&2

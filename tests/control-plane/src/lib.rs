@@ -40,6 +40,8 @@ pub struct Binaries {
     pub etcd: PathBuf,
     pub kube_apiserver: PathBuf,
     pub kubectl: PathBuf,
+    /// The Prometheus operator's CRDs (PrometheusRule, ServiceMonitor) as its release ships them.
+    pub prometheus_operator_crds: PathBuf,
     /// One line: versions, Go version, build time.
     pub info: String,
 }
@@ -74,7 +76,14 @@ fn find_or_build() -> Result<Binaries> {
         .with_context(|| format!("reading {}/build-info", dir.display()))?
         .trim()
         .to_string();
+    let prometheus_operator_crds = std::fs::read_dir(dir.join("crds"))
+        .with_context(|| format!("reading {}/crds", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("prometheus-operator-")))
+        .with_context(|| format!("no prometheus-operator CRDs in {}/crds", dir.display()))?;
     let b = Binaries {
+        prometheus_operator_crds,
         etcd: dir.join("etcd"),
         kube_apiserver: dir.join("kube-apiserver"),
         kubectl: dir.join("kubectl"),
@@ -330,6 +339,11 @@ impl ControlPlane {
         let config =
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
         Ok(Client::try_from(config)?)
+    }
+
+    /// The binaries and files this control plane runs from.
+    pub fn binaries(&self) -> &'static Binaries {
+        self.bin
     }
 
     /// `kubectl` of the server's release, with the admin kubeconfig.

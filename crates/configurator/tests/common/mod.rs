@@ -43,6 +43,14 @@ impl Env {
         }
     }
 
+    /// The real control plane ([`env`]).
+    pub fn cp(&self) -> &netwave_control_plane::ControlPlane {
+        match &self.server {
+            Server::Real(cp) => cp,
+            Server::Testbed(_) => panic!("this test needs env(): the real API server"),
+        }
+    }
+
     /// An admin kubeconfig for binaries the test starts.
     pub fn kubeconfig(&self) -> std::path::PathBuf {
         match &self.server {

@@ -1,0 +1,341 @@
+//! Installing netwave as an admin would, on the real kube-apiserver: every manifest in `deploy/` is
+//! accepted (the PrometheusRule against the Prometheus operator's own CRD), the RBAC it ships is enough for
+//! the configurator to run a rollout under its service account, and the admission policy binds each
+//! agent to its own node.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use netwave_api::NodeNetworkConfig;
+use netwave_control_plane::ControlPlane;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `kubectl …` from the repository root that must succeed; returns (stdout, stderr).
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> (String, String) {
+    let out = cp
+        .kubectl()
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "kubectl {args:?} failed:\n{e}\n{o}");
+    (o, e)
+}
+
+/// Every YAML manifest under `deploy/` but the samples (the admins' objects, tested on their own).
+fn deploy_manifests() -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in ["deploy", "deploy/monitoring"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                out.push(format!(
+                    "{dir}/{}",
+                    p.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Installs netwave from `deploy/` with kubectl, after the Prometheus operator's CRDs.
+fn install(cp: &ControlPlane) {
+    let operator = cp
+        .binaries()
+        .prometheus_operator_crds
+        .to_str()
+        .unwrap()
+        .to_string();
+    kubectl(cp, &["apply", "--server-side", "-f", &operator]);
+    kubectl(
+        cp,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ],
+    );
+    let files = deploy_manifests();
+    let mut args = vec!["apply"];
+    for f in &files {
+        args.extend(["-f", f.as_str()]);
+    }
+    let (out, err) = kubectl(cp, &args);
+    // (The test harness created netwave-system without kubectl; kubectl says so. Any other warning is ours.)
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("Warning") && !l.contains("last-applied-configuration"))
+        .collect();
+    assert!(
+        warnings.is_empty(),
+        "the server warns about deploy/:\n{err}"
+    );
+    let docs: usize = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(repo().join(f)).unwrap();
+            serde_saphyr::from_multiple::<serde_json::Value>(&text)
+                .unwrap()
+                .iter()
+                .filter(|d| !d.is_null())
+                .count()
+        })
+        .sum();
+    assert_eq!(out.lines().count(), docs, "one line per object:\n{out}");
+}
+
+#[tokio::test]
+async fn every_manifest_in_deploy_is_accepted_by_the_server() {
+    let env = env().await;
+    let files = deploy_manifests();
+    for want in [
+        "deploy/admission.yaml",
+        "deploy/agent.yaml",
+        "deploy/configurator.yaml",
+        "deploy/monitoring/prometheusrule.yaml",
+    ] {
+        assert!(files.iter().any(|f| f == want), "{want} in {files:?}");
+    }
+    install(env.cp());
+    let (rules, _) = kubectl(env.cp(), &["get", "prometheusrules", "-A", "-o", "name"]);
+    assert!(!rules.trim().is_empty(), "the PrometheusRule is stored");
+    let (policies, _) = kubectl(
+        env.cp(),
+        &["get", "validatingadmissionpolicies", "-o", "name"],
+    );
+    assert!(policies.contains("netwave-agent-own-node"), "{policies}");
+}
+
+/// A token for a service account of `netwave-system`, bound to a pod when `pod` is given (as the kubelet
+/// mounts it into the pod).
+async fn token(admin: &Client, sa: &str, pod: Option<&Pod>) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), "netwave-system");
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            bound_object_ref: pod.map(|p| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(p.name_any()),
+                uid: p.metadata.uid.clone(),
+            }),
+            expiration_seconds: Some(3600),
+        },
+        ..Default::default()
+    };
+    let resp: TokenRequest = api
+        .create_subresource("token", sa, &PostParams::default(), &req)
+        .await
+        .unwrap();
+    resp.status.unwrap().token
+}
+
+/// The configurator runs a whole rollout under its own service account with the RBAC `deploy/` ships:
+/// revisions, NodeNetworkConfigs, the Lease and Events.
+#[tokio::test]
+async fn the_shipped_rbac_is_enough_for_the_configurator() {
+    let env = env().await;
+    install(env.cp());
+    let sa = env
+        .cp()
+        .client_with_token(&token(&env.client, "netwave-configurator", None).await)
+        .await
+        .unwrap();
+    let names = node_names(4);
+    add_nodes(&env.client, &names).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(50));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(sa, args(&["--max-unavailable", "2"]));
+    let rev = eventually(T, "the rollout to complete", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(r.clone()),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    let st = rev.status.clone().unwrap();
+    assert_eq!((st.total, st.updated, st.failed), (4, 4, 0), "{st:?}");
+
+    // What an admin runs next: wait on the revision, describe it, read its Events.
+    let name = rev.name_any();
+    kubectl(
+        env.cp(),
+        &[
+            "wait",
+            "--for=condition=Available",
+            "--timeout=30s",
+            &format!("ncr/{name}"),
+        ],
+    );
+    let (described, _) = kubectl(env.cp(), &["describe", "ncr", &name]);
+    assert!(described.contains("Events:"), "{described}");
+    let (events, _) = kubectl(
+        env.cp(),
+        &[
+            "events",
+            "-A",
+            "--for",
+            &format!("NetworkConfigRevision/{name}"),
+        ],
+    );
+    assert!(
+        events.lines().count() > 1,
+        "the configurator's Events (written under its service account) are there:\n{events}"
+    );
+    c.stop().await;
+}
+
+/// The admission policy: an agent's pod-bound token may write only its own node's NodeNetworkConfig
+/// status and its own Node; another node's are refused with the policy's message.
+#[tokio::test]
+async fn an_agent_writes_only_its_own_node() {
+    let env = env().await;
+    install(env.cp());
+    let admin = env.client.clone();
+    for n in ["node-a", "node-b"] {
+        create_node(&admin, &node(n, &[])).await;
+        let nnc: NodeNetworkConfig = serde_json::from_value(json!({
+            "apiVersion": "netwave.dev/v1alpha1", "kind": "NodeNetworkConfig",
+            "metadata": {"name": n},
+            "spec": {"revision": "r1", "sequence": 1, "configHash": "h1", "config": {}},
+        }))
+        .unwrap();
+        Api::<NodeNetworkConfig>::all(admin.clone())
+            .create(&PostParams::default(), &nnc)
+            .await
+            .unwrap();
+    }
+    // The agent's pod on node-a, as the DaemonSet controller and scheduler would have made it.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "netwave-system");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("netwave-agent-{}", std::process::id())},
+        "spec": {"nodeName": "node-a", "serviceAccountName": "netwave-agent",
+                 "containers": [{"name": "agent", "image": "netwave-agent"}]},
+    }))
+    .unwrap();
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let agent_a = env
+        .cp()
+        .client_with_token(&token(&admin, "netwave-agent", Some(&pod)).await)
+        .await
+        .unwrap();
+    pods.delete(&pod.name_any(), &Default::default()).await.ok();
+
+    let nncs: Api<NodeNetworkConfig> = Api::all(agent_a.clone());
+    let nodes: Api<Node> = Api::all(agent_a.clone());
+    let status =
+        Patch::Merge(json!({"status": {"phase": "Provisioned", "observedRevision": "r1"}}));
+    let pp = PatchParams::default();
+
+    nncs.patch_status("node-a", &pp, &status)
+        .await
+        .expect("its own NNC status");
+    nodes
+        .patch(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .expect("its own Node");
+    nodes
+        .patch_status(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "NetworkReady", "status": "True", "reason": "Provisioned", "message": ""}]}})),
+        )
+        .await
+        .expect("its own Node's status");
+
+    let msg = refused(
+        nncs.patch_status("node-b", &pp, &status).await,
+        "node-b's NNC status",
+    );
+    assert!(
+        msg.contains(
+            "netwave-agent on node node-a may write only its own NodeNetworkConfig, not node-b"
+        ),
+        "{msg}"
+    );
+    let msg = refused(
+        nodes
+            .patch(
+                "node-b",
+                &pp,
+                &Patch::Merge(json!({"spec": {"taints": [
+                {"key": "netwave.dev/network-unavailable", "effect": "NoSchedule"}]}})),
+            )
+            .await,
+        "tainting node-b",
+    );
+    assert!(
+        msg.contains("may write only its own Node, not node-b"),
+        "{msg}"
+    );
+    // RBAC still holds beneath the policy: an agent never writes a spec.
+    let msg = refused(
+        nncs.patch(
+            "node-a",
+            &pp,
+            &Patch::Merge(json!({"spec": {"revision": "r2"}})),
+        )
+        .await,
+        "its own NNC spec",
+    );
+    assert!(msg.contains("forbidden"), "{msg}");
+
+    // A token bound to no pod names no node: refused everywhere.
+    let unbound = env
+        .cp()
+        .client_with_token(&token(&admin, "netwave-agent", None).await)
+        .await
+        .unwrap();
+    let msg = refused(
+        Api::<NodeNetworkConfig>::all(unbound)
+            .patch_status("node-a", &pp, &status)
+            .await,
+        "an unbound token",
+    );
+    assert!(msg.contains("bound to a pod on a node"), "{msg}");
+
+    let nnc = Api::<NodeNetworkConfig>::all(admin)
+        .get("node-b")
+        .await
+        .unwrap();
+    assert!(
+        nnc.status.is_none(),
+        "node-b's status is untouched: {:?}",
+        nnc.status
+    );
+}
+
+/// The message of a 403; panics on anything else.
+fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
+    match r {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 403, "{what}: {e:?}");
+            e.message
+        }
+        other => panic!("{what} was not refused: {other:?}"),
+    }
+}
