@@ -167,3 +167,86 @@ async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
         takeovers[takeovers.len() - 1]
     );
 }
+
+/// The API server itself goes away mid-rollout (stopped, as a control-plane upgrade does, and started again
+/// on the same etcd): an interruption, never a failure. The configurator process and the agents reconnect,
+/// the rollout completes with no node failed and the budget held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure() {
+    use netwave_control_plane::{ControlPlane, Options};
+    let mut cp = ControlPlane::start(Options::default()).await.unwrap();
+    let client = cp.client().await.unwrap();
+    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
+        .await
+        .unwrap();
+    cp.ensure_namespace(&client, "netwave-system")
+        .await
+        .unwrap();
+    let names = node_names(8);
+    add_nodes(&client, &names).await;
+    let history = History::record(&client);
+    // Slow agents, so the outage lands in the middle of the rollout.
+    let _agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(700));
+    apply_samples(&client).await;
+    let _procs = [
+        spawn(cp.kubeconfig(), "restart-a"),
+        spawn(cp.kubeconfig(), "restart-b"),
+    ];
+
+    let provisioned = |cs: &std::collections::BTreeMap<String, netwave_api::NodeNetworkConfig>| {
+        cs.values().filter(|c| !in_flight(c)).count()
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the first nodes to be updated",
+        || async {
+            let n = provisioned(&configs(&client).await);
+            if (1..8).contains(&n) {
+                Ok(())
+            } else {
+                Err(format!("{n} updated"))
+            }
+        },
+    )
+    .await;
+    let before = provisioned(&configs(&client).await);
+    cp.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cp.restart_apiserver().await.unwrap();
+
+    let client = cp.client().await.unwrap();
+    let rev = eventually(
+        Duration::from_secs(90),
+        "the rollout to complete",
+        || async {
+            match revisions(&client).await.as_slice() {
+                [r] if phase(r) == "Complete" => Ok(r.clone()),
+                other => Err(format!(
+                    "{:?}; nodes (spec revision, status phase, observed revision): {:?}",
+                    other.iter().map(phase).collect::<Vec<_>>(),
+                    configs(&client)
+                        .await
+                        .values()
+                        .map(|c| {
+                            let st = c.status.clone().unwrap_or_default();
+                            (c.spec.revision.clone(), st.phase, st.observed_revision)
+                        })
+                        .collect::<Vec<_>>()
+                )),
+            }
+        },
+    )
+    .await;
+    let st = rev.status.unwrap();
+    assert_eq!((st.updated, st.failed), (8, 0), "{st:?}");
+    assert!(
+        st.failed_nodes.is_empty(),
+        "an API outage is not a node failure: {st:?}"
+    );
+    assert!(
+        before < 8,
+        "the outage came mid-rollout ({before} of 8 updated before it)"
+    );
+    let max = history.max_in_flight();
+    assert!(max <= 2, "{max} nodes in flight across the restart");
+}

@@ -314,8 +314,9 @@ pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> Ta
                             "lastGoodRevision": last_good, "reason": reason, "message": message,
                         }}),
                     };
-                    // Retried like a real agent: API errors never become a failure.
-                    for _ in 0..50 {
+                    // Retried like a real agent: API errors never become a failure, and an API
+                    // server restart (several seconds without one) is outlasted.
+                    for _ in 0..600 {
                         if api
                             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
                             .await
