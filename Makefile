@@ -33,9 +33,10 @@ crds:
 	$(CARGO) run -q -p netwave-api --example crdgen
 
 # The demo: 6 nodes in network namespaces, testbed API server, 2 configurators, 6 agents (needs root).
+# REAL=1: on kube-apiserver + etcd built from Go modules instead of the testbed.
 demo:
 	$(CARGO) build -q -p netwave-testbed -p netwave-configurator -p netwave-agent -p netwave-e2e --bins
-	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel)
+	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel) $(if $(REAL),--real-control-plane)
 
 # Benchmarks print figures (release builds). The agent benchmark needs root.
 bench:

@@ -175,6 +175,17 @@ pub struct FleetOptions {
     /// Label nodes into pools (`compute`/`storage`) so the VRF-bound samples apply. `None`: label them
     /// only if the kernel supports VRF devices.
     pub pools: Option<bool>,
+    /// Which API server the fleet talks to.
+    pub server: ApiServer,
+}
+
+/// The fleet's API server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApiServer {
+    /// kube-apiserver + etcd built from Go modules (`tests/control-plane`): what a cluster runs.
+    Real,
+    /// `netwave-testbed`: starts instantly, and injects faults (5xx, 429, cut watches) on request.
+    Testbed,
 }
 
 impl Default for FleetOptions {
@@ -191,6 +202,7 @@ impl Default for FleetOptions {
             settle_secs: 0.2,
             kernel: true,
             pools: None,
+            server: ApiServer::Real,
         }
     }
 }
@@ -213,6 +225,7 @@ pub struct Fleet {
     /// Root-namespace end of the host veth.
     host_link: String,
     testbed: Option<Proc>,
+    control_plane: Option<netwave_control_plane::ControlPlane>,
     configurators: Vec<Option<Proc>>,
     agents: BTreeMap<String, Proc>,
     restarts: BTreeMap<String, u32>,
@@ -246,40 +259,25 @@ impl Fleet {
         let dir = std::env::temp_dir().join(&net.run_id);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir)?;
-        let kubeconfig = dir.join("kubeconfig");
-        let mut cmd = Command::new(&bins.testbed);
-        cmd.arg("--bind")
-            .arg(bind.to_string())
-            .args(["--port", "0", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .arg("--crds")
-            .arg(workspace_root().join("crds"));
-        // stdout carries the URL; stderr goes to the log.
-        let log = dir.join("testbed.log");
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::from(fs::File::create(&log)?))
-            .stdin(Stdio::null());
-        let mut child = cmd.spawn().context("starting netwave-testbed")?;
-        let stdout = child.stdout.take().context("testbed stdout")?;
-        let testbed = Proc {
-            name: "testbed".into(),
-            log,
-            child,
+        let (url, kubeconfig, client, testbed, control_plane) = match opts.server {
+            ApiServer::Testbed => {
+                let (url, kubeconfig, client, testbed) = start_testbed(&bins, &dir, bind).await?;
+                (url, kubeconfig, client, Some(testbed), None)
+            }
+            ApiServer::Real => {
+                let cp =
+                    netwave_control_plane::ControlPlane::start(netwave_control_plane::Options {
+                        bind: bind.into(),
+                        ..Default::default()
+                    })
+                    .await?;
+                let client = cp.client().await?;
+                cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
+                    .await?;
+                let url = format!("https://{}", cp.addr());
+                (url, cp.kubeconfig().to_path_buf(), client, None, Some(cp))
+            }
         };
-        let url = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).map(|_| line)
-        })
-        .await??
-        .trim()
-        .to_string();
-        if url.is_empty() {
-            bail!("testbed printed no URL: {}", testbed.log_tail(20));
-        }
-        let kc = Kubeconfig::read_from(&kubeconfig)?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-        let client = Client::try_from(config)?;
         let mut fleet = Fleet {
             opts: opts.clone(),
             net,
@@ -291,7 +289,8 @@ impl Fleet {
             vrf,
             pools,
             host_link,
-            testbed: Some(testbed),
+            testbed,
+            control_plane,
             configurators: Vec::new(),
             agents: BTreeMap::new(),
             restarts: BTreeMap::new(),
@@ -354,10 +353,18 @@ impl Fleet {
                 "addresses": [{"type": "InternalIP", "address": n.underlay.to_string()}],
             },
         }))?;
-        Api::<Node>::all(self.client.clone())
-            .create(&PostParams::default(), &node)
+        let api = Api::<Node>::all(self.client.clone());
+        api.create(&PostParams::default(), &node)
             .await
             .with_context(|| format!("creating Node {}", n.name))?;
+        // An API server ignores status on create: the kubelet reports it through the subresource.
+        api.patch_status(
+            &n.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": node.status})),
+        )
+        .await
+        .with_context(|| format!("setting the status of Node {}", n.name))?;
         Ok(())
     }
 
@@ -711,6 +718,9 @@ impl Fleet {
                 p.log_tail(lines)
             ));
         }
+        if let Some(cp) = &self.control_plane {
+            s.push_str(&format!("--- kube-apiserver\n{}\n", cp.apiserver_log()));
+        }
         s
     }
 
@@ -804,6 +814,8 @@ impl Drop for Fleet {
         if let Some(t) = self.testbed.as_mut() {
             t.kill();
         }
+        // Stops kube-apiserver and etcd before the address they listen on goes away.
+        self.control_plane.take();
         // Namespaces are freed asynchronously; delete the root-side veth now so nothing lingers.
         if !self.host_link.is_empty() {
             let _ = ip(&["link", "del", &self.host_link]);
@@ -813,6 +825,48 @@ impl Drop for Fleet {
         }
         // `net` drops after this: namespaces, their links and the host veth go.
     }
+}
+
+/// Starts `netwave-testbed` on `bind`; returns its URL, kubeconfig, an admin client and the process.
+async fn start_testbed(
+    bins: &Bins,
+    dir: &Path,
+    bind: Ipv4Addr,
+) -> Result<(String, PathBuf, Client, Proc)> {
+    let kubeconfig = dir.join("kubeconfig");
+    let mut cmd = Command::new(&bins.testbed);
+    cmd.arg("--bind")
+        .arg(bind.to_string())
+        .args(["--port", "0", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .arg("--crds")
+        .arg(workspace_root().join("crds"));
+    // stdout carries the URL; stderr goes to the log.
+    let log = dir.join("testbed.log");
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::from(fs::File::create(&log)?))
+        .stdin(Stdio::null());
+    let mut child = cmd.spawn().context("starting netwave-testbed")?;
+    let stdout = child.stdout.take().context("testbed stdout")?;
+    let testbed = Proc {
+        name: "testbed".into(),
+        log,
+        child,
+    };
+    let url = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).map(|_| line)
+    })
+    .await??
+    .trim()
+    .to_string();
+    if url.is_empty() {
+        bail!("testbed printed no URL: {}", testbed.log_tail(20));
+    }
+    let kc = Kubeconfig::read_from(&kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    let client = Client::try_from(config)?;
+    Ok((url, kubeconfig, client, testbed))
 }
 
 /// A revision's phase ("" without status).

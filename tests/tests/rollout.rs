@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use netwave_api::manifest::samples;
 use netwave_e2e::fleet::{
-    Bins, DATA_GATEWAY, Fleet, FleetOptions, PROBE_TARGET, phase, provisioned_on,
+    ApiServer, Bins, DATA_GATEWAY, Fleet, FleetOptions, PROBE_TARGET, phase, provisioned_on,
 };
 use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
 use serde_json::json;
@@ -377,7 +377,12 @@ async fn api_faults_slow_the_rollout_without_false_failures() {
         return;
     }
     let _g = Fleet::lock().await;
-    let f = start(FleetOptions::default()).await;
+    // Faults are injected by the testbed (a real API server cannot fail a fifth of writes on request).
+    let f = start(FleetOptions {
+        server: ApiServer::Testbed,
+        ..FleetOptions::default()
+    })
+    .await;
     let t0 = Instant::now();
     roll_out_samples(&f).await;
     let clean = t0.elapsed();

@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_e2e::fleet::{
-    Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET, phase, provisioned_on,
+    ApiServer, Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET, phase,
+    provisioned_on,
 };
 use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
 use serde_json::json;
@@ -22,6 +23,13 @@ const T: Duration = Duration::from_secs(180);
 fn main() -> Result<()> {
     let no_kernel = std::env::args().any(|a| a == "--no-kernel")
         || std::env::var("NO_KERNEL").is_ok_and(|v| !v.is_empty() && v != "0");
+    // The testbed starts at once; the real kube-apiserver + etcd (built from Go modules on first use,
+    // ~10 min cold) is what a cluster runs.
+    let server = if std::env::args().any(|a| a == "--real-control-plane") {
+        ApiServer::Real
+    } else {
+        ApiServer::Testbed
+    };
     if !no_kernel && !is_root() {
         eprintln!(
             "make demo needs root: it creates network namespaces, veth pairs and VXLAN devices, and the \
@@ -36,7 +44,7 @@ fn main() -> Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         tokio::select! {
-            r = demo(bins, !no_kernel) => r,
+            r = demo(bins, !no_kernel, server) => r,
             _ = tokio::signal::ctrl_c() => {
                 // Dropping the demo future dropped the fleet: processes killed, namespaces deleted.
                 println!("\ninterrupted: fleet torn down (processes killed, namespaces deleted)");
@@ -50,7 +58,7 @@ fn step(title: &str) {
     println!("\n\x1b[1m== {title}\x1b[0m");
 }
 
-async fn demo(bins: Bins, kernel: bool) -> Result<()> {
+async fn demo(bins: Bins, kernel: bool, server: ApiServer) -> Result<()> {
     let total = Instant::now();
     step("1. a fleet on this machine");
     let t = Instant::now();
@@ -59,6 +67,7 @@ async fn demo(bins: Bins, kernel: bool) -> Result<()> {
         FleetOptions {
             nodes: NODES,
             kernel,
+            server,
             ..FleetOptions::default()
         },
     )
