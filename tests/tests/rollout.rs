@@ -96,6 +96,32 @@ async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
     let st = done.status.unwrap();
     assert_eq!((st.total, st.updated, st.failed), (6, 6, 0));
 
+    // One writer per field, as the API server's server-side apply records it: the configurator owns
+    // every NodeNetworkConfig's spec, the node's agent its status, and nobody else owns either.
+    for (node, c) in f.configs().await.unwrap() {
+        let owners = |part: &str| -> Vec<String> {
+            c.metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter(|m| {
+                    m.fields_v1
+                        .as_ref()
+                        .is_some_and(|f| f.0.get(part).is_some())
+                })
+                .map(|m| {
+                    format!(
+                        "{}/{}",
+                        m.manager.clone().unwrap_or_default(),
+                        m.subresource.clone().unwrap_or_default()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(owners("f:spec"), ["netwave-configurator/"], "{node}");
+        assert_eq!(owners("f:status"), ["netwave-agent/status"], "{node}");
+    }
+
     // Kernel: every node runs the data segment with its anycast gateway.
     for n in f.node_names() {
         let state = f.kernel_state(&n).unwrap();
