@@ -1,20 +1,23 @@
-//! SIGKILL during an apply: the real `netwave-agent` binary against the API testbed, in a throwaway network
-//! namespace (root). After a restart the last good config is restored first. A first interruption is
-//! retried (the revision then provisions); a revision interrupted twice is reported `Invalid`
-//! (`ApplyInterrupted`), the last good config stays in the kernel and it is not applied again.
+//! SIGKILL during an apply: the real `netwave-agent` binary against the real kube-apiserver, with the
+//! agent's deployed identity (`real_api`), in a throwaway network namespace (root). After a restart the
+//! last good config is restored first. A first interruption is retried (the revision then provisions); a
+//! revision interrupted twice is reported `Invalid` (`ApplyInterrupted`), the last good config stays in
+//! the kernel and it is not applied again.
 
 mod common;
+mod real_api;
 
 use std::process::{Child, Command};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{in_netns, ip};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
 };
-use netwave_testbed::{Testbed, TestbedOptions};
+use real_api::RealApi;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -106,20 +109,28 @@ async fn status(api: &Api<NodeNetworkConfig>) -> Result<Option<NodeNetworkConfig
     Ok(api.get("n1").await?.status)
 }
 
-/// One node `n1` on the testbed, its agent running r1, and r2 (a VNI change and a new segment) just
-/// assigned. The settle delay holds each apply (marker written, kernel changed) long enough to kill it.
+/// One node `n1`, its agent running r1, and r2 (a VNI change and a new segment) just assigned. The settle
+/// delay holds each apply (marker written, kernel changed) long enough to kill it.
 struct Scene {
-    tb: Testbed,
-    nncs: Api<NodeNetworkConfig>,
+    // Fields drop in this order: the agent process dies before the server goes back to the pool (the next
+    // test gets it) and before its state directory is removed.
+    agent: Option<AgentProc>,
+    server: RealApi,
     dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
     marker: std::path::PathBuf,
 }
 
 impl Scene {
-    async fn start() -> Result<(Scene, AgentProc)> {
-        let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
-        let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
-        let nncs: Api<NodeNetworkConfig> = Api::all(tb.client());
+    async fn start() -> Result<Scene> {
+        let server = RealApi::start().await?;
+        // The agent's node, as its kubelet registered it (the agent writes its NetworkReady condition).
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        Api::<Node>::all(server.admin.clone())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let nncs: Api<NodeNetworkConfig> = Api::all(server.admin.clone());
         nncs.create(
             &PostParams::default(),
             &NodeNetworkConfig::new("n1", spec("r1", vec![l2(10, 1010)])),
@@ -130,31 +141,46 @@ impl Scene {
             dir.path().join("health.yaml"),
             "interfaces: [\"lo\"]\napiServer: true\nsettleSeconds: 2\ndeadlineSeconds: 5\n",
         )?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        server.write_agent_kubeconfig(&kubeconfig).await?;
         let marker = dir.path().join("state/applying.json");
-        let scene = Scene {
-            tb,
-            nncs,
+        let mut scene = Scene {
+            agent: None,
+            server,
             dir,
+            kubeconfig,
             marker,
         };
-        let agent = scene.agent()?;
+        scene.start_agent()?;
         scene.phase("Provisioned", "r1").await?;
         let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
-        scene
-            .nncs
-            .patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+        nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        Ok((scene, agent))
+        Ok(scene)
     }
 
-    fn agent(&self) -> Result<AgentProc> {
-        AgentProc::start(self.tb.kubeconfig_path(), self.dir.path())
+    fn nncs(&self) -> Api<NodeNetworkConfig> {
+        Api::all(self.server.admin.clone())
+    }
+
+    /// Starts the agent binary (after the previous one is gone).
+    fn start_agent(&mut self) -> Result<()> {
+        self.kill_agent();
+        self.agent = Some(AgentProc::start(&self.kubeconfig, self.dir.path())?);
+        Ok(())
+    }
+
+    /// SIGKILLs the agent.
+    fn kill_agent(&mut self) {
+        if let Some(mut a) = self.agent.take() {
+            a.kill();
+        }
     }
 
     /// Waits until the agent reports `phase` for `revision`.
     async fn phase(&self, phase: &str, revision: &str) -> Result<NodeNetworkConfigStatus> {
         wait_for(&format!("{revision} {phase}"), async || {
-            Ok(status(&self.nncs).await?.filter(|s| {
+            Ok(status(&self.nncs()).await?.filter(|s| {
                 s.phase.as_deref() == Some(phase)
                     && s.observed_revision.as_deref() == Some(revision)
             }))
@@ -179,20 +205,20 @@ fn sigkill_mid_apply_twice_restores_last_good_and_reports() {
     in_netns(
         "sigkill_mid_apply_twice_restores_last_good_and_reports",
         || async {
-            let (scene, mut agent) = Scene::start().await?;
+            let mut scene = Scene::start().await?;
             scene.half_applied(0).await?;
-            agent.kill();
+            scene.kill_agent();
             ensure!(scene.marker.exists(), "marker gone before the kill");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
 
             // Restart: r1 restored, then r2 applied again (one interruption is not a verdict)... and
             // interrupted again, mid-way through that second attempt.
-            let mut agent = scene.agent()?;
+            scene.start_agent()?;
             scene.half_applied(1).await?;
-            agent.kill();
+            scene.kill_agent();
 
             // Second restart: r1 restored first, r2 reported as interrupted and left alone.
-            let _agent = scene.agent()?;
+            scene.start_agent()?;
             let s = scene.phase("Invalid", "r2").await?;
             ensure!(s.reason.as_deref() == Some("ApplyInterrupted"), "{s:?}");
             ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
@@ -203,7 +229,7 @@ fn sigkill_mid_apply_twice_restores_last_good_and_reports() {
             // Not re-applied without a retry bump.
             tokio::time::sleep(Duration::from_secs(1)).await;
             ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
-            let phase = status(&scene.nncs).await?.and_then(|s| s.phase);
+            let phase = status(&scene.nncs()).await?.and_then(|s| s.phase);
             ensure!(phase.as_deref() == Some("Invalid"), "{phase:?}");
             Ok(())
         },
@@ -215,12 +241,12 @@ fn sigkill_mid_apply_once_then_restart_applies_the_revision() {
     in_netns(
         "sigkill_mid_apply_once_then_restart_applies_the_revision",
         || async {
-            let (scene, mut agent) = Scene::start().await?;
+            let mut scene = Scene::start().await?;
             scene.half_applied(0).await?;
-            agent.kill();
+            scene.kill_agent();
 
             // The restarted agent restores r1, applies r2 again, and r2 provisions: the rollout goes on.
-            let _agent = scene.agent()?;
+            scene.start_agent()?;
             let s = scene.phase("Provisioned", "r2").await?;
             ensure!(s.last_good_revision.as_deref() == Some("r2"), "{s:?}");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));

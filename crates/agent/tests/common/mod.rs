@@ -3,16 +3,27 @@
 //! The thread calls `unshare(CLONE_NEWNET)`, so the namespace belongs to that thread alone; `ip` commands
 //! the body spawns inherit it, and the kernel frees it (with every link in it) when the thread exits —
 //! also when the test panics. Nothing on the host is touched.
+//!
+//! `real_api` (in the tests that use it) reaches the real kube-apiserver, which runs in the test
+//! binary's own namespace, through [`host_netns`].
 
 #![allow(dead_code)]
 
 use std::future::Future;
 use std::process::Command;
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result, bail};
 
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+static HOST_NETNS: OnceLock<std::fs::File> = OnceLock::new();
+
+/// The network namespace the test binary started in (recorded by [`in_netns`] before it leaves it).
+pub fn host_netns() -> Option<&'static std::fs::File> {
+    HOST_NETNS.get()
 }
 
 /// Runs `body` inside a throwaway network namespace with `lo` up. Returns `false` (and prints why) when
@@ -25,6 +36,11 @@ where
     if !is_root() {
         eprintln!("SKIP {test}: needs root (CAP_NET_ADMIN) to create a network namespace");
         return false;
+    }
+    if HOST_NETNS.get().is_none()
+        && let Ok(ns) = std::fs::File::open("/proc/thread-self/ns/net")
+    {
+        let _ = HOST_NETNS.set(ns);
     }
     let handle = std::thread::spawn(move || -> Result<()> {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)

@@ -1,22 +1,31 @@
-//! The whole agent (Kubernetes shell + dataplane) against the API testbed, in a throwaway network
-//! namespace (root): status reporting, skip-until-retry, drift repair, metrics.
+//! The whole agent (Kubernetes shell + dataplane, in-process) against an API server, in a throwaway
+//! network namespace (root): status reporting, skip-until-retry, drift repair, Node condition and taints,
+//! Events, metrics.
+//!
+//! The agent runs on the real kube-apiserver with its deployed identity (`deploy/agent.yaml`'s
+//! ServiceAccount and RBAC, `real_api`), except where a test cuts the node off the API server: partitions
+//! are injected faults, which only the testbed has.
 
 mod common;
+mod real_api;
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{in_netns, ip};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use netwave_agent::shell::{self, args::Args};
 use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
     RouteConfig, RouteType,
 };
 use netwave_testbed::{ClientIdentity, Partition, Testbed, TestbedOptions};
+use real_api::RealApi;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -115,26 +124,117 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// An agent running in-process: `stop` ends it as SIGTERM would; dropping it (a failed test) aborts it,
+/// so nothing of one test acts on the server the next test gets.
+struct RunningAgent {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl RunningAgent {
+    fn start(args: Args, client: kube::Client) -> RunningAgent {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(shell::run_with(args, client, async {
+            let _ = stopped.await;
+        }));
+        RunningAgent {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops the agent and returns what `run_with` returned.
+    async fn stop(mut self) -> Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        (&mut self.task).await.context("agent task")?
+    }
+}
+
+impl Drop for RunningAgent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The reasons of the Events the agent published about NodeNetworkConfig `n1` (cluster-scoped objects'
+/// Events go to the `default` namespace).
+async fn event_reasons(client: &kube::Client) -> Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reporting_controller.as_deref() == Some(shell::FIELD_MANAGER)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("NodeNetworkConfig")
+                        && r.name.as_deref() == Some("n1")
+                })
+        })
+        .filter_map(|e| e.reason)
+        .collect())
+}
+
+async fn wait_event(client: &kube::Client, reason: &str) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let reasons = event_reasons(client).await?;
+        if reasons.iter().any(|r| r == reason) {
+            return Ok(());
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no {reason} Event from the agent; its Events: {reasons:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[test]
 fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
     in_netns(
         "agent_reports_status_skips_invalid_until_retry_and_repairs_drift",
         || async {
-            let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
-            let tb = Testbed::start(TestbedOptions::default().with_crds(crds)).await?;
-            let client = tb.client();
+            let server = RealApi::start().await?;
+            let client = server.admin.clone();
             let nodes: Api<Node> = Api::all(client.clone());
             let mut node = Node::default();
             node.metadata.name = Some("n1".into());
+            let taint = |key: &str| k8s_openapi::api::core::v1::Taint {
+                key: key.into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            };
+            // Ours, and one the agent must leave alone.
             node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-                taints: Some(vec![k8s_openapi::api::core::v1::Taint {
-                    key: "netwave.dev/network-unavailable".into(),
-                    effect: "NoSchedule".into(),
-                    ..Default::default()
-                }]),
+                taints: Some(vec![
+                    taint("netwave.dev/network-unavailable"),
+                    taint("example.com/maintenance"),
+                ]),
                 ..Default::default()
             });
-            nodes.create(&PostParams::default(), &node).await?;
+            let created = nodes.create(&PostParams::default(), &node).await?;
+            let taint_keys = |n: &Node| -> Vec<String> {
+                let taints = n.spec.as_ref().and_then(|s| s.taints.clone());
+                taints
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| t.key)
+                    .collect()
+            };
+            // The real server adds taints of its own on create (node.kubernetes.io/not-ready, from the
+            // TaintNodesByCondition admission plugin): they are not the agent's to remove either.
+            let mut others = taint_keys(&created);
+            ensure!(
+                others
+                    .iter()
+                    .any(|k| k == "netwave.dev/network-unavailable"),
+                "{others:?}"
+            );
+            others.retain(|k| k != "netwave.dev/network-unavailable");
             let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
             nncs.create(
                 &PostParams::default(),
@@ -150,10 +250,8 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
              taints: [\"netwave.dev/network-unavailable\"]\n",
             )?;
             let args = agent_args(dir.path(), health, 19091)?;
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let agent = tokio::spawn(shell::run_with(args, client.clone(), async {
-                let _ = stopped.await;
-            }));
+            // Declared after the server: dropped (aborted) before the server goes back to the pool.
+            let agent = RunningAgent::start(args, server.agent_client().await?);
 
             // r1 applies and is reported.
             let s = wait_status(&nncs, "r1 Provisioned", |s| {
@@ -172,12 +270,12 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 s.probes
             );
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 1010"));
-            // Healthy: the configured taint is gone and NetworkReady is True.
+            // Healthy: the configured taint is gone (every other one stays) and NetworkReady is True.
             let deadline = tokio::time::Instant::now() + WAIT;
             loop {
                 let n = nodes.get("n1").await?;
                 let dump = format!("{:?} {:?}", n.spec, n.status);
-                let tainted = n.spec.and_then(|s| s.taints).is_some_and(|t| !t.is_empty());
+                let tainted = taint_keys(&n) != others;
                 let ready = n.status.and_then(|s| s.conditions).is_some_and(|c| {
                     c.iter()
                         .any(|c| c.type_ == "NetworkReady" && c.status == "True")
@@ -217,6 +315,8 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             );
             let invalid = r#"netwave_agent_applies_total{phase="Invalid",reason="ApplyFailed"}"#;
             ensure!(metric(&metrics().await?, invalid) == 1.0);
+            // Published with the agent's own RBAC (a refused Event is only a warning in its log).
+            wait_event(&client, "ApplyFailed").await?;
 
             // A change that does not bump retry does not re-apply it …
             let patch = json!({ "metadata": { "annotations": { "touch": "1" } } });
@@ -256,14 +356,24 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            wait_event(&client, "DriftCorrected").await?;
+            // Every status the agent wrote was accepted the first time (a refused write is retried).
+            let m = metrics().await?;
+            ensure!(
+                m.lines()
+                    .any(|l| l == "netwave_agent_status_write_errors_total 0"),
+                "status writes failed: {m}"
+            );
 
-            let _ = stop.send(());
-            agent.await.context("agent task")??;
+            agent.stop().await?;
             Ok(())
         },
     );
 }
 
+/// On the testbed: the node is cut off the API server mid-apply by an injected partition of the agent's
+/// token, and healed later; the real server has no such fault. (Everything here hinges on the cut, so the
+/// test is not split.) The testbed runs in this test's runtime and namespace and ends with it.
 #[test]
 fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_restart() {
     in_netns(
