@@ -80,7 +80,10 @@ fn find_or_build() -> Result<Binaries> {
         .with_context(|| format!("reading {}/crds", dir.display()))?
         .flatten()
         .map(|e| e.path())
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("prometheus-operator-")))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("prometheus-operator-"))
+        })
         .with_context(|| format!("no prometheus-operator CRDs in {}/crds", dir.display()))?;
     let b = Binaries {
         prometheus_operator_crds,
@@ -188,7 +191,13 @@ impl ControlPlane {
             format!("--initial-cluster=netwave={peer_url}"),
         ];
         let log = self.dir.path().join("etcd.log");
-        let mut etcd = Supervised::spawn(&self.bin.etcd, &args, &log, Some(self.dir.path()))?;
+        let mut etcd = Supervised::spawn(
+            &self.bin.etcd,
+            &args,
+            &log,
+            Some(self.dir.path()),
+            Some("1"),
+        )?;
         let deadline = Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(("127.0.0.1", client))
             .await
@@ -234,8 +243,13 @@ impl ControlPlane {
     async fn start_apiserver(&mut self) -> Result<()> {
         let log = self.dir.path().join("apiserver.log");
         let started = Instant::now();
-        let mut server =
-            Supervised::spawn(&self.bin.kube_apiserver, &self.apiserver_args(), &log, None)?;
+        let mut server = Supervised::spawn(
+            &self.bin.kube_apiserver,
+            &self.apiserver_args(),
+            &log,
+            None,
+            None,
+        )?;
         let client = self.client().await?;
         let deadline = started + self.opts.start_timeout;
         loop {
@@ -502,6 +516,12 @@ trap stop TERM INT HUP
 read -r _ <&3 &
 reader=$!
 wait -n "$server" "$reader"
+eof=$?
+# At EOF (the owner went away rather than stopping us in order) etcd gives the API server a moment to stop
+# first: an API server whose etcd is gone hangs in shutdown until it is killed.
+if [ "$eof" -ne 0 ] && [ -n "${STOP_DELAY:-}" ] && kill -0 "$server" 2>/dev/null; then
+    sleep "$STOP_DELAY"
+fi
 stop
 "#;
 
@@ -511,6 +531,7 @@ impl Supervised {
         args: &[String],
         log: &Path,
         remove_dir: Option<&Path>,
+        stop_delay: Option<&str>,
     ) -> Result<Supervised> {
         let out = std::fs::File::create(log)?;
         let err = out.try_clone()?;
@@ -521,6 +542,7 @@ impl Supervised {
             .arg(bin)
             .args(args)
             .env("REMOVE_DIR", remove_dir.unwrap_or(Path::new("")))
+            .env("STOP_DELAY", stop_delay.unwrap_or(""))
             .stdin(Stdio::piped())
             .stdout(out)
             .stderr(err)
