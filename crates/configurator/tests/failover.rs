@@ -175,13 +175,7 @@ async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
 async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure() {
     use netwave_control_plane::{ControlPlane, Options};
     let mut cp = ControlPlane::start(Options::default()).await.unwrap();
-    let client = cp.client().await.unwrap();
-    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
-        .await
-        .unwrap();
-    cp.ensure_namespace(&client, "netwave-system")
-        .await
-        .unwrap();
+    let client = prepare(&cp).await;
     let names = node_names(8);
     add_nodes(&client, &names).await;
     let history = History::record(&client);

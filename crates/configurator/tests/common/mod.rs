@@ -60,11 +60,8 @@ impl Env {
     }
 }
 
-/// The real API server, empty but for netwave's CRDs and the `netwave-system` namespace.
-pub async fn env() -> Env {
-    let cp = netwave_control_plane::shared()
-        .await
-        .expect("the real control plane starts");
+/// Installs netwave's CRDs and the `netwave-system` namespace; returns an admin client.
+pub async fn prepare(cp: &netwave_control_plane::ControlPlane) -> Client {
     let client = cp.client().await.unwrap();
     cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
         .await
@@ -72,6 +69,15 @@ pub async fn env() -> Env {
     cp.ensure_namespace(&client, "netwave-system")
         .await
         .unwrap();
+    client
+}
+
+/// The real API server, empty but for netwave's CRDs and the `netwave-system` namespace.
+pub async fn env() -> Env {
+    let cp = netwave_control_plane::shared()
+        .await
+        .expect("the real control plane starts");
+    let client = prepare(&cp).await;
     Env {
         server: Server::Real(cp),
         client,
