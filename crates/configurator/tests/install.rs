@@ -9,10 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
 use netwave_api::NodeNetworkConfig;
 use netwave_control_plane::ControlPlane;
 use serde_json::json;
@@ -125,30 +124,6 @@ async fn every_manifest_in_deploy_is_accepted_by_the_server() {
     assert!(policies.contains("netwave-agent-own-node"), "{policies}");
 }
 
-/// A token for a service account of `netwave-system`, bound to a pod when `pod` is given (as the kubelet
-/// mounts it into the pod).
-async fn token(admin: &Client, sa: &str, pod: Option<&Pod>) -> String {
-    let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), "netwave-system");
-    let req = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            bound_object_ref: pod.map(|p| BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(p.name_any()),
-                uid: p.metadata.uid.clone(),
-            }),
-            expiration_seconds: Some(3600),
-        },
-        ..Default::default()
-    };
-    let resp: TokenRequest = api
-        .create_subresource("token", sa, &PostParams::default(), &req)
-        .await
-        .unwrap();
-    resp.status.unwrap().token
-}
-
 /// The configurator runs a whole rollout under its own service account with the RBAC `deploy/` ships:
 /// revisions, NodeNetworkConfigs, the Lease and Events.
 #[tokio::test]
@@ -157,7 +132,12 @@ async fn the_shipped_rbac_is_enough_for_the_configurator() {
     install(env.cp());
     let sa = env
         .cp()
-        .client_with_token(&token(&env.client, "netwave-configurator", None).await)
+        .client_with_token(
+            &env.cp()
+                .service_account_token(&env.client, "netwave-system", "netwave-configurator", None)
+                .await
+                .unwrap(),
+        )
         .await
         .unwrap();
     let names = node_names(4);
@@ -235,7 +215,12 @@ async fn an_agent_writes_only_its_own_node() {
     let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
     let agent_a = env
         .cp()
-        .client_with_token(&token(&admin, "netwave-agent", Some(&pod)).await)
+        .client_with_token(
+            &env.cp()
+                .service_account_token(&admin, "netwave-system", "netwave-agent", Some(&pod))
+                .await
+                .unwrap(),
+        )
         .await
         .unwrap();
     pods.delete(&pod.name_any(), &Default::default()).await.ok();
@@ -307,7 +292,12 @@ async fn an_agent_writes_only_its_own_node() {
     // A token bound to no pod names no node: refused everywhere.
     let unbound = env
         .cp()
-        .client_with_token(&token(&admin, "netwave-agent", None).await)
+        .client_with_token(
+            &env.cp()
+                .service_account_token(&admin, "netwave-system", "netwave-agent", None)
+                .await
+                .unwrap(),
+        )
         .await
         .unwrap();
     let msg = refused(

@@ -467,6 +467,42 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// A token for a ServiceAccount from the TokenRequest API, valid for an hour. Bound to `pod` when given,
+    /// as the kubelet mounts it into the pod: the API server then records the pod's node in the requests
+    /// the token makes (`authentication.kubernetes.io/node-name`).
+    pub async fn service_account_token(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        pod: Option<&k8s_openapi::api::core::v1::Pod>,
+    ) -> Result<String> {
+        use k8s_openapi::api::authentication::v1::{
+            BoundObjectReference, TokenRequest, TokenRequestSpec,
+        };
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                bound_object_ref: pod.map(|p| BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(p.name_any()),
+                    uid: p.metadata.uid.clone(),
+                }),
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer: TokenRequest = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+            client.clone(),
+            namespace,
+        )
+        .create_subresource("token", name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("TokenRequest for ServiceAccount {namespace}/{name}"))?;
+        Ok(answer.status.context("TokenRequest without status")?.token)
+    }
+
     /// Creates the namespace unless it exists.
     pub async fn ensure_namespace(&self, client: &Client, name: &str) -> Result<()> {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());

@@ -21,10 +21,9 @@ use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::{JoinHandle, JoinSet};
@@ -188,18 +187,9 @@ impl RealApi {
         if want.iter().any(|w| !applied.iter().any(|a| a == w)) {
             bail!("{path} should define {want:?}; found {applied:?}");
         }
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer: TokenRequest = Api::<ServiceAccount>::namespaced(c.clone(), AGENT_NAMESPACE)
-            .create_subresource("token", "netwave-agent", &PostParams::default(), &request)
+        self.cp
+            .service_account_token(c, AGENT_NAMESPACE, "netwave-agent", None)
             .await
-            .context("TokenRequest for the agent's ServiceAccount")?;
-        Ok(answer.status.context("TokenRequest without status")?.token)
     }
 
     /// A client with the agent's identity ([`Self::agent_token`]).
