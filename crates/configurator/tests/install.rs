@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use netwave_api::NodeNetworkConfig;
 use netwave_control_plane::ControlPlane;
 use serde_json::json;
@@ -223,7 +223,6 @@ async fn an_agent_writes_only_its_own_node() {
         )
         .await
         .unwrap();
-    pods.delete(&pod.name_any(), &Default::default()).await.ok();
 
     let nncs: Api<NodeNetworkConfig> = Api::all(agent_a.clone());
     let nodes: Api<Node> = Api::all(agent_a.clone());

@@ -420,7 +420,8 @@ impl ControlPlane {
     }
 
     /// Deletes what tests create, so the next test starts from an empty cluster: every object of the
-    /// `netwave.dev` kinds, Nodes, Leases and Events in every namespace, and admission policies.
+    /// `netwave.dev` kinds, Nodes, Leases and Events in every namespace but `kube-*`, and admission
+    /// policies.
     /// Namespaces stay (without a controller-manager nothing would finalize their deletion).
     pub async fn reset(&self, client: &Client) -> Result<()> {
         let dp = DeleteParams::background();
@@ -457,6 +458,10 @@ impl ControlPlane {
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
         for ns in namespaces.list(&lp).await?.items {
             let ns = ns.name_any();
+            // kube-system holds the API server's own identity Leases.
+            if ns.starts_with("kube-") {
+                continue;
+            }
             let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
                 Api::namespaced(client.clone(), &ns);
             leases.delete_collection(&dp, &lp).await?;
