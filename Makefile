@@ -46,7 +46,8 @@ bench:
 	$(CARGO) build --release -q -p netwave-agent --bins --examples
 	target/release/examples/bench
 
-# Core properties and simulator on fresh random seeds (EXPLORE_CASES per property, EXPLORE_SIM_SEEDS runs, EXPLORE_SEED replays a run); prints any counterexample and its regression line.
+# Core properties and simulator on fresh random seeds (EXPLORE_CASES per property, EXPLORE_SIM_SEEDS
+# runs, EXPLORE_SEED replays a run); prints any counterexample and its regression line.
 EXPLORE_CASES ?= 100000
 EXPLORE_SIM_SEEDS ?= 10000
 explore:
