@@ -65,10 +65,20 @@ pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
 #[serde(rename_all = "camelCase")]
 pub struct NetworkConfigRevisionSpec {
     /// Hex sha256 of the canonical serialization of `inputs`. Never changes.
+    // Enforced by the API server (CEL): whoever may pause a rollout (patch on revisions) must not be able
+    // to change what the revision is.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "spec.hash is immutable: a revision is what its hash says"
+    }]))]
     pub hash: String,
     /// Monotonic revision number; the newest revision that is not `Failed` is the rollout target.
     pub sequence: u64,
     /// The folded, sorted snapshot of every input object. Never changes.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "spec.inputs is immutable: edit the VRF, layer-2 or routing-table objects instead; the configurator cuts a new revision from them"
+    }]))]
     pub inputs: RevisionInputs,
     /// How the rollout proceeds. Admins may edit these while it runs.
     #[serde(default)]

@@ -223,3 +223,87 @@ async fn server_side_apply_and_diff_show_a_change_before_it_is_made() {
         "{err}"
     );
 }
+
+/// A revision is what its hash says: whoever may patch revisions (to pause or retry a rollout) cannot
+/// change their inputs or hash — the server refuses it with the rule's message — but the admin knobs move.
+#[tokio::test]
+async fn a_revisions_inputs_and_hash_are_immutable_on_the_server() {
+    let cp = with_crds().await;
+    let revision = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: NetworkConfigRevision
+metadata: {name: rev-immutable}
+spec:
+  hash: 0fa1a5b05bc57beaf942761fdfa21c27142c34326e9caae086eb35d12abe7f21
+  sequence: 1
+  inputs:
+    routingTables:
+      - name: oob
+        spec:
+          tableId: 100
+          routes: [{prefix: 10.200.0.0/16, via: 10.250.11.254}]
+"#;
+    let o = kubectl(&cp, &["create", "-f", "-"], Some(revision));
+    assert!(o.status.success(), "{:?}", text(&o));
+
+    // The edit from the issue: point a route of a Complete revision elsewhere.
+    let o = kubectl(
+        &cp,
+        &[
+            "patch",
+            "ncr",
+            "rev-immutable",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/inputs/routingTables/0/spec/routes/0/via","value":"10.0.0.99"}]"#,
+        ],
+        None,
+    );
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "the edit was accepted");
+    assert!(
+        err.contains("spec.inputs is immutable"),
+        "refused with the rule's message: {err}"
+    );
+    let o = kubectl(
+        &cp,
+        &[
+            "patch",
+            "ncr",
+            "rev-immutable",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hash":"f00"}}"#,
+        ],
+        None,
+    );
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("spec.hash is immutable"),
+        "{err}"
+    );
+
+    // The admin knobs still move.
+    ok(
+        &cp,
+        &[
+            "patch",
+            "ncr",
+            "rev-immutable",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"paused":true,"retry":1,"rollout":{"maxUnavailable":3}}}"#,
+        ],
+    );
+    let via = ok(
+        &cp,
+        &[
+            "get",
+            "ncr",
+            "rev-immutable",
+            "-o",
+            "jsonpath={.spec.inputs.routingTables[0].spec.routes[0].via} {.spec.paused}",
+        ],
+    );
+    assert_eq!(via, "10.250.11.254 true");
+}
