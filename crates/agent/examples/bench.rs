@@ -268,7 +268,7 @@ fn idle_rss() -> Result<()> {
         let spec = NodeNetworkConfigSpec {
             revision: "r1".into(),
             sequence: 1,
-            config_hash: "h1".into(),
+            config_hash: netwave_core::render::config_hash(&config()),
             retry: 0,
             config: config(),
         };

@@ -32,6 +32,8 @@ pub enum Reason {
     HealthCheckFailed,
     /// The agent died mid-apply; the last good config was restored at start.
     ApplyInterrupted,
+    /// The spec's config does not hash to its configHash: refused without touching the kernel.
+    ConfigTampered,
 }
 
 impl Reason {
@@ -42,6 +44,7 @@ impl Reason {
             Reason::ApplyFailed => "ApplyFailed",
             Reason::HealthCheckFailed => "HealthCheckFailed",
             Reason::ApplyInterrupted => "ApplyInterrupted",
+            Reason::ConfigTampered => netwave_api::REASON_CONFIG_TAMPERED,
         }
     }
 
@@ -52,6 +55,7 @@ impl Reason {
             Reason::ApplyFailed,
             Reason::HealthCheckFailed,
             Reason::ApplyInterrupted,
+            Reason::ConfigTampered,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -131,6 +135,11 @@ pub enum Decision {
     UpToDate,
     /// Reported `Invalid` for this revision and retry: not re-applied until `spec.retry` changes.
     SkipInvalid,
+    /// The config does not hash to the spec's configHash (edited by hand, or written by a configurator
+    /// whose config this agent cannot read in full): report `Invalid/ConfigTampered`, touch nothing.
+    Tampered { actual: String },
+    /// Already reported as tampered for this revision and retry: nothing to do until the spec changes.
+    StillTampered,
 }
 
 pub fn decide(
@@ -142,8 +151,21 @@ pub fn decide(
         s.observed_revision.as_deref() == Some(spec.revision.as_str())
             && s.observed_retry.unwrap_or(0) == spec.retry
     });
-    match status.and_then(|s| s.phase.as_deref()) {
-        Some(INVALID) if same_attempt => return Decision::SkipInvalid,
+    let phase = status.and_then(|s| s.phase.as_deref());
+    // A refusal as tampered is no verdict on the revision: once the spec is put back, it is applied.
+    let refused_as_tampered = phase == Some(INVALID)
+        && same_attempt
+        && status.and_then(|s| s.reason.as_deref()) == Some(Reason::ConfigTampered.as_str());
+    let actual = netwave_core::render::config_hash(&spec.config);
+    if actual != spec.config_hash {
+        return if refused_as_tampered {
+            Decision::StillTampered
+        } else {
+            Decision::Tampered { actual }
+        };
+    }
+    match phase {
+        Some(INVALID) if same_attempt && !refused_as_tampered => return Decision::SkipInvalid,
         Some(PROVISIONED) if same_attempt && running_hash == Some(spec.config_hash.as_str()) => {
             return Decision::UpToDate;
         }
@@ -474,13 +496,32 @@ pub enum DriftError {
 mod tests {
     use super::*;
 
-    fn spec(rev: &str, retry: u32, hash: &str) -> NodeNetworkConfigSpec {
+    /// A config told apart by `label`.
+    fn config(label: &str) -> NodeConfig {
+        NodeConfig {
+            rules: vec![netwave_api::RuleConfig {
+                priority: 100,
+                table: 100,
+                from: None,
+                to: None,
+                iif: Some(label.into()),
+            }],
+            ..NodeConfig::default()
+        }
+    }
+
+    /// The configHash of [`config`]`(label)`.
+    fn h(label: &str) -> String {
+        netwave_core::render::config_hash(&config(label))
+    }
+
+    fn spec(rev: &str, retry: u32, label: &str) -> NodeNetworkConfigSpec {
         NodeNetworkConfigSpec {
             revision: rev.into(),
             sequence: 1,
-            config_hash: hash.into(),
+            config_hash: h(label),
             retry,
-            config: NodeConfig::default(),
+            config: config(label),
         }
     }
 
@@ -497,34 +538,63 @@ mod tests {
     fn invalid_revision_is_not_reapplied_until_retry_changes() {
         let st = status(INVALID, "r2", 0);
         assert_eq!(
-            decide(&spec("r2", 0, "h2"), Some(&st), Some("h1")),
+            decide(&spec("r2", 0, "h2"), Some(&st), Some(h("h1").as_str())),
             Decision::SkipInvalid
         );
         assert_eq!(
-            decide(&spec("r2", 1, "h2"), Some(&st), Some("h1")),
+            decide(&spec("r2", 1, "h2"), Some(&st), Some(h("h1").as_str())),
             Decision::Apply
         );
         // A newer revision is applied even though the previous one was invalid.
         assert_eq!(
-            decide(&spec("r3", 0, "h3"), Some(&st), Some("h1")),
+            decide(&spec("r3", 0, "h3"), Some(&st), Some(h("h1").as_str())),
             Decision::Apply
+        );
+    }
+
+    #[test]
+    fn a_config_that_does_not_match_its_hash_is_refused_once_and_applied_once_put_back() {
+        let good = spec("r2", 0, "h2");
+        let mut edited = good.clone();
+        edited.config.rules[0].from = Some("198.18.0.0/24".into());
+        let Decision::Tampered { actual } = decide(&edited, None, Some(h("h1").as_str())) else {
+            panic!("an edited config is refused");
+        };
+        assert_eq!(actual, netwave_core::render::config_hash(&edited.config));
+        // Reported: nothing more to do while it stays edited …
+        let mut st = status(INVALID, "r2", 0);
+        st.reason = Some(Reason::ConfigTampered.as_str().into());
+        assert_eq!(
+            decide(&edited, Some(&st), Some(h("h1").as_str())),
+            Decision::StillTampered
+        );
+        // … and once put back it is applied: the refusal was no verdict on the revision.
+        assert_eq!(
+            decide(&good, Some(&st), Some(h("h1").as_str())),
+            Decision::Apply
+        );
+        // The same revision judged Invalid on its merits stays skipped.
+        st.reason = Some(Reason::ApplyFailed.as_str().into());
+        assert_eq!(
+            decide(&good, Some(&st), Some(h("h1").as_str())),
+            Decision::SkipInvalid
         );
     }
 
     #[test]
     fn same_hash_takes_the_fast_path_and_provisioned_is_up_to_date() {
         assert_eq!(
-            decide(&spec("r2", 0, "h1"), None, Some("h1")),
+            decide(&spec("r2", 0, "h1"), None, Some(h("h1").as_str())),
             Decision::FastPath
         );
         let st = status(PROVISIONED, "r2", 0);
         assert_eq!(
-            decide(&spec("r2", 0, "h1"), Some(&st), Some("h1")),
+            decide(&spec("r2", 0, "h1"), Some(&st), Some(h("h1").as_str())),
             Decision::UpToDate
         );
         // Reported Provisioned but the kernel runs something else (e.g. restored after a crash).
         assert_eq!(
-            decide(&spec("r2", 0, "h2"), Some(&st), Some("h1")),
+            decide(&spec("r2", 0, "h2"), Some(&st), Some(h("h1").as_str())),
             Decision::Apply
         );
         assert_eq!(decide(&spec("r1", 0, "h1"), None, None), Decision::Apply);

@@ -37,15 +37,16 @@ fn l2(vlan: u16, vni: u32) -> Layer2Config {
 }
 
 fn spec(rev: &str, layer2s: Vec<Layer2Config>) -> NodeNetworkConfigSpec {
+    let config = NodeConfig {
+        layer2s,
+        ..NodeConfig::default()
+    };
     NodeNetworkConfigSpec {
         revision: rev.into(),
         sequence: 1,
-        config_hash: format!("hash-{rev}"),
+        config_hash: netwave_core::render::config_hash(&config),
         retry: 0,
-        config: NodeConfig {
-            layer2s,
-            ..NodeConfig::default()
-        },
+        config,
     }
 }
 
@@ -222,7 +223,11 @@ fn sigkill_mid_apply_twice_restores_last_good_and_reports() {
             let s = scene.phase("Invalid", "r2").await?;
             ensure!(s.reason.as_deref() == Some("ApplyInterrupted"), "{s:?}");
             ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
-            ensure!(s.config_hash.as_deref() == Some("hash-r1"), "{s:?}");
+            ensure!(
+                s.config_hash.as_deref()
+                    == Some(spec("r1", vec![l2(10, 1010)]).config_hash.as_str()),
+                "{s:?}"
+            );
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 1010"));
             ensure!(!ip(&["-o", "link", "show"])?.contains("vx.20"));
             ensure!(!scene.marker.exists());

@@ -46,11 +46,15 @@ fn good() -> NodeConfig {
     }
 }
 
+fn hash(config: &NodeConfig) -> String {
+    netwave_core::render::config_hash(config)
+}
+
 fn spec(rev: &str, retry: u32, config: NodeConfig) -> NodeNetworkConfigSpec {
     NodeNetworkConfigSpec {
         revision: rev.into(),
         sequence: 1,
-        config_hash: format!("hash-{rev}"),
+        config_hash: hash(&config),
         retry,
         config,
     }
@@ -259,7 +263,10 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                     && s.observed_revision.as_deref() == Some("r1")
             })
             .await?;
-            ensure!(s.config_hash.as_deref() == Some("hash-r1"), "{s:?}");
+            ensure!(
+                s.config_hash.as_deref() == Some(hash(&good()).as_str()),
+                "{s:?}"
+            );
             ensure!(s.last_good_revision.as_deref() == Some("r1"));
             ensure!(s.agent_version.is_some() && s.kernel_capabilities.contains_key("vrf"));
             ensure!(
@@ -290,6 +297,39 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
 
+            // A spec edited by hand (the config, not its hash) is refused: the kernel is not touched.
+            let mut edited = good();
+            edited.layer2s[0].mtu = 1300;
+            let patch = json!({ "spec": { "config": edited } });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let s = wait_status(&nncs, "r1 refused as tampered", |s| {
+                s.reason.as_deref() == Some(netwave_api::REASON_CONFIG_TAMPERED)
+            })
+            .await?;
+            ensure!(s.phase.as_deref() == Some("Invalid"), "{s:?}");
+            ensure!(
+                s.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("does not hash to")),
+                "{s:?}"
+            );
+            ensure!(
+                s.config_hash.as_deref() == Some(hash(&good()).as_str()),
+                "{s:?}"
+            );
+            ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1450"));
+            wait_event(&client, netwave_api::REASON_CONFIG_TAMPERED).await?;
+            // Put back (as the configurator does): the same revision is Provisioned again, nothing applied.
+            let patch = json!({ "spec": { "config": good() } });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            wait_status(&nncs, "r1 Provisioned after the spec was put back", |s| {
+                s.phase.as_deref() == Some("Provisioned") && s.reason.is_none()
+            })
+            .await?;
+            ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1450"));
+
             // r2 cannot be applied: Invalid, r1 keeps running.
             let mut bad = good();
             bad.routes.push(RouteConfig {
@@ -310,7 +350,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             .await?;
             ensure!(s.reason.as_deref() == Some("ApplyFailed"), "{s:?}");
             ensure!(
-                s.config_hash.as_deref() == Some("hash-r1")
+                s.config_hash.as_deref() == Some(hash(&good()).as_str())
                     && s.last_good_revision.as_deref() == Some("r1")
             );
             let invalid = r#"netwave_agent_applies_total{phase="Invalid",reason="ApplyFailed"}"#;
@@ -497,7 +537,7 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
             );
             ensure!(
                 s.last_good_revision.as_deref() == Some("r1")
-                    && s.config_hash.as_deref() == Some("hash-r1")
+                    && s.config_hash.as_deref() == Some(hash(&good()).as_str())
             );
             ensure!(
                 !ip(&["-o", "link", "show"])?.contains("vx.20"),

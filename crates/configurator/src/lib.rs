@@ -10,6 +10,7 @@
 //! ```
 
 pub mod args;
+pub mod integrity;
 pub mod lease;
 pub mod metrics;
 pub mod reconcile;

@@ -24,6 +24,11 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiErrorLabels {
     pub verb: Verb,
     pub category: &'static str,
@@ -36,6 +41,9 @@ pub enum Verb {
     patch,
     delete,
 }
+
+/// `kind` label values of `netwave_tampered_specs`.
+pub const TAMPERED_KINDS: [&str; 2] = ["NetworkConfigRevision", "NodeNetworkConfig"];
 
 pub struct Metrics {
     pub registry: Registry,
@@ -61,6 +69,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// 1 while changed inputs settle before a revision is cut from them (`--input-settle`).
     pub inputs_pending: Gauge,
+    /// Objects whose spec is not what the configurator wrote (edited by hand), by kind.
+    pub tampered_specs: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -81,6 +91,7 @@ impl Default for Metrics {
             writes_dropped: Counter::default(),
             leader: Gauge::default(),
             inputs_pending: Gauge::default(),
+            tampered_specs: Family::default(),
             registry: Registry::default(),
         };
         registry.register("revisions", "Revisions by phase", m.revisions.clone());
@@ -149,6 +160,11 @@ impl Default for Metrics {
             "1 while changed inputs settle before a revision is cut from them",
             m.inputs_pending.clone(),
         );
+        registry.register(
+            "tampered_specs",
+            "Objects whose spec was edited by hand (not what the configurator wrote), by kind",
+            m.tampered_specs.clone(),
+        );
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.
         for phase in ["Pending", "Progressing", "Complete", "Failed", "Superseded"] {
@@ -156,6 +172,9 @@ impl Default for Metrics {
         }
         for state in ["updated", "in_progress", "queued", "failed", "skipped"] {
             let _ = m.nodes.get_or_create(&NodeStateLabels { state });
+        }
+        for kind in TAMPERED_KINDS {
+            let _ = m.tampered_specs.get_or_create(&KindLabels { kind });
         }
         Metrics { registry, ..m }
     }

@@ -27,6 +27,7 @@ use netwave_core::rollout::{
 use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
 
+use crate::integrity::{Findings, IntegrityCache};
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
 use crate::watch::Stores;
 use crate::writer::{Intent, Writer};
@@ -102,10 +103,12 @@ pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
     })
 }
 
-/// Renders and fleet-validates revisions, remembering results per (inputs hash, node labels).
+/// Renders and fleet-validates revisions, remembering results per (inputs hash, node labels), and
+/// remembers which specs verified (see [`IntegrityCache`]).
 #[derive(Default)]
 pub struct RenderCache {
     rendered: BTreeMap<(String, u64), Arc<Rendered>>,
+    integrity: IntegrityCache,
 }
 
 pub struct Rendered {
@@ -157,6 +160,8 @@ pub struct Outcome {
     pub equals_failed: Option<String>,
     /// The inputs changed and are settling: a revision is cut once they stop changing.
     pub inputs_pending: bool,
+    /// Revisions and node configs whose spec is not what the configurator wrote.
+    pub tampered: Findings,
 }
 
 pub fn now() -> Timestamp {
@@ -184,9 +189,23 @@ pub fn compute(
     settle: &mut InputSettle,
     now: Timestamp,
 ) -> Outcome {
+    // 0. Specs someone edited. A revision that the current inputs can put back is put back before
+    //    anything else is decided; the others are never rendered again.
+    let tampered = cache.integrity.check(s);
     // 1. Does the current input set need a new revision (or an old one back)?
     let inputs = fold_inputs(s);
     let hash = revision::inputs_hash(&inputs);
+    let restores = restore_revisions(s, &tampered, &inputs, &hash);
+    if !restores.is_empty() {
+        return Outcome {
+            intents: restores,
+            plan: None,
+            requeue_at: None,
+            equals_failed: None,
+            inputs_pending: false,
+            tampered,
+        };
+    }
     let existing: Vec<ExistingRevision> = s
         .revisions
         .iter()
@@ -239,6 +258,7 @@ pub fn compute(
                 requeue_at: None,
                 equals_failed: None,
                 inputs_pending: false,
+                tampered,
             };
         }
         Decision::Reactivate { name, new_sequence } => {
@@ -252,6 +272,7 @@ pub fn compute(
                 requeue_at: None,
                 equals_failed: None,
                 inputs_pending: false,
+                tampered,
             };
         }
         Decision::EqualsFailed { name } => {
@@ -320,6 +341,16 @@ pub fn compute(
         else {
             continue;
         };
+        if let Some(t) = tampered.revisions.get(&name) {
+            // Never rendered: its nodes get nothing from it, and the step sees why in its validation.
+            if let Some(state) = input.revisions.iter_mut().find(|s| s.name == name) {
+                state.validation = ValidationResult {
+                    errors: vec![t.to_string()],
+                    warnings: Vec::new(),
+                };
+            }
+            continue;
+        }
         let r = cache.get(
             &rev.spec.hash,
             &rev.spec.inputs,
@@ -375,6 +406,7 @@ pub fn compute(
             assigned_at: a.assigned_at.to_rfc3339(),
         });
     }
+    intents.extend(restore_node_configs(s, &tampered, &rendered, &plan, now));
     for name in &plan.delete_configs {
         intents.push(Intent::DeleteNodeConfig { name: name.clone() });
     }
@@ -408,13 +440,156 @@ pub fn compute(
         .into_iter()
         .flatten()
         .min();
+    intents.extend(unrestorable_revision_events(s, &tampered));
     Outcome {
         intents,
         plan: Some(plan),
         requeue_at,
         equals_failed,
         inputs_pending: settle_until.is_some(),
+        tampered,
     }
+}
+
+fn uid_of_revision(s: &Snapshot, name: &str) -> Option<String> {
+    s.revisions
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(name))
+        .and_then(|r| r.metadata.uid.clone())
+}
+
+/// Puts back a tampered revision whose name belongs to the current inputs' hash: those inputs are what
+/// it was created from. One Warning Event names what was edited.
+fn restore_revisions(
+    s: &Snapshot,
+    tampered: &Findings,
+    inputs: &RevisionInputs,
+    hash: &str,
+) -> Vec<Intent> {
+    let intact_holds_hash = s.revisions.iter().any(|r| {
+        r.spec.hash == hash
+            && r.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| !tampered.revisions.contains_key(n))
+    });
+    if intact_holds_hash {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (name, t) in &tampered.revisions {
+        if !revision::name_matches(name, hash) {
+            continue;
+        }
+        warn!(revision = %name, problem = %t, "revision spec edited by hand: putting it back from the current inputs");
+        out.push(Intent::RestoreRevisionSpec {
+            name: name.clone(),
+            hash: hash.to_string(),
+            inputs: Box::new(inputs.clone()),
+        });
+        if !tampered.unreported_revisions.contains(name) {
+            continue;
+        }
+        out.push(Intent::Event {
+            regarding: object_ref("NetworkConfigRevision", name, uid_of_revision(s, name)),
+            type_: KubeEventType::Warning,
+            reason: TAMPERED_EVENT_REASON.into(),
+            action: "Restore".into(),
+            note: format!("{t}; put back from the current inputs, which hash to its name"),
+        });
+    }
+    out
+}
+
+/// Event reason for a spec edited by hand (revision or node config).
+pub const TAMPERED_EVENT_REASON: &str = "SpecTampered";
+
+/// One Warning Event per edit of a tampered revision that cannot be put back (the inputs it was made
+/// from are gone): it is never rendered or assigned again.
+fn unrestorable_revision_events(s: &Snapshot, tampered: &Findings) -> Vec<Intent> {
+    let mut out = Vec::new();
+    for name in &tampered.unreported_revisions {
+        let Some(t) = tampered.revisions.get(name) else {
+            continue;
+        };
+        warn!(revision = %name, problem = %t, "revision spec edited by hand: it is never rendered or assigned again");
+        out.push(Intent::Event {
+            regarding: object_ref("NetworkConfigRevision", name, uid_of_revision(s, name)),
+            type_: KubeEventType::Warning,
+            reason: TAMPERED_EVENT_REASON.into(),
+            action: "Verify".into(),
+            note: format!(
+                "{t}; the inputs it was made from are gone, so it is never rendered or assigned again"
+            ),
+        });
+    }
+    out
+}
+
+/// Puts back a node config whose `spec.config` no longer hashes to its `configHash`, from the render of
+/// the same assignment (revision and configHash unchanged, so this is no new assignment and spends no
+/// budget); the node's agent refused the edited spec without touching the kernel. A node the plan
+/// assigns anew is put right by that assignment.
+fn restore_node_configs(
+    s: &Snapshot,
+    tampered: &Findings,
+    rendered: &BTreeMap<String, Arc<Rendered>>,
+    plan: &Plan,
+    now: Timestamp,
+) -> Vec<Intent> {
+    let mut out = Vec::new();
+    for c in &s.node_configs {
+        let Some(name) = c.metadata.name.as_deref() else {
+            continue;
+        };
+        if !tampered.node_configs.contains(name) {
+            continue;
+        }
+        let reassigned = plan.assignments.iter().any(|a| a.node == name);
+        let same = rendered
+            .get(&c.spec.revision)
+            .and_then(|r| r.nodes.get(name))
+            .filter(|rn| rn.config_hash == c.spec.config_hash);
+        let note = match (reassigned, same) {
+            (false, Some(rn)) => {
+                let assigned_at = c
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(netwave_api::ASSIGNED_AT_ANNOTATION))
+                    .cloned()
+                    .unwrap_or_else(|| now.to_rfc3339());
+                out.push(Intent::ApplyNodeConfig {
+                    node: name.to_string(),
+                    spec: Box::new(NodeNetworkConfigSpec {
+                        config: rn.config(),
+                        ..c.spec.clone()
+                    }),
+                    assigned_at,
+                });
+                "put back from its revision"
+            }
+            (true, _) => "replaced by a new assignment",
+            (false, None) => {
+                "its revision is no longer rendered: the node's agent refuses it until the rollout \
+                 gives the node another config"
+            }
+        };
+        if tampered.unreported_node_configs.contains(name) {
+            warn!(node = %name, outcome = note, "node config spec edited by hand");
+            out.push(Intent::Event {
+                regarding: object_ref("NodeNetworkConfig", name, c.metadata.uid.clone()),
+                type_: KubeEventType::Warning,
+                reason: TAMPERED_EVENT_REASON.into(),
+                action: "Restore".into(),
+                note: format!(
+                    "spec.config does not hash to spec.configHash {}: edited by hand; {note}",
+                    c.spec.config_hash
+                ),
+            });
+        }
+    }
+    out
 }
 
 /// Updates gauges and counters from a plan.
@@ -645,6 +820,16 @@ impl Reconciler {
         self.metrics
             .inputs_pending
             .set(i64::from(outcome.inputs_pending));
+        let [rev_kind, nnc_kind] = crate::metrics::TAMPERED_KINDS;
+        for (kind, n) in [
+            (rev_kind, outcome.tampered.revisions.len()),
+            (nnc_kind, outcome.tampered.node_configs.len()),
+        ] {
+            self.metrics
+                .tampered_specs
+                .get_or_create(&crate::metrics::KindLabels { kind })
+                .set(n as i64);
+        }
         drop(_g);
         let mut outcome = outcome;
         if outcome.equals_failed != self.reported_equals_failed && self.writer.is_leader() {

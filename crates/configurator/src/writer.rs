@@ -12,7 +12,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionSpec,
-    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec,
+    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -33,6 +33,12 @@ pub enum Intent {
     CreateRevision {
         name: String,
         spec: Box<NetworkConfigRevisionSpec>,
+    },
+    /// Put back a revision's immutable spec fields someone edited (see `integrity`).
+    RestoreRevisionSpec {
+        name: String,
+        hash: String,
+        inputs: Box<RevisionInputs>,
     },
     /// Make an older good revision the target again by giving it the next sequence.
     SetRevisionSequence {
@@ -71,6 +77,7 @@ impl Intent {
     fn key(&self) -> String {
         match self {
             Intent::CreateRevision { name, .. }
+            | Intent::RestoreRevisionSpec { name, .. }
             | Intent::SetRevisionSequence { name, .. }
             | Intent::DeleteRevision { name } => format!("ncr/{name}"),
             Intent::RevisionStatus { name, .. } => format!("ncr-status/{name}"),
@@ -263,6 +270,14 @@ impl Writer {
                     Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
                     other => other.map(drop),
                 }
+            }
+            Intent::RestoreRevisionSpec { name, hash, inputs } => {
+                // A merge patch replaces each input list whole, so nothing an editor added survives.
+                let patch = json!({ "spec": { "hash": hash, "inputs": inputs } });
+                revisions
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
             }
             Intent::SetRevisionSequence { name, sequence } => {
                 let patch = json!({ "spec": { "sequence": sequence } });

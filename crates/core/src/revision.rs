@@ -100,6 +100,55 @@ fn name_with_len(hash: &str, len: usize) -> String {
     format!("{REVISION_NAME_PREFIX}{hex}")
 }
 
+/// Why a revision's spec is not what its creator wrote: its inputs no longer hash to `spec.hash`, or its
+/// name no longer belongs to that hash. Revision specs are immutable (a CEL rule on the CRD refuses the
+/// edit where the API server enforces it); this is the check for where it does not.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Tampered {
+    #[error(
+        "spec.inputs: hash to {actual}, not to spec.hash {recorded}: the inputs were edited after the \
+         revision was created (revision specs are immutable; edit the VRF, layer-2 and routing-table \
+         objects instead)"
+    )]
+    Inputs { recorded: String, actual: String },
+    #[error(
+        "spec.hash: {hash} does not belong to the name {name} (a revision is named rev- and the first \
+         hex digits of its hash): spec.hash was edited after the revision was created"
+    )]
+    Name { name: String, hash: String },
+}
+
+/// Checks that a revision is what its name and hash say: `spec.inputs` hash to `spec.hash`, and the name
+/// is `rev-` with at least [`REVISION_NAME_HEX`] leading hex digits of that hash (what [`decide`] names
+/// it, lengthened or not).
+pub fn verify(name: &str, hash: &str, inputs: &RevisionInputs) -> Result<(), Tampered> {
+    if !name_matches(name, hash) {
+        return Err(Tampered::Name {
+            name: name.to_string(),
+            hash: hash.to_string(),
+        });
+    }
+    let actual = inputs_hash(inputs);
+    if actual != hash {
+        return Err(Tampered::Inputs {
+            recorded: hash.to_string(),
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// `name` is a name [`decide`] could have given a revision with this hash.
+pub fn name_matches(name: &str, hash: &str) -> bool {
+    name.strip_prefix(REVISION_NAME_PREFIX).is_some_and(|hex| {
+        hex.len() >= REVISION_NAME_HEX
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            && hash
+                .get(..hex.len())
+                .is_some_and(|h| h.eq_ignore_ascii_case(hex))
+    })
+}
+
 /// What [`decide`] needs to know about one existing `NetworkConfigRevision`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExistingRevision {

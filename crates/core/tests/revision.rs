@@ -5,7 +5,8 @@ mod support_props;
 
 use netwave_api::RevisionInputs;
 use netwave_core::revision::{
-    Decision, ExistingRevision, canonical_inputs, decide, inputs_hash, revision_name,
+    Decision, ExistingRevision, Tampered, canonical_inputs, decide, inputs_hash, name_matches,
+    revision_name, verify,
 };
 use proptest::prelude::*;
 use sha2::Digest;
@@ -314,4 +315,45 @@ proptest! {
             other => prop_assert!(false, "new hash must create, got {:?}", other),
         }
     }
+}
+
+#[test]
+fn a_revision_as_created_verifies() {
+    let inputs = canonical_inputs(&sample_inputs());
+    let hash = inputs_hash(&inputs);
+    assert_eq!(verify(&revision_name(&hash), &hash, &inputs), Ok(()));
+    // A lengthened name (after a clash) belongs to the hash too.
+    let long = format!("rev-{}", &hash[..16]);
+    assert_eq!(verify(&long, &hash, &inputs), Ok(()));
+}
+
+#[test]
+fn edited_inputs_do_not_verify_and_the_error_says_what_to_edit_instead() {
+    let mut inputs = canonical_inputs(&sample_inputs());
+    let hash = inputs_hash(&inputs);
+    let name = revision_name(&hash);
+    inputs.routing_tables[0].spec.routes[0].via = Some("10.0.0.99".into());
+    let err = verify(&name, &hash, &inputs).unwrap_err();
+    assert!(matches!(err, Tampered::Inputs { ref recorded, .. } if recorded == &hash));
+    let msg = err.to_string();
+    assert!(msg.starts_with("spec.inputs: "), "{msg}");
+    assert!(
+        msg.contains("edit the VRF, layer-2 and routing-table objects"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_hash_edited_to_match_edited_inputs_no_longer_matches_the_name() {
+    let mut inputs = canonical_inputs(&sample_inputs());
+    let name = revision_name(&inputs_hash(&inputs));
+    inputs.routing_tables[0].spec.routes[0].via = Some("10.0.0.99".into());
+    let forged = inputs_hash(&inputs);
+    assert!(matches!(
+        verify(&name, &forged, &inputs),
+        Err(Tampered::Name { .. })
+    ));
+    assert!(!name_matches("rev-12345", "12345aaaaaaaaaaa"), "too short");
+    assert!(!name_matches("vrf-1234567890", "1234567890aaaa"), "prefix");
+    assert!(name_matches("rev-ABCDEF0123", "abcdef0123ffff"));
 }

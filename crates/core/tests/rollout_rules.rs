@@ -346,6 +346,30 @@ fn failure_is_invalid_for_the_assigned_revision_and_retry() {
 }
 
 #[test]
+fn a_spec_refused_as_tampered_is_no_failure_but_the_apply_timeout_still_runs() {
+    let mut store = fleet_on_r1(3);
+    let r2 = store.add_revision("r2", 2);
+    r2.policy.max_failures = Some(1);
+    r2.policy.apply_timeout_seconds = Some(60);
+    run(&mut store, at(100));
+    // Someone edited node-01's spec by hand; its agent refused it without touching the kernel.
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(netwave_api::REASON_CONFIG_TAMPERED),
+    );
+    let plan = run(&mut store, at(101));
+    assert!(status(&store, "r2").failed_nodes.is_empty());
+    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert!(!event_reasons(&plan).contains(&EventReason::NodeFailed));
+    // Never put back: after the apply timeout the node is a failure like any node that never applies.
+    run(&mut store, at(160));
+    let failed = &status(&store, "r2").failed_nodes;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].reason, REASON_APPLY_TIMEOUT);
+}
+
+#[test]
 fn failure_is_an_apply_timeout_counted_from_assignment() {
     let mut store = fleet_on_r1(3);
     store.add_revision("r2", 2).policy.apply_timeout_seconds = Some(60);

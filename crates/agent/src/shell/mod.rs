@@ -40,7 +40,7 @@ use tracing::{Instrument, error, info, info_span, warn};
 use crate::backup::StateDir;
 use crate::health::{ApiCheck, HealthConfig, Prober};
 use crate::netlink::Netlink;
-use crate::reconcile::{Agent, Decision, Outcome, Target, decide};
+use crate::reconcile::{Agent, Decision, Outcome, Reason, Target, decide};
 use args::Args;
 use metrics::{ApplyLabels, Metrics};
 use report::Reporter as ApiReporter;
@@ -248,6 +248,33 @@ impl Shell {
                 // Also after a restart: the Node's condition (and taints) match what runs.
                 Decision::UpToDate => self.reporter.network_ready(true),
                 Decision::SkipInvalid => self.reporter.network_ready(false),
+                // The running config is untouched, so the node's readiness is too.
+                Decision::StillTampered => {}
+                Decision::Tampered { actual } => {
+                    let last_good = self.agent.last_good().ok().flatten();
+                    let outcome = Outcome {
+                        revision: target.revision.clone(),
+                        retry: target.retry,
+                        reason: Some(Reason::ConfigTampered),
+                        message: format!(
+                            "ConfigTampered: spec.config does not hash to spec.configHash {} (it \
+                             hashes to {actual}): the spec was edited by hand (or written by a newer \
+                             configurator); nothing applied, the node keeps running {}",
+                            target.config_hash,
+                            last_good
+                                .as_ref()
+                                .map_or("its current config", |l| l.revision.as_str())
+                        ),
+                        running_hash: last_good.as_ref().map(|l| l.config_hash.clone()),
+                        last_good_revision: last_good.map(|l| l.revision),
+                        probes: vec![],
+                        applied: 0,
+                        writes: 0,
+                        rolled_back: false,
+                    };
+                    warn!(message = %outcome.message, "refusing a node config that does not match its hash");
+                    self.report(nnc, &outcome);
+                }
                 Decision::FastPath => {
                     let outcome = match self.agent.record_fast_path(&target) {
                         Ok(()) => Outcome {

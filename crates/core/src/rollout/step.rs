@@ -1107,7 +1107,11 @@ fn detect_failures(
         if known.contains(n.name()) || out.iter().any(|f: &FailedNode| f.node == n.name()) {
             continue;
         }
+        // A spec the agent refused as tampered says nothing about the revision: the configurator puts
+        // the spec back, and the apply timeout still catches a node that never gets it.
+        let tampered = st.reason.as_deref() == Some(netwave_api::REASON_CONFIG_TAMPERED);
         if st.phase == Some(AgentPhase::Invalid)
+            && !tampered
             && st.observed_revision.as_deref() == Some(name)
             && st.observed_retry == Some(retry)
         {

@@ -1,0 +1,217 @@
+//! Specs edited by hand, where the API server does not refuse the edit (the testbed has no CEL; the real
+//! server's refusal is in `crates/api/tests/apiserver.rs`): a revision is what its hash says, and a
+//! node's spec is what the configurator wrote.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+
+async fn event_notes(client: &kube::Client, object: &str, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+fn specs(
+    configs: &std::collections::BTreeMap<String, NodeNetworkConfig>,
+) -> Vec<(String, netwave_api::NodeNetworkConfigSpec)> {
+    configs
+        .iter()
+        .map(|(n, c)| (n.clone(), c.spec.clone()))
+        .collect()
+}
+
+fn tamper_route() -> Patch<json_patch::Patch> {
+    // The issue's edit: a route's next hop in the revision's folded inputs.
+    Patch::Json(
+        serde_json::from_value(json!([{
+            "op": "replace",
+            "path": "/spec/inputs/routingTables/0/spec/routes/0/via",
+            "value": "10.0.0.99",
+        }]))
+        .unwrap(),
+    )
+}
+
+async fn metric(port: u16, series: &str) -> Option<f64> {
+    let (_, body) = http_get(port, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
+    let env = testbed_env().await;
+    add_nodes(&env.client, &node_names(4)).await;
+    // Agents answer the first revision and never a later one: the second stays in flight.
+    let first: Arc<std::sync::Mutex<Option<String>>> = Default::default();
+    let f = first.clone();
+    let behaviour: Behaviour = Arc::new(move |_, rev| {
+        let mut first = f.lock().unwrap();
+        if first.get_or_insert_with(|| rev.to_string()) == rev {
+            Answer::Provisioned
+        } else {
+            Answer::Silent
+        }
+    });
+    let _agents = spawn_agents(env.client.clone(), behaviour, Duration::from_millis(50));
+    apply_samples(&env.client).await;
+    let metrics_port = free_port();
+    let m = format!("127.0.0.1:{metrics_port}");
+    let c = Configurator::start(
+        env.client.clone(),
+        args(&["--max-unavailable", "1", "--metrics-addr", &m]),
+    );
+    let revs: Api<NetworkConfigRevision> = Api::all(env.client.clone());
+    let r1 = eventually(T, "the first revision to complete", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(r.clone()),
+            other => Err(format!("{}", other.len())),
+        }
+    })
+    .await;
+    let r1_name = r1.metadata.name.clone().unwrap();
+    let before = specs(&configs(&env.client).await);
+
+    // 1. A node's spec edited by hand (the config, not its hash) is put back and reported.
+    let nncs: Api<NodeNetworkConfig> = Api::all(env.client.clone());
+    nncs.patch(
+        "node-01",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"config": {"routes": []}}})),
+    )
+    .await
+    .unwrap();
+    eventually(T, "node-01's spec to be put back", || async {
+        let now = specs(&configs(&env.client).await);
+        (now == before)
+            .then_some(())
+            .ok_or_else(|| "still edited".to_string())
+    })
+    .await;
+    let notes = eventually(T, "a SpecTampered Event on node-01", || async {
+        let n = event_notes(&env.client, "node-01", "SpecTampered").await;
+        (!n.is_empty())
+            .then_some(n)
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    assert!(
+        notes[0].contains("does not hash to spec.configHash") && notes[0].contains("put back"),
+        "{notes:?}"
+    );
+
+    // 2. The issue's edit of the current revision: put back from the current inputs, nothing re-rendered.
+    revs.patch(&r1_name, &PatchParams::default(), &tamper_route())
+        .await
+        .unwrap();
+    eventually(T, "the revision's inputs to be put back", || async {
+        let now = revs.get(&r1_name).await.unwrap();
+        (now.spec == r1.spec)
+            .then_some(())
+            .ok_or_else(|| "still edited".to_string())
+    })
+    .await;
+    let notes = eventually(T, "a SpecTampered Event on the revision", || async {
+        let n = event_notes(&env.client, &r1_name, "SpecTampered").await;
+        (!n.is_empty())
+            .then_some(n)
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    assert!(
+        notes[0].starts_with("spec.inputs: hash to") && notes[0].contains("put back"),
+        "{notes:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        specs(&configs(&env.client).await),
+        before,
+        "no node got a config rendered from the edited inputs"
+    );
+
+    // 3. A new target is rolling out; the last good revision is edited. The inputs it was made from are
+    //    gone, so it cannot be put back: it is never rendered again, says so, and is counted.
+    change_inputs(&env.client, 8000).await;
+    let r2_name = eventually(T, "the second revision to start", || async {
+        let revs = revisions(&env.client).await;
+        let cfgs = configs(&env.client).await;
+        let r2 = revs
+            .iter()
+            .find(|r| r.metadata.name.as_deref() != Some(r1_name.as_str()))
+            .and_then(|r| r.metadata.name.clone())
+            .ok_or_else(|| "no second revision".to_string())?;
+        cfgs.values()
+            .any(|c| c.spec.revision == r2)
+            .then_some(r2)
+            .ok_or_else(|| "not assigned yet".to_string())
+    })
+    .await;
+    let before = specs(&configs(&env.client).await);
+    revs.patch(&r1_name, &PatchParams::default(), &tamper_route())
+        .await
+        .unwrap();
+    let notes = eventually(
+        T,
+        "a SpecTampered Event saying it is never rendered",
+        || async {
+            let n = event_notes(&env.client, &r1_name, "SpecTampered").await;
+            n.into_iter()
+                .find(|n| n.contains("never rendered or assigned again"))
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await;
+    assert!(notes.starts_with("spec.inputs: hash to"), "{notes}");
+    let validated = eventually(T, "the Validated condition to say why", || async {
+        let r = revs.get(&r1_name).await.unwrap();
+        r.status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Validated"))
+            .filter(|c| c.status == "False")
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    assert!(
+        validated.message.starts_with("spec.inputs: hash to"),
+        "{validated:?}"
+    );
+    let series = r#"netwave_tampered_specs{kind="NetworkConfigRevision"}"#;
+    eventually(T, "the tampered-spec gauge", || async {
+        (metric(metrics_port, series).await == Some(1.0))
+            .then_some(())
+            .ok_or_else(|| "not 1".to_string())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = specs(&configs(&env.client).await);
+    assert_eq!(
+        after, before,
+        "nothing was rendered from the edited revision"
+    );
+    assert!(
+        after
+            .iter()
+            .all(|(_, s)| s.revision == r1_name || s.revision == r2_name),
+        "{after:?}"
+    );
+    c.stop().await;
+}
