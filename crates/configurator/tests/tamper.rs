@@ -93,32 +93,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     let before = specs(&configs(&env.client).await);
 
     // 1. A node's spec edited by hand (the config, not its hash) is put back and reported.
-    let nncs: Api<NodeNetworkConfig> = Api::all(env.client.clone());
-    nncs.patch(
-        "node-01",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"config": {"routes": []}}})),
-    )
-    .await
-    .unwrap();
-    eventually(T, "node-01's spec to be put back", || async {
-        let now = specs(&configs(&env.client).await);
-        (now == before)
-            .then_some(())
-            .ok_or_else(|| "still edited".to_string())
-    })
-    .await;
-    let notes = eventually(T, "a SpecTampered Event on node-01", || async {
-        let n = event_notes(&env.client, "node-01", "SpecTampered").await;
-        (!n.is_empty())
-            .then_some(n)
-            .ok_or_else(|| "none yet".to_string())
-    })
-    .await;
-    assert!(
-        notes[0].contains("does not hash to spec.configHash") && notes[0].contains("put back"),
-        "{notes:?}"
-    );
+    node_spec_edit_is_put_back(&env.client, &before).await;
 
     // 2. The edit of the current revision: put back from the current inputs, nothing re-rendered.
     revs.patch(&r1_name, &PatchParams::default(), &tamper_route())
@@ -213,5 +188,61 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
             .all(|(_, s)| s.revision == r1_name || s.revision == r2_name),
         "{after:?}"
     );
+    c.stop().await;
+}
+
+/// Edits node-01's config (not its hash) as an admin would and waits for the configurator to put the
+/// spec back to `before` and report it.
+async fn node_spec_edit_is_put_back(
+    client: &kube::Client,
+    before: &[(String, netwave_api::NodeNetworkConfigSpec)],
+) {
+    let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+    nncs.patch(
+        "node-01",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"config": {"routes": []}}})),
+    )
+    .await
+    .unwrap();
+    eventually(T, "node-01's spec to be put back", || async {
+        let now = specs(&configs(client).await);
+        (now == before)
+            .then_some(())
+            .ok_or_else(|| "still edited".to_string())
+    })
+    .await;
+    let notes = eventually(T, "a SpecTampered Event on node-01", || async {
+        let n = event_notes(client, "node-01", "SpecTampered").await;
+        (!n.is_empty())
+            .then_some(n)
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    assert!(
+        notes[0].contains("does not hash to spec.configHash") && notes[0].contains("put back"),
+        "{notes:?}"
+    );
+}
+
+/// On the real API server, whose server-side apply gives the hand edit's fields to another manager: the
+/// configurator's forced apply takes them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edited_node_spec_is_put_back_on_the_real_api_server() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(50));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    eventually(T, "the revision to complete", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(()),
+            other => Err(format!("{}", other.len())),
+        }
+    })
+    .await;
+    let before = specs(&configs(&env.client).await);
+    assert!(!before.is_empty());
+    node_spec_edit_is_put_back(&env.client, &before).await;
     c.stop().await;
 }
