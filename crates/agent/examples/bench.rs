@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use kube::api::{Api, PostParams};
-use netwave_agent::model::{NodeSettings, desired};
+use netwave_core::dataplane::{NodeSettings, desired};
 use netwave_agent::netlink::Netlink;
 use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RouteConfig, RouteType,
@@ -154,12 +154,12 @@ fn dataplane() -> Result<()> {
                     let t = Instant::now();
                     let w0 = nl.writes();
                     let mut snap = nl.observe().await?;
-                    let ops = netwave_agent::diff::diff(&want, &snap.observed)?;
+                    let ops = netwave_core::dataplane::diff::diff(&want, &snap.observed)?;
                     let t_obs = t.elapsed();
                     nl.apply(&ops, &mut snap.index).await?;
                     let t_apply = t.elapsed();
                     let after = nl.observe().await?;
-                    ensure!(netwave_agent::diff::diff(&want, &after.observed)?.is_empty());
+                    ensure!(netwave_core::dataplane::diff::diff(&want, &after.observed)?.is_empty());
                     agent.push(t.elapsed());
                     phases.push((t_obs, t_apply - t_obs, t.elapsed() - t_apply));
                     writes = nl.writes() - w0;
@@ -179,7 +179,7 @@ fn dataplane() -> Result<()> {
                     // ip's objects carry the agent's markers: the agent must see exactly its config.
                     let snap = nl.observe().await?;
                     ensure!(
-                        netwave_agent::diff::diff(&want, &snap.observed)?.is_empty(),
+                        netwave_core::dataplane::diff::diff(&want, &snap.observed)?.is_empty(),
                         "ip -batch produced different state"
                     );
                 }

@@ -1,5 +1,5 @@
-//! The netlink shell: observes the managed kernel objects into the [`crate::model`] and executes
-//! [`NetOp`] lists. It makes no decisions of its own — the list comes from [`crate::diff`].
+//! The netlink shell: observes the managed kernel objects into the [`netwave_core::dataplane`] and executes
+//! [`NetOp`] lists. It makes no decisions of its own — the list comes from [`netwave_core::dataplane::diff`].
 //!
 //! Writes within one stage of the list are independent, so they are pipelined (up to [`IN_FLIGHT`]
 //! requests outstanding on the socket): one request at a time is about 2× slower than `ip -batch`.
@@ -37,8 +37,8 @@ use rtnetlink::packet_route::route::{
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use crate::diff::{DiffError, NetOp, Observed, diff};
-use crate::model::{
+use netwave_core::dataplane::diff::{DiffError, NetOp, Observed, diff};
+use netwave_core::dataplane::{
     Capabilities, Dataplane, Family, Feature, Link, LinkKind, MANAGED_ALIAS, Mac, NodeSettings,
     RTPROT_NETWAVE, RouteAction, RouteKey, Rule,
 };

@@ -20,7 +20,7 @@ use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, Pr
 
 use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
 use crate::health::{Prober, first_gating_failure, gating};
-use crate::model::{Capabilities, Dataplane, desired, missing_features};
+use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
 use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
 
 /// Why a revision is `Invalid`. The string form is the NNC `status.reason`.
@@ -290,7 +290,7 @@ impl Agent {
         }
         match self.netlink.observe().await {
             Ok(snap) => {
-                if let Err(e) = crate::diff::diff(&want, &snap.observed) {
+                if let Err(e) = netwave_core::dataplane::diff::diff(&want, &snap.observed) {
                     return invalid(Reason::ApplyFailed, e.to_string());
                 }
             }

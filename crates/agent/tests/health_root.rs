@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use anyhow::ensure;
 use common::{in_netns, ip};
 use netwave_agent::health::{HealthConfig, PASSED, Probe, Prober};
-use netwave_agent::model::NodeSettings;
+use netwave_core::dataplane::NodeSettings;
 use netwave_agent::netlink::Netlink;
 
 #[test]

@@ -7,8 +7,8 @@ mod common;
 
 use anyhow::{Result, bail, ensure};
 use common::{in_netns, ip};
-use netwave_agent::diff::diff;
-use netwave_agent::model::{Feature, LinkKind, NodeSettings, desired};
+use netwave_core::dataplane::diff::diff;
+use netwave_core::dataplane::{Feature, LinkKind, NodeSettings, desired};
 use netwave_agent::netlink::Netlink;
 use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig, VrfConfig};
 

@@ -9,6 +9,7 @@
 //!                                        sim::       (feature `sim`) seeded fleet simulator for tests
 //! ```
 
+pub mod dataplane;
 pub mod fleet;
 pub mod render;
 pub mod revision;

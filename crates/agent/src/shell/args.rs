@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::model::{NodeSettings, VXLAN_PORT};
+use netwave_core::dataplane::{NodeSettings, VXLAN_PORT};
 
 #[derive(Parser, Debug, Clone)]
 #[command(

@@ -3,7 +3,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netwave_api::NodeNetworkConfigStatus;
 
-use crate::model::Capabilities;
+use netwave_core::dataplane::Capabilities;
 use crate::reconcile::{Outcome, PROVISIONING, Target};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -71,7 +71,7 @@ pub fn provisioning(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Feature;
+    use netwave_core::dataplane::Feature;
     use crate::reconcile::Reason;
 
     fn t(s: i64) -> Time {

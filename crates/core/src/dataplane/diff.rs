@@ -15,7 +15,7 @@ use std::fmt;
 
 use ipnet::IpNet;
 
-use crate::model::{Dataplane, Link, LinkKind, Mac, Route, RouteAction, RouteKey, Rule};
+use super::{Dataplane, Link, LinkKind, Mac, Route, RouteAction, RouteKey, Rule};
 
 /// What the kernel has: the managed objects plus the names of every link the agent does not own (so a
 /// desired device can never take over a foreign one).
@@ -119,7 +119,7 @@ impl fmt::Display for NetOp {
             NetOp::SetLink { name, change, .. } => {
                 write!(f, "link set {name}")?;
                 if change.mark {
-                    write!(f, " alias {}", crate::model::MANAGED_ALIAS)?;
+                    write!(f, " alias {}", super::MANAGED_ALIAS)?;
                 }
                 if let Some(m) = change.mtu {
                     write!(f, " mtu {m}")?;

@@ -1,6 +1,14 @@
-//! The dataplane model: the kernel objects the agent manages, as plain data. Both sides of a reconcile
-//! use it — [`desired`] builds it from a [`NodeConfig`] plus node-local [`NodeSettings`], and the netlink
-//! shell observes the kernel into it — so [`crate::diff`] can compare them without a kernel.
+//! The dataplane model: what a node's config *means* to the kernel, as plain data — the one definition
+//! the agent applies and fleet validation checks before a revision touches any node. Both sides of an
+//! agent's reconcile use it: [`desired`] builds it from a [`NodeConfig`] plus node-local
+//! [`NodeSettings`], and the agent's netlink shell observes the kernel into it, so [`diff`] can compare
+//! them without a kernel.
+//!
+//! ```text
+//!  NodeConfig + NodeSettings ──desired──► Dataplane ─┐
+//!  kernel ──(agent: netlink observe)──► Observed ────┴─diff──► Vec<NetOp> ──(agent: netlink apply)
+//!  RoutingTable route ──route──► Route (the kernel's identity and defaults: RouteKey)
+//! ```
 //!
 //! Ownership: a link is the agent's when its alias is [`MANAGED_ALIAS`] (and, when the node configures
 //! name prefixes, its name starts with one of them); a route or rule is the agent's when its protocol is
@@ -13,6 +21,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use netwave_api::{NodeConfig, RouteType};
 use serde::{Deserialize, Serialize};
+
+pub mod diff;
 
 /// Link alias (`IFLA_IFALIAS`) that marks a link as created and owned by the agent.
 pub const MANAGED_ALIAS: &str = "netwave:managed";

@@ -1,7 +1,7 @@
 //! Golden operation lists: config change in, exact ordered netlink operations out, no kernel needed.
 
-use netwave_agent::diff::{DiffError, Observed, diff};
-use netwave_agent::model::{Dataplane, ModelError, NodeSettings, desired};
+use netwave_core::dataplane::diff::{DiffError, Observed, diff};
+use netwave_core::dataplane::{Dataplane, ModelError, NodeSettings, desired};
 use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig, VrfConfig};
 
 fn settings() -> NodeSettings {
