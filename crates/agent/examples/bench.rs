@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use kube::api::{Api, PostParams};
-use netwave_core::dataplane::{NodeSettings, desired};
 use netwave_agent::netlink::Netlink;
 use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RouteConfig, RouteType,
 };
+use netwave_core::dataplane::{NodeSettings, desired};
 
 const SEGMENTS: u16 = 100;
 const ROUTES: u32 = 1000;

@@ -20,8 +20,8 @@ use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, Pr
 
 use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
 use crate::health::{Prober, first_gating_failure, gating};
-use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
 use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
+use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
 
 /// Why a revision is `Invalid`. The string form is the NNC `status.reason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

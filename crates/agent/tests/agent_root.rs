@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use common::{PeerNs, in_netns, ip};
 use netwave_agent::backup::{Applying, StateDir};
-use netwave_core::dataplane::diff::diff;
 use netwave_agent::health::{FAILED, HealthConfig, Prober};
-use netwave_core::dataplane::{Feature, NodeSettings, desired};
 use netwave_agent::netlink::Netlink;
 use netwave_agent::reconcile::{Agent, Reason, Target};
 use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, VrfConfig};
+use netwave_core::dataplane::diff::diff;
+use netwave_core::dataplane::{Feature, NodeSettings, desired};
 
 struct Env {
     agent: Agent,

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use anyhow::ensure;
 use common::{in_netns, ip};
 use netwave_agent::health::{HealthConfig, PASSED, Probe, Prober};
-use netwave_core::dataplane::NodeSettings;
 use netwave_agent::netlink::Netlink;
+use netwave_core::dataplane::NodeSettings;
 
 #[test]
 fn probes_see_what_the_namespace_has() {

@@ -7,10 +7,10 @@ mod common;
 
 use anyhow::{Result, bail, ensure};
 use common::{in_netns, ip};
-use netwave_core::dataplane::diff::diff;
-use netwave_core::dataplane::{Feature, LinkKind, NodeSettings, desired};
 use netwave_agent::netlink::Netlink;
 use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig, VrfConfig};
+use netwave_core::dataplane::diff::diff;
+use netwave_core::dataplane::{Feature, LinkKind, NodeSettings, desired};
 
 /// `Ok(false)`: skip (printed); an error inside the kernel tier.
 async fn has(nl: &Netlink, test: &str, needs: &[Feature]) -> Result<bool> {

@@ -5,10 +5,10 @@ mod common;
 
 use anyhow::{Result, ensure};
 use common::{in_netns, ip, ip_can};
-use netwave_core::dataplane::diff::diff;
-use netwave_core::dataplane::{Feature, NodeSettings, desired};
 use netwave_agent::netlink::{Netlink, NetlinkError};
 use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig};
+use netwave_core::dataplane::diff::diff;
+use netwave_core::dataplane::{Feature, NodeSettings, desired};
 
 fn settings() -> NodeSettings {
     NodeSettings {

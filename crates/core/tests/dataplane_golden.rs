@@ -1,8 +1,8 @@
 //! Golden operation lists: config change in, exact ordered netlink operations out, no kernel needed.
 
+use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig, VrfConfig};
 use netwave_core::dataplane::diff::{DiffError, Observed, diff};
 use netwave_core::dataplane::{Dataplane, ModelError, NodeSettings, desired};
-use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, RuleConfig, VrfConfig};
 
 fn settings() -> NodeSettings {
     NodeSettings {

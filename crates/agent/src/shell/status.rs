@@ -3,8 +3,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netwave_api::NodeNetworkConfigStatus;
 
-use netwave_core::dataplane::Capabilities;
 use crate::reconcile::{Outcome, PROVISIONING, Target};
+use netwave_core::dataplane::Capabilities;
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -71,8 +71,8 @@ pub fn provisioning(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netwave_core::dataplane::Feature;
     use crate::reconcile::Reason;
+    use netwave_core::dataplane::Feature;
 
     fn t(s: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
