@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::inputs::{
-    Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, RouteType, RoutingTableSpec,
+    Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, RoutingTableSpec,
     VRFRouteConfigurationSpec,
 };
 
@@ -288,64 +288,16 @@ pub fn validate_layer2(spec: &Layer2NetworkConfigurationSpec) -> Vec<FieldError>
     p.0
 }
 
-/// Problems with one `RoutingTable` spec.
+/// Problems with one `RoutingTable` spec that the spec alone shows. What a route *means* — next hop or
+/// device by type, address families, the kernel's identity of a route — is `netwave_core::dataplane`'s,
+/// which fleet validation runs on every route (and the agent on every node config), so the API, the
+/// fleet and the agent cannot disagree.
 pub fn validate_routing_table(spec: &RoutingTableSpec) -> Vec<FieldError> {
     let mut p = Problems::default();
     check_table(spec.table_id, "spec.tableId", &mut p);
-    let mut routes: BTreeMap<(IpNet, Option<u32>), usize> = BTreeMap::new();
     for (i, route) in spec.routes.iter().enumerate() {
-        let at = format!("spec.routes[{i}]");
-        let prefix = match parse_network(&route.prefix) {
-            Err(e) => {
-                p.push(format!("{at}.prefix"), e);
-                None
-            }
-            Ok(net) => Some(net),
-        };
-        match route.kind {
-            RouteType::Unicast => {
-                if route.via.is_none() && route.dev.is_none() {
-                    p.push(at.clone(), "a unicast route needs `via` or `dev`");
-                }
-            }
-            RouteType::Blackhole | RouteType::Unreachable => {
-                let kind = if route.kind == RouteType::Blackhole {
-                    "a blackhole"
-                } else {
-                    "an unreachable"
-                };
-                if route.via.is_some() {
-                    p.push(format!("{at}.via"), format!("{kind} route has no next hop"));
-                }
-                if route.dev.is_some() {
-                    p.push(format!("{at}.dev"), format!("{kind} route has no device"));
-                }
-            }
-        }
-        if let Some(via) = &route.via {
-            match via.parse::<IpAddr>() {
-                Err(_) => p.push(format!("{at}.via"), format!("{via} is not an IP address")),
-                Ok(addr) => {
-                    if let Some(net) = prefix
-                        && addr.is_ipv4() != matches!(net, IpNet::V4(_))
-                        // An IPv4 route via an IPv6 next hop is valid (RFC 5549); the reverse is not.
-                        && matches!(net, IpNet::V6(_))
-                    {
-                        p.push(
-                            format!("{at}.via"),
-                            format!("{via} is IPv4 but the prefix {} is IPv6", route.prefix),
-                        );
-                    }
-                }
-            }
-        }
-        if let Some(net) = prefix
-            && let Some(first) = first_seen(&mut routes, (net, route.metric), i)
-        {
-            p.push(
-                at,
-                format!("duplicates spec.routes[{first}] (same prefix and metric)"),
-            );
+        if let Err(e) = parse_network(&route.prefix) {
+            p.push(format!("spec.routes[{i}].prefix"), e);
         }
     }
     let mut priorities: BTreeMap<u32, usize> = BTreeMap::new();

@@ -18,7 +18,7 @@ use netwave_api::{
 };
 use netwave_core::Timestamp;
 use netwave_core::fleet::{self, FleetParams};
-use netwave_core::render::{self, NodeInfo, RenderedNode};
+use netwave_core::render::{NodeInfo, RenderedNode};
 use netwave_core::revision::{self, Decision, ExistingRevision, InputSettle};
 use netwave_core::rollout::{
     self, AssignReason, EventType, NodeConfigState, NodeState, ObjectRef, Plan, PolicyDefaults,
@@ -129,17 +129,13 @@ impl RenderCache {
         if let Some(r) = self.rendered.get(&key) {
             return r.clone();
         }
-        let validation = fleet::validate(inputs, nodes, params).to_status();
-        let nodes = match render::render(inputs, nodes) {
-            Ok(n) => n,
-            // Only invalid selectors fail rendering, and validation reports those as errors, so the
-            // revision goes Failed and nothing is ever assigned from an empty render.
-            Err(e) => {
-                debug!(error = %e, "render failed");
-                BTreeMap::new()
-            }
-        };
-        let r = Arc::new(Rendered { nodes, validation });
+        // A render that fails comes with validation errors, so the revision goes Failed and nothing
+        // is ever assigned from an empty render.
+        let checked = fleet::render_and_validate(inputs, nodes, params);
+        let r = Arc::new(Rendered {
+            nodes: checked.nodes,
+            validation: checked.validation.to_status(),
+        });
         self.rendered.insert(key, r.clone());
         r
     }

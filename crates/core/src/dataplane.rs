@@ -19,7 +19,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use netwave_api::{NodeConfig, RouteType};
+use netwave_api::{NodeConfig, RouteConfig, RouteType};
 use serde::{Deserialize, Serialize};
 
 pub mod diff;
@@ -226,6 +226,16 @@ pub struct RouteKey {
     pub metric: u32,
 }
 
+impl fmt::Display for RouteKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} table {} metric {}",
+            self.dst, self.table, self.metric
+        )
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Route {
     pub key: RouteKey,
@@ -395,6 +405,19 @@ pub enum ModelError {
     DuplicateRoute { field: String, key: String },
 }
 
+impl ModelError {
+    /// The field path the error is about.
+    pub fn field(&self) -> &str {
+        match self {
+            ModelError::InvalidValue { field, .. }
+            | ModelError::DeviceName { field, .. }
+            | ModelError::MainDefaultRoute { field }
+            | ModelError::DuplicateRoute { field, .. } => field,
+            ModelError::DuplicateDevice { second, .. } => second,
+        }
+    }
+}
+
 fn invalid(field: impl Into<String>, value: &str, why: impl Into<String>) -> ModelError {
     ModelError::InvalidValue {
         field: field.into(),
@@ -460,6 +483,84 @@ fn new_link(name: &str, kind: LinkKind, mtu: Option<u32>) -> Link {
         neigh_suppress: false,
         addresses: BTreeSet::new(),
     }
+}
+
+/// The kernel's identity of a route in `table` to `prefix` with the metric as written: the prefix with
+/// host bits cleared, and the metric the kernel gives a route added without one (0 for IPv4,
+/// [`IPV6_DEFAULT_METRIC`] for IPv6, where an explicit 0 also means 1024).
+pub fn route_key(table: u32, prefix: IpNet, metric: Option<u32>) -> RouteKey {
+    let dst = prefix.trunc();
+    let metric = match (metric.unwrap_or(0), dst) {
+        (0, IpNet::V6(_)) => IPV6_DEFAULT_METRIC,
+        (m, _) => m,
+    };
+    RouteKey { table, dst, metric }
+}
+
+/// One route of a config as the kernel sees it, or why the agent could not install it; `at` is the
+/// route's field path for the error (`routes[3]` in a node config, `spec.routes[3]` in a RoutingTable).
+///
+/// A next hop must be of the prefix's family: an IPv4 route via an IPv6 next hop (RFC 5549) needs
+/// `RTA_VIA`, which the agent does not write; BGP unnumbered sessions are FRR's business, not static
+/// routes'.
+pub fn route(r: &RouteConfig, at: &str) -> Result<Route, ModelError> {
+    let prefix = parse_net(&format!("{at}.prefix"), &r.prefix)?;
+    let key = route_key(r.table, prefix, r.metric);
+    if r.table == MAIN_TABLE && key.dst.prefix_len() == 0 {
+        return Err(ModelError::MainDefaultRoute { field: at.into() });
+    }
+    let no_next_hop = |what: &str| {
+        let (field, value) = match (&r.via, &r.dev) {
+            (Some(v), _) => ("via", v.as_str()),
+            (None, Some(d)) => ("dev", d.as_str()),
+            (None, None) => return Ok(()),
+        };
+        Err(invalid(
+            format!("{at}.{field}"),
+            value,
+            format!("{what} route has no next hop or device"),
+        ))
+    };
+    let action = match r.kind {
+        RouteType::Blackhole => {
+            no_next_hop("a blackhole")?;
+            RouteAction::Blackhole
+        }
+        RouteType::Unreachable => {
+            no_next_hop("an unreachable")?;
+            RouteAction::Unreachable
+        }
+        RouteType::Unicast => {
+            let via = match &r.via {
+                None => None,
+                Some(v) => {
+                    let ip: IpAddr = v
+                        .parse()
+                        .map_err(|_| invalid(format!("{at}.via"), v, "not an IP address"))?;
+                    if ip.is_ipv4() != matches!(key.dst, IpNet::V4(_)) {
+                        return Err(invalid(
+                            format!("{at}.via"),
+                            v,
+                            format!(
+                                "the next hop's address family differs from the prefix {} (an IPv4 \
+                                 route via an IPv6 next hop, RFC 5549, is not supported)",
+                                key.dst
+                            ),
+                        ));
+                    }
+                    Some(ip)
+                }
+            };
+            if via.is_none() && r.dev.is_none() {
+                return Err(invalid(at, &r.prefix, "a unicast route needs via or dev"));
+            }
+            RouteAction::Unicast {
+                via,
+                dev: r.dev.clone(),
+            }
+        }
+    };
+    Ok(Route { key, action })
 }
 
 /// The kernel objects a node must have for `cfg`. Pure: same inputs, same result.
@@ -528,60 +629,17 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
     }
     for (i, r) in cfg.routes.iter().enumerate() {
         let at = format!("routes[{i}]");
-        let dst = parse_net(&format!("{at}.prefix"), &r.prefix)?.trunc();
-        if r.table == MAIN_TABLE && dst.prefix_len() == 0 {
-            return Err(ModelError::MainDefaultRoute { field: at });
-        }
-        let action = match r.kind {
-            RouteType::Blackhole => RouteAction::Blackhole,
-            RouteType::Unreachable => RouteAction::Unreachable,
-            RouteType::Unicast => {
-                let via = match &r.via {
-                    None => None,
-                    Some(v) => {
-                        let ip: IpAddr = v
-                            .parse()
-                            .map_err(|_| invalid(format!("{at}.via"), v, "not an IP address"))?;
-                        if ip.is_ipv4() != matches!(dst, IpNet::V4(_)) {
-                            return Err(invalid(
-                                format!("{at}.via"),
-                                v,
-                                format!("address family differs from prefix {dst}"),
-                            ));
-                        }
-                        Some(ip)
-                    }
-                };
-                if via.is_none() && r.dev.is_none() {
-                    return Err(invalid(
-                        at.clone(),
-                        &r.prefix,
-                        "a unicast route needs via or dev",
-                    ));
-                }
-                RouteAction::Unicast {
-                    via,
-                    dev: r.dev.clone(),
-                }
+        let route = route(r, &at)?;
+        if let Some(action) = b.dp.routes.get(&route.key) {
+            // Render merges identical routes; two routes with one kernel identity cannot both exist.
+            if action != &route.action {
+                return Err(ModelError::DuplicateRoute {
+                    field: at,
+                    key: route.key.to_string(),
+                });
             }
-        };
-        // The kernel gives IPv6 routes without a metric 1024; model it so the diff agrees.
-        let metric = match (r.metric.unwrap_or(0), dst) {
-            (0, IpNet::V6(_)) => IPV6_DEFAULT_METRIC,
-            (m, _) => m,
-        };
-        let key = RouteKey {
-            table: r.table,
-            dst,
-            metric,
-        };
-        if b.dp.routes.contains_key(&key) {
-            return Err(ModelError::DuplicateRoute {
-                field: at,
-                key: format!("{dst} table {} metric {}", key.table, key.metric),
-            });
         }
-        b.dp.routes.insert(key, action);
+        b.dp.routes.insert(route.key, route.action);
     }
     for (i, r) in cfg.rules.iter().enumerate() {
         let at = format!("rules[{i}]");

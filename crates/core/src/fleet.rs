@@ -27,12 +27,13 @@ use ipnet::IpNet;
 use netwave_api::validate::{
     FieldError, parse_host_address, validate_layer2, validate_routing_table, validate_vrf,
 };
-use netwave_api::{RevisionInputs, RouteConfig, RuleConfig, ValidationResult};
+use netwave_api::{NodeConfig, RevisionInputs, RuleConfig, ValidationResult};
 
+use crate::dataplane;
 use crate::render::index::Index;
 use crate::render::{
-    DEFAULT_VRF_MTU, InputKind, InputRef, NodeInfo, layer2_bridge_name, layer2_vxlan_name,
-    vrf_bridge_name, vrf_vxlan_name,
+    DEFAULT_VRF_MTU, InputKind, InputRef, NodeInfo, RenderedNode, layer2_bridge_name,
+    layer2_vxlan_name, vrf_bridge_name, vrf_vxlan_name,
 };
 
 /// The underlay MTU assumed when the configurator is not told otherwise (typical for a jumbo-frame
@@ -100,6 +101,8 @@ pub enum Check {
     AnycastGatewayOverlap,
     RouteConflict,
     RulePriorityConflict,
+    /// A rendered node config the agent's model refuses (the net under the checks above).
+    NodeConfig,
     /// Warning: the object is on no node.
     SelectsNoNode,
     /// Warning: RoutingTables share a table id on a node.
@@ -126,6 +129,7 @@ impl Check {
             Check::AnycastGatewayOverlap => "AnycastGatewayOverlap",
             Check::RouteConflict => "RouteConflict",
             Check::RulePriorityConflict => "RulePriorityConflict",
+            Check::NodeConfig => "NodeConfig",
             Check::SelectsNoNode => "SelectsNoNode",
             Check::SharedRoutingTable => "SharedRoutingTable",
             Check::NoNodes => "NoNodes",
@@ -205,6 +209,110 @@ impl FleetValidation {
             errors: lines(&self.errors, "errors"),
             warnings: lines(&self.warnings, "warnings"),
         }
+    }
+}
+
+/// A revision rendered for the current nodes, with everything that blocks or concerns its rollout.
+pub struct Checked {
+    /// Every selected node's config; empty when rendering failed (validation then has the errors).
+    pub nodes: BTreeMap<String, RenderedNode>,
+    pub validation: FleetValidation,
+}
+
+/// Renders a revision and validates it: [`validate`] over the inputs, then the agent's own model
+/// ([`dataplane::desired`]) over every distinct rendered node config, so a config an agent would refuse
+/// blocks the revision before any node gets it. The input checks name the object and field; the
+/// rendered-config check is the net under them and names the node config's field and the nodes.
+/// Node-local agent settings (name prefixes, protected interfaces, a VLAN trunk) and kernel features
+/// are not known here; the agent still checks those.
+pub fn render_and_validate(
+    inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+    params: &FleetParams,
+) -> Checked {
+    let mut validation = validate(inputs, nodes, params);
+    // Only invalid selectors fail rendering, and `validate` reports those as errors.
+    let rendered = crate::render::render(inputs, nodes).unwrap_or_default();
+    if validation.errors.is_empty() {
+        validation.errors = rendered_configs(&rendered);
+    }
+    Checked {
+        nodes: rendered,
+        validation,
+    }
+}
+
+/// [`dataplane::desired`] over each distinct rendered config (by `configHash`).
+fn rendered_configs(rendered: &BTreeMap<String, RenderedNode>) -> Vec<Finding> {
+    let mut by_hash: BTreeMap<&str, (&RenderedNode, Vec<String>)> = BTreeMap::new();
+    for (node, r) in rendered {
+        by_hash
+            .entry(r.config_hash.as_str())
+            .or_insert_with(|| (r, Vec::new()))
+            .1
+            .push(node.clone());
+    }
+    refused_configs(by_hash.into_values().map(|(r, nodes)| (r.config(), nodes)))
+}
+
+/// One finding per config the agent's model refuses, with node-independent settings.
+fn refused_configs(configs: impl Iterator<Item = (NodeConfig, Vec<String>)>) -> Vec<Finding> {
+    let settings = dataplane::NodeSettings::default();
+    let mut out: Vec<Finding> = configs
+        .filter_map(|(config, nodes)| {
+            let e = dataplane::desired(&config, &settings).err()?;
+            Some(Finding {
+                check: Check::NodeConfig,
+                objects: Vec::new(),
+                field: None,
+                message: format!("the rendered node config is one no agent can apply: {e}"),
+                nodes,
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod rendered_tests {
+    use netwave_api::VrfConfig;
+
+    use super::*;
+
+    #[test]
+    fn a_rendered_config_the_agent_refuses_is_an_error_naming_its_nodes() {
+        let vrf = |name: &str| VrfConfig {
+            name: name.into(),
+            device: "vrf-x".into(),
+            table: 100,
+            vni: None,
+            mtu: 9000,
+            bridge: None,
+            vxlan: None,
+            route_target: None,
+            import: Vec::new(),
+            export: Vec::new(),
+            aggregate: Vec::new(),
+            communities: Vec::new(),
+        };
+        let bad = NodeConfig {
+            vrfs: vec![vrf("a"), vrf("b")],
+            ..NodeConfig::default()
+        };
+        let found = refused_configs(
+            [
+                (bad, vec!["n1".to_string(), "n2".to_string()]),
+                (NodeConfig::default(), vec!["n3".to_string()]),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].to_string(),
+            "the rendered node config is one no agent can apply: device vrf-x is declared twice \
+             (vrfs[0].device and vrfs[1].device) (nodes: n1, n2)"
+        );
     }
 }
 
@@ -417,6 +525,7 @@ impl Validator<'_> {
             let o = Obj::Rt(i);
             let s = &self.ix.rts[i].spec;
             let problems = validate_routing_table(s);
+            self.routes_of_one_table(o, &problems);
             let mut long = Vec::new();
             for (j, r) in s.routes.iter().enumerate() {
                 if let Some(dev) = r.dev.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
@@ -824,20 +933,63 @@ impl Validator<'_> {
         }
     }
 
-    /// Routes with the same kernel key, or rules with the same priority, that differ between
-    /// RoutingTables on one node. (Within one RoutingTable the API validation catches them.)
+    /// Every route of one RoutingTable as the agent will see it (`dataplane::route`: next hop or device
+    /// by type, address families, the main table's default route), and two routes of the table with one
+    /// kernel identity. Routes whose prefix the API validation already refused are skipped.
+    fn routes_of_one_table(&mut self, o: Obj, api_problems: &[FieldError]) {
+        let Obj::Rt(i) = o else { return };
+        let (routes, _) = crate::render::table_config(self.ix.rts[i]);
+        let mut seen: BTreeMap<dataplane::RouteKey, usize> = BTreeMap::new();
+        for (j, rc) in routes.iter().enumerate() {
+            let at = format!("spec.routes[{j}]");
+            if api_problems.iter().any(|p| p.path.starts_with(&at)) {
+                continue;
+            }
+            let route = match dataplane::route(rc, &at) {
+                Ok(r) => r,
+                Err(e) => {
+                    let field = e.field().to_string();
+                    let text = e.to_string();
+                    let message = text
+                        .strip_prefix(&format!("{field}: "))
+                        .unwrap_or(&text)
+                        .to_string();
+                    self.object_error(Check::ObjectSpec, o, &field, message);
+                    continue;
+                }
+            };
+            if let Some(first) = seen.get(&route.key) {
+                self.object_error(
+                    Check::RouteConflict,
+                    o,
+                    &at,
+                    format!(
+                        "the same kernel route as spec.routes[{first}] ({}): the kernel keeps one route \
+                         per table, prefix and metric, and a route without a metric has metric 0 \
+                         (IPv4) or 1024 (IPv6)",
+                        route.key
+                    ),
+                );
+            } else {
+                seen.insert(route.key, j);
+            }
+        }
+    }
+
+    /// Routes with the same kernel identity (`dataplane::route_key`), or rules with the same priority,
+    /// that differ between RoutingTables on one node. (Within one RoutingTable: `routes_of_one_table`.)
     fn routes_and_rules(&mut self) {
-        type RouteKey = (u32, String, Option<u32>);
-        let mut routes: BTreeMap<RouteKey, Vec<(usize, RouteConfig)>> = BTreeMap::new();
+        let mut routes: BTreeMap<dataplane::RouteKey, Vec<(usize, dataplane::Route)>> =
+            BTreeMap::new();
         let mut rules: BTreeMap<u32, Vec<(usize, RuleConfig)>> = BTreeMap::new();
         for (i, rt) in self.ix.rts.iter().enumerate() {
-            // Compare what render emits (canonical addresses), so equal routes written differently merge.
+            // Compare what the kernel gets, so equal routes written differently merge.
             let (rendered_routes, rendered_rules) = crate::render::table_config(rt);
-            for route in rendered_routes {
-                routes
-                    .entry((route.table, route.prefix.clone(), route.metric))
-                    .or_default()
-                    .push((i, route));
+            for (j, route) in rendered_routes.iter().enumerate() {
+                // A route the kernel cannot take is reported by `routes_of_one_table`.
+                if let Ok(r) = dataplane::route(route, &format!("spec.routes[{j}]")) {
+                    routes.entry(r.key.clone()).or_default().push((i, r));
+                }
             }
             for rule in rendered_rules {
                 rules.entry(rule.priority).or_default().push((i, rule));
@@ -849,23 +1001,21 @@ impl Validator<'_> {
             let differ = entries.iter().any(|(_, e)| e != &entries[0].1);
             (rts.len() > 1 && differ).then(|| rts.into_iter().map(Obj::Rt).collect())
         }
-        for ((table, prefix, metric), entries) in routes {
+        for (key, entries) in routes {
             let Some(members) = conflicting(&entries) else {
                 continue;
             };
             for (subset, groups) in self.co_located(&members) {
                 let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
                 let nodes = self.ix.node_names(groups);
-                let metric =
-                    metric.map_or_else(|| "no metric".to_string(), |m| format!("metric {m}"));
                 self.push(
                     true,
                     Check::RouteConflict,
                     &objs,
                     None,
                     format!(
-                        "route {prefix} ({metric}) in table {table} is defined differently by more than \
-                         one RoutingTable on the same node"
+                        "route {key} is defined differently by more than one RoutingTable on the same \
+                         node (a route without a metric has metric 0 for IPv4, 1024 for IPv6)"
                     ),
                     nodes,
                 );

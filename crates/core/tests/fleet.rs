@@ -406,12 +406,79 @@ fn different_routes_for_one_key_in_two_routing_tables_conflict() {
     let v = check(&inputs(vec![], vec![], vec![a.clone(), b.clone()]));
     assert_eq!(
         only_error(&v, Check::RouteConflict),
-        "RoutingTable/a, RoutingTable/b: route 10.9.0.0/16 (no metric) in table 300 is defined \
-         differently by more than one RoutingTable on the same node (nodes: n-compute-1, n-storage-1)"
+        "RoutingTable/a, RoutingTable/b: route 10.9.0.0/16 table 300 metric 0 is defined differently \
+         by more than one RoutingTable on the same node (a route without a metric has metric 0 for IPv4, \
+         1024 for IPv6) (nodes: n-compute-1, n-storage-1)"
     );
     // The same route twice merges.
     b.spec.routes = a.spec.routes.clone();
     assert_clean(&check(&inputs(vec![], vec![], vec![a, b])));
+}
+
+/// The issue's cases: routes the kernel holds as one (no metric = 0 for IPv4, 1024 for IPv6) and an
+/// IPv4 route via an IPv6 next hop. The API's per-object checks let them through; fleet validation runs
+/// the agent's own model on them and refuses the revision with the field path and the nodes, so no node
+/// is touched; the agent refuses the same rendered config (one definition: `core::dataplane`).
+#[test]
+fn routes_the_agent_would_refuse_fail_fleet_validation_with_their_field_path() {
+    let cases: [(&str, Vec<netwave_api::Route>, &str); 3] = [
+        (
+            "IPv6: no metric is metric 1024",
+            vec![
+                route("fd00::/64", None, Some("a")),
+                netwave_api::Route {
+                    metric: Some(1024),
+                    ..route("fd00::/64", None, Some("b"))
+                },
+            ],
+            "spec.routes[1]: the same kernel route as spec.routes[0] (fd00::/64 table 300 metric 1024)",
+        ),
+        (
+            "IPv4: no metric is metric 0",
+            vec![
+                route("10.0.0.0/8", Some("10.1.0.1"), None),
+                netwave_api::Route {
+                    metric: Some(0),
+                    ..route("10.0.0.0/8", Some("10.1.0.2"), None)
+                },
+            ],
+            "spec.routes[1]: the same kernel route as spec.routes[0] (10.0.0.0/8 table 300 metric 0)",
+        ),
+        (
+            "RFC 5549",
+            vec![route("10.0.0.0/8", Some("fd00::1"), None)],
+            "spec.routes[0].via: \"fd00::1\" is not valid: the next hop's address family differs from \
+             the prefix 10.0.0.0/8 (an IPv4 route via an IPv6 next hop, RFC 5549, is not supported)",
+        ),
+    ];
+    for (what, routes, want) in cases {
+        let mut t = rt("t", 300);
+        t.spec.routes = routes;
+        assert!(
+            netwave_api::validate::validate_routing_table(&t.spec).is_empty(),
+            "{what}: the API's per-object check has no opinion on a route's meaning"
+        );
+        let ins = inputs(vec![], vec![], vec![t]);
+        let v = check(&ins);
+        let errors: Vec<String> = v.errors.iter().map(|f| f.to_string()).collect();
+        assert_eq!(errors.len(), 1, "{what}: {errors:?}");
+        assert!(
+            errors[0].starts_with(&format!("RoutingTable/t {want}")),
+            "{what}: {}",
+            errors[0]
+        );
+        assert!(
+            errors[0].contains("(nodes: "),
+            "{what}: names the nodes: {}",
+            errors[0]
+        );
+        // The agent, given what render makes of it, refuses it the same way.
+        let rendered = netwave_core::render::render(&ins, &nodes()).unwrap();
+        let refused = rendered
+            .values()
+            .any(|n| netwave_core::dataplane::desired(&n.config(), &Default::default()).is_err());
+        assert!(refused, "{what}: the agent's model refuses it too");
+    }
 }
 
 #[test]
