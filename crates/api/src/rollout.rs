@@ -127,6 +127,82 @@ pub struct NamedRoutingTable {
     pub spec: RoutingTableSpec,
 }
 
+/// The schema pattern of the string form of a count-or-percent: 1% to 100% (what
+/// [`CountOrPercent::parse`] accepts; 0% would never let a node move).
+pub const PERCENT_PATTERN: &str = "^(100|[1-9][0-9]?)%$";
+
+/// A `maxUnavailable`-style budget: a count of nodes (at least 1) or a share of a node set (1% to 100%).
+/// The one parser for it, used for the CRD fields and the configurator's flags alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CountOrPercent {
+    Count(u32),
+    Percent(u32),
+}
+
+/// A value that is not a count-or-percent, and why.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{value:?}: {reason}")]
+pub struct CountOrPercentError {
+    pub value: String,
+    pub reason: &'static str,
+}
+
+impl CountOrPercent {
+    /// `2` or `"10%"`, as written in a command-line flag.
+    pub fn parse(s: &str) -> Result<Self, CountOrPercentError> {
+        let err = |reason| CountOrPercentError {
+            value: s.to_string(),
+            reason,
+        };
+        match s.strip_suffix('%') {
+            // `PERCENT_PATTERN`'s digits: no sign, no leading zero.
+            Some(p) if p.starts_with(|c: char| !c.is_ascii_digit() || c == '0') => {
+                Err(err("a percentage must be 1% to 100%"))
+            }
+            Some(p) => match p.parse::<u32>() {
+                Ok(v @ 1..=100) => Ok(CountOrPercent::Percent(v)),
+                _ => Err(err("a percentage must be 1% to 100%")),
+            },
+            None => match s.parse::<u32>() {
+                Ok(0) => Err(err(
+                    "a count must be at least 1 (0 would never let a node move)",
+                )),
+                Ok(v) => Ok(CountOrPercent::Count(v)),
+                Err(_) => Err(err(
+                    "want a count (2) or a percentage from 1% to 100% (\"10%\")",
+                )),
+            },
+        }
+    }
+
+    /// The API's int-or-string form: an integer ≥ 1 or a string `"N%"`.
+    pub fn from_api(value: &IntOrString) -> Result<Self, CountOrPercentError> {
+        match value {
+            IntOrString::Int(n) => match u32::try_from(*n) {
+                Ok(n @ 1..) => Ok(CountOrPercent::Count(n)),
+                _ => Err(CountOrPercentError {
+                    value: n.to_string(),
+                    reason: "a count must be at least 1 (0 would never let a node move)",
+                }),
+            },
+            IntOrString::String(s) if s.ends_with('%') => Self::parse(s),
+            IntOrString::String(s) => Err(CountOrPercentError {
+                value: s.clone(),
+                reason: "want a count (2) or a percentage from 1% to 100% (\"10%\")",
+            }),
+        }
+    }
+
+    /// The number of nodes this allows for a set of `base` nodes: never below 1, so a rollout over a
+    /// small or mostly-unready fleet still moves.
+    pub fn of(self, base: usize) -> u32 {
+        match self {
+            CountOrPercent::Count(n) => n.max(1),
+            CountOrPercent::Percent(p) => ((base as u64 * p as u64 / 100) as u32).max(1),
+        }
+    }
+}
+
 /// Rollout knobs. Anything omitted falls back to the configurator's defaults.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -134,7 +210,7 @@ pub struct RolloutPolicy {
     /// Nodes in flight at once: a count (`2`) or a share of eligible nodes (`"10%"`, rounded down, at
     /// least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = "^(100|[1-9]?[0-9])%$"))]
+    #[schemars(extend("pattern" = PERCENT_PATTERN, "minimum" = 1))]
     pub max_unavailable: Option<IntOrString>,
     /// Failed nodes that halt the rollout and roll touched nodes back. Defaults to 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,7 +233,7 @@ pub struct RolloutPolicy {
     pub topology_key: Option<String>,
     /// Nodes in flight at once within one failure domain: a count or a share of the domain's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = "^(100|[1-9]?[0-9])%$"))]
+    #[schemars(extend("pattern" = PERCENT_PATTERN, "minimum" = 1))]
     pub max_unavailable_per_domain: Option<IntOrString>,
 }
 

@@ -167,13 +167,27 @@ fn max_unavailable_is_an_int_or_a_percentage() {
             "spec": {"hash": "ab", "sequence": 1, "inputs": {}, "rollout": {"maxUnavailable": max}},
         })
     };
-    for good in [json!(2), json!("10%"), json!("100%"), json!("0%")] {
+    for good in [json!(2), json!("10%"), json!("100%"), json!("1%")] {
         assert!(
             violations(ncr, &revision(good.clone())).is_empty(),
             "{good}"
         );
     }
-    for bad in [json!("ten"), json!("10"), json!("101%"), json!("-5%")] {
+    // What the API server refuses is what `CountOrPercent` refuses: one rule.
+    for bad in [
+        json!("ten"),
+        json!("10"),
+        json!("101%"),
+        json!("-5%"),
+        json!("0%"),
+        json!("05%"),
+        json!(0),
+    ] {
+        let value = serde_json::from_value(bad.clone()).unwrap();
+        assert!(
+            netwave_api::CountOrPercent::from_api(&value).is_err(),
+            "{bad}"
+        );
         assert_eq!(
             violations(ncr, &revision(bad.clone())),
             ["/spec/rollout/maxUnavailable"],

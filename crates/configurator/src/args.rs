@@ -84,25 +84,10 @@ pub struct Args {
 pub use netwave_runtime::LogFormat;
 
 /// `maxUnavailable`-style value: an absolute count or a percentage of eligible nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IntOrPercent {
-    Int(u32),
-    Percent(u32),
-}
+pub type IntOrPercent = netwave_api::CountOrPercent;
 
 pub fn parse_int_or_percent(s: &str) -> Result<IntOrPercent, String> {
-    let bad =
-        || format!("{s:?} is neither a count (e.g. 2) nor a percentage from 1% to 100% (e.g. 10%)");
-    match s.strip_suffix('%') {
-        Some(p) => match p.parse::<u32>() {
-            Ok(v @ 1..=100) => Ok(IntOrPercent::Percent(v)),
-            _ => Err(bad()),
-        },
-        None => match s.parse::<u32>() {
-            Ok(v @ 1..) => Ok(IntOrPercent::Int(v)),
-            _ => Err(bad()),
-        },
-    }
+    netwave_api::CountOrPercent::parse(s).map_err(|e| e.to_string())
 }
 
 impl Args {
@@ -179,7 +164,7 @@ mod tests {
     fn max_unavailable_takes_counts_and_percentages() {
         assert_eq!(
             parse(&["--max-unavailable", "3"]).unwrap().max_unavailable,
-            IntOrPercent::Int(3)
+            IntOrPercent::Count(3)
         );
         assert_eq!(
             parse(&["--max-unavailable", "25%"])
@@ -189,7 +174,11 @@ mod tests {
         );
         for bad in ["0", "0%", "101%", "ten", "-1", "5.5"] {
             let err = parse(&[&format!("--max-unavailable={bad}")]).unwrap_err();
-            assert!(err.contains("neither a count"), "{bad}: {err}");
+            assert!(
+                err.contains("--max-unavailable")
+                    && (err.contains("1% to 100%") || err.contains("at least 1")),
+                "{bad}: {err}"
+            );
         }
     }
 

@@ -24,7 +24,7 @@ pub fn settings(args: &Args) -> Settings {
     Settings {
         defaults: PolicyDefaults {
             max_unavailable: match args.max_unavailable {
-                IntOrPercent::Int(n) => Budget::Count(n),
+                IntOrPercent::Count(n) => Budget::Count(n),
                 IntOrPercent::Percent(p) => Budget::Percent(p),
             },
             max_failures: args.max_failures,

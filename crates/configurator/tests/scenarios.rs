@@ -402,6 +402,44 @@ async fn an_input_that_fails_validation_touches_no_node() {
     c.stop().await;
 }
 
+/// #11's case: two routes the kernel holds as one (an IPv6 route without a metric has metric 1024) are
+/// accepted by the API server, and used to pass fleet validation and then fail on every node the rollout
+/// touched. Fleet validation runs the agent's model now: the revision fails with the field path and no
+/// node gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    let rt: netwave_api::RoutingTable = serde_json::from_value(json!({
+        "apiVersion": "netwave.dev/v1alpha1", "kind": "RoutingTable",
+        "metadata": {"name": "storage"},
+        "spec": {"tableId": 300, "routes": [
+            {"prefix": "fd00:300::/64", "dev": "lo"},
+            {"prefix": "fd00:300::/64", "dev": "lo", "via": "fd00::1", "metric": 1024},
+        ]}
+    }))
+    .unwrap();
+    Api::<netwave_api::RoutingTable>::all(env.client.clone())
+        .create(&PostParams::default(), &rt)
+        .await
+        .expect("the API server accepts it: the schema cannot see a route's kernel identity");
+    let c = Configurator::start(env.client.clone(), args(&[]));
+    let r = only_revision(&env, "Failed").await;
+    let st = r.status.unwrap();
+    assert!(
+        st.validation.errors.iter().any(|e| e.starts_with(
+            "RoutingTable/storage spec.routes[1]: the same kernel route as spec.routes[0] \
+             (fd00:300::/64 table 300 metric 1024)"
+        ) && e.contains("node-00")),
+        "{:#?}",
+        st.validation
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(configs(&env.client).await.is_empty(), "no node was touched");
+    c.stop().await;
+}
+
 fn condition_of(st: &netwave_api::NetworkConfigRevisionStatus, t: &str) -> Option<String> {
     st.conditions
         .iter()
