@@ -181,6 +181,34 @@ pub fn decide(
 /// Interrupted applies of one revision (and retry) after which it is reported `Invalid`.
 pub const MAX_INTERRUPTIONS: u32 = 2;
 
+/// What the agent does at start when it finds the `applying` marker of an apply it did not finish
+/// (killed, node rebooted). The last good config is restored either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AfterInterruption {
+    /// Apply the revision again: one interruption may be the node's, not the revision's fault.
+    Retry { interruptions: u32 },
+    /// Interrupted [`MAX_INTERRUPTIONS`] times (or the marker names no revision): report it `Invalid`
+    /// (`ApplyInterrupted`) so the rollout judges it instead of the node looping.
+    Judge { interruptions: u32 },
+}
+
+/// The interruption policy. Pure.
+pub fn after_interruption(marker: &Applying) -> AfterInterruption {
+    let interruptions = marker.interruptions + 1;
+    if interruptions < MAX_INTERRUPTIONS && !marker.revision.is_empty() {
+        AfterInterruption::Retry { interruptions }
+    } else {
+        AfterInterruption::Judge { interruptions }
+    }
+}
+
+/// Whether a verdict recorded before a restart answers this target: the same revision and retry were
+/// judged `Invalid` and the verdict may never have reached the API server, so it is reported again
+/// instead of applying the bad config a second time. Pure.
+pub fn verdict_applies(rejected: Option<&Rejected>, target: &Target) -> bool {
+    rejected.is_some_and(|r| r.revision == target.revision && r.retry == target.retry)
+}
+
 /// The agent's dataplane side: netlink, state dir, probes and the kernel's capabilities.
 #[derive(Clone)]
 pub struct Agent {
@@ -233,10 +261,11 @@ impl Agent {
     /// dir: after a restart it is reported again, and `t` is not applied a second time. The kernel runs
     /// the last good config (the verdict's rollback, or the restore at start).
     pub fn rejected_outcome(&self, t: &Target) -> Option<Outcome> {
-        let r = self.state.rejected().ok().flatten()?;
-        if r.revision != t.revision || r.retry != t.retry {
+        let r = self.state.rejected().ok().flatten();
+        if !verdict_applies(r.as_ref(), t) {
             return None;
         }
+        let r = r?;
         let last_good = self.last_good().ok().flatten();
         Some(Outcome {
             revision: r.revision,
@@ -423,23 +452,39 @@ impl Agent {
             return Ok(None);
         };
         let restore = self.restore().await;
-        let interruptions = marker.interruptions + 1;
-        if interruptions < MAX_INTERRUPTIONS && !marker.revision.is_empty() {
-            self.state.save_interrupted(&Applying {
-                interruptions,
-                ..marker.clone()
-            })?;
-            self.state.clear_applying()?;
-            tracing::warn!(
-                revision = %marker.revision,
-                interruptions,
-                restore = %restore.note,
-                "an apply was interrupted; restored the last good config and will apply again"
-            );
-            return Ok(None);
+        match after_interruption(&marker) {
+            AfterInterruption::Retry { interruptions } => {
+                self.state.save_interrupted(&Applying {
+                    interruptions,
+                    ..marker.clone()
+                })?;
+                self.state.clear_applying()?;
+                tracing::warn!(
+                    revision = %marker.revision,
+                    interruptions,
+                    restore = %restore.note,
+                    "an apply was interrupted; restored the last good config and will apply again"
+                );
+                Ok(None)
+            }
+            AfterInterruption::Judge { interruptions } => {
+                self.state.clear_applying()?;
+                self.state.clear_interrupted()?;
+                Ok(Some(self.interrupted_outcome(
+                    &marker,
+                    interruptions,
+                    restore,
+                )))
+            }
         }
-        self.state.clear_applying()?;
-        self.state.clear_interrupted()?;
+    }
+
+    fn interrupted_outcome(
+        &self,
+        marker: &Applying,
+        interruptions: u32,
+        restore: Restore,
+    ) -> Outcome {
         let reason = Reason::ApplyInterrupted;
         let outcome = Outcome {
             revision: marker.revision.clone(),
@@ -457,7 +502,7 @@ impl Agent {
             rolled_back: true,
         };
         self.record_verdict(&outcome);
-        Ok(Some(outcome))
+        outcome
     }
 
     /// Drift repair: bring the kernel back to the config it should be running (the last good one).
@@ -579,6 +624,50 @@ mod tests {
             decide(&good, Some(&st), Some(h("h1").as_str())),
             Decision::SkipInvalid
         );
+    }
+
+    #[test]
+    fn an_interrupted_apply_is_retried_once_then_judged() {
+        let marker = |revision: &str, interruptions| Applying {
+            revision: revision.into(),
+            retry: 0,
+            config_hash: "h".into(),
+            interruptions,
+        };
+        assert_eq!(
+            after_interruption(&marker("r2", 0)),
+            AfterInterruption::Retry { interruptions: 1 }
+        );
+        assert_eq!(
+            after_interruption(&marker("r2", 1)),
+            AfterInterruption::Judge { interruptions: 2 }
+        );
+        // A marker from a start-up restore names no revision: nothing to retry.
+        assert_eq!(
+            after_interruption(&marker("", 0)),
+            AfterInterruption::Judge { interruptions: 1 }
+        );
+    }
+
+    #[test]
+    fn a_verdict_from_before_a_restart_answers_only_its_revision_and_retry() {
+        let rejected = Rejected {
+            revision: "r2".into(),
+            retry: 1,
+            reason: Reason::HealthCheckFailed.as_str().into(),
+            message: String::new(),
+        };
+        let target = |rev: &str, retry| Target::from(&spec(rev, retry, "h2"));
+        assert!(verdict_applies(Some(&rejected), &target("r2", 1)));
+        assert!(
+            !verdict_applies(Some(&rejected), &target("r2", 2)),
+            "retry bumped"
+        );
+        assert!(
+            !verdict_applies(Some(&rejected), &target("r3", 1)),
+            "another revision"
+        );
+        assert!(!verdict_applies(None, &target("r2", 1)));
     }
 
     #[test]
