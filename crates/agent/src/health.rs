@@ -430,6 +430,78 @@ mod tests {
         }
     }
 
+    /// A prober whose only probe is the API check `f(elapsed)`, on paused time. Virtual time only moves
+    /// when every task waits, so the schedule below is exact whatever the machine is doing.
+    fn api_prober(pass_after: Option<Duration>) -> (Prober, Arc<std::sync::Mutex<Vec<Duration>>>) {
+        let calls: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
+        let start = Instant::now();
+        let c = calls.clone();
+        let api: ApiCheck = Arc::new(move || {
+            let c = c.clone();
+            Box::pin(async move {
+                let t = start.elapsed();
+                c.lock().unwrap().push(t);
+                match pass_after {
+                    Some(after) if t >= after => Ok(()),
+                    _ => Err("connection refused".to_string()),
+                }
+            })
+        });
+        let cfg = HealthConfig {
+            backoff_initial_seconds: 0.5,
+            backoff_max_seconds: 4.0,
+            deadline_seconds: 30.0,
+            ..HealthConfig::default()
+        };
+        let nl = Netlink::connect(netwave_core::dataplane::NodeSettings::default()).unwrap();
+        (Prober::new(cfg, nl, Some(api)), calls)
+    }
+
+    fn secs(calls: &std::sync::Mutex<Vec<Duration>>) -> Vec<f64> {
+        calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(Duration::as_secs_f64)
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_gating_probe_is_retried_with_exponential_backoff_until_it_passes() {
+        let (p, calls) = api_prober(Some(Duration::from_secs(5)));
+        let gating = BTreeSet::from(["api".to_string()]);
+        let rs = p.run_until_healthy(&gating).await;
+        assert_eq!(rs.len(), 1);
+        assert_eq!(rs[0].result, PASSED);
+        // 0.5 s, doubling: tries at 0, 0.5, 1.5, 3.5 fail; 7.5 passes.
+        assert_eq!(secs(&calls), [0.0, 0.5, 1.5, 3.5, 7.5]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_never_passes_is_judged_at_the_deadline_not_later() {
+        let (p, calls) = api_prober(None);
+        let gating = BTreeSet::from(["api".to_string()]);
+        let start = Instant::now();
+        let rs = p.run_until_healthy(&gating).await;
+        assert_eq!(rs[0].result, FAILED);
+        assert_eq!(rs[0].message.as_deref(), Some("connection refused"));
+        // Capped at 4 s between tries, and the last try lands on the deadline itself.
+        assert_eq!(
+            secs(&calls),
+            [0.0, 0.5, 1.5, 3.5, 7.5, 11.5, 15.5, 19.5, 23.5, 27.5, 30.0]
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_is_not_gating_never_extends_the_wait() {
+        let (p, calls) = api_prober(None);
+        let rs = p.run_until_healthy(&BTreeSet::new()).await;
+        assert_eq!(rs[0].result, FAILED);
+        assert!(!rs[0].gating);
+        assert_eq!(secs(&calls), [0.0], "reported after one try");
+    }
+
     #[test]
     fn globs() {
         assert!(glob_match("eth*", "eth0"));
