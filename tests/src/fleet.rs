@@ -319,7 +319,7 @@ impl Fleet {
             }
         }
         if !opts.kernel {
-            fleet.simulator = Some(tokio::spawn(simulate_agents(fleet.client.clone())));
+            fleet.simulator = Some(simulate_agents(fleet.client.clone()));
         }
         for i in 0..opts.configurators {
             fleet.configurators.push(None);
@@ -988,59 +988,27 @@ pub fn kernel_state(ns: &str) -> Result<String> {
     Ok(lines.join("\n"))
 }
 
-/// Agents that do not touch the kernel, for runs without root: every 200 ms they read every
-/// NodeNetworkConfig and answer each new (revision, retry) after 300 ms the way a real agent would. The
-/// health check is simulated on the config itself: a config whose policy rules send traffic for the
-/// probe target ([`PROBE_TARGET`]) into a table that blackholes it fails with `HealthCheckFailed`, and
-/// the node keeps its last good revision; anything else is `Provisioned`.
-pub async fn simulate_agents(client: Client) {
-    let api: Api<NodeNetworkConfig> = Api::all(client);
-    let mut answered: BTreeMap<String, (String, u32)> = BTreeMap::new();
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let Ok(list) = api.list(&ListParams::default()).await else {
-            continue;
-        };
-        for c in list.items {
-            let name = c.name_any();
-            let key = (c.spec.revision.clone(), c.spec.retry);
-            if answered.get(&name) == Some(&key) {
-                continue;
-            }
-            let st = c.status.clone().unwrap_or_default();
-            if st.observed_revision.as_deref() == Some(key.0.as_str())
-                && st.observed_retry.unwrap_or(0) == key.1
-            {
-                answered.insert(name, key);
-                continue;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let body = match blackholes_probe_target(&c.spec.config) {
-                None => json!({"status": {
-                    "phase": "Provisioned", "observedRevision": c.spec.revision,
-                    "observedRetry": c.spec.retry, "configHash": c.spec.config_hash,
-                    "lastGoodRevision": c.spec.revision, "reason": null, "message": null,
-                }}),
-                Some(table) => json!({"status": {
-                    "phase": "Invalid", "observedRevision": c.spec.revision,
-                    "observedRetry": c.spec.retry, "configHash": st.config_hash,
-                    "lastGoodRevision": st.last_good_revision, "reason": "HealthCheckFailed",
-                    "message": format!(
-                        "HealthCheckFailed: reachability icmp {PROBE_TARGET}: blackholed by table {table} \
-                         (simulated agent, no kernel); restored last good revision {}",
-                        st.last_good_revision.clone().unwrap_or_default()
-                    ),
-                }}),
-            };
-            if api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .is_ok()
-            {
-                answered.insert(name, key);
-            }
+/// Agents that do not touch the kernel, for runs without root (`netwave_agent::sim`): each new
+/// (revision, retry) is answered after 300 ms with the status a real agent writes. The health check is
+/// simulated on the config itself: a config whose policy rules send traffic for the probe target
+/// ([`PROBE_TARGET`]) into a table that blackholes it fails with `HealthCheckFailed`, and the node keeps
+/// its last good revision; anything else is `Provisioned`.
+pub fn simulate_agents(client: Client) -> tokio::task::JoinHandle<()> {
+    use netwave_agent::reconcile::Reason;
+    use netwave_agent::sim::Answer;
+    let behaviour: netwave_agent::sim::Behaviour = std::sync::Arc::new(|c: &NodeNetworkConfig| {
+        match blackholes_probe_target(&c.spec.config) {
+            None => Answer::Provisioned,
+            Some(table) => Answer::Invalid {
+                reason: Reason::HealthCheckFailed,
+                message: format!(
+                    "HealthCheckFailed: reachability icmp {PROBE_TARGET}: blackholed by table {table} \
+                     (simulated agent, no kernel); restored the last good config"
+                ),
+            },
         }
-    }
+    });
+    netwave_agent::sim::spawn(client, behaviour, Duration::from_millis(300))
 }
 
 /// The table whose blackhole route catches the probe target through a policy rule, if any.

@@ -20,3 +20,4 @@ pub mod health;
 pub mod netlink;
 pub mod reconcile;
 pub mod shell;
+pub mod sim;

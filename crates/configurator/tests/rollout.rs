@@ -161,7 +161,7 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
         let first = first.get_or_insert_with(|| rev.to_string());
         if node == "node-02" && rev != first {
             Answer::Invalid {
-                reason: "HealthCheckFailed".into(),
+                reason: Reason::HealthCheckFailed,
                 message: "reachability 198.18.0.1:179".into(),
             }
         } else {

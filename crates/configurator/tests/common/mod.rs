@@ -258,84 +258,24 @@ impl Drop for Task {
     }
 }
 
-/// How a simulated agent answers a revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Answer {
-    Provisioned,
-    Invalid {
-        reason: String,
-        message: String,
-    },
-    /// Never reports (a dead or hung agent).
-    Silent,
-}
+/// How a simulated agent answers a revision (the agent crate's simulated agents).
+#[allow(unused_imports)]
+pub use netwave_agent::reconcile::Reason;
+pub use netwave_agent::sim::Answer;
 
+/// The answer of node `(name, revision)`.
 pub type Behaviour = Arc<dyn Fn(&str, &str) -> Answer + Send + Sync>;
 
 pub fn always_ok() -> Behaviour {
     Arc::new(|_, _| Answer::Provisioned)
 }
 
-/// Simulated agents for every node: watch all NodeNetworkConfigs and, after `delay`, report on each new
-/// spec as the node's agent would (the agent is the only writer of status).
+/// Simulated agents for every node (`netwave_agent::sim`): each new spec is answered after `delay`
+/// with the status a real agent writes (the agent is the only writer of status).
 pub fn spawn_agents(client: Client, behaviour: Behaviour, delay: Duration) -> Task {
-    Task(tokio::spawn(async move {
-        let api: Api<NodeNetworkConfig> = Api::all(client.clone());
-        let handled: Arc<Mutex<BTreeMap<String, (String, u32)>>> = Arc::default();
-        let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
-        futures::pin_mut!(stream);
-        // Owned here, so aborting the agents also aborts every answer still on its way.
-        let mut answers = tokio::task::JoinSet::new();
-        while let Some(ev) = stream.next().await {
-            while answers.try_join_next().is_some() {}
-            let objs = match ev {
-                Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => vec![o],
-                _ => continue,
-            };
-            for nnc in objs {
-                let name = nnc.name_any();
-                let key = (nnc.spec.revision.clone(), nnc.spec.retry);
-                let status = nnc.status.clone().unwrap_or_default();
-                let reported = status.observed_revision.as_deref() == Some(key.0.as_str())
-                    && status.observed_retry.unwrap_or(0) == key.1;
-                if reported || handled.lock().unwrap().get(&name) == Some(&key) {
-                    continue;
-                }
-                handled.lock().unwrap().insert(name.clone(), key.clone());
-                let answer = behaviour(&name, &key.0);
-                let api = api.clone();
-                answers.spawn(async move {
-                    tokio::time::sleep(delay).await;
-                    let last_good = status.last_good_revision.clone();
-                    let body = match answer {
-                        Answer::Silent => return,
-                        Answer::Provisioned => json!({"status": {
-                            "phase": "Provisioned", "observedRevision": nnc.spec.revision,
-                            "observedRetry": nnc.spec.retry, "configHash": nnc.spec.config_hash,
-                            "lastGoodRevision": nnc.spec.revision, "reason": null, "message": null,
-                        }}),
-                        Answer::Invalid { reason, message } => json!({"status": {
-                            "phase": "Invalid", "observedRevision": nnc.spec.revision,
-                            "observedRetry": nnc.spec.retry, "configHash": status.config_hash,
-                            "lastGoodRevision": last_good, "reason": reason, "message": message,
-                        }}),
-                    };
-                    // Retried like a real agent: API errors never become a failure, and an API
-                    // server restart (several seconds without one) is outlasted.
-                    for _ in 0..600 {
-                        if api
-                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-                            .await
-                            .is_ok()
-                        {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                });
-            }
-        }
-    }))
+    let by_node: netwave_agent::sim::Behaviour =
+        Arc::new(move |nnc: &NodeNetworkConfig| behaviour(&nnc.name_any(), &nnc.spec.revision));
+    Task(netwave_agent::sim::spawn(client, by_node, delay))
 }
 
 pub async fn revisions(client: &Client) -> Vec<NetworkConfigRevision> {

@@ -1,0 +1,131 @@
+//! Simulated agents: answer every NodeNetworkConfig the way a real agent reports, without a kernel. One
+//! implementation for the configurator's tests, the rootless e2e fleet and demo, and benchmarks, so
+//! none of them drifts from the real agent's report: the status is built by the agent's own
+//! [`status::from_outcome`] and written the way the agent writes it (server-side apply of the status
+//! subresource, field manager `netwave-agent`).
+//!
+//! ```text
+//!  watch NNCs ──► new (revision, retry) not yet reported ──► behaviour(nnc) ──(after delay)──► status apply
+//!                                                              Provisioned | Invalid | Silent
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use netwave_api::NodeNetworkConfig;
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::reconcile::{Outcome, Reason};
+use crate::shell::FIELD_MANAGER;
+use crate::shell::status;
+
+/// How a simulated agent answers one spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Applied and healthy: the node runs the spec's config.
+    Provisioned,
+    /// Refused or rolled back: the node keeps running its last good config.
+    Invalid { reason: Reason, message: String },
+    /// Never reports (a dead or hung agent).
+    Silent,
+}
+
+/// Decides the answer for a spec (the node is `nnc.name_any()`).
+pub type Behaviour = Arc<dyn Fn(&NodeNetworkConfig) -> Answer + Send + Sync>;
+
+/// Every node's agent answers `Provisioned`.
+pub fn always_ok() -> Behaviour {
+    Arc::new(|_| Answer::Provisioned)
+}
+
+/// The status a real agent reports for `answer` to `nnc`'s spec; `None` for [`Answer::Silent`].
+pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json::Value> {
+    let prev = nnc.status.clone().unwrap_or_default();
+    let outcome = |reason: Option<Reason>, message: String, running, last_good| Outcome {
+        revision: nnc.spec.revision.clone(),
+        retry: nnc.spec.retry,
+        reason,
+        message,
+        running_hash: running,
+        last_good_revision: last_good,
+        probes: Vec::new(),
+        applied: 0,
+        writes: 0,
+        rolled_back: reason.is_some(),
+    };
+    let o = match answer {
+        Answer::Silent => return None,
+        Answer::Provisioned => outcome(
+            None,
+            "applied (simulated agent, no kernel)".into(),
+            Some(nnc.spec.config_hash.clone()),
+            Some(nnc.spec.revision.clone()),
+        ),
+        Answer::Invalid { reason, message } => outcome(
+            Some(*reason),
+            message.clone(),
+            prev.config_hash.clone(),
+            prev.last_good_revision.clone(),
+        ),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let st = status::from_outcome(&o, Some(&prev), &Default::default(), now);
+    Some(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "status": st,
+    }))
+}
+
+/// Simulated agents for every node, until the returned task is aborted (which also aborts every answer
+/// on its way). Each new (revision, retry) of a node is answered once, `delay` after it was seen; write
+/// errors are retried like a real agent's (an API server restart is outlasted), never turned into a
+/// verdict.
+pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let api: Api<NodeNetworkConfig> = Api::all(client);
+        let handled: Arc<Mutex<BTreeMap<String, (String, u32)>>> = Arc::default();
+        let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
+        futures::pin_mut!(stream);
+        let mut answers = JoinSet::new();
+        while let Some(ev) = stream.next().await {
+            while answers.try_join_next().is_some() {}
+            let nnc = match ev {
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+                _ => continue,
+            };
+            let name = nnc.name_any();
+            let key = (nnc.spec.revision.clone(), nnc.spec.retry);
+            let st = nnc.status.clone().unwrap_or_default();
+            let reported = st.observed_revision.as_deref() == Some(key.0.as_str())
+                && st.observed_retry.unwrap_or(0) == key.1;
+            if reported || handled.lock().unwrap().get(&name) == Some(&key) {
+                continue;
+            }
+            handled.lock().unwrap().insert(name.clone(), key);
+            let answer = behaviour(&nnc);
+            let api = api.clone();
+            answers.spawn(async move {
+                tokio::time::sleep(delay).await;
+                let Some(body) = status_for(&nnc, &answer) else {
+                    return;
+                };
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                for _ in 0..600 {
+                    match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(ae)) if ae.code == 404 => break,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+            });
+        }
+    })
+}
