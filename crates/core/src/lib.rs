@@ -11,6 +11,7 @@
 
 pub mod dataplane;
 pub mod fleet;
+pub mod frr;
 pub mod render;
 pub mod revision;
 pub mod rollout;

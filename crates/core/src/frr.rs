@@ -1,0 +1,553 @@
+//! FRR rendering: a node's desired config and its underlay settings → FRR configuration as data →
+//! canonical FRR text. Pure and deterministic: the same inputs give the same bytes.
+//!
+//! ```text
+//!  NodeNetworkConfig spec.config (NodeConfig, from the revision) ─┐
+//!                                                                 ├─ render() ─► FrrConfig ─ to_text() ─► frr.conf
+//!  agent config file ─► Underlay (ASN, VTEP, neighbours, timers) ─┘   (checks,     (model,     (what FRR's
+//!                       + uname -n (hostname)                          FrrError)    FRR order)  running config shows)
+//! ```
+//!
+//! **What each node config field becomes** (names are the VRF's *device*, which is what FRR sees):
+//!
+//! | NodeConfig | FRR |
+//! | --- | --- |
+//! | `vrfs[].vni` | zebra `vrf D` / `vni N`; `router bgp ASN vrf D` with `address-family l2vpn evpn` `advertise ipv4 unicast` + `advertise ipv6 unicast` (the VRF's routes as type-5) |
+//! | `vrfs[].routeTarget` | in that block `route-target import RT` and `route-target export RT` (else FRR's automatic RT, ASN:VNI) |
+//! | `vrfs[].import[]` (VRF → default VRF) | `ip[v6] prefix-list nw-D-import-v4/-v6 seq S permit\|deny P [ge] [le]`; the default instance `import vrf D` through `route-map nw-default-import`, one entry per VRF and family: `match ip[v6] address prefix-list …` + `match source-vrf D` |
+//! | `vrfs[].export[]` (default VRF → VRF) | `prefix-list nw-D-export-v4/-v6`; the VRF instance `import vrf default` through `route-map nw-D-export`; the default instance redistributes kernel + connected routes of that family so it has routes to leak |
+//! | `vrfs[].communities` | `set community … additive` / `set large-community … additive` on the `nw-D-export` entries (exported routes only) |
+//! | `vrfs[].aggregate[]` | `aggregate-address P` in the VRF instance (see [`render`] for why not blackhole statics) |
+//! | `layer2s[].vni` | nothing per VNI: `advertise-all-vni` makes every VXLAN device the agent creates an EVPN VNI with FRR's automatic RD/RT; only checked for clashes |
+//! | everything else (device names, tables, MTUs, bridges, anycast MAC/gateways, neighbour suppression, routes, rules) | nothing: the agent applies them with netlink |
+//!
+//! The prefix-list `seq` and action are the items' own, so evaluation is the reference's: items in
+//! `seq` order, the first match decides, no match denies. Every VRF instance also redistributes its
+//! table's kernel and connected routes (the agent's routes, the anycast gateway subnets).
+//!
+//! **Underlay**: `router bgp ASN` with `no bgp default ipv4-unicast`, every neighbour activated in
+//! IPv4 unicast (VTEP reachability, `network VTEP/32`) and L2VPN EVPN (`advertise-all-vni`). Towards
+//! the underlay only the VTEP /32 is sent (`route-map nw-underlay-out` → `prefix-list nw-vtep-v4`):
+//! routes leaked into or redistributed by the default instance must never reach the fabric underlay.
+//!
+//! **Canonical form** (`text`): FRR 8.4's `show running-config` order and spelling, measured on these
+//! machines (`../shared/docs/FRR-LAB.md`), so `frr-reload.py --test` shows no diff once applied. Traps
+//! handled: no `ip forwarding` (the agent sets the sysctl), `hostname` only as the kernel's own name,
+//! timers equal to the profile's defaults left out, communities sorted with FRR's well-known names,
+//! route targets canonicalised (`65188:02026` → `65188:2026`), no empty `vrf` blocks. The daemons must
+//! run with the `datacenter` profile ([`PROFILE`]).
+
+pub mod model;
+mod text;
+pub mod underlay;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnet::{IpNet, Ipv4Net};
+use netwave_api::{NodeConfig, PrefixAction, PrefixItem, VrfConfig};
+use thiserror::Error;
+
+pub use model::{
+    Action, BgpInstance, Community, EvpnFamily, Family, FrrConfig, LargeCommunity, PrefixEntry,
+    PrefixList, Redistribute, RouteMapEntry, RouteTarget, UnicastFamily,
+};
+pub use text::PROFILE;
+pub use underlay::{
+    NeighborSettings, Peer, RemoteAs, RemoteAsSetting, TimerSettings, Underlay, UnderlayError,
+    UnderlayNeighbor, UnderlaySettings,
+};
+
+/// Route map the default instance imports VRF routes through (`import[]` items).
+pub const DEFAULT_IMPORT_ROUTE_MAP: &str = "nw-default-import";
+/// Route map on every underlay neighbour's IPv4 unicast output.
+pub const UNDERLAY_OUT_ROUTE_MAP: &str = "nw-underlay-out";
+/// Prefix list holding the VTEP /32, the only route sent to the underlay.
+pub const VTEP_PREFIX_LIST: &str = "nw-vtep-v4";
+/// VRFs per node the default import route map has sequence numbers for (10 per VRF, at most 65535).
+pub const MAX_VRFS: usize = 6553;
+/// FRR's name for the default VRF; a VRF device cannot be called that.
+const DEFAULT_VRF: &str = "default";
+const MAX_VNI: u32 = 16_777_215;
+
+/// A node config FRR cannot express, or would take differently from what it says.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum FrrError {
+    /// A VRF field; `field` is its path inside the VRF (`import[2].le`).
+    #[error("VRF {vrf}: {field}: {message}")]
+    Vrf {
+        vrf: String,
+        field: String,
+        message: String,
+    },
+    /// A VNI used twice on the node (zebra maps a VNI to one VXLAN device) or out of range.
+    #[error("VNI {vni}: {message}")]
+    Vni { vni: u32, message: String },
+    #[error("{count} VRFs on one node: the default import route map has room for {MAX_VRFS}")]
+    TooManyVrfs { count: usize },
+}
+
+impl FrrError {
+    /// A small fixed set, for metric labels and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            FrrError::Vrf { .. } => "vrf",
+            FrrError::Vni { .. } => "vni",
+            FrrError::TooManyVrfs { .. } => "too_many_vrfs",
+        }
+    }
+}
+
+/// One VRF, checked and split by family.
+struct Vrf {
+    device: String,
+    vni: Option<u32>,
+    route_target: Option<RouteTarget>,
+    import: BTreeMap<Family, BTreeMap<u32, PrefixEntry>>,
+    export: BTreeMap<Family, BTreeMap<u32, PrefixEntry>>,
+    aggregates: BTreeSet<IpNet>,
+    communities: Vec<Community>,
+    large_communities: Vec<LargeCommunity>,
+}
+
+impl Vrf {
+    fn imports(&self, f: Family) -> bool {
+        self.import.contains_key(&f)
+    }
+    fn exports(&self, f: Family) -> bool {
+        self.export.contains_key(&f)
+    }
+    /// A VRF with nothing for BGP to do stays kernel-only: no instance, no `vrf` block.
+    fn needs_instance(&self) -> bool {
+        self.vni.is_some()
+            || !self.import.is_empty()
+            || !self.export.is_empty()
+            || !self.aggregates.is_empty()
+    }
+    fn prefix_list(&self, field: &str, f: Family) -> String {
+        format!("nw-{}-{field}-{}", self.device, f.suffix())
+    }
+    fn export_route_map(&self) -> String {
+        format!("nw-{}-export", self.device)
+    }
+}
+
+/// Renders a node's FRR configuration.
+///
+/// Aggregates are `aggregate-address` in the VRF's BGP instance, not blackhole static routes as the
+/// reference renders them: a static route would need staticd and would put a route into a kernel
+/// table the agent's dataplane model owns (its drift repair would see a foreign route), and BGP
+/// originates the aggregate only while a more specific route of it exists in the VRF, so a node
+/// with nothing inside the range does not attract traffic just to drop it. No `summary-only`: the
+/// more specific routes stay advertised, as with the reference.
+pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, FrrError> {
+    check_vnis(config)?;
+    let mut vrfs = config
+        .vrfs
+        .iter()
+        .map(check_vrf)
+        .collect::<Result<Vec<Vrf>, FrrError>>()?;
+    vrfs.sort_by(|a, b| a.device.cmp(&b.device));
+    if let Some(w) = vrfs.windows(2).find(|w| w[0].device == w[1].device) {
+        return Err(vrf_error(
+            &w[0].device,
+            "device",
+            "two VRFs of this node have this device name",
+        ));
+    }
+    if vrfs.len() > MAX_VRFS {
+        return Err(FrrError::TooManyVrfs { count: vrfs.len() });
+    }
+
+    let mut prefix_lists = BTreeMap::new();
+    let mut route_maps: BTreeMap<String, BTreeMap<u16, RouteMapEntry>> = BTreeMap::new();
+
+    let vtep = IpNet::V4(Ipv4Net::new(underlay.vtep(), 32).expect("/32 is a valid length"));
+    prefix_lists.insert(
+        VTEP_PREFIX_LIST.to_string(),
+        PrefixList {
+            family: Family::V4,
+            entries: BTreeMap::from([(
+                10,
+                PrefixEntry {
+                    action: Action::Permit,
+                    prefix: vtep,
+                    ge: None,
+                    le: None,
+                },
+            )]),
+        },
+    );
+    route_maps.insert(
+        UNDERLAY_OUT_ROUTE_MAP.to_string(),
+        BTreeMap::from([(
+            10,
+            entry(Some((Family::V4, VTEP_PREFIX_LIST.to_string())), None),
+        )]),
+    );
+
+    for (k, vrf) in vrfs.iter().enumerate() {
+        for (family, offset) in [(Family::V4, 0u16), (Family::V6, 1)] {
+            if let Some(entries) = vrf.import.get(&family) {
+                let name = vrf.prefix_list("import", family);
+                prefix_lists.insert(
+                    name.clone(),
+                    PrefixList {
+                        family,
+                        entries: entries.clone(),
+                    },
+                );
+                // Entries of different VRFs never match the same route (`match source-vrf`), so
+                // their order carries no meaning; by device name keeps it deterministic. k < MAX_VRFS.
+                let seq = 10 * (k as u16 + 1) + offset;
+                route_maps
+                    .entry(DEFAULT_IMPORT_ROUTE_MAP.to_string())
+                    .or_default()
+                    .insert(seq, entry(Some((family, name)), Some(vrf.device.clone())));
+            }
+            if let Some(entries) = vrf.export.get(&family) {
+                let name = vrf.prefix_list("export", family);
+                prefix_lists.insert(
+                    name.clone(),
+                    PrefixList {
+                        family,
+                        entries: entries.clone(),
+                    },
+                );
+                let mut e = entry(Some((family, name)), None);
+                e.set_communities = vrf.communities.clone();
+                e.set_large_communities = vrf.large_communities.clone();
+                route_maps
+                    .entry(vrf.export_route_map())
+                    .or_default()
+                    .insert(10 * (offset + 1), e);
+            }
+        }
+    }
+
+    let mut neighbors: Vec<(Peer, RemoteAs)> = underlay
+        .neighbors()
+        .iter()
+        .map(|n| (n.peer.clone(), n.remote_as))
+        .collect();
+    neighbors.sort_by(|a, b| model::cmp_peers(&a.0, &b.0));
+    let peers: Vec<Peer> = neighbors.iter().map(|(p, _)| p.clone()).collect();
+
+    let default_family = |family: Family| {
+        let importing: Vec<String> = vrfs
+            .iter()
+            .filter(|v| v.imports(family))
+            .map(|v| v.device.clone())
+            .collect();
+        UnicastFamily {
+            networks: match family {
+                Family::V4 => BTreeSet::from([vtep]),
+                Family::V6 => BTreeSet::new(),
+            },
+            aggregates: BTreeSet::new(),
+            // The default instance needs the main table's routes in BGP only to leak them into VRFs.
+            redistribute: if vrfs.iter().any(|v| v.exports(family)) {
+                BTreeSet::from([Redistribute::Kernel, Redistribute::Connected])
+            } else {
+                BTreeSet::new()
+            },
+            neighbors: match family {
+                Family::V4 => peers
+                    .iter()
+                    .map(|p| (p.clone(), Some(UNDERLAY_OUT_ROUTE_MAP.to_string())))
+                    .collect(),
+                Family::V6 => Vec::new(),
+            },
+            import_vrf_route_map: (!importing.is_empty())
+                .then(|| DEFAULT_IMPORT_ROUTE_MAP.to_string()),
+            import_vrfs: importing,
+        }
+    };
+    let bgp = BgpInstance {
+        asn: underlay.asn(),
+        vrf: None,
+        router_id: underlay.router_id(),
+        no_default_ipv4_unicast: true,
+        timers: underlay
+            .timers()
+            .map(|t| (t.keepalive, t.hold))
+            .filter(|&t| t != (underlay::DATACENTER_KEEPALIVE, underlay::DATACENTER_HOLD)),
+        neighbors,
+        ipv4: default_family(Family::V4),
+        ipv6: default_family(Family::V6),
+        evpn: Some(EvpnFamily {
+            neighbors: peers,
+            advertise_all_vni: true,
+            ..EvpnFamily::default()
+        }),
+    };
+
+    // FRR prints BGP instances in creation order, and the default instance's `import vrf` lines
+    // create the instances they name: first IPv4's, then IPv6's, then the rest as the text goes.
+    let mut order: Vec<&Vrf> = Vec::new();
+    for name in bgp.ipv4.import_vrfs.iter().chain(&bgp.ipv6.import_vrfs) {
+        if let Some(v) = vrfs.iter().find(|v| &v.device == name)
+            && !order.iter().any(|o| &o.device == name)
+        {
+            order.push(v);
+        }
+    }
+    for v in vrfs.iter().filter(|v| v.needs_instance()) {
+        if !order.iter().any(|o| o.device == v.device) {
+            order.push(v);
+        }
+    }
+    let vrf_bgp = order
+        .into_iter()
+        .map(|v| vrf_instance(v, underlay))
+        .collect();
+
+    Ok(FrrConfig {
+        hostname: underlay.hostname().map(str::to_string),
+        vrf_vnis: vrfs
+            .iter()
+            .filter_map(|v| Some((v.device.clone(), v.vni?)))
+            .collect(),
+        bgp,
+        vrf_bgp,
+        prefix_lists,
+        route_maps,
+    })
+}
+
+fn vrf_instance(v: &Vrf, underlay: &Underlay) -> BgpInstance {
+    let family = |f: Family| UnicastFamily {
+        aggregates: v
+            .aggregates
+            .iter()
+            .filter(|a| Family::of(a) == f)
+            .copied()
+            .collect(),
+        redistribute: BTreeSet::from([Redistribute::Kernel, Redistribute::Connected]),
+        import_vrf_route_map: v.exports(f).then(|| v.export_route_map()),
+        import_vrfs: if v.exports(f) {
+            vec![DEFAULT_VRF.to_string()]
+        } else {
+            Vec::new()
+        },
+        ..UnicastFamily::default()
+    };
+    let rts: BTreeSet<String> = v.route_target.iter().map(|rt| rt.to_string()).collect();
+    BgpInstance {
+        asn: underlay.asn(),
+        vrf: Some(v.device.clone()),
+        // The VRF's automatic RD is derived from its router id: the same on every VRF of the node.
+        router_id: underlay.router_id(),
+        no_default_ipv4_unicast: false,
+        timers: None,
+        neighbors: Vec::new(),
+        ipv4: family(Family::V4),
+        ipv6: family(Family::V6),
+        evpn: v.vni.map(|_| EvpnFamily {
+            advertise_ipv4: true,
+            advertise_ipv6: true,
+            route_targets_import: rts.clone(),
+            route_targets_export: rts,
+            ..EvpnFamily::default()
+        }),
+    }
+}
+
+fn entry(prefix_list: Option<(Family, String)>, source_vrf: Option<String>) -> RouteMapEntry {
+    RouteMapEntry {
+        action: Action::Permit,
+        match_prefix_list: prefix_list,
+        match_source_vrf: source_vrf,
+        set_communities: Vec::new(),
+        set_large_communities: Vec::new(),
+    }
+}
+
+fn vrf_error(vrf: &str, field: impl Into<String>, message: impl Into<String>) -> FrrError {
+    FrrError::Vrf {
+        vrf: vrf.to_string(),
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Every L3 and L2 VNI of the node in range and used once.
+fn check_vnis(config: &NodeConfig) -> Result<(), FrrError> {
+    let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+    let vrf_vnis = config
+        .vrfs
+        .iter()
+        .filter_map(|v| Some((v.vni?, format!("VRF {}", v.name))));
+    let l2_vnis = config
+        .layer2s
+        .iter()
+        .map(|l| (l.vni, format!("layer-2 VLAN {}", l.vlan)));
+    for (vni, owner) in vrf_vnis.chain(l2_vnis) {
+        if vni == 0 || vni > MAX_VNI {
+            return Err(FrrError::Vni {
+                vni,
+                message: format!("{owner}: a VNI is 1 to {MAX_VNI}"),
+            });
+        }
+        if let Some(first) = seen.insert(vni, owner.clone()) {
+            return Err(FrrError::Vni {
+                vni,
+                message: format!("used by both {first} and {owner} on this node"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_vrf(v: &VrfConfig) -> Result<Vrf, FrrError> {
+    let device = &v.device;
+    let name_ok = !device.is_empty()
+        && device.len() <= 15
+        && device
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !name_ok {
+        return Err(vrf_error(
+            device,
+            "device",
+            "not a VRF device name FRR can take (1-15 characters of [a-zA-Z0-9._-])",
+        ));
+    }
+    if device == DEFAULT_VRF {
+        return Err(vrf_error(
+            device,
+            "device",
+            "\"default\" is FRR's name for the default VRF",
+        ));
+    }
+    let route_target = match &v.route_target {
+        None => None,
+        Some(_) if v.vni.is_none() => {
+            return Err(vrf_error(
+                device,
+                "routeTarget",
+                "a route target needs the VRF's VNI: without an L3 VNI the VRF has no EVPN routes to \
+                 tag",
+            ));
+        }
+        Some(rt) => Some(
+            RouteTarget::parse(rt)
+                .map_err(|why| vrf_error(device, "routeTarget", format!("{rt:?}: {why}")))?,
+        ),
+    };
+    let mut aggregates = BTreeSet::new();
+    for (i, a) in v.aggregate.iter().enumerate() {
+        aggregates.insert(network(device, &format!("aggregate[{i}]"), a)?);
+    }
+    let mut communities = BTreeSet::new();
+    let mut large_communities = BTreeSet::new();
+    for (i, c) in v.communities.iter().enumerate() {
+        if let Some(l) = LargeCommunity::parse(c) {
+            large_communities.insert(l);
+        } else if let Some(s) = Community::parse(c) {
+            communities.insert(s);
+        } else {
+            return Err(vrf_error(
+                device,
+                format!("communities[{i}]"),
+                format!(
+                    "{c:?} is not a BGP community (<asn>:<value>, <a>:<b>:<c> or a well-known name)"
+                ),
+            ));
+        }
+    }
+    Ok(Vrf {
+        device: device.clone(),
+        vni: v.vni,
+        route_target,
+        import: prefix_entries(device, "import", &v.import)?,
+        export: prefix_entries(device, "export", &v.export)?,
+        aggregates,
+        communities: communities.into_iter().collect(),
+        large_communities: large_communities.into_iter().collect(),
+    })
+}
+
+fn network(vrf: &str, field: &str, s: &str) -> Result<IpNet, FrrError> {
+    let net: IpNet = s.parse().map_err(|_| {
+        vrf_error(
+            vrf,
+            field,
+            format!("{s:?} is not a network in CIDR notation"),
+        )
+    })?;
+    if net.trunc() != net {
+        // FRR would silently use the network address: say so instead of announcing something else.
+        return Err(vrf_error(
+            vrf,
+            field,
+            format!("{s} has host bits set (want {})", net.trunc()),
+        ));
+    }
+    Ok(net)
+}
+
+/// A VRF's import or export items as prefix-list entries per family. Sequence numbers must be unique
+/// per family: FRR would silently replace an entry with a later one of the same number.
+fn prefix_entries(
+    vrf: &str,
+    field: &str,
+    items: &[PrefixItem],
+) -> Result<BTreeMap<Family, BTreeMap<u32, PrefixEntry>>, FrrError> {
+    let mut out: BTreeMap<Family, BTreeMap<u32, PrefixEntry>> = BTreeMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let prefix = network(vrf, &format!("{at}.cidr"), &item.cidr)?;
+        let (len, max) = (prefix.prefix_len(), prefix.max_prefix_len());
+        for (name, value) in [("ge", item.ge), ("le", item.le)] {
+            if let Some(v) = value
+                && (v < len || v > max)
+            {
+                return Err(vrf_error(
+                    vrf,
+                    format!("{at}.{name}"),
+                    format!("{v} is outside {len}..={max} for {prefix}"),
+                ));
+            }
+        }
+        if let (Some(ge), Some(le)) = (item.ge, item.le)
+            && ge > le
+        {
+            return Err(vrf_error(
+                vrf,
+                format!("{at}.ge"),
+                format!("ge {ge} is greater than le {le}"),
+            ));
+        }
+        let seq = u32::try_from(item.effective_seq(i))
+            .ok()
+            .filter(|&s| s > 0)
+            .ok_or_else(|| {
+                vrf_error(
+                    vrf,
+                    format!("{at}.seq"),
+                    "FRR's sequence numbers are 1 to 4294967295",
+                )
+            })?;
+        let entries = out.entry(Family::of(&prefix)).or_default();
+        if entries.contains_key(&seq) {
+            return Err(vrf_error(
+                vrf,
+                format!("{at}.seq"),
+                format!("sequence {seq} is used twice in {field}"),
+            ));
+        }
+        entries.insert(
+            seq,
+            PrefixEntry {
+                action: match item.action {
+                    PrefixAction::Permit => Action::Permit,
+                    PrefixAction::Deny => Action::Deny,
+                },
+                prefix,
+                ge: item.ge,
+                le: item.le,
+            },
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,207 @@
+//! Golden FRR texts: the samples in deploy/samples (one file per distinct node config) and
+//! das-schiff-shaped manifests, rendered with the underlay fixtures in tests/golden/frr. A change in
+//! the text fails with a diff; `UPDATE_GOLDEN=1 cargo test -p netwave-core --test frr_golden` rewrites
+//! the files (review them, then `frr_accepts` proves real FRR takes them verbatim).
+
+mod support_inputs;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use netwave_api::manifest::{Manifest, parse_manifests};
+use netwave_api::{NamedLayer2, NamedVrf, NodeConfig, RevisionInputs};
+use netwave_core::frr::{FrrConfig, Underlay, render};
+use netwave_core::render::NodeInfo;
+use similar::TextDiff;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/frr")
+}
+
+fn underlay(file: &str) -> Underlay {
+    let text = std::fs::read_to_string(golden_dir().join(file)).expect("underlay fixture");
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+fn das_schiff_inputs() -> RevisionInputs {
+    let yaml = std::fs::read_to_string(golden_dir().join("das-schiff.yaml")).expect("fixture");
+    let mut inputs = RevisionInputs::default();
+    for m in parse_manifests("das-schiff.yaml", &yaml).expect("fixture parses") {
+        let name = m.name().to_string();
+        match m {
+            Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
+            Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
+            other => panic!("unexpected manifest {}", other.name()),
+        }
+    }
+    inputs
+}
+
+/// Distinct node configs of a render, each named after the first node (by name) that has it.
+fn distinct_configs(
+    prefix: &str,
+    inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+) -> Vec<(String, NodeConfig)> {
+    let rendered = netwave_core::render::render(inputs, nodes).expect("inputs render");
+    let mut out: Vec<(String, NodeConfig)> = Vec::new();
+    for (node, r) in &rendered {
+        let config = r.config();
+        if !out.iter().any(|(_, c)| c == &config) {
+            out.push((format!("{prefix}-{node}"), config));
+        }
+    }
+    out
+}
+
+/// Every golden case: (file stem, node config, underlay).
+fn cases() -> Vec<(String, NodeConfig, Underlay)> {
+    let mut out = Vec::new();
+    let samples = distinct_configs(
+        "samples",
+        &support_inputs::sample_inputs(),
+        &support_inputs::sample_nodes(),
+    );
+    for (name, config) in samples {
+        out.push((name, config, underlay("underlay-ibgp.yaml")));
+    }
+    let das = distinct_configs(
+        "das-schiff",
+        &das_schiff_inputs(),
+        &[support_inputs::node("worker-0", &[])],
+    );
+    for (name, config) in das {
+        out.push((name, config, underlay("underlay-unnumbered.yaml")));
+    }
+    out
+}
+
+fn rendered(config: &NodeConfig, underlay: &Underlay) -> FrrConfig {
+    render(config, underlay).unwrap_or_else(|e| panic!("render: {e}"))
+}
+
+#[test]
+fn goldens_match_the_rendered_text() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    let mut failures = Vec::new();
+    let mut expected_files = Vec::new();
+    for (name, config, underlay) in cases() {
+        let file = format!("{name}.conf");
+        let path = golden_dir().join(&file);
+        let text = rendered(&config, &underlay).to_text();
+        expected_files.push(file.clone());
+        if update {
+            std::fs::write(&path, &text).expect("write golden");
+            continue;
+        }
+        let golden = std::fs::read_to_string(&path).unwrap_or_default();
+        if golden != text {
+            let diff = TextDiff::from_lines(&golden, &text)
+                .unified_diff()
+                .header(&format!("{file} (golden)"), "rendered")
+                .to_string();
+            failures.push(diff);
+        }
+    }
+    // A golden without a case would still be "accepted by FRR" while testing nothing we render.
+    for entry in std::fs::read_dir(golden_dir()).expect("golden dir") {
+        let file = entry
+            .expect("dir entry")
+            .file_name()
+            .into_string()
+            .expect("utf-8");
+        if file.ends_with(".conf") && !expected_files.contains(&file) {
+            if update {
+                std::fs::remove_file(golden_dir().join(&file)).expect("remove stale golden");
+            } else {
+                failures.push(format!("{file}: no test case renders it (stale golden)"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "FRR goldens differ (UPDATE_GOLDEN=1 rewrites them):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_samples_give_several_distinct_configs_and_das_schiff_one() {
+    let names: Vec<String> = cases().into_iter().map(|(n, _, _)| n).collect();
+    let samples = names.iter().filter(|n| n.starts_with("samples-")).count();
+    // compute, storage, edge and an unlabelled node select different objects.
+    assert_eq!(samples, 4, "{names:?}");
+    assert!(names.contains(&"das-schiff-worker-0".to_string()));
+}
+
+#[test]
+fn rendering_ignores_input_order() {
+    for (name, config, underlay) in cases() {
+        let mut shuffled = config.clone();
+        shuffled.vrfs.reverse();
+        shuffled.layer2s.reverse();
+        for v in &mut shuffled.vrfs {
+            v.import.reverse();
+            v.export.reverse();
+            v.aggregate.reverse();
+            v.communities.reverse();
+        }
+        assert_eq!(
+            rendered(&config, &underlay).to_text(),
+            rendered(&shuffled, &underlay).to_text(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn every_vrf_field_with_bgp_meaning_reaches_the_text() {
+    // A field that renders nothing would be accepted and ignored: each must change the text.
+    let (_, config, underlay) = cases()
+        .into_iter()
+        .find(|(n, _, _)| n == "das-schiff-worker-0")
+        .expect("das-schiff case");
+    let base = rendered(&config, &underlay).to_text();
+    type Edit = fn(&mut netwave_api::VrfConfig);
+    let edits: BTreeMap<&str, Edit> = BTreeMap::from([
+        ("vni", (|v| v.vni = v.vni.map(|n| n + 100)) as Edit),
+        ("routeTarget", |v| {
+            v.route_target = Some("65188:9999".into())
+        }),
+        ("import", |v| v.import.truncate(1)),
+        ("export", |v| v.export.truncate(1)),
+        ("aggregate", |v| v.aggregate.truncate(1)),
+        ("communities", |v| v.communities = vec!["65188:4242".into()]),
+    ]);
+    for (field, edit) in edits {
+        let mut changed = config.clone();
+        let vrf = changed
+            .vrfs
+            .iter_mut()
+            .find(|v| v.name == "egress")
+            .expect("egress VRF");
+        edit(vrf);
+        assert_ne!(
+            rendered(&changed, &underlay).to_text(),
+            base,
+            "changing {field} left the FRR text unchanged"
+        );
+    }
+}
+
+#[test]
+fn the_hostname_is_the_only_difference_with_the_kernel_name() {
+    for (name, config, underlay) in cases() {
+        let plain = rendered(&config, &underlay).to_text();
+        let named = rendered(&config, &underlay.clone().with_hostname("node-7")).to_text();
+        assert_eq!(
+            named,
+            plain.replacen(
+                "frr defaults datacenter\n",
+                "frr defaults datacenter\nhostname node-7\n",
+                1
+            ),
+            "{name}"
+        );
+    }
+}
