@@ -3,17 +3,23 @@
 //! ```text
 //!   shell (configurator leader)                 core (this module, pure)
 //!   ───────────────────────────                 ────────────────────────
-//!   watch caches ──► RolloutInput ─────────────► step(input, now)
-//!     revisions (spec knobs + status)              1. revisions, newest first: re-arm on spec.retry,
-//!     nodes (labels, Ready, cordoned)                 validation errors → Failed, failures
-//!     NNCs (spec + agent report)                      (Invalid for R, or applyTimeout since assignedAt)
-//!     rendered configHash per (rev, node)             ≥ maxFailures → Failed; first survivor = target
-//!                                                  2. intents: rollbacks → new nodes → target in order
-//!                                                     (canaries, bake, domain round-robin, name)
-//!   apply Plan::writes() in order ◄───────────── 3. budget: free moves first, then budgeted ones
-//!     statuses → NNC specs → deletions             4. desired statuses + Events on transitions
-//!   record Events, requeue at report.requeue_at    5. history limit, orphan NNCs, report
+//!   watch caches ──► RolloutInput ─────────────► step(input, now): stages over one World (step.rs)
+//!     revisions (spec knobs + status)              observe_fleet       nodes ⋈ NNCs, orphaned NNCs
+//!     nodes (labels, Ready, cordoned)              evaluate_revisions  newest first: re-arm on
+//!     NNCs (spec + agent report)                     spec.retry, validation errors → Failed, failures
+//!     rendered configHash per (rev, node)            ≥ maxFailures → Failed; first survivor = target
+//!                                                  order_and_budgets   domains, round-robin, budgets
+//!                                                  rollback_intents → new_node_intents →
+//!                                                    target_rollout_intents (canaries, bake, order)
+//!   apply Plan::writes() in order ◄─────────────   admit_under_budget  free moves first, then budgeted
+//!     statuses → NNC specs → deletions             history_deletions   beyond the limit, unreferenced
+//!   record Events, requeue at report.requeue_at    report              statuses (status.rs) + Events
 //! ```
+//!
+//! Modules: `world` holds what one evaluated step is (nodes, revisions and their fate, the target's
+//! view) and what *updated* / *in flight* mean; `step` runs the stages over it; `status` turns it into
+//! each revision's status; `vocab` spells every phase, condition and reason once. `step` and `status`
+//! both import `world`; `status` never imports `step`.
 //!
 //! Per revision, `status.phase` moves like this (every arrow is decided by one step from API state):
 //!
@@ -97,6 +103,8 @@ mod policy;
 mod status;
 mod step;
 mod time;
+mod vocab;
+mod world;
 
 pub use input::{
     AgentPhase, AgentReport, AssignedSpec, InputError, NodeConfigState, NodeState, RenderedHashes,
@@ -109,6 +117,7 @@ pub use plan::{
 pub use policy::{
     Budget, BudgetError, CanaryNodes, CanaryPolicy, Policy, PolicyDefaults, PolicyError, resolve,
 };
-pub use status::{CONDITION_TYPES, Phase, reasons};
-pub use step::{REASON_APPLY_TIMEOUT, is_in_flight, is_updated, revisions_to_render, step};
+pub use step::{revisions_to_render, step};
 pub use time::TimeError;
+pub use vocab::{CONDITION_TYPES, Phase, REASON_APPLY_TIMEOUT, reasons};
+pub use world::{is_in_flight, is_updated};

@@ -14,6 +14,7 @@ use netwave_api::{
 use thiserror::Error;
 
 use super::policy::PolicyDefaults;
+use super::vocab::{ConditionStatus, NODE_READY};
 use crate::types::{Sequence, Timestamp};
 
 /// Everything one step decides on.
@@ -274,7 +275,10 @@ impl NodeState {
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == NODE_READY && c.status == ConditionStatus::True.as_str())
+            });
         let unschedulable = node
             .spec
             .as_ref()

@@ -2,82 +2,515 @@
 //! transitions deserve. Everything here is a function of the evaluated revision, the counts after the plan
 //! and `now`; timestamps are only ever taken from `now` at a transition and kept afterwards, so a second
 //! step over the same world computes a status equal to the stored one and writes nothing.
-
-use std::collections::BTreeMap;
+//!
+//! ```text
+//!   build(ctx, i) ─► common: Created / RetryStarted / NodeFailed Events, attempt, pause (Paused)
+//!        │
+//!        ├─ Fate::Target ─► target   Pending → Progressing → Complete; progress deadline; canaries
+//!        ├─ Fate::Failed ─► failed   by validation, or by maxFailures (rollback or nowhere to go)
+//!        └─ Fate::Older  ─► older    Complete (the last good one, or earlier) or Superseded
+//!                               each sets Validated (one builder), Progressing, Available, Degraded
+//! ```
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use netwave_api::NetworkConfigRevisionStatus;
+use netwave_api::{NetworkConfigRevisionStatus, ValidationResult};
 
 use super::plan::{Event, EventReason, ObjectRef, WaitingOn};
-use super::step::{CanaryStage, Counts, FailCause, Fate, Rev, TargetView};
+use super::vocab::ConditionStatus::{self, False, True, Unknown};
+use super::vocab::{CONDITION_TYPES, ConditionType, Phase, reasons};
+use super::world::{CanaryStage, Context, Counts, FailCause, Fate, LIST_LIMIT, Rev, TargetView};
 use crate::types::Timestamp;
 
-/// `status.phase` of a revision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    /// The target; no node assigned yet.
-    Pending,
-    /// The target; rolling out.
-    Progressing,
-    /// Every eligible node was updated at some point. Sticky: the revision is a proven last good one.
-    Complete,
-    /// Validation failed, or `maxFailures` nodes failed. Sticky until `spec.retry` changes.
-    Failed,
-    /// A newer revision became the target before this one completed.
-    Superseded,
+/// The desired status of revision `i` and the Events of its transitions.
+pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Vec<Event>) {
+    let mut d = Draft::new(ctx, &ctx.revs[i]);
+    d.common();
+    let fate = d.r.fate;
+    match fate {
+        Fate::Target => target(&mut d, ctx.target.expect("the target has a view")),
+        Fate::Failed(cause) => failed(&mut d, cause),
+        Fate::Older => older(&mut d),
+    }
+    d.s.conditions.sort_by_key(|c| {
+        CONDITION_TYPES
+            .iter()
+            .position(|t| *t == c.type_)
+            .unwrap_or(CONDITION_TYPES.len())
+    });
+    (d.s, d.events)
 }
 
-impl Phase {
-    pub fn parse(s: Option<&str>) -> Option<Phase> {
-        match s? {
-            "Pending" => Some(Phase::Pending),
-            "Progressing" => Some(Phase::Progressing),
-            "Complete" => Some(Phase::Complete),
-            "Failed" => Some(Phase::Failed),
-            "Superseded" => Some(Phase::Superseded),
-            _ => None,
+/// When the target's progress deadline passes, if it applies and has not passed yet.
+pub(super) fn deadline_at(ctx: &Context) -> Option<Timestamp> {
+    let tv = ctx.target?;
+    let p = progress(ctx.now, &ctx.revs[tv.idx], tv, ctx.target_complete(tv));
+    p.deadline.filter(|_| !p.exceeded)
+}
+
+/// One condition's value; [`Draft::set`] writes it under a type.
+struct Cond {
+    status: ConditionStatus,
+    reason: &'static str,
+    message: String,
+}
+
+fn cond(status: ConditionStatus, reason: &'static str, message: impl Into<String>) -> Cond {
+    Cond {
+        status,
+        reason,
+        message: message.into(),
+    }
+}
+
+/// A revision's status being built from the one on record, and the Events of its transitions.
+struct Draft<'c> {
+    ctx: &'c Context<'c, 'c>,
+    r: &'c Rev<'c>,
+    old: &'c NetworkConfigRevisionStatus,
+    s: NetworkConfigRevisionStatus,
+    events: Vec<Event>,
+    /// `now` as the API server stores it (whole seconds), so a stamp reads back equal.
+    stamp: Timestamp,
+    generation: Option<i64>,
+}
+
+impl<'c> Draft<'c> {
+    fn new(ctx: &'c Context<'c, 'c>, r: &'c Rev<'c>) -> Draft<'c> {
+        let old = &r.state.status;
+        Draft {
+            ctx,
+            r,
+            old,
+            s: old.clone(),
+            events: Vec::new(),
+            stamp: ctx.now.truncate_to_secs(),
+            generation: r.state.generation.or(old.observed_generation),
         }
     }
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Progressing => "Progressing",
-            Phase::Complete => "Complete",
-            Phase::Failed => "Failed",
-            Phase::Superseded => "Superseded",
+    fn event(&mut self, reason: EventReason, message: String) {
+        self.events.push(Event {
+            object: ObjectRef::Revision(self.r.name().to_string()),
+            type_: reason.type_(),
+            reason,
+            message,
+        });
+    }
+
+    /// Sets condition `type_`; its `lastTransitionTime` moves only when its status changes.
+    fn set(&mut self, type_: ConditionType, c: Cond) {
+        let status = c.status.as_str();
+        let conds = &mut self.s.conditions;
+        match conds.iter_mut().find(|x| x.type_ == type_.as_str()) {
+            Some(x) => {
+                if x.status != status {
+                    x.last_transition_time = self.stamp.to_time();
+                }
+                x.status = status.to_string();
+                x.reason = c.reason.to_string();
+                x.message = c.message;
+                x.observed_generation = self.generation;
+            }
+            None => conds.push(Condition {
+                last_transition_time: self.stamp.to_time(),
+                message: c.message,
+                observed_generation: self.generation,
+                reason: c.reason.to_string(),
+                status: status.to_string(),
+                type_: type_.as_str().to_string(),
+            }),
         }
+    }
+
+    /// The reason of condition `type_` on record.
+    fn recorded_reason(&self, type_: ConditionType) -> Option<&'c str> {
+        self.old
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_.as_str())
+            .map(|c| c.reason.as_str())
+    }
+
+    /// What every revision records, whatever its fate: the Events of its creation, of a retry and of
+    /// each node failure found this step; the attempt and its failures; whether it is paused.
+    fn common(&mut self) {
+        let r = self.r;
+        if self.old.phase.is_none() {
+            let hash = r.state.hash.get(..12).unwrap_or(&r.state.hash);
+            let sequence = r.state.sequence;
+            let message = format!("revision {} (sequence {sequence}, hash {hash})", r.name());
+            self.event(EventReason::RevisionCreated, message);
+        }
+        if r.rearmed() {
+            let message = format!(
+                "spec.retry is {}: failures cleared, rolling out again",
+                r.state.retry
+            );
+            self.event(EventReason::RetryStarted, message);
+        }
+        for f in &r.failed_nodes[r.failed_nodes.len() - r.new_failures..] {
+            let message = format!(
+                "node {} failed {}: {}: {}",
+                f.node,
+                r.name(),
+                f.reason,
+                f.message
+            );
+            self.event(EventReason::NodeFailed, message);
+        }
+        self.s.observed_generation = self.generation;
+        self.s.observed_retry = Some(r.state.retry);
+        self.s.failed_nodes = r.failed_nodes.clone();
+        self.s.failed = self.s.failed_nodes.len() as u32;
+        let paused = r.state.paused;
+        self.s.paused_at =
+            paused.then(|| self.old.paused_at.clone().unwrap_or(self.stamp.to_time()));
+        self.s.paused_by = paused
+            .then(|| r.state.paused_by.clone().or(self.old.paused_by.clone()))
+            .flatten();
+        let c = if paused {
+            let message = paused_message(self.s.paused_by.as_deref());
+            cond(True, reasons::PAUSED_BY_SPEC, message)
+        } else {
+            cond(False, reasons::NOT_PAUSED, "")
+        };
+        self.set(ConditionType::Paused, c);
+    }
+
+    /// Node counts of a revision that is not the target: nothing is queued for it.
+    fn set_counts(&mut self, counts: Counts) {
+        self.s.total = counts.assigned;
+        self.s.updated = counts.updated;
+        self.s.in_progress = counts.assigned - counts.updated;
+        self.s.queued = 0;
+        self.s.skipped = 0;
+    }
+
+    fn counts(&self) -> Counts {
+        self.ctx
+            .counts
+            .get(self.r.name())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn target_name(&self) -> String {
+        self.ctx
+            .target
+            .map(|t| self.ctx.revs[t.idx].name().to_string())
+            .unwrap_or_default()
+    }
+
+    fn last_good_name(&self) -> Option<&'c str> {
+        self.ctx.last_good_after().map(|l| self.ctx.revs[l].name())
     }
 }
 
-/// Condition types, in the order they are kept in status.
-pub const CONDITION_TYPES: [&str; 5] = [
-    "Validated",
-    "Progressing",
-    "Available",
-    "Degraded",
-    "Paused",
-];
-
-/// Condition reasons with a meaning beyond display (tests and the configurator's alerts match on them).
-pub mod reasons {
-    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
-    pub const VALIDATION_FAILED: &str = "ValidationFailed";
-    pub const MAX_FAILURES_REACHED: &str = "MaxFailuresReached";
-    pub const INVALID_POLICY: &str = "InvalidPolicy";
-    pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
-    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
-    pub const CANARY_BAKE: &str = "CanaryBake";
-    pub const ROLLOUT_PROGRESSING: &str = "RolloutProgressing";
-    pub const SUPERSEDED: &str = "Superseded";
+/// The `Validated` condition, from fleet validation against the current nodes. `passed` is the
+/// verdict, which can be the one on record rather than today's (a revision failed by validation stays
+/// failed for its attempt); `warnings` are listed for the target only, the revision being rolled out.
+fn validated(passed: bool, v: &ValidationResult, warnings: bool) -> Cond {
+    if !passed {
+        return cond(False, reasons::VALIDATION_FAILED, v.errors.join("; "));
+    }
+    let message = if warnings && !v.warnings.is_empty() {
+        format!("{} warning(s): {}", v.warnings.len(), v.warnings.join("; "))
+    } else {
+        "fleet validation found no problems".to_string()
+    };
+    cond(True, reasons::VALIDATED, message)
 }
 
-pub(super) struct Context<'a, 'b> {
-    pub now: Timestamp,
-    pub revs: &'b [Rev<'a>],
-    pub target: Option<&'b TargetView>,
-    pub last_good: Option<usize>,
-    pub counts: &'b BTreeMap<&'a str, Counts>,
+/// `Degraded`: whether nodes failed this attempt.
+fn degraded(r: &Rev) -> Cond {
+    if r.failed_nodes.is_empty() {
+        return cond(False, reasons::NO_FAILURES, "");
+    }
+    let message = format!(
+        "{} node(s) failed: {}",
+        r.failed_nodes.len(),
+        list_failed(r)
+    );
+    cond(True, reasons::NODES_FAILED, message)
+}
+
+/// The target: rolling out, or complete.
+fn target(d: &mut Draft, tv: &TargetView) {
+    let r = d.r;
+    let phase = target_timeline(d, tv);
+    d.s.phase = Some(phase.as_str().to_string());
+    d.s.validation = r.state.validation.clone();
+    d.s.total = tv.total;
+    d.s.updated = tv.updated;
+    d.s.in_progress = tv.in_progress;
+    d.s.queued = tv.queued;
+    d.s.skipped = tv.skipped;
+    let p = progress(d.ctx.now, r, tv, phase == Phase::Complete);
+    d.s.last_progress_at = Some(p.last_progress_at.to_time());
+
+    let errors = &r.state.validation.errors;
+    d.set(
+        ConditionType::Validated,
+        validated(errors.is_empty(), &r.state.validation, true),
+    );
+    let progressing = target_progressing(r, tv, phase, &p);
+    // An Event when the rollout stops for a reason someone must act on, once.
+    if d.recorded_reason(ConditionType::Progressing) != Some(progressing.reason) {
+        if progressing.reason == reasons::PROGRESS_DEADLINE_EXCEEDED {
+            d.event(
+                EventReason::ProgressDeadlineExceeded,
+                progressing.message.clone(),
+            );
+        } else if progressing.reason == reasons::INVALID_POLICY {
+            d.event(EventReason::InvalidPolicy, progressing.message.clone());
+        }
+    }
+    d.set(ConditionType::Progressing, progressing);
+    let updated = format!("{} of {} node(s) updated", tv.updated, tv.total);
+    let available = if tv.all_done() {
+        cond(True, reasons::ALL_NODES_UPDATED, updated)
+    } else {
+        cond(False, reasons::ROLLOUT_INCOMPLETE, updated)
+    };
+    d.set(ConditionType::Available, available);
+    d.set(ConditionType::Degraded, degraded(r));
+    let words: Vec<String> = tv.waiting.iter().map(WaitingOn::to_string).collect();
+    d.s.message = Some(if !words.is_empty() {
+        words.join("; ")
+    } else if phase == Phase::Complete {
+        format!("all {} eligible node(s) updated", tv.updated)
+    } else {
+        format!("{} of {} node(s) updated", tv.updated, tv.total)
+    });
+}
+
+/// The target's phase, its start, completion and canary times, and the Events of those transitions
+/// and of pausing and resuming.
+fn target_timeline(d: &mut Draft, tv: &TargetView) -> Phase {
+    let r = d.r;
+    let stamp = d.stamp;
+    let complete_before = r.stored_phase == Some(Phase::Complete);
+    if !r.same_attempt && !complete_before {
+        d.s.started_at = None;
+        d.s.completed_at = None;
+        d.s.canaries_updated_at = None;
+    }
+    if tv.started && d.s.started_at.is_none() {
+        d.s.started_at = Some(stamp.to_time());
+        let message = format!("rolling {} out to {} node(s)", r.name(), tv.total);
+        d.event(EventReason::RolloutStarted, message);
+    }
+    let phase = if complete_before || tv.all_done() {
+        Phase::Complete
+    } else if d.s.started_at.is_some() {
+        Phase::Progressing
+    } else {
+        Phase::Pending
+    };
+    if phase == Phase::Complete && d.s.completed_at.is_none() {
+        d.s.completed_at = Some(stamp.to_time());
+    }
+    if phase == Phase::Complete && !complete_before {
+        let message = format!("{} node(s) updated to {}", tv.updated, r.name());
+        d.event(EventReason::RolloutComplete, message);
+    }
+    if tv.canaries_done_now {
+        d.s.canaries_updated_at = Some(stamp.to_time());
+        let bake = r.policy.canary.as_ref().map_or(0, |c| c.bake_seconds);
+        let until = stamp.plus_secs(bake as u64).to_time().0;
+        let message = format!("every canary runs {}; baking until {until}", r.name());
+        d.event(EventReason::CanariesUpdated, message);
+    }
+    if r.state.paused && d.old.paused_at.is_none() {
+        let message = format!(
+            "{}; nodes in flight finish",
+            paused_message(r.state.paused_by.as_deref())
+        );
+        d.event(EventReason::RolloutPaused, message);
+    }
+    if !r.state.paused && d.old.paused_at.is_some() {
+        d.event(
+            EventReason::RolloutResumed,
+            "spec.paused cleared".to_string(),
+        );
+    }
+    phase
+}
+
+/// The target's `Progressing` condition: why it moves or what stops it, most final first.
+fn target_progressing(r: &Rev, tv: &TargetView, phase: Phase, p: &Progress) -> Cond {
+    let idle = tv.in_progress == 0 && tv.queued == 0;
+    if phase == Phase::Complete && idle {
+        let message = format!("{} node(s) updated", tv.updated);
+        cond(False, reasons::ROLLOUT_COMPLETE, message)
+    } else if tv.invalid {
+        let message = "fleet validation fails now: no further node gets it";
+        cond(False, reasons::VALIDATION_FAILED, message)
+    } else if tv.halted_by_policy {
+        cond(False, reasons::INVALID_POLICY, r.policy_errors.join("; "))
+    } else if r.state.paused {
+        cond(Unknown, reasons::ROLLOUT_PAUSED, "spec.paused is set")
+    } else if p.exceeded {
+        let message = format!(
+            "no node updated for {}s (last progress {})",
+            r.policy.progress_deadline_seconds,
+            p.last_progress_at.to_time().0
+        );
+        cond(False, reasons::PROGRESS_DEADLINE_EXCEEDED, message)
+    } else if let CanaryStage::Baking { until } = tv.canary_stage {
+        let message = format!("canaries updated; baking until {}", until.to_time().0);
+        cond(True, reasons::CANARY_BAKE, message)
+    } else {
+        let message = format!("{} of {} node(s) updated", tv.updated, tv.total);
+        cond(True, reasons::ROLLOUT_PROGRESSING, message)
+    }
+}
+
+/// A failed revision: by validation (no node touched) or by `maxFailures` (its nodes go back to the
+/// last good revision, if there is one).
+fn failed(d: &mut Draft, cause: FailCause) {
+    let r = d.r;
+    // The cause of a failure on record is in its Progressing reason.
+    let by_validation = match cause {
+        FailCause::Stored => {
+            d.recorded_reason(ConditionType::Progressing) == Some(reasons::VALIDATION_FAILED)
+        }
+        FailCause::Validation => true,
+        FailCause::MaxFailures => false,
+    };
+    let newly = d.old.phase.as_deref() != Some(Phase::Failed.as_str()) || r.rearmed();
+    d.s.phase = Some(Phase::Failed.as_str().to_string());
+    d.s.validation = r.state.validation.clone();
+    let counts = d.counts();
+    d.set_counts(counts);
+    if by_validation {
+        failed_validation(d, newly);
+    } else {
+        failed_nodes(d, counts, newly);
+    }
+    let message = format!("{} node(s) still run it", counts.updated);
+    d.set(
+        ConditionType::Available,
+        cond(False, reasons::REVISION_FAILED, message),
+    );
+}
+
+fn failed_validation(d: &mut Draft, newly: bool) {
+    let r = d.r;
+    let errors = r.state.validation.errors.join("; ");
+    if newly {
+        d.event(EventReason::ValidationFailed, errors.clone());
+    }
+    d.set(
+        ConditionType::Validated,
+        validated(false, &r.state.validation, false),
+    );
+    let message = "fleet validation failed: no node is touched";
+    d.set(
+        ConditionType::Progressing,
+        cond(False, reasons::VALIDATION_FAILED, message),
+    );
+    d.set(
+        ConditionType::Degraded,
+        cond(False, reasons::NO_FAILURES, ""),
+    );
+    d.s.message = Some(format!("validation failed: {errors}"));
+}
+
+fn failed_nodes(d: &mut Draft, counts: Counts, newly: bool) {
+    let r = d.r;
+    let failed = format!(
+        "{} node(s) failed (maxFailures {}): {}",
+        r.failed_nodes.len(),
+        r.policy.max_failures,
+        list_failed(r)
+    );
+    let no_last_good = || {
+        WaitingOn::NoLastGood {
+            failed: r.name().to_string(),
+        }
+        .to_string()
+    };
+    let last_good = d.last_good_name();
+    let rollback = match last_good {
+        Some(lg) if counts.assigned > 0 => {
+            format!("rolling back {} node(s) to {lg}", counts.assigned)
+        }
+        Some(lg) => format!("every touched node is back on {lg}"),
+        None if counts.assigned > 0 => no_last_good(),
+        None => "no node is assigned it".to_string(),
+    };
+    if newly {
+        d.event(EventReason::RevisionFailed, failed.clone());
+        match last_good {
+            Some(lg) => {
+                let message = format!("rolling {} node(s) back to {lg}", counts.assigned);
+                d.event(EventReason::RollbackStarted, message);
+            }
+            None => d.event(EventReason::NoLastGoodRevision, no_last_good()),
+        }
+    }
+    // Validation passed before this revision rolled out: keep what is on record.
+    if d.recorded_reason(ConditionType::Validated).is_none() {
+        d.set(
+            ConditionType::Validated,
+            validated(true, &r.state.validation, false),
+        );
+    }
+    d.set(
+        ConditionType::Progressing,
+        cond(False, reasons::MAX_FAILURES_REACHED, failed.clone()),
+    );
+    d.set(
+        ConditionType::Degraded,
+        cond(True, reasons::NODES_FAILED, failed.clone()),
+    );
+    d.s.message = Some(format!("{failed}; {rollback}"));
+}
+
+/// A revision older than the target: `Complete` stays (the last good one, or one before it); anything
+/// else is `Superseded`.
+fn older(d: &mut Draft) {
+    let r = d.r;
+    let target_name = d.target_name();
+    let complete = r.stored_phase == Some(Phase::Complete);
+    let phase = if complete {
+        Phase::Complete
+    } else {
+        Phase::Superseded
+    };
+    if phase == Phase::Superseded && r.stored_phase != Some(Phase::Superseded) {
+        let message = format!("{target_name} is the target now");
+        d.event(EventReason::RevisionSuperseded, message);
+    }
+    if !r.same_attempt && !complete {
+        d.s.canaries_updated_at = None;
+    }
+    d.s.phase = Some(phase.as_str().to_string());
+    let counts = d.counts();
+    d.set_counts(counts);
+    if complete {
+        // The last good revision is what new nodes and rollbacks get: keep its validation against the
+        // current fleet on record.
+        let errors = &r.state.validation.errors;
+        d.set(
+            ConditionType::Validated,
+            validated(errors.is_empty(), &r.state.validation, false),
+        );
+        d.s.validation = r.state.validation.clone();
+    }
+    let progressing = if !complete {
+        let message = format!("superseded by {target_name}");
+        cond(False, reasons::SUPERSEDED, message)
+    } else if d.last_good_name() == Some(r.name()) {
+        let message = format!("last good revision; {target_name} is the target");
+        cond(False, reasons::ROLLOUT_COMPLETE, message)
+    } else {
+        let message = format!("completed earlier; {target_name} is the target");
+        cond(False, reasons::ROLLOUT_COMPLETE, message)
+    };
+    d.s.message = Some(progressing.message.clone());
+    d.set(ConditionType::Progressing, progressing);
 }
 
 struct Progress {
@@ -87,10 +520,9 @@ struct Progress {
     exceeded: bool,
 }
 
-fn progress(ctx: &Context, i: usize, tv: &TargetView, complete: bool) -> Progress {
-    let r = &ctx.revs[i];
+fn progress(now: Timestamp, r: &Rev, tv: &TargetView, complete: bool) -> Progress {
     let old = &r.state.status;
-    let stamp = ctx.now.truncate_to_secs();
+    let stamp = now.truncate_to_secs();
     let became_target = !matches!(
         r.stored_phase,
         Some(Phase::Pending | Phase::Progressing | Phase::Complete)
@@ -113,7 +545,7 @@ fn progress(ctx: &Context, i: usize, tv: &TargetView, complete: bool) -> Progres
     // Waiting out a canary bake is not a lack of progress.
     let bake_end = match tv.canary_stage {
         CanaryStage::Baking { until } => Some(until),
-        _ => canaries_at(ctx, i, tv).and_then(|at| {
+        _ => canaries_at(now, r, tv).and_then(|at| {
             r.policy
                 .canary
                 .as_ref()
@@ -125,14 +557,13 @@ fn progress(ctx: &Context, i: usize, tv: &TargetView, complete: bool) -> Progres
     Progress {
         last_progress_at,
         deadline: Some(at),
-        exceeded: ctx.now >= at,
+        exceeded: now >= at,
     }
 }
 
-fn canaries_at(ctx: &Context, i: usize, tv: &TargetView) -> Option<Timestamp> {
-    let r = &ctx.revs[i];
+fn canaries_at(now: Timestamp, r: &Rev, tv: &TargetView) -> Option<Timestamp> {
     if tv.canaries_done_now {
-        return Some(ctx.now.truncate_to_secs());
+        return Some(now.truncate_to_secs());
     }
     if !r.same_attempt {
         return None;
@@ -144,587 +575,17 @@ fn canaries_at(ctx: &Context, i: usize, tv: &TargetView) -> Option<Timestamp> {
         .map(Timestamp::from_time)
 }
 
-/// When the target's progress deadline passes, if it applies and has not passed yet.
-pub(super) fn deadline_at(ctx: &Context, i: usize) -> Option<Timestamp> {
-    let tv = ctx.target?;
-    let complete = target_complete(ctx, i, tv);
-    let p = progress(ctx, i, tv, complete);
-    p.deadline.filter(|_| !p.exceeded)
-}
-
-/// The last good revision once this plan is applied: the target itself if it completes now.
-pub(super) fn last_good_after(ctx: &Context) -> Option<usize> {
-    match ctx.target {
-        Some(tv) if target_complete(ctx, tv.idx, tv) => Some(tv.idx),
-        _ => ctx.last_good,
-    }
-}
-
-fn target_complete(ctx: &Context, i: usize, tv: &TargetView) -> bool {
-    ctx.revs[i].stored_phase == Some(Phase::Complete) || all_done(tv)
-}
-
-fn all_done(tv: &TargetView) -> bool {
-    tv.updated >= 1 && tv.in_progress == 0 && tv.queued == 0
-}
-
-fn set_condition(
-    conds: &mut Vec<Condition>,
-    now: Timestamp,
-    generation: Option<i64>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: String,
-) {
-    match conds.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = now.to_time();
-            }
-            c.status = status.to_string();
-            c.reason = reason.to_string();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => conds.push(Condition {
-            last_transition_time: now.to_time(),
-            message,
-            observed_generation: generation,
-            reason: reason.to_string(),
-            status: status.to_string(),
-            type_: type_.to_string(),
-        }),
-    }
-}
-
-fn sort_conditions(conds: &mut [Condition]) {
-    conds.sort_by_key(|c| {
-        CONDITION_TYPES
-            .iter()
-            .position(|t| *t == c.type_)
-            .unwrap_or(CONDITION_TYPES.len())
-    });
-}
-
-fn condition_reason<'s>(s: &'s NetworkConfigRevisionStatus, type_: &str) -> Option<&'s str> {
-    s.conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.reason.as_str())
-}
-
 fn list_failed(r: &Rev) -> String {
     let mut parts: Vec<String> = r
         .failed_nodes
         .iter()
-        .take(5)
+        .take(LIST_LIMIT)
         .map(|f| format!("{} ({})", f.node, f.reason))
         .collect();
-    if r.failed_nodes.len() > 5 {
-        parts.push(format!("and {} more", r.failed_nodes.len() - 5));
+    if r.failed_nodes.len() > LIST_LIMIT {
+        parts.push(format!("and {} more", r.failed_nodes.len() - LIST_LIMIT));
     }
     parts.join(", ")
-}
-
-fn event(r: &Rev, reason: EventReason, message: String) -> Event {
-    Event {
-        object: ObjectRef::Revision(r.name().to_string()),
-        type_: reason.type_(),
-        reason,
-        message,
-    }
-}
-
-/// The desired status of revision `i` and the Events of its transitions.
-pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Vec<Event>) {
-    let r = &ctx.revs[i];
-    let old = &r.state.status;
-    let now = ctx.now;
-    let stamp = now.truncate_to_secs();
-    let generation = r.state.generation.or(old.observed_generation);
-    let mut s = old.clone();
-    let mut events = Vec::new();
-
-    if old.phase.is_none() {
-        events.push(event(
-            r,
-            EventReason::RevisionCreated,
-            format!(
-                "revision {} (sequence {}, hash {})",
-                r.name(),
-                r.state.sequence,
-                r.state.hash.get(..12).unwrap_or(&r.state.hash)
-            ),
-        ));
-    }
-    if r.rearmed() {
-        events.push(event(
-            r,
-            EventReason::RetryStarted,
-            format!(
-                "spec.retry is {}: failures cleared, rolling out again",
-                r.state.retry
-            ),
-        ));
-    }
-    for f in &r.failed_nodes[r.failed_nodes.len() - r.new_failures..] {
-        events.push(event(
-            r,
-            EventReason::NodeFailed,
-            format!(
-                "node {} failed {}: {}: {}",
-                f.node,
-                r.name(),
-                f.reason,
-                f.message
-            ),
-        ));
-    }
-
-    s.observed_generation = generation;
-    s.observed_retry = Some(r.state.retry);
-    s.failed_nodes = r.failed_nodes.clone();
-    s.failed = s.failed_nodes.len() as u32;
-    s.paused_at = if r.state.paused {
-        old.paused_at.clone().or(Some(stamp.to_time()))
-    } else {
-        None
-    };
-    s.paused_by = if r.state.paused {
-        r.state.paused_by.clone().or(old.paused_by.clone())
-    } else {
-        None
-    };
-    let (paused_status, paused_reason, paused_msg) = if r.state.paused {
-        (
-            "True",
-            "PausedBySpec",
-            paused_message(s.paused_by.as_deref()),
-        )
-    } else {
-        ("False", "NotPaused", String::new())
-    };
-    set_condition(
-        &mut s.conditions,
-        stamp,
-        generation,
-        "Paused",
-        paused_status,
-        paused_reason,
-        paused_msg,
-    );
-    let target_name = ctx
-        .target
-        .map(|t| ctx.revs[t.idx].name().to_string())
-        .unwrap_or_default();
-    let lg_name = last_good_after(ctx).map(|l| ctx.revs[l].name().to_string());
-    let counts = ctx.counts.get(r.name()).copied().unwrap_or_default();
-
-    match r.fate {
-        Fate::Target => {
-            let tv = ctx.target.expect("the target has a view");
-            let complete_before = r.stored_phase == Some(Phase::Complete);
-            if !r.same_attempt && !complete_before {
-                s.started_at = None;
-                s.completed_at = None;
-                s.canaries_updated_at = None;
-            }
-            if tv.started && s.started_at.is_none() {
-                s.started_at = Some(stamp.to_time());
-                events.push(event(
-                    r,
-                    EventReason::RolloutStarted,
-                    format!("rolling {} out to {} node(s)", r.name(), tv.total),
-                ));
-            }
-            let done = all_done(tv);
-            let phase = if complete_before || done {
-                Phase::Complete
-            } else if s.started_at.is_some() {
-                Phase::Progressing
-            } else {
-                Phase::Pending
-            };
-            if phase == Phase::Complete && s.completed_at.is_none() {
-                s.completed_at = Some(stamp.to_time());
-            }
-            if phase == Phase::Complete && !complete_before {
-                events.push(event(
-                    r,
-                    EventReason::RolloutComplete,
-                    format!("{} node(s) updated to {}", tv.updated, r.name()),
-                ));
-            }
-            if tv.canaries_done_now {
-                s.canaries_updated_at = Some(stamp.to_time());
-                let bake = r.policy.canary.as_ref().map_or(0, |c| c.bake_seconds);
-                events.push(event(
-                    r,
-                    EventReason::CanariesUpdated,
-                    format!(
-                        "every canary runs {}; baking until {}",
-                        r.name(),
-                        stamp.plus_secs(bake as u64).to_time().0
-                    ),
-                ));
-            }
-            if r.state.paused && old.paused_at.is_none() {
-                events.push(event(
-                    r,
-                    EventReason::RolloutPaused,
-                    format!(
-                        "{}; nodes in flight finish",
-                        paused_message(r.state.paused_by.as_deref())
-                    ),
-                ));
-            }
-            if !r.state.paused && old.paused_at.is_some() {
-                events.push(event(
-                    r,
-                    EventReason::RolloutResumed,
-                    "spec.paused cleared".to_string(),
-                ));
-            }
-            s.phase = Some(phase.as_str().to_string());
-            s.validation = r.state.validation.clone();
-            s.total = tv.total;
-            s.updated = tv.updated;
-            s.in_progress = tv.in_progress;
-            s.queued = tv.queued;
-            s.skipped = tv.skipped;
-            let p = progress(ctx, i, tv, phase == Phase::Complete);
-            s.last_progress_at = Some(p.last_progress_at.to_time());
-
-            let warnings = &r.state.validation.warnings;
-            let validated_msg = if warnings.is_empty() {
-                "fleet validation found no problems".to_string()
-            } else {
-                format!("{} warning(s): {}", warnings.len(), warnings.join("; "))
-            };
-            let errors = &r.state.validation.errors;
-            let (st, reason, msg) = if errors.is_empty() {
-                ("True", "Validated", validated_msg)
-            } else {
-                ("False", reasons::VALIDATION_FAILED, errors.join("; "))
-            };
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Validated",
-                st,
-                reason,
-                msg,
-            );
-            let idle = tv.in_progress == 0 && tv.queued == 0;
-            let (st, reason, msg) = if phase == Phase::Complete && idle {
-                (
-                    "False",
-                    reasons::ROLLOUT_COMPLETE,
-                    format!("{} node(s) updated", tv.updated),
-                )
-            } else if tv.invalid {
-                (
-                    "False",
-                    reasons::VALIDATION_FAILED,
-                    "fleet validation fails now: no further node gets it".to_string(),
-                )
-            } else if tv.halted_by_policy {
-                ("False", reasons::INVALID_POLICY, r.policy_errors.join("; "))
-            } else if r.state.paused {
-                (
-                    "Unknown",
-                    reasons::ROLLOUT_PAUSED,
-                    "spec.paused is set".to_string(),
-                )
-            } else if p.exceeded {
-                (
-                    "False",
-                    reasons::PROGRESS_DEADLINE_EXCEEDED,
-                    format!(
-                        "no node updated for {}s (last progress {})",
-                        r.policy.progress_deadline_seconds,
-                        p.last_progress_at.to_time().0
-                    ),
-                )
-            } else if let CanaryStage::Baking { until } = tv.canary_stage {
-                (
-                    "True",
-                    reasons::CANARY_BAKE,
-                    format!("canaries updated; baking until {}", until.to_time().0),
-                )
-            } else {
-                (
-                    "True",
-                    reasons::ROLLOUT_PROGRESSING,
-                    format!("{} of {} node(s) updated", tv.updated, tv.total),
-                )
-            };
-            let old_reason = condition_reason(old, "Progressing");
-            if old_reason != Some(reason) {
-                if reason == reasons::PROGRESS_DEADLINE_EXCEEDED {
-                    events.push(event(r, EventReason::ProgressDeadlineExceeded, msg.clone()));
-                } else if reason == reasons::INVALID_POLICY {
-                    events.push(event(r, EventReason::InvalidPolicy, msg.clone()));
-                }
-            }
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Progressing",
-                st,
-                reason,
-                msg,
-            );
-            let (st, reason) = if done {
-                ("True", "AllNodesUpdated")
-            } else {
-                ("False", "RolloutIncomplete")
-            };
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Available",
-                st,
-                reason,
-                format!("{} of {} node(s) updated", tv.updated, tv.total),
-            );
-            let (st, reason, msg) = if r.failed_nodes.is_empty() {
-                ("False", "NoFailures", String::new())
-            } else {
-                (
-                    "True",
-                    "NodesFailed",
-                    format!(
-                        "{} node(s) failed: {}",
-                        r.failed_nodes.len(),
-                        list_failed(r)
-                    ),
-                )
-            };
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Degraded",
-                st,
-                reason,
-                msg,
-            );
-            let words: Vec<String> = tv.waiting.iter().map(WaitingOn::to_string).collect();
-            s.message = Some(if words.is_empty() {
-                if phase == Phase::Complete {
-                    format!("all {} eligible node(s) updated", tv.updated)
-                } else {
-                    format!("{} of {} node(s) updated", tv.updated, tv.total)
-                }
-            } else {
-                words.join("; ")
-            });
-        }
-        Fate::Failed(cause) => {
-            let cause = match cause {
-                FailCause::Stored
-                    if condition_reason(old, "Progressing") == Some(reasons::VALIDATION_FAILED) =>
-                {
-                    FailCause::Validation
-                }
-                FailCause::Stored => FailCause::MaxFailures,
-                c => c,
-            };
-            let newly = old.phase.as_deref() != Some(Phase::Failed.as_str()) || r.rearmed();
-            s.phase = Some(Phase::Failed.as_str().to_string());
-            s.validation = r.state.validation.clone();
-            s.total = counts.assigned;
-            s.updated = counts.updated;
-            s.in_progress = counts.assigned - counts.updated;
-            s.queued = 0;
-            s.skipped = 0;
-            let (validated, progressing, degraded, message) = match cause {
-                FailCause::Validation => {
-                    let errors = r.state.validation.errors.join("; ");
-                    if newly {
-                        events.push(event(r, EventReason::ValidationFailed, errors.clone()));
-                    }
-                    (
-                        Some(("False", reasons::VALIDATION_FAILED, errors.clone())),
-                        (
-                            "False",
-                            reasons::VALIDATION_FAILED,
-                            "fleet validation failed: no node is touched".to_string(),
-                        ),
-                        ("False", "NoFailures", String::new()),
-                        format!("validation failed: {errors}"),
-                    )
-                }
-                _ => {
-                    let failed = format!(
-                        "{} node(s) failed (maxFailures {}): {}",
-                        r.failed_nodes.len(),
-                        r.policy.max_failures,
-                        list_failed(r)
-                    );
-                    let rollback = match &lg_name {
-                        Some(lg) if counts.assigned > 0 => {
-                            format!("rolling back {} node(s) to {lg}", counts.assigned)
-                        }
-                        Some(lg) => format!("every touched node is back on {lg}"),
-                        None if counts.assigned > 0 => WaitingOn::NoLastGood {
-                            failed: r.name().to_string(),
-                        }
-                        .to_string(),
-                        None => "no node is assigned it".to_string(),
-                    };
-                    if newly {
-                        events.push(event(r, EventReason::RevisionFailed, failed.clone()));
-                        match &lg_name {
-                            Some(lg) => events.push(event(
-                                r,
-                                EventReason::RollbackStarted,
-                                format!("rolling {} node(s) back to {lg}", counts.assigned),
-                            )),
-                            None => events.push(event(
-                                r,
-                                EventReason::NoLastGoodRevision,
-                                WaitingOn::NoLastGood {
-                                    failed: r.name().to_string(),
-                                }
-                                .to_string(),
-                            )),
-                        }
-                    }
-                    // Validation passed before this revision rolled out: keep what is on record.
-                    let validated = condition_reason(old, "Validated").is_none().then(|| {
-                        (
-                            "True",
-                            "Validated",
-                            "fleet validation found no problems".to_string(),
-                        )
-                    });
-                    (
-                        validated,
-                        ("False", reasons::MAX_FAILURES_REACHED, failed.clone()),
-                        ("True", "NodesFailed", failed.clone()),
-                        format!("{failed}; {rollback}"),
-                    )
-                }
-            };
-            if let Some((st, reason, msg)) = validated {
-                set_condition(
-                    &mut s.conditions,
-                    stamp,
-                    generation,
-                    "Validated",
-                    st,
-                    reason,
-                    msg,
-                );
-            }
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Progressing",
-                progressing.0,
-                progressing.1,
-                progressing.2,
-            );
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Available",
-                "False",
-                "RevisionFailed",
-                format!("{} node(s) still run it", counts.updated),
-            );
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Degraded",
-                degraded.0,
-                degraded.1,
-                degraded.2,
-            );
-            s.message = Some(message);
-        }
-        Fate::Older => {
-            let complete = r.stored_phase == Some(Phase::Complete);
-            let phase = if complete {
-                Phase::Complete
-            } else {
-                Phase::Superseded
-            };
-            if phase == Phase::Superseded && r.stored_phase != Some(Phase::Superseded) {
-                events.push(event(
-                    r,
-                    EventReason::RevisionSuperseded,
-                    format!("{target_name} is the target now"),
-                ));
-            }
-            if !r.same_attempt && !complete {
-                s.canaries_updated_at = None;
-            }
-            s.phase = Some(phase.as_str().to_string());
-            s.total = counts.assigned;
-            s.updated = counts.updated;
-            s.in_progress = counts.assigned - counts.updated;
-            s.queued = 0;
-            s.skipped = 0;
-            if complete {
-                // The last good revision is what new nodes and rollbacks get: keep its validation
-                // against the current fleet on record.
-                let errors = &r.state.validation.errors;
-                let (st, reason, msg) = if errors.is_empty() {
-                    (
-                        "True",
-                        "Validated",
-                        "fleet validation found no problems".to_string(),
-                    )
-                } else {
-                    ("False", reasons::VALIDATION_FAILED, errors.join("; "))
-                };
-                set_condition(
-                    &mut s.conditions,
-                    stamp,
-                    generation,
-                    "Validated",
-                    st,
-                    reason,
-                    msg,
-                );
-                s.validation = r.state.validation.clone();
-            }
-            let (reason, msg) = if complete {
-                (
-                    reasons::ROLLOUT_COMPLETE,
-                    if lg_name.as_deref() == Some(r.name()) {
-                        format!("last good revision; {target_name} is the target")
-                    } else {
-                        format!("completed earlier; {target_name} is the target")
-                    },
-                )
-            } else {
-                (reasons::SUPERSEDED, format!("superseded by {target_name}"))
-            };
-            set_condition(
-                &mut s.conditions,
-                stamp,
-                generation,
-                "Progressing",
-                "False",
-                reason,
-                msg.clone(),
-            );
-            s.message = Some(msg);
-        }
-    }
-    sort_conditions(&mut s.conditions);
-    (s, events)
 }
 
 /// `spec.paused set by kubectl-patch at …: no new assignments`.

@@ -1,0 +1,105 @@
+//! Stage 7: admit the intents under the budget (DESIGN.md §3 **Budget**, **Fast path**).
+//!
+//! Two passes over the intents, in urgency order: first every move that adds no in-flight node
+//! (superseding a node already in flight, a fast path to the config the node runs, a rollback of a node
+//! at rest), then the ones that do, while `maxUnavailable` and `maxUnavailablePerDomain` have room.
+//! Free moves first, so a full budget never holds back a move that costs nothing.
+
+use std::mem;
+
+use super::super::plan::{AssignReason, Assignment};
+use super::super::world::{Intent, Refused, Spec, World, in_flight_of};
+
+/// Turns intents into assignments, then records what holds back the rest.
+pub(super) fn admit_under_budget(w: &mut World) {
+    let intents = mem::take(&mut w.intents.list);
+    for free_pass in [true, false] {
+        for intent in &intents {
+            let n = &w.nodes[intent.node];
+            if n.assigned {
+                continue;
+            }
+            let rev = &w.revs[intent.rev];
+            let Some(hash) = w.hashes.get(intent.rev, intent.node) else {
+                if free_pass {
+                    let missing = w.missing.entry(intent.rev).or_default();
+                    missing.push(n.name().to_string());
+                }
+                continue;
+            };
+            let will = in_flight_of(rev.name(), rev.state.retry, hash, n.status);
+            let spends = will && !n.in_flight;
+            if free_pass == spends {
+                continue;
+            }
+            if spends && (!n.eligible || w.budgets.full() || w.budgets.domain_full(n.domain)) {
+                continue;
+            }
+            assign(w, intent, hash, will);
+        }
+    }
+    w.refused = refusals(w, &intents);
+    w.intents.list = intents;
+}
+
+/// Writes the move into the world (so later intents see the node assigned and the budget spent) and
+/// into the plan.
+fn assign<'a>(w: &mut World<'a>, intent: &Intent, hash: &'a str, will: bool) {
+    let rev = &w.revs[intent.rev];
+    let n = &mut w.nodes[intent.node];
+    // A move that keeps the config the node runs is a fast path, whatever made us want it.
+    let reason = match intent.reason {
+        AssignReason::Canary | AssignReason::Rollout | AssignReason::NewNode
+            if !will && n.spec.is_some_and(|s| s.revision != rev.name()) =>
+        {
+            AssignReason::FastPath
+        }
+        r => r,
+    };
+    if will != n.in_flight {
+        w.budgets.set(n.domain, will);
+    }
+    n.in_flight = will;
+    n.assigned = true;
+    n.spec = Some(Spec {
+        revision: rev.name(),
+        retry: rev.state.retry,
+        hash,
+        assigned_at: Some(w.now),
+    });
+    w.assignments.push(Assignment {
+        node: n.name().to_string(),
+        create: !n.has_config,
+        revision: rev.name().to_string(),
+        sequence: rev.state.sequence,
+        config_hash: hash.to_string(),
+        retry: rev.state.retry,
+        assigned_at: w.now,
+        reason,
+    });
+}
+
+/// What holds back the moves that did not happen, judged on the counts after the plan (what the next
+/// step will see), so a repeated step reports the same and writes nothing.
+fn refusals(w: &World, intents: &[Intent]) -> Refused {
+    let mut refused = Refused::default();
+    for intent in intents {
+        let n = &w.nodes[intent.node];
+        let rev = &w.revs[intent.rev];
+        if n.assigned || !n.eligible {
+            continue;
+        }
+        let Some(hash) = w.hashes.get(intent.rev, intent.node) else {
+            continue;
+        };
+        if !in_flight_of(rev.name(), rev.state.retry, hash, n.status) || n.in_flight {
+            continue;
+        }
+        if w.budgets.full() {
+            refused.budget = true;
+        } else if w.budgets.domain_full(n.domain) {
+            refused.domains.insert(n.domain);
+        }
+    }
+    refused
+}

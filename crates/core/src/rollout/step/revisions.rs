@@ -1,0 +1,152 @@
+//! Stage 2: the fate of each revision (DESIGN.md §3 **Target**, **Failure**, **maxFailures**).
+//!
+//! Newest first: a revision `Failed` on record for this attempt stays failed; the first other one is
+//! the candidate, failed now by fleet validation errors or by reaching `maxFailures`, else the target;
+//! everything older than the target is just older.
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+
+use netwave_api::FailedNode;
+
+use super::super::input::{AgentPhase, RevisionState, RolloutInput};
+use super::super::vocab::{Phase, REASON_APPLY_TIMEOUT};
+use super::super::world::{FailCause, Fate, Node, Rev, World};
+use crate::types::Timestamp;
+
+/// Newest (highest sequence) first; the name breaks ties so the order never depends on the input's.
+fn newest_first(a: &&RevisionState, b: &&RevisionState) -> Ordering {
+    b.sequence.cmp(&a.sequence).then(a.name.cmp(&b.name))
+}
+
+/// The revisions whose rendered hashes a step over `input` may need: every revision that could become
+/// the target this step (newest first, skipping ones that stay `Failed`) down to and including the
+/// newest `Complete` one (the last good revision, where rollbacks go). Render these, fill
+/// [`RolloutInput::rendered`], then call [`step`](super::step).
+pub fn revisions_to_render(input: &RolloutInput) -> Vec<String> {
+    let mut revs: Vec<&RevisionState> = input.revisions.iter().collect();
+    revs.sort_by(newest_first);
+    let mut out = Vec::new();
+    for r in revs {
+        let phase = Phase::parse(r.status.phase.as_deref());
+        let same_attempt = r.status.observed_retry.is_none_or(|x| x == r.retry);
+        if phase == Some(Phase::Failed) && same_attempt {
+            continue;
+        }
+        out.push(r.name.clone());
+        if phase == Some(Phase::Complete) {
+            break;
+        }
+    }
+    out
+}
+
+/// Judges every revision, newest first, and finds the target and the last good revision.
+pub(super) fn evaluate_revisions<'a>(w: &mut World<'a>, revisions: &'a [RevisionState]) {
+    let mut states: Vec<&RevisionState> = revisions.iter().collect();
+    states.sort_by(newest_first);
+    states.dedup_by(|a, b| a.name == b.name);
+    w.revs.reserve(states.len());
+    for state in states {
+        let mut rev = Rev::new(state, &w.input.defaults);
+        rev.fate = if rev.stays_failed() {
+            Fate::Failed(FailCause::Stored)
+        } else if w.target.is_some() {
+            Fate::Older
+        } else {
+            let assigned = w.by_revision.get(rev.name()).map_or(&[][..], Vec::as_slice);
+            candidate_fate(&mut rev, &w.nodes, assigned, w.now)
+        };
+        if rev.fate == Fate::Target {
+            w.target = Some(w.revs.len());
+        }
+        w.revs.push(rev);
+    }
+    w.last_good = w.revs.iter().position(|r| {
+        !matches!(r.fate, Fate::Failed(_)) && r.stored_phase == Some(Phase::Complete)
+    });
+    if let Some(t) = w.target {
+        for f in &w.revs[t].failed_nodes {
+            if let Ok(i) = w.nodes.binary_search_by(|n| n.name().cmp(&f.node)) {
+                w.nodes[i].failed_target = true;
+            }
+        }
+    }
+}
+
+/// The fate of the newest revision not `Failed` on record: the target, unless fleet validation or
+/// `maxFailures` fails it now. Records the failures found this step.
+fn candidate_fate(rev: &mut Rev, nodes: &[Node], assigned: &[usize], now: Timestamp) -> Fate {
+    // A completed revision is the proven last good one: it is never failed afterwards (a node that
+    // fails it later is recorded and marks it Degraded), or one bad node would roll back the fleet.
+    let complete = rev.stored_phase == Some(Phase::Complete);
+    if !complete && !rev.state.validation.errors.is_empty() {
+        return Fate::Failed(FailCause::Validation);
+    }
+    let found = detect_failures(nodes, assigned, rev, now);
+    rev.new_failures = found.len();
+    rev.failed_nodes.extend(found);
+    if !complete && rev.failed_nodes.len() >= rev.policy.max_failures as usize {
+        Fate::Failed(FailCause::MaxFailures)
+    } else {
+        Fate::Target
+    }
+}
+
+/// Failures of `rev` not on record yet: its agent reported `Invalid` for this attempt, or it was
+/// assigned this attempt `applyTimeoutSeconds` ago and is not updated.
+fn detect_failures(
+    nodes: &[Node],
+    assigned: &[usize],
+    rev: &Rev,
+    now: Timestamp,
+) -> Vec<FailedNode> {
+    let name = rev.name();
+    let retry = rev.state.retry;
+    let timeout = rev.policy.apply_timeout_seconds as u64;
+    let known: BTreeSet<&str> = rev.failed_nodes.iter().map(|f| f.node.as_str()).collect();
+    let mut out = Vec::new();
+    for &i in assigned {
+        let n = &nodes[i];
+        let (Some(spec), st) = (n.spec, n.status) else {
+            continue;
+        };
+        if known.contains(n.name()) || out.iter().any(|f: &FailedNode| f.node == n.name()) {
+            continue;
+        }
+        // A spec the agent refused as tampered says nothing about the revision: the configurator puts
+        // the spec back, and the apply timeout still catches a node that never gets it.
+        let tampered = st.reason.as_deref() == Some(netwave_api::REASON_CONFIG_TAMPERED);
+        if st.phase == Some(AgentPhase::Invalid)
+            && !tampered
+            && st.observed_revision.as_deref() == Some(name)
+            && st.observed_retry == Some(retry)
+        {
+            out.push(FailedNode {
+                node: n.name().to_string(),
+                reason: st
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| AgentPhase::Invalid.as_str().to_string()),
+                message: st.message.clone().unwrap_or_default(),
+                at: Some(now.to_time()),
+            });
+        } else if spec.revision == name
+            && spec.retry == retry
+            && !n.updated(name)
+            && let Some(at) = spec.assigned_at
+            && now >= at.plus_secs(timeout)
+        {
+            out.push(FailedNode {
+                node: n.name().to_string(),
+                reason: REASON_APPLY_TIMEOUT.to_string(),
+                message: format!(
+                    "no Provisioned report within {timeout}s of assignment at {}",
+                    at.to_time().0
+                ),
+                at: Some(now.to_time()),
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,442 @@
+//! The world one step evaluates: the nodes joined with their configs, the revisions with their fate,
+//! and what the stages of [`step`](super::step) decide on the way. The stages and the status builder
+//! ([`status`](super::status)) both read it; neither imports the other's types.
+//!
+//! ```text
+//!   RolloutInput ──► World { nodes, revs, order, budgets, intents, assignments, … } ──► Context
+//!                     written by the stages of step, in order                          read by status
+//! ```
+//!
+//! Also here: what *updated* and *in flight* mean (DESIGN.md §3), since every stage asks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use netwave_api::FailedNode;
+
+use super::input::{
+    AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, RevisionState, RolloutInput,
+};
+use super::plan::{AssignReason, Assignment, WaitingOn};
+use super::policy::{Policy, PolicyDefaults, resolve};
+use super::vocab::Phase;
+use crate::types::Timestamp;
+
+/// Whether a node is *in flight*: its agent may be changing the node's network config because of what
+/// the configurator assigned, so it counts against `maxUnavailable`.
+///
+/// In flight while the spec differs from what the agent reports as provisioned, whatever revision
+/// either is. "What it runs" is the reported `configHash` when the agent reports one (so a fast-path
+/// assignment, same config under a new revision, never counts, and a re-rendered config for the same
+/// revision does), else the observed revision. Two refinements for agents that reported `Invalid`: one
+/// that did so for exactly this spec (revision and retry) has restored its last good config and stopped;
+/// it is at rest, not in flight (counting it would let failed nodes hold budget slots forever when there
+/// is no last good revision to move them to, and deadlock a fail-forward rollout behind them). And the
+/// hash it reports is the restored config's, so rolling it back to that config is free too.
+pub fn is_in_flight(config: &NodeConfigState) -> bool {
+    in_flight_of(
+        &config.spec.revision,
+        config.spec.retry,
+        &config.spec.config_hash,
+        &config.status,
+    )
+}
+
+/// The node is *updated* for `revision`: its spec is `revision`, and its agent reports `Provisioned` for
+/// `revision` (and, when it reports a hash, for the config the spec holds). Status about an older
+/// revision or an older config never counts.
+pub fn is_updated(config: &NodeConfigState, revision: &str) -> bool {
+    updated_of(
+        &config.spec.revision,
+        &config.spec.config_hash,
+        &config.status,
+        revision,
+    )
+}
+
+pub(super) fn in_flight_of(revision: &str, retry: u32, hash: &str, st: &AgentReport) -> bool {
+    let gave_up = st.phase == Some(AgentPhase::Invalid)
+        && st.observed_revision.as_deref() == Some(revision)
+        && st.observed_retry == Some(retry);
+    // An agent that reported Invalid restored its last good config and reports that config's hash.
+    let runs_it = match (&st.phase, &st.config_hash) {
+        (Some(AgentPhase::Provisioned | AgentPhase::Invalid), Some(h)) => h == hash,
+        (Some(AgentPhase::Provisioned), None) => st.observed_revision.as_deref() == Some(revision),
+        _ => false,
+    };
+    !(gave_up || runs_it)
+}
+
+pub(super) fn updated_of(
+    spec_revision: &str,
+    hash: &str,
+    st: &AgentReport,
+    revision: &str,
+) -> bool {
+    spec_revision == revision
+        && st.observed_revision.as_deref() == Some(revision)
+        && st.phase == Some(AgentPhase::Provisioned)
+        && st.config_hash.as_deref().is_none_or(|h| h == hash)
+}
+
+/// How many node names a status message or report lists before "and N more".
+pub(super) const LIST_LIMIT: usize = 5;
+
+/// Node specs written by earlier rounds of one step: node → new spec (`None`: config deleted).
+pub(super) type Overlay = BTreeMap<String, Option<AssignedSpec>>;
+
+/// Everything the stages of one step share. Indices into `nodes` and `revs` stand for nodes and
+/// revisions throughout: both are sorted once (nodes by name, revisions newest first) and never move.
+pub(super) struct World<'a> {
+    pub now: Timestamp,
+    pub input: &'a RolloutInput,
+    /// Every node, by name, with its spec and its agent's report.
+    pub nodes: Vec<Node<'a>>,
+    /// Configs of nodes that left: deleted, never counted as failures.
+    pub orphans: Vec<String>,
+    /// Nodes by the revision their spec names, or their agent reports on (failure detection looks at
+    /// these; counts of nodes *assigned* a revision check the spec again).
+    pub by_revision: BTreeMap<&'a str, Vec<usize>>,
+    /// Every revision, newest first, with its fate.
+    pub revs: Vec<Rev<'a>>,
+    pub target: Option<usize>,
+    /// The last good revision as the step begins: where this step's rollbacks and new nodes go. If the
+    /// target completes with this plan it becomes the last good revision ([`Context::last_good_after`],
+    /// which the statuses and the report show), but a node that failed it still goes back here.
+    pub last_good: Option<usize>,
+    /// Rollout order: failure domains round-robin, node name within a domain.
+    pub order: Vec<usize>,
+    pub budgets: Budgets<'a>,
+    pub hashes: Hashes<'a>,
+    /// Moves wanted this step, most urgent first; admitted under the budget afterwards.
+    pub intents: Intents,
+    pub canary: CanaryStage,
+    /// Every canary became updated this step (the bake starts now).
+    pub canaries_done_now: bool,
+    /// What the target's rollout waits on besides budget and nodes (canaries, bake).
+    pub waiting: Vec<WaitingOn>,
+    pub assignments: Vec<Assignment>,
+    /// Nodes an intent could not be admitted for because a revision's rendered hash is missing.
+    pub missing: BTreeMap<usize, Vec<String>>,
+    /// Why moves that were wanted did not happen, judged after the plan.
+    pub refused: Refused,
+    pub requeue: Requeue,
+}
+
+impl<'a> World<'a> {
+    pub fn new(input: &'a RolloutInput, now: Timestamp) -> World<'a> {
+        World {
+            now,
+            input,
+            nodes: Vec::new(),
+            orphans: Vec::new(),
+            by_revision: BTreeMap::new(),
+            revs: Vec::new(),
+            target: None,
+            last_good: None,
+            order: Vec::new(),
+            budgets: Budgets::default(),
+            hashes: Hashes::default(),
+            intents: Intents::default(),
+            canary: CanaryStage::Off,
+            canaries_done_now: false,
+            waiting: Vec::new(),
+            assignments: Vec::new(),
+            missing: BTreeMap::new(),
+            refused: Refused::default(),
+            requeue: Requeue { now, at: None },
+        }
+    }
+}
+
+/// The spec of a node's config, borrowed from the input or from this step's assignments.
+#[derive(Clone, Copy)]
+pub(super) struct Spec<'a> {
+    pub revision: &'a str,
+    pub retry: u32,
+    pub hash: &'a str,
+    pub assigned_at: Option<Timestamp>,
+}
+
+pub(super) struct Node<'a> {
+    pub state: &'a NodeState,
+    pub has_config: bool,
+    pub status: &'a AgentReport,
+    /// Ready and not cordoned.
+    pub eligible: bool,
+    /// Index into [`Budgets::domain_names`].
+    pub domain: usize,
+    pub spec: Option<Spec<'a>>,
+    pub in_flight: bool,
+    /// Assigned by this step.
+    pub assigned: bool,
+    /// On record (or found this step) as failed by the target's current attempt.
+    pub failed_target: bool,
+}
+
+impl<'a> Node<'a> {
+    pub fn name(&self) -> &'a str {
+        &self.state.name
+    }
+    pub fn updated(&self, revision: &str) -> bool {
+        self.spec
+            .is_some_and(|s| updated_of(s.revision, s.hash, self.status, revision))
+    }
+}
+
+/// The report of a node without a config (or whose config an earlier round deleted).
+pub(super) static NO_REPORT: AgentReport = AgentReport {
+    phase: None,
+    observed_revision: None,
+    observed_retry: None,
+    config_hash: None,
+    last_good_revision: None,
+    reason: None,
+    message: None,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FailCause {
+    /// Already `Failed` in status (this attempt).
+    Stored,
+    Validation,
+    MaxFailures,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    Failed(FailCause),
+    Target,
+    /// Older than the target and not failed.
+    Older,
+}
+
+/// One revision after evaluation.
+pub(super) struct Rev<'a> {
+    pub state: &'a RevisionState,
+    pub stored_phase: Option<Phase>,
+    /// `status.observedRetry` matches `spec.retry`: the failures on record belong to this attempt.
+    pub same_attempt: bool,
+    pub policy: Policy,
+    pub policy_errors: Vec<String>,
+    pub fate: Fate,
+    /// Failures of the current attempt, including the ones found this step (at the end).
+    pub failed_nodes: Vec<FailedNode>,
+    pub new_failures: usize,
+}
+
+impl<'a> Rev<'a> {
+    /// The revision as stored, before this step judges it ([`Fate::Older`] until then).
+    pub fn new(state: &'a RevisionState, defaults: &PolicyDefaults) -> Rev<'a> {
+        let same_attempt = state.status.observed_retry.is_none_or(|r| r == state.retry);
+        let (policy, errors) = resolve(&state.policy, defaults);
+        Rev {
+            state,
+            stored_phase: Phase::parse(state.status.phase.as_deref()),
+            same_attempt,
+            policy,
+            policy_errors: errors.iter().map(ToString::to_string).collect(),
+            fate: Fate::Older,
+            failed_nodes: if same_attempt {
+                state.status.failed_nodes.clone()
+            } else {
+                Vec::new()
+            },
+            new_failures: 0,
+        }
+    }
+    pub fn name(&self) -> &'a str {
+        &self.state.name
+    }
+    /// `Failed` on record for this attempt: stays failed until `spec.retry` changes.
+    pub fn stays_failed(&self) -> bool {
+        self.stored_phase == Some(Phase::Failed) && self.same_attempt
+    }
+    pub fn rearmed(&self) -> bool {
+        self.stored_phase == Some(Phase::Failed) && !self.same_attempt
+    }
+    /// The target gives itself to no further node: paused, an invalid policy, or validation errors.
+    /// Validation errors on the target are only possible once it completed (before, they fail it): the
+    /// fleet changed under it. It stays the last good revision, but no further node gets it.
+    pub fn halted(&self) -> bool {
+        !self.state.validation.errors.is_empty()
+            || self.state.paused
+            || !self.policy_errors.is_empty()
+    }
+}
+
+/// Where the target's canary stage stands.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum CanaryStage {
+    /// No canaries configured, or the target already completed.
+    Off,
+    /// Only these nodes (indices) may get the target.
+    Canaries {
+        nodes: BTreeSet<usize>,
+        pending: u32,
+    },
+    Baking {
+        until: Timestamp,
+    },
+    Done,
+}
+
+/// Failure domains and what is in flight in each, against `maxUnavailable` and
+/// `maxUnavailablePerDomain`.
+#[derive(Default)]
+pub(super) struct Budgets<'a> {
+    /// `maxUnavailable` of the eligible nodes.
+    pub total: u32,
+    /// In-flight nodes, whatever revision and whether eligible or not.
+    pub in_flight: u32,
+    /// Domains sorted by name (one unnamed domain without a `topologyKey`).
+    pub domain_names: Vec<&'a str>,
+    pub domain_budget: Vec<Option<u32>>,
+    pub domain_in_flight: Vec<u32>,
+}
+
+impl Budgets<'_> {
+    pub fn full(&self) -> bool {
+        self.in_flight >= self.total
+    }
+    pub fn domain_full(&self, domain: usize) -> bool {
+        self.domain_budget[domain].is_some_and(|b| self.domain_in_flight[domain] >= b)
+    }
+    /// Records a node of `domain` entering (`true`) or leaving flight.
+    pub fn set(&mut self, domain: usize, in_flight: bool) {
+        if in_flight {
+            self.in_flight += 1;
+            self.domain_in_flight[domain] += 1;
+        } else {
+            self.in_flight -= 1;
+            self.domain_in_flight[domain] -= 1;
+        }
+    }
+}
+
+/// Rendered hashes per node of the target and the last good revision: the only revisions assigned.
+#[derive(Default)]
+pub(super) struct Hashes<'a> {
+    pub target: Option<usize>,
+    pub last_good: Option<usize>,
+    pub of_target: Vec<Option<&'a String>>,
+    pub of_last_good: Vec<Option<&'a String>>,
+}
+
+impl<'a> Hashes<'a> {
+    pub fn get(&self, rev: usize, node: usize) -> Option<&'a str> {
+        if Some(rev) == self.target {
+            self.of_target[node].map(String::as_str)
+        } else if Some(rev) == self.last_good {
+            self.of_last_good[node].map(String::as_str)
+        } else {
+            None
+        }
+    }
+}
+
+/// A move wanted this step: `node` to revision `rev`.
+pub(super) struct Intent {
+    pub node: usize,
+    pub rev: usize,
+    pub reason: AssignReason,
+}
+
+/// At most one intent per node: the first one wanted is the most urgent.
+#[derive(Default)]
+pub(super) struct Intents {
+    pub list: Vec<Intent>,
+    has: Vec<bool>,
+}
+
+impl Intents {
+    pub fn new(nodes: usize) -> Intents {
+        Intents {
+            list: Vec::new(),
+            has: vec![false; nodes],
+        }
+    }
+    pub fn has(&self, node: usize) -> bool {
+        self.has[node]
+    }
+    pub fn push(&mut self, node: usize, rev: usize, reason: AssignReason) {
+        self.list.push(Intent { node, rev, reason });
+        self.has[node] = true;
+    }
+}
+
+/// Why wanted moves did not happen: the global budget, or these domains' budgets.
+#[derive(Default)]
+pub(super) struct Refused {
+    pub budget: bool,
+    pub domains: BTreeSet<usize>,
+}
+
+/// The earliest future instant something changes without anyone writing: an apply timeout, the end of
+/// a bake, the progress deadline. The shell steps again then.
+pub(super) struct Requeue {
+    now: Timestamp,
+    pub at: Option<Timestamp>,
+}
+
+impl Requeue {
+    pub fn wake(&mut self, at: Timestamp) {
+        if at > self.now {
+            self.at = Some(self.at.map_or(at, |r| r.min(at)));
+        }
+    }
+}
+
+/// What the status builder needs to know about the target after the assignments.
+pub(super) struct TargetView {
+    pub idx: usize,
+    pub total: u32,
+    pub updated: u32,
+    pub in_progress: u32,
+    pub queued: u32,
+    pub skipped: u32,
+    pub started: bool,
+    pub halted_by_policy: bool,
+    /// A completed target whose validation now fails: no further assignments.
+    pub invalid: bool,
+    pub canary_stage: CanaryStage,
+    /// Set when every canary became updated this step.
+    pub canaries_done_now: bool,
+    pub waiting: Vec<WaitingOn>,
+}
+
+impl TargetView {
+    /// Every eligible node not failed is updated (and at least one is).
+    pub fn all_done(&self) -> bool {
+        self.updated >= 1 && self.in_progress == 0 && self.queued == 0
+    }
+}
+
+/// Per-revision node counts after the plan (for revisions other than the target).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Counts {
+    pub assigned: u32,
+    pub updated: u32,
+}
+
+/// The world after the plan, as the status builder sees it.
+pub(super) struct Context<'a, 'b> {
+    pub now: Timestamp,
+    pub revs: &'b [Rev<'a>],
+    pub target: Option<&'b TargetView>,
+    pub last_good: Option<usize>,
+    pub counts: &'b BTreeMap<&'a str, Counts>,
+}
+
+impl Context<'_, '_> {
+    /// The last good revision once this plan is applied: the target itself if it completes now.
+    pub fn last_good_after(&self) -> Option<usize> {
+        match self.target {
+            Some(tv) if self.target_complete(tv) => Some(tv.idx),
+            _ => self.last_good,
+        }
+    }
+
+    pub fn target_complete(&self, tv: &TargetView) -> bool {
+        self.revs[tv.idx].stored_phase == Some(Phase::Complete) || tv.all_done()
+    }
+}
