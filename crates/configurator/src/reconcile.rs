@@ -828,12 +828,15 @@ impl Reconciler {
         }
         drop(_g);
         let mut outcome = outcome;
-        if outcome.equals_failed != self.reported_equals_failed && self.writer.is_leader() {
-            if let Some(name) = &outcome.equals_failed {
+        if self.writer.is_leader() {
+            if let Some(name) = revision::equals_failed_notice(
+                self.reported_equals_failed.as_deref(),
+                outcome.equals_failed.as_deref(),
+            ) {
                 let uid = snapshot
                     .revisions
                     .iter()
-                    .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+                    .find(|r| r.metadata.name.as_deref() == Some(name))
                     .and_then(|r| r.metadata.uid.clone());
                 outcome.intents.push(Intent::Event {
                     regarding: object_ref("NetworkConfigRevision", name, uid),

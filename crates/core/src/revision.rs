@@ -269,6 +269,14 @@ pub fn decide(hash: &str, existing: &[ExistingRevision], sequence_floor: u64) ->
     }
 }
 
+/// The failed revision the admin must be told about now, if any: the inputs equal `now`'s failed
+/// revision and this process has not said so since they last did (`reported`). One Event per occurrence:
+/// going back to good inputs and then to the failed ones again is a new occurrence. The memory is the
+/// caller's and per process, so a new leader says it once more.
+pub fn equals_failed_notice<'a>(reported: Option<&str>, now: Option<&'a str>) -> Option<&'a str> {
+    now.filter(|n| reported != Some(*n))
+}
+
 /// Debounces input changes. Admins change inputs object by object (`kubectl apply -f dir/`, a GitOps
 /// sync), and every intermediate set would otherwise become a revision that starts rolling out: a
 /// half-applied configuration on the first nodes, then a second rollout over them. A revision is cut once
@@ -322,6 +330,16 @@ impl InputSettle {
 #[cfg(test)]
 mod settle_tests {
     use super::*;
+
+    #[test]
+    fn equal_to_a_failed_revision_is_said_once_per_occurrence() {
+        assert_eq!(equals_failed_notice(None, Some("rev-b")), Some("rev-b"));
+        assert_eq!(equals_failed_notice(Some("rev-b"), Some("rev-b")), None);
+        assert_eq!(equals_failed_notice(Some("rev-b"), None), None);
+        // Another failed revision, or the same one after the inputs were good in between.
+        assert_eq!(equals_failed_notice(Some("rev-b"), Some("rev-c")), Some("rev-c"));
+        assert_eq!(equals_failed_notice(None, Some("rev-b")), Some("rev-b"));
+    }
 
     const W: Duration = Duration::from_secs(2);
 
