@@ -255,12 +255,28 @@ fn rendered_configs(rendered: &BTreeMap<String, RenderedNode>) -> Vec<Finding> {
     refused_configs(by_hash.into_values().map(|(r, nodes)| (r.config(), nodes)))
 }
 
-/// One finding per config the agent's model refuses, with node-independent settings.
+/// One finding per config the agent's model refuses — its kernel objects ([`dataplane::desired`]) or
+/// its FRR configuration ([`crate::frr::render`]) — with node-independent settings (FRR's underlay is
+/// node-local and never changes what a config's VRFs and VNIs mean to FRR, so a placeholder stands in).
 fn refused_configs(configs: impl Iterator<Item = (NodeConfig, Vec<String>)>) -> Vec<Finding> {
     let settings = dataplane::NodeSettings::default();
+    let underlay = crate::frr::Underlay::new(crate::frr::UnderlaySettings {
+        asn: 64512,
+        vtep_address: "192.0.2.1".into(),
+        neighbors: vec![crate::frr::NeighborSettings {
+            address: None,
+            interface: Some("eth0".into()),
+            remote_as: crate::frr::RemoteAsSetting::Keyword("external".into()),
+        }],
+        ..Default::default()
+    })
+    .expect("the placeholder underlay is valid");
     let mut out: Vec<Finding> = configs
         .filter_map(|(config, nodes)| {
-            let e = dataplane::desired(&config, &settings).err()?;
+            let e = match dataplane::desired(&config, &settings) {
+                Err(e) => e.to_string(),
+                Ok(_) => crate::frr::render(&config, &underlay).err()?.to_string(),
+            };
             Some(Finding {
                 check: Check::NodeConfig,
                 objects: Vec::new(),

@@ -481,6 +481,35 @@ fn routes_the_agent_would_refuse_fail_fleet_validation_with_their_field_path() {
     }
 }
 
+/// A route target FRR cannot encode (an ASN above 65535 with a number above 65535) is accepted by the
+/// API's syntax check and used to be dropped by FRR with exit code 0; fleet validation renders FRR's
+/// configuration for every distinct node config and refuses it before any node gets it.
+#[test]
+fn a_vrf_frr_cannot_express_fails_fleet_validation() {
+    let mut v = vrf("blue", Some(7));
+    v.spec.route_target = Some("4200000000:70000".into());
+    let ins = inputs(vec![v], vec![], vec![]);
+    assert!(
+        check(&ins).errors.is_empty(),
+        "the input checks see nothing wrong"
+    );
+    let found = netwave_core::fleet::render_and_validate(&ins, &nodes(), &FleetParams::default());
+    let errors: Vec<String> = found
+        .validation
+        .errors
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("the rendered node config is one no agent can apply: VRF ")
+            && errors[0].contains("routeTarget")
+            && errors[0].contains("(nodes: "),
+        "{}",
+        errors[0]
+    );
+}
+
 #[test]
 fn one_rule_priority_in_two_routing_tables_conflicts() {
     let mut a = rt("a", 300);
