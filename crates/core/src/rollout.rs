@@ -1,4 +1,4 @@
-//! The rollout state machine: [`step`]`(input, now) -> Plan`. DESIGN.md §3 is the contract.
+//! The rollout state machine: [`step`](step())`(input, now) -> Plan`. DESIGN.md §3 is the contract.
 //!
 //! ```text
 //!   shell (configurator leader)                 core (this module, pure)

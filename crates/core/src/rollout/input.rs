@@ -1,4 +1,4 @@
-//! What [`step`](super::step) looks at: plain data the shell rebuilds from its watch caches on every
+//! What [`step`](super::step()) looks at: plain data the shell rebuilds from its watch caches on every
 //! reconcile. Nothing here remembers anything between steps; all rollout state lives in the API objects
 //! these are read from, which is what lets a new leader continue exactly where the old one stopped.
 

@@ -1,4 +1,4 @@
-//! What [`step`](super::step) returns: the writes to make, the Events to record and a report of what the
+//! What [`step`](super::step()) returns: the writes to make, the Events to record and a report of what the
 //! rollout waits on. Plans are specific: the shell makes no choices, it applies [`Plan::writes`] in order.
 
 use std::fmt;

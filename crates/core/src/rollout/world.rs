@@ -1,5 +1,5 @@
 //! The world one step evaluates: the nodes joined with their configs, the revisions with their fate,
-//! and what the stages of [`step`](super::step) decide on the way. The stages and the status builder
+//! and what the stages of [`step`](mod@super::step) decide on the way. The stages and the status builder
 //! ([`status`](super::status)) both read it; neither imports the other's types.
 //!
 //! ```text
