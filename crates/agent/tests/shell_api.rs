@@ -2,7 +2,7 @@
 //! network namespace (root): status reporting, skip-until-retry, drift repair, Node condition and taints,
 //! Events, metrics.
 //!
-//! The agent runs on the real kube-apiserver with its deployed identity (`deploy/agent.yaml`'s
+//! The agent runs on the real kube-apiserver with its deployed identity (`deploy/base/agent.yaml`'s
 //! ServiceAccount and RBAC, `real_api`), except where a test cuts the node off the API server: partitions
 //! are injected faults, which only the testbed has.
 

@@ -10,5 +10,8 @@ fn main() -> std::io::Result<()> {
         std::fs::write(&path, netwave_api::crd_yaml(&crd))?;
         println!("wrote {}", path.display());
     }
+    let path = dir.join("kustomization.yaml");
+    std::fs::write(&path, netwave_api::crds_kustomization())?;
+    println!("wrote {}", path.display());
     Ok(())
 }

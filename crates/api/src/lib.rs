@@ -74,6 +74,19 @@ fn kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition
 }
 
 /// The YAML committed for a CRD: a generated-file header, then the object.
+/// `crds/kustomization.yaml`: the CRDs as a kustomize resource directory, so the install (`deploy/`)
+/// includes them and `kubectl apply -k crds/` installs them alone.
+pub fn crds_kustomization() -> String {
+    let mut out = String::from(
+        "# Generated from crates/api by `make crds`. Do not edit.\n\
+         apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n",
+    );
+    for (file, _) in crds() {
+        out.push_str(&format!("  - {file}\n"));
+    }
+    out
+}
+
 pub fn crd_yaml(crd: &CustomResourceDefinition) -> String {
     let body = serde_saphyr::to_string(crd).expect("a CRD always serializes to YAML");
     format!("# Generated from crates/api by `make crds`. Do not edit.\n{body}")

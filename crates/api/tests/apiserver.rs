@@ -46,12 +46,13 @@ fn ok(cp: &ControlPlane, args: &[&str]) -> String {
     out
 }
 
-/// The control plane with netwave's CRDs applied by kubectl from `crds/` and Established.
+/// The control plane with netwave's CRDs applied by kubectl from `crds/` (a kustomization) and
+/// Established.
 async fn with_crds() -> Shared {
     let cp = shared().await.unwrap();
-    let o = kubectl(&cp, &["apply", "-f", "crds/"], None);
+    let o = kubectl(&cp, &["apply", "-k", "crds/"], None);
     let (out, err) = text(&o);
-    assert!(o.status.success(), "kubectl apply -f crds/: {err}");
+    assert!(o.status.success(), "kubectl apply -k crds/: {err}");
     // A warning on apply (an unknown schema format, a deprecated field) is a defect users see every time.
     assert!(
         !err.contains("Warning"),

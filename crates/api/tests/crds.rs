@@ -18,6 +18,10 @@ fn committed_crds_match_the_rust_types() {
             ));
         }
     }
+    let have = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap_or_default();
+    if have != netwave_api::crds_kustomization() {
+        drifted.push("crds/kustomization.yaml does not list the generated CRDs".to_string());
+    }
     assert!(
         drifted.is_empty(),
         "{}\nRun `make crds` and commit the result.",

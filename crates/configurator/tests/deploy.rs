@@ -7,9 +7,13 @@ use std::path::{Path, PathBuf};
 fn deploy_files() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
     let mut out = Vec::new();
-    for dir in [root.clone(), root.join("monitoring")] {
+    for dir in [root.join("base"), root.join("monitoring")] {
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
+            // Kustomizations are checked by rendering them (tests/install.rs).
+            if p.file_name().is_some_and(|n| n == "kustomization.yaml") {
+                continue;
+            }
             if p.extension().is_some_and(|x| x == "yaml" || x == "json") {
                 out.push(p);
             }

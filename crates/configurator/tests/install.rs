@@ -38,26 +38,48 @@ fn kubectl(cp: &ControlPlane, args: &[&str]) -> (String, String) {
     (o, e)
 }
 
-/// Every YAML manifest under `deploy/` but the samples (the admins' objects, tested on their own).
-fn deploy_manifests() -> Vec<String> {
+/// Every object of every manifest file `deploy/` ships (all but the samples, the admins' objects tested
+/// on their own), as `Kind/name`.
+fn shipped_objects() -> Vec<String> {
     let mut out = Vec::new();
-    for dir in ["deploy", "deploy/monitoring"] {
+    for dir in ["deploy/base", "deploy/monitoring"] {
         for e in std::fs::read_dir(repo().join(dir)).unwrap() {
             let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "yaml") {
-                out.push(format!(
-                    "{dir}/{}",
-                    p.file_name().unwrap().to_string_lossy()
-                ));
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if p.extension().is_none_or(|x| x != "yaml") || name == "kustomization.yaml" {
+                continue;
             }
+            out.extend(objects(&std::fs::read_to_string(&p).unwrap()));
         }
     }
     out.sort();
     out
 }
 
-/// Installs netwave from `deploy/` with kubectl, after the Prometheus operator's CRDs.
-fn install(cp: &ControlPlane) {
+/// `Kind/name` of every document in a multi-document YAML text.
+fn objects(yaml: &str) -> Vec<String> {
+    serde_saphyr::from_multiple::<serde_json::Value>(yaml)
+        .unwrap()
+        .iter()
+        .filter(|d| !d.is_null())
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// `kubectl kustomize <dir>`: the rendered install.
+fn render(cp: &ControlPlane, dir: &str) -> String {
+    kubectl(cp, &["kustomize", dir]).0
+}
+
+/// Installs netwave as an admin would, `kubectl apply -k deploy/overlays/monitoring`, after the
+/// Prometheus operator's CRDs. Returns the rendered objects.
+fn install(cp: &ControlPlane) -> Vec<String> {
     let operator = cp
         .binaries()
         .prometheus_operator_crds
@@ -65,20 +87,18 @@ fn install(cp: &ControlPlane) {
         .unwrap()
         .to_string();
     kubectl(cp, &["apply", "--server-side", "-f", &operator]);
-    kubectl(
-        cp,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ],
-    );
-    let files = deploy_manifests();
-    let mut args = vec!["apply"];
-    for f in &files {
-        args.extend(["-f", f.as_str()]);
+    for crd in ["prometheusrules", "servicemonitors"] {
+        kubectl(
+            cp,
+            &[
+                "wait",
+                "--for=condition=Established",
+                &format!("crd/{crd}.monitoring.coreos.com"),
+            ],
+        );
     }
-    let (out, err) = kubectl(cp, &args);
+    let rendered = objects(&render(cp, "deploy/overlays/monitoring"));
+    let (out, err) = kubectl(cp, &["apply", "-k", "deploy/overlays/monitoring"]);
     // (The test harness created netwave-system without kubectl; kubectl says so. Any other warning is ours.)
     let warnings: Vec<&str> = err
         .lines()
@@ -88,39 +108,44 @@ fn install(cp: &ControlPlane) {
         warnings.is_empty(),
         "the server warns about deploy/:\n{err}"
     );
-    let docs: usize = files
-        .iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(repo().join(f)).unwrap();
-            serde_saphyr::from_multiple::<serde_json::Value>(&text)
-                .unwrap()
-                .iter()
-                .filter(|d| !d.is_null())
-                .count()
-        })
-        .sum();
-    assert_eq!(out.lines().count(), docs, "one line per object:\n{out}");
+    assert_eq!(
+        out.lines().count(),
+        rendered.len(),
+        "one line per object:\n{out}"
+    );
+    rendered
 }
 
 #[tokio::test]
-async fn every_manifest_in_deploy_is_accepted_by_the_server() {
+async fn the_kustomize_install_renders_everything_shipped_and_the_server_accepts_it() {
     let env = env().await;
-    let files = deploy_manifests();
-    for want in [
-        "deploy/admission.yaml",
-        "deploy/agent.yaml",
-        "deploy/configurator.yaml",
-        "deploy/monitoring/prometheusrule.yaml",
-    ] {
-        assert!(files.iter().any(|f| f == want), "{want} in {files:?}");
+    let cp = env.cp();
+    let base = objects(&render(cp, "deploy/base"));
+    let rendered = install(cp);
+    // Nothing shipped is left out of the install, and the base needs no Prometheus operator.
+    let shipped = shipped_objects();
+    let missing: Vec<&String> = shipped.iter().filter(|o| !rendered.contains(o)).collect();
+    assert!(missing.is_empty(), "shipped but not installed: {missing:?}");
+    for crd in netwave_api::crds() {
+        let name = format!("CustomResourceDefinition/{}", crd.1.metadata.name.unwrap());
+        assert!(base.contains(&name), "{name} in the base");
     }
-    install(env.cp());
-    let (rules, _) = kubectl(env.cp(), &["get", "prometheusrules", "-A", "-o", "name"]);
-    assert!(!rules.trim().is_empty(), "the PrometheusRule is stored");
-    let (policies, _) = kubectl(
-        env.cp(),
-        &["get", "validatingadmissionpolicies", "-o", "name"],
+    assert!(
+        !base
+            .iter()
+            .any(|o| o.starts_with("PrometheusRule/") || o.starts_with("ServiceMonitor/")),
+        "the base installs without the Prometheus operator: {base:?}"
     );
+    for want in [
+        "PrometheusRule/netwave",
+        "ServiceMonitor/netwave-agent",
+        "ConfigMap/netwave-grafana-dashboard",
+    ] {
+        assert!(rendered.iter().any(|o| o == want), "{want} in {rendered:?}");
+    }
+    let (rules, _) = kubectl(cp, &["get", "prometheusrules", "-A", "-o", "name"]);
+    assert!(!rules.trim().is_empty(), "the PrometheusRule is stored");
+    let (policies, _) = kubectl(cp, &["get", "validatingadmissionpolicies", "-o", "name"]);
     assert!(policies.contains("netwave-agent-own-node"), "{policies}");
 }
 

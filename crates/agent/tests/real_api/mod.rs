@@ -1,5 +1,5 @@
 //! The real kube-apiserver for root tests that run in a throwaway network namespace (`common::in_netns`),
-//! and the agent's real identity on it: its ServiceAccount with the RBAC `deploy/agent.yaml` ships.
+//! and the agent's real identity on it: its ServiceAccount with the RBAC `deploy/base/agent.yaml` ships.
 //!
 //! ```text
 //!  test's network namespace                         the test binary's own namespace
@@ -135,14 +135,14 @@ impl RealApi {
         self.cp.kubeconfig()
     }
 
-    /// A token of the agent's ServiceAccount, with exactly the RBAC `deploy/agent.yaml` grants: the
+    /// A token of the agent's ServiceAccount, with exactly the RBAC `deploy/base/agent.yaml` grants: the
     /// testbed authorizes everything, so this is where a rule the agent lacks shows up.
     ///
     /// The ServiceAccount, ClusterRole and ClusterRoleBinding keep their deployed names (they are what is
     /// under test) and outlive the reset; every test applies the same file server-side, so a leftover
     /// is identical to what the test would create.
     pub async fn agent_token(&self) -> Result<String> {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/agent.yaml");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/base/agent.yaml");
         let yaml = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
         let docs: Vec<serde_json::Value> =
             serde_saphyr::from_multiple(&yaml).with_context(|| format!("parsing {path}"))?;
