@@ -18,6 +18,7 @@ pub mod inputs;
 pub mod manifest;
 pub mod rollout;
 pub mod validate;
+pub mod vocab;
 
 pub use inputs::*;
 pub use rollout::*;

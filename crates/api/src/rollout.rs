@@ -22,11 +22,8 @@ use crate::inputs::{
 /// timeout counts from here, so a dead or brand-new agent also times out.
 pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
 
-/// `NodeNetworkConfig.status.reason` of an agent that refused a spec whose `config` does not hash to its
-/// `configHash` (edited by hand, not written by the configurator). The kernel was not touched. Not a
-/// verdict on the revision: the rollout does not count it as a node failure, and the configurator puts
-/// the spec back.
-pub const REASON_CONFIG_TAMPERED: &str = "ConfigTampered";
+/// See [`crate::vocab::node_reasons::CONFIG_TAMPERED`].
+pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMPERED;
 
 /// One immutable snapshot of every input, and the rollout of it across the fleet.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -167,8 +167,10 @@ impl Default for Metrics {
         );
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.
-        for phase in ["Pending", "Progressing", "Complete", "Failed", "Superseded"] {
-            let _ = m.revisions.get_or_create(&PhaseLabels { phase });
+        for phase in netwave_api::vocab::RevisionPhase::ALL {
+            let _ = m.revisions.get_or_create(&PhaseLabels {
+                phase: phase.as_str(),
+            });
         }
         for state in ["updated", "in_progress", "queued", "failed", "skipped"] {
             let _ = m.nodes.get_or_create(&NodeStateLabels { state });

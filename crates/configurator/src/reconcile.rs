@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Resource;
 use kube::runtime::events::EventType as KubeEventType;
+use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
     NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision, NetworkConfigRevisionSpec,
     NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy, ValidationResult,
@@ -639,8 +640,8 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
             .or(r.status.as_ref())
             .and_then(|st| st.phase.as_deref());
         // Unknown phases (from a newer netwave) are not counted rather than becoming a new label value.
-        if let Some(known) = PHASES.iter().find(|p| Some(**p) == phase) {
-            *phases.entry(known).or_default() += 1;
+        if let Some(known) = RevisionPhase::parse(phase) {
+            *phases.entry(known.as_str()).or_default() += 1;
         }
     }
     for (phase, n) in phases {

@@ -173,7 +173,9 @@ impl ExistingRevision {
             name: ncr.metadata.name.clone().unwrap_or_default(),
             sequence: ncr.spec.sequence,
             hash: ncr.spec.hash.clone(),
-            failed: status.and_then(|s| s.phase.as_deref()) == Some("Failed"),
+            failed: netwave_api::vocab::RevisionPhase::parse(
+                status.and_then(|s| s.phase.as_deref()),
+            ) == Some(netwave_api::vocab::RevisionPhase::Failed),
             retry: ncr.spec.retry,
             observed_retry: status.and_then(|s| s.observed_retry),
         }
@@ -337,7 +339,10 @@ mod settle_tests {
         assert_eq!(equals_failed_notice(Some("rev-b"), Some("rev-b")), None);
         assert_eq!(equals_failed_notice(Some("rev-b"), None), None);
         // Another failed revision, or the same one after the inputs were good in between.
-        assert_eq!(equals_failed_notice(Some("rev-b"), Some("rev-c")), Some("rev-c"));
+        assert_eq!(
+            equals_failed_notice(Some("rev-b"), Some("rev-c")),
+            Some("rev-c")
+        );
         assert_eq!(equals_failed_notice(None, Some("rev-b")), Some("rev-b"));
     }
 

@@ -119,5 +119,5 @@ pub use policy::{
 };
 pub use step::{revisions_to_render, step};
 pub use time::TimeError;
-pub use vocab::{CONDITION_TYPES, Phase, REASON_APPLY_TIMEOUT, reasons};
+pub use vocab::{CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, reasons};
 pub use world::{is_in_flight, is_updated};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use netwave_api::vocab::NodePhase;
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionStatus, NodeNetworkConfig,
     RolloutPolicy, ValidationResult,
@@ -115,19 +116,19 @@ pub enum AgentPhase {
 
 impl AgentPhase {
     pub fn parse(s: &str) -> AgentPhase {
-        match s {
-            "Provisioning" => AgentPhase::Provisioning,
-            "Provisioned" => AgentPhase::Provisioned,
-            "Invalid" => AgentPhase::Invalid,
-            other => AgentPhase::Other(other.to_string()),
+        match NodePhase::parse(s) {
+            Some(NodePhase::Provisioning) => AgentPhase::Provisioning,
+            Some(NodePhase::Provisioned) => AgentPhase::Provisioned,
+            Some(NodePhase::Invalid) => AgentPhase::Invalid,
+            None => AgentPhase::Other(s.to_string()),
         }
     }
 
     pub fn as_str(&self) -> &str {
         match self {
-            AgentPhase::Provisioning => "Provisioning",
-            AgentPhase::Provisioned => "Provisioned",
-            AgentPhase::Invalid => "Invalid",
+            AgentPhase::Provisioning => NodePhase::Provisioning.as_str(),
+            AgentPhase::Provisioned => NodePhase::Provisioned.as_str(),
+            AgentPhase::Invalid => NodePhase::Invalid.as_str(),
             AgentPhase::Other(s) => s,
         }
     }

@@ -4,51 +4,12 @@
 //! constant, so a misspelled condition is a compile error instead of a condition no alert matches.
 //! Tests, the configurator's alerts and `kubectl` users match on them; they are part of the API.
 
-/// `status.phase` of a revision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Phase {
-    /// The target; no node assigned yet.
-    Pending,
-    /// The target; rolling out.
-    Progressing,
-    /// Every eligible node was updated at some point. Sticky: the revision is a proven last good one.
-    Complete,
-    /// Validation failed, or `maxFailures` nodes failed. Sticky until `spec.retry` changes.
-    Failed,
-    /// A newer revision became the target before this one completed.
-    Superseded,
-}
-
-impl Phase {
-    const ALL: [Phase; 5] = [
-        Phase::Pending,
-        Phase::Progressing,
-        Phase::Complete,
-        Phase::Failed,
-        Phase::Superseded,
-    ];
-
-    /// The phase a status names; `None` for no phase yet and for anything unknown (a phase written by
-    /// a newer configurator is not ours to interpret).
-    pub fn parse(s: Option<&str>) -> Option<Phase> {
-        let s = s?;
-        Phase::ALL.into_iter().find(|p| p.as_str() == s)
-    }
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Progressing => "Progressing",
-            Phase::Complete => "Complete",
-            Phase::Failed => "Failed",
-            Phase::Superseded => "Superseded",
-        }
-    }
-}
+/// `status.phase` of a revision: the API's word list (`netwave_api::vocab`).
+pub use netwave_api::vocab::RevisionPhase as Phase;
 
 /// The condition types a revision's status carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ConditionType {
+pub enum ConditionType {
     Validated,
     Progressing,
     Available,
@@ -57,7 +18,7 @@ pub(super) enum ConditionType {
 }
 
 impl ConditionType {
-    pub(super) const fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             ConditionType::Validated => "Validated",
             ConditionType::Progressing => "Progressing",
@@ -80,26 +41,10 @@ pub const CONDITION_TYPES: [&str; 5] = [
 /// The `Node` condition type the rollout reads (a node is eligible only while it is `True`).
 pub(super) const NODE_READY: &str = "Ready";
 
-/// `Condition.status`: Kubernetes spells a tri-state as strings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ConditionStatus {
-    True,
-    False,
-    Unknown,
-}
-
-impl ConditionStatus {
-    pub(super) const fn as_str(self) -> &'static str {
-        match self {
-            ConditionStatus::True => "True",
-            ConditionStatus::False => "False",
-            ConditionStatus::Unknown => "Unknown",
-        }
-    }
-}
+pub(super) use netwave_api::vocab::ConditionStatus;
 
 /// Failure reason recorded when an agent did not report in time.
-pub const REASON_APPLY_TIMEOUT: &str = "ApplyTimeout";
+pub const REASON_APPLY_TIMEOUT: &str = netwave_api::vocab::node_reasons::APPLY_TIMEOUT;
 
 /// Condition reasons with a meaning beyond display (tests and the configurator's alerts match on them).
 pub mod reasons {

@@ -725,11 +725,10 @@ impl Fleet {
             return Err(self.violation("assigns known revisions", a.revision.clone()));
         };
         let phase = rev.status.phase.as_deref();
-        let validated = rev
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Validated" && c.status == "True");
+        let validated = rev.status.conditions.iter().any(|c| {
+            c.type_ == crate::rollout::ConditionType::Validated.as_str()
+                && c.status == netwave_api::vocab::ConditionStatus::True.as_str()
+        });
         if phase == Some(Phase::Failed.as_str()) || !validated || self.invalid.contains(&a.revision)
         {
             return Err(self.violation(
