@@ -8,6 +8,7 @@
 //!                        netlink::apply (pipelined writes) ◄───────┘ ──► verify (diff must be empty)
 //!  health probes ──► health::verdict (pure gating) ──► reconcile: Provisioned | restore last good → Invalid
 //!  backup: last good config + revision + checksum, atomic; `applying` marker around every apply
+//!  FRR (--frr-config): core::frr::render ─► frr: vtysh -C, frr.conf (atomic), frr-reload.py, --test
 //! ```
 //!
 //! What a config means (the desired dataplane, the kernel's identities and defaults, the ordered
@@ -16,6 +17,7 @@
 //! agent's own pure decisions (`health::verdict`, `reconcile::decide`).
 
 pub mod backup;
+pub mod frr;
 pub mod health;
 pub mod netlink;
 pub mod reconcile;

@@ -379,6 +379,21 @@ impl Netlink {
         Ok(())
     }
 
+    /// Brings one link up or down, outside any plan: the FRR apply holds a new L3 VNI's VRF bridge down
+    /// across the reload (see `frr`), then brings it back up so the kernel matches the model again.
+    pub async fn set_up(&self, name: &str, up: bool) -> Result<(), NetlinkError> {
+        let mut index = self.link_index().await?;
+        let op = NetOp::SetLink {
+            name: name.to_string(),
+            rank: 0,
+            change: netwave_core::dataplane::diff::LinkChange {
+                up: Some(up),
+                ..Default::default()
+            },
+        };
+        self.apply(&[op], &mut index).await
+    }
+
     /// observe → diff → apply → observe again, until the kernel matches `desired` (verify). A second pass
     /// is sometimes needed because the kernel itself removes state as a side effect (e.g. enslaving to a
     /// VRF cycles the device, which drops its IPv6 addresses). Gives up after three passes.

@@ -2,10 +2,14 @@
 //!
 //! ```text
 //!  config ─► model::desired ──(bad field)──────────────────────────► Invalid InvalidConfig    (no change)
+//!         ─► BGP content but FRR off (frr::bgp_content) ────────────► Invalid FrrUnavailable   (no change)
+//!         ─► FRR render + `vtysh -C` ───────────────────────────────► Invalid FrrRejected      (no change)
 //!         ─► missing kernel features ───────────────────────────────► Invalid KernelUnsupported (no change)
 //!         ─► probes once (which ones gate) ─► applying marker ─► netlink reconcile + verify
 //!               ├─(write failed / not converged)─► restore last good ─► re-probe ─► Invalid ApplyFailed
-//!               └─► settle ─► probes with retries until the deadline
+//!               └─► FRR: write frr.conf, reload, --test converged (FRR on)
+//!                     ├─(failed)─► restore last good (kernel + FRR) ─► re-probe ─► Invalid FrrReloadFailed
+//!                     └─► settle ─► probes with retries until the deadline
 //!                     ├─(a gating probe failed)──► restore last good ─► re-probe ─► Invalid HealthCheckFailed
 //!                     └─► save last good ─► clear marker ─► Provisioned
 //! ```
@@ -13,12 +17,19 @@
 //! The rollback never waits for the API server: if the new config cut it off, the API probe fails, the
 //! node restores locally, and the shell reports when the server is reachable again.
 //! [`decide`] (pure) says whether a NodeNetworkConfig needs an apply at all.
+//!
+//! The FRR text of a config is a pure function of that config and the node's underlay, so a restore
+//! re-renders the last good config's text instead of keeping a copy, and drift repair compares FRR's
+//! running config with that same text.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, ProbeResult};
 
 use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
+use crate::frr::{Frr, FrrApplyError, FrrTimings, bgp_content};
 use crate::health::{Prober, first_gating_failure, gating};
 use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
 use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
@@ -34,6 +45,14 @@ pub enum Reason {
     ApplyInterrupted,
     /// The spec's config does not hash to its configHash: refused without touching the kernel.
     ConfigTampered,
+    /// The config has BGP content (see `frr::bgp_content`) and FRR is off on this node: refused
+    /// before any change, instead of applying the kernel half.
+    FrrUnavailable,
+    /// FRR's own check (`vtysh -C`) refused the rendered text: refused before any change.
+    FrrRejected,
+    /// Writing, reloading or converging FRR's config failed after the kernel was changed: the last
+    /// good config was restored (kernel and FRR).
+    FrrReloadFailed,
 }
 
 impl Reason {
@@ -45,6 +64,9 @@ impl Reason {
             Reason::HealthCheckFailed => "HealthCheckFailed",
             Reason::ApplyInterrupted => "ApplyInterrupted",
             Reason::ConfigTampered => netwave_api::REASON_CONFIG_TAMPERED,
+            Reason::FrrUnavailable => "FrrUnavailable",
+            Reason::FrrRejected => "FrrRejected",
+            Reason::FrrReloadFailed => "FrrReloadFailed",
         }
     }
 
@@ -56,6 +78,9 @@ impl Reason {
             Reason::HealthCheckFailed,
             Reason::ApplyInterrupted,
             Reason::ConfigTampered,
+            Reason::FrrUnavailable,
+            Reason::FrrRejected,
+            Reason::FrrReloadFailed,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -216,6 +241,46 @@ pub struct Agent {
     pub state: StateDir,
     pub prober: Prober,
     pub caps: Capabilities,
+    /// FRR on this node (`--frr-config`); `None`: FRR is off and BGP content is refused.
+    pub frr: Option<Frr>,
+    /// How long the steps of the last apply took (metrics, benchmarks).
+    pub timings: Timings,
+}
+
+/// How long the netlink and FRR parts of one apply took.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ApplyTimings {
+    /// netlink reconcile + verify.
+    pub netlink: Duration,
+    /// render → check → write → reload → converged; `None` with FRR off (or when it did not run).
+    pub frr: Option<FrrTimings>,
+}
+
+/// The last apply's [`ApplyTimings`], shared by clones of the agent.
+#[derive(Clone, Debug, Default)]
+pub struct Timings(Arc<Mutex<Option<ApplyTimings>>>);
+
+impl Timings {
+    pub fn last(&self) -> Option<ApplyTimings> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn set(&self, t: ApplyTimings) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+    }
+}
+
+/// What drift repair did: the kernel writes, and FRR's diff when FRR had drifted (re-applied).
+#[derive(Debug, Default)]
+pub struct DriftReport {
+    pub netlink: ReconcileReport,
+    /// `frr-reload.py --test`'s "Lines To Delete/Add" that were repaired.
+    pub frr: Option<String>,
+}
+
+impl DriftReport {
+    pub fn is_empty(&self) -> bool {
+        self.netlink.applied.is_empty() && self.frr.is_none()
+    }
 }
 
 /// What a restore did.
@@ -309,6 +374,43 @@ impl Agent {
             Ok(d) => d,
             Err(e) => return invalid(Reason::InvalidConfig, e),
         };
+        // FRR before the kernel's own refusals: both change nothing, and FRR's answer is the one that
+        // holds on every kernel.
+        let mut frr_timings = FrrTimings::default();
+        let frr_text = match &self.frr {
+            None => {
+                let content = bgp_content(&t.config);
+                if !content.is_empty() {
+                    return invalid(
+                        Reason::FrrUnavailable,
+                        format!(
+                            "FRR is off on this node (no --frr-config) and the config has BGP \
+                             content: {}",
+                            content.join("; ")
+                        ),
+                    );
+                }
+                None
+            }
+            Some(frr) => {
+                let start = Instant::now();
+                let text = match frr.render(&t.config) {
+                    Ok(text) => text,
+                    Err(e) => return invalid(Reason::InvalidConfig, format!("FRR: {e}")),
+                };
+                frr_timings.render = start.elapsed();
+                let start = Instant::now();
+                match frr.check(&text).await {
+                    Ok(()) => {}
+                    Err(FrrApplyError::Rejected { detail }) => {
+                        return invalid(Reason::FrrRejected, detail);
+                    }
+                    Err(e) => return invalid(Reason::FrrRejected, format!("vtysh -C: {e}")),
+                }
+                frr_timings.check = start.elapsed();
+                Some((frr, text))
+            }
+        };
         let missing = missing_features(&want, &self.caps);
         if !missing.is_empty() {
             let names: Vec<&str> = missing.iter().map(|f| f.name()).collect();
@@ -346,9 +448,36 @@ impl Agent {
         }
 
         let writes0 = self.netlink.writes();
+        let start = Instant::now();
         let applied = self.netlink.reconcile(&want).await;
+        let mut timings = ApplyTimings {
+            netlink: start.elapsed(),
+            frr: None,
+        };
+        // FRR after the kernel objects exist (zebra learns VXLAN devices and VRFs from the kernel).
+        let applied = match (applied, &frr_text) {
+            (Ok(report), Some((frr, text))) => {
+                match frr.apply(text, &t.config, &self.netlink).await {
+                    Ok(steps) => {
+                        timings.frr = Some(FrrTimings {
+                            render: frr_timings.render,
+                            check: frr_timings.check,
+                            ..steps
+                        });
+                        Ok(report)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, category = e.category(), "FRR apply failed");
+                        Err((Reason::FrrReloadFailed, e.to_string()))
+                    }
+                }
+            }
+            (Ok(report), None) => Ok(report),
+            (Err(e), _) => Err((Reason::ApplyFailed, e.to_string())),
+        };
+        self.timings.set(timings);
         let (failure, probes, applied_n) = match applied {
-            Err(e) => (Some((Reason::ApplyFailed, e.to_string())), Vec::new(), 0),
+            Err(failure) => (Some(failure), Vec::new(), 0),
             Ok(ReconcileReport { applied, .. }) => {
                 tokio::time::sleep(self.prober.cfg.settle()).await;
                 let after = self.prober.run_until_healthy(&gate).await;
@@ -371,10 +500,18 @@ impl Agent {
             });
             let _ = self.state.clear_applying();
             let _ = self.state.clear_interrupted();
-            let note = match saved {
+            let mut note = match saved {
                 Ok(()) => String::new(),
                 Err(e) => format!("; backup not written: {e}"),
             };
+            if let Some(f) = timings.frr {
+                note = format!(
+                    " in {} ms; FRR config applied in {} ms (reload {} ms){note}",
+                    timings.netlink.as_millis(),
+                    f.total().as_millis(),
+                    f.reload.as_millis()
+                );
+            }
             return Outcome {
                 revision: t.revision.clone(),
                 retry: t.retry,
@@ -429,15 +566,38 @@ impl Agent {
             Ok(dp) => self.netlink.reconcile(&dp).await.map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
-        match result {
-            Ok(_) => Restore {
-                running: (!rev.is_empty()).then_some((hash, rev)),
-                note: what,
+        // FRR too, whatever the kernel's restore did: FRR may be half-way through the failed config.
+        let frr = match &self.frr {
+            None => Ok(()),
+            Some(frr) => match frr.render(&cfg) {
+                Ok(text) => frr
+                    .apply(&text, &cfg, &self.netlink)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
             },
-            Err(e) => Restore {
+        };
+        match (result, frr) {
+            (Ok(_), Ok(())) => Restore {
+                running: (!rev.is_empty()).then_some((hash, rev)),
+                note: if self.frr.is_some() {
+                    format!("{what} (kernel and FRR)")
+                } else {
+                    what
+                },
+            },
+            (Err(e), _) => Restore {
                 running: None,
                 note: format!("restore failed: {e}"),
             },
+            (Ok(_), Err(e)) => {
+                tracing::error!(error = %e, "restoring the last good FRR config failed (drift repair retries)");
+                Restore {
+                    running: None,
+                    note: format!("{what} in the kernel; FRR restore failed: {e}"),
+                }
+            }
         }
     }
 
@@ -505,16 +665,32 @@ impl Agent {
         outcome
     }
 
-    /// Drift repair: bring the kernel back to the config it should be running (the last good one).
-    /// Returns what had drifted (empty: nothing). A corrupt backup is an error, never applied.
-    pub async fn repair_drift(&self) -> Result<ReconcileReport, DriftError> {
+    /// Drift repair: bring the kernel and FRR back to the config they should be running (the last good
+    /// one). Returns what had drifted (empty: nothing). A corrupt backup is an error, never applied.
+    pub async fn repair_drift(&self) -> Result<DriftReport, DriftError> {
         let cfg = self
             .last_good()
             .map_err(DriftError::Backup)?
             .map(|l| l.config)
             .unwrap_or_default();
         let dp = self.dataplane(&cfg).map_err(DriftError::Config)?;
-        Ok(self.netlink.reconcile(&dp).await?)
+        let netlink = self.netlink.reconcile(&dp).await?;
+        let Some(frr) = &self.frr else {
+            return Ok(DriftReport { netlink, frr: None });
+        };
+        let text = frr
+            .render(&cfg)
+            .map_err(|e| DriftError::Config(format!("FRR: {e}")))?;
+        let Some(diff) = frr.drifted(&text).await.map_err(DriftError::Frr)? else {
+            return Ok(DriftReport { netlink, frr: None });
+        };
+        frr.apply(&text, &cfg, &self.netlink)
+            .await
+            .map_err(DriftError::Frr)?;
+        Ok(DriftReport {
+            netlink,
+            frr: Some(diff),
+        })
     }
 
     /// Records `t` as last good without touching the kernel (the fast path: same configHash).
@@ -535,6 +711,19 @@ pub enum DriftError {
     Config(String),
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
+    #[error("FRR: {0}")]
+    Frr(#[source] FrrApplyError),
+}
+
+impl DriftError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            DriftError::Backup(_) => "backup",
+            DriftError::Config(_) => "config",
+            DriftError::Netlink(e) => e.category(),
+            DriftError::Frr(e) => e.category(),
+        }
+    }
 }
 
 #[cfg(test)]

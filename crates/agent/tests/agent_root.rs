@@ -50,6 +50,8 @@ async fn env(health: HealthConfig) -> Result<Env> {
         prober: Prober::new(health, netlink.clone(), None),
         state: StateDir::open(dir.path())?,
         netlink,
+        frr: None,
+        timings: Default::default(),
     };
     Ok(Env {
         agent,
@@ -282,6 +284,8 @@ fn restart_after_crash_mid_apply_restores_last_good() {
                 prober: Prober::new(health(), netlink.clone(), None),
                 state: StateDir::open(e.agent.state.path())?,
                 netlink,
+                frr: None,
+                timings: Default::default(),
             };
             // First interruption: restored, recorded, and no verdict: r2 gets applied again.
             ensure!(

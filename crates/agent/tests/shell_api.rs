@@ -104,6 +104,7 @@ fn agent_args(
         metrics_addr: ([127, 0, 0, 1], metrics_port).into(),
         health_addr: ([127, 0, 0, 1], metrics_port + 1).into(),
         log_format: shell::args::LogFormat::Text,
+        frr_config: None,
     })
 }
 

@@ -9,6 +9,8 @@ use clap::Parser;
 
 use netwave_core::dataplane::{NodeSettings, VXLAN_PORT};
 
+use crate::frr::Frr;
+
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "netwave-agent",
@@ -62,6 +64,10 @@ pub struct Args {
     pub health_addr: SocketAddr,
     #[arg(long, env = "NETWAVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
+    /// FRR settings file (YAML: `underlay` plus FRR's paths; see `frr::FrrSettings`). Without it FRR is
+    /// off: configs with BGP content are refused (`FrrUnavailable`).
+    #[arg(long, env = "NETWAVE_FRR_CONFIG")]
+    pub frr_config: Option<PathBuf>,
 }
 
 pub use netwave_runtime::LogFormat;
@@ -82,6 +88,16 @@ impl Args {
             return Err("--vxlan-port must not be 0".into());
         }
         Ok(())
+    }
+
+    /// FRR on this node, from `--frr-config` (`None`: off). `hostname` is the kernel's (`uname -n`).
+    pub fn frr(&self, hostname: &str) -> Result<Option<Frr>, String> {
+        let Some(path) = &self.frr_config else {
+            return Ok(None);
+        };
+        Frr::load(path, hostname)
+            .map(Some)
+            .map_err(|e| format!("--frr-config {}: {e}", path.display()))
     }
 
     pub fn node_settings(&self) -> NodeSettings {
@@ -124,5 +140,38 @@ mod tests {
         ])
         .unwrap();
         assert!(bad.check().unwrap_err().contains("--drift-interval"));
+    }
+
+    #[test]
+    fn frr_is_off_without_the_flag_and_bad_settings_name_the_field() {
+        let a = Args::try_parse_from(["netwave-agent", "--node-name", "n1"]).unwrap();
+        assert!(a.frr("n1").unwrap().is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("frr.yaml");
+        std::fs::write(
+            &file,
+            "underlay:\n  asn: 65000\n  vtepAddress: 2001:db8::1\nconfigDir: /tmp\n",
+        )
+        .unwrap();
+        let a = Args::try_parse_from([
+            "netwave-agent",
+            "--node-name",
+            "n1",
+            "--frr-config",
+            file.to_str().unwrap(),
+        ])
+        .unwrap();
+        let err = a.frr("n1").unwrap_err();
+        assert!(
+            err.starts_with("--frr-config ") && err.contains("underlay.vtepAddress"),
+            "{err}"
+        );
+        std::fs::write(
+            &file,
+            "underlay: {asn: 65000, vtepAddress: 198.18.1.1}\nconfDir: /tmp\n",
+        )
+        .unwrap();
+        let err = a.frr("n1").unwrap_err();
+        assert!(err.contains("confDir"), "{err}");
     }
 }

@@ -25,6 +25,8 @@ pub struct ProbeLabels {
 pub struct Metrics {
     pub registry: Registry,
     pub apply_duration: Histogram,
+    /// The FRR part of an apply: render, check, write, reload, converged.
+    pub frr_apply_duration: Histogram,
     pub applies: Family<ApplyLabels, Counter>,
     /// 1 while the probe passes, 0 while it fails.
     pub probe_up: Family<ProbeLabels, Gauge>,
@@ -45,6 +47,12 @@ impl Default for Metrics {
             "apply_duration_seconds",
             "Time to apply a config: netlink, settle and health probes",
             apply_duration.clone(),
+        );
+        let frr_apply_duration = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "frr_apply_duration_seconds",
+            "Time to apply the FRR part of a config: render, check, write, reload, converged",
+            frr_apply_duration.clone(),
         );
         let applies = Family::<ApplyLabels, Counter>::default();
         registry.register(
@@ -74,7 +82,7 @@ impl Default for Metrics {
         let drift_corrections = Counter::default();
         registry.register(
             "drift_corrections",
-            "Kernel operations that repaired drift from the running config",
+            "Kernel operations (and FRR re-applies) that repaired drift from the running config",
             drift_corrections.clone(),
         );
         let managed_objects = Gauge::default();
@@ -104,6 +112,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             apply_duration,
+            frr_apply_duration,
             applies,
             probe_up,
             probe_duration,

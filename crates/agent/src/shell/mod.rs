@@ -58,6 +58,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     run_with(args, client, shutdown_signal()).await
 }
 
+/// The kernel's host name (`uname -n`): FRR shows that one whatever its config says.
+fn hostname() -> anyhow::Result<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("reading /proc/sys/kernel/hostname")?;
+    Ok(h.trim().to_string())
+}
+
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -93,6 +100,8 @@ pub async fn run_with(
         Some(p) => HealthConfig::load(p)?,
         None => HealthConfig::default(),
     };
+    // Bad FRR settings stop the agent here, naming the field: it would otherwise refuse every BGP config.
+    let frr = args.frr(&hostname()?).map_err(anyhow::Error::msg)?;
     let netlink = Netlink::connect(args.node_settings())?;
     let caps = netlink.capabilities().await;
     let api_client = client.clone();
@@ -112,8 +121,14 @@ pub async fn run_with(
         state: StateDir::open(&args.state_dir)?,
         netlink,
         caps,
+        frr,
+        timings: Default::default(),
     };
-    info!(node = %args.node_name, %metrics_addr, %health_addr, caps = ?agent.caps, "netwave-agent starting");
+    info!(
+        node = %args.node_name, %metrics_addr, %health_addr, caps = ?agent.caps,
+        frr = ?agent.frr.as_ref().map(|f| f.config_file()),
+        "netwave-agent starting"
+    );
 
     // Crash recovery before anything else touches the kernel.
     let mut interrupted = agent.recover().await?;
@@ -309,6 +324,11 @@ impl Shell {
                     self.metrics
                         .apply_duration
                         .observe(start.elapsed().as_secs_f64());
+                    if let Some(f) = self.agent.timings.last().and_then(|t| t.frr) {
+                        self.metrics
+                            .frr_apply_duration
+                            .observe(f.total().as_secs_f64());
+                    }
                     self.metrics
                         .netlink_writes
                         .inc_by(self.agent.netlink.writes() - before);
@@ -354,13 +374,15 @@ impl Shell {
     async fn repair_drift(&mut self, nnc: Option<&NodeNetworkConfig>) {
         let before = self.agent.netlink.writes();
         match self.agent.repair_drift().await {
-            Ok(r) if r.applied.is_empty() => {}
+            Ok(r) if r.is_empty() => {}
             Ok(r) => {
-                let ops: Vec<String> = r.applied.iter().map(ToString::to_string).collect();
+                let mut ops: Vec<String> =
+                    r.netlink.applied.iter().map(ToString::to_string).collect();
+                if let Some(diff) = &r.frr {
+                    ops.push(format!("FRR re-applied: {diff}"));
+                }
                 warn!(ops = ?ops, "repaired drift from the running config");
-                self.metrics
-                    .drift_corrections
-                    .inc_by(r.applied.len() as u64);
+                self.metrics.drift_corrections.inc_by(ops.len() as u64);
                 if let Some(nnc) = nnc {
                     let ev = Event {
                         type_: EventType::Warning,
@@ -372,7 +394,7 @@ impl Shell {
                     self.reporter.event(ev, nnc.object_ref(&()));
                 }
             }
-            Err(e) => error!(error = %e, "drift repair failed"),
+            Err(e) => error!(error = %e, category = e.category(), "drift repair failed"),
         }
         self.metrics
             .netlink_writes

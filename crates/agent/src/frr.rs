@@ -1,0 +1,881 @@
+//! The FRR shell: applies a node's rendered FRR configuration (BGP EVPN) to the FRR daemons on this
+//! node, through FRR's own tools. What the text says is `netwave_core::frr::render`'s business; what to do
+//! about each tool's answer is decided by the pure functions here ([`bgp_content`], [`check_verdict`],
+//! [`test_verdict`], [`new_l3_vnis`]), which are unit-tested without FRR.
+//!
+//! ```text
+//!  --frr-config FILE ─► FrrSettings (YAML) ─► Frr::new (paths checked, Underlay validated; errors name the field)
+//!
+//!  NodeConfig ─► render ─► text ─► vtysh -C -f <scratch>       FrrRejected: nothing touched yet
+//!                                  (after the netlink apply)
+//!                                  write frr.conf (temp, fsync, rename, fsync dir)
+//!                                  [new L3 VNIs: VRF bridge down]
+//!                                  frr-reload.py --reload  ─┐  FrrReloadFailed: the caller restores the
+//!                                  [wait for `show vrf vni`, bridge up]   last good config (kernel + FRR)
+//!                                  frr-reload.py --test    ─┘  must show no "Lines To Add/Delete"
+//! ```
+//!
+//! FRR's reload is not transactional (a semantic error applies the lines after it, exit code 1), so the
+//! only safe answer to any failure after the check is to restore a known config. The text for that is a
+//! pure function of the last good NodeConfig and the underlay, so it is re-rendered, never stored.
+//!
+//! **What needs FRR** ([`bgp_content`]): a VRF's `vni`, `routeTarget`, `import`, `export`, `aggregate` and
+//! `communities`: they mean nothing without BGP, so a node with FRR off refuses them (`FrrUnavailable`)
+//! instead of applying the kernel half. A layer-2 segment does not: its bridge and VXLAN device are
+//! kernel objects that work with statically installed flood entries (as the rootless e2e fleet and the
+//! demo do), and with FRR on, `advertise-all-vni` makes every one an EVPN VNI without a line of its own.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use netwave_api::NodeConfig;
+use netwave_core::frr::{FrrError, Underlay, UnderlayError, UnderlaySettings};
+use serde::Deserialize;
+use tokio::process::Command;
+
+/// Debian's paths (package `frr` and `frr-pythontools`).
+pub const DEFAULT_VTYSH: &str = "/usr/bin/vtysh";
+pub const DEFAULT_FRR_RELOAD: &str = "/usr/lib/frr/frr-reload.py";
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/frr";
+/// How long an apply waits for zebra to show a new L3 VNI before bringing its VRF bridge up.
+pub const DEFAULT_L3VNI_TIMEOUT_SECONDS: f64 = 10.0;
+/// How often `show vrf vni` is polled while waiting (das-schiff polls every 500 ms too).
+const L3VNI_POLL: Duration = Duration::from_millis(500);
+/// Lines of a reload diff or of a tool's output quoted in a status message.
+const QUOTED_LINES: usize = 8;
+
+/// The file `--frr-config` names. Without it FRR is off on this node.
+///
+/// ```yaml
+/// underlay:                      # netwave_core::frr::UnderlaySettings
+///   asn: 65000
+///   vtepAddress: 198.18.1.1
+///   neighbors: [{address: 198.18.0.254, remoteAs: internal}]
+/// vtysh: /usr/bin/vtysh          # optional, these are the defaults
+/// frrReload: /usr/lib/frr/frr-reload.py
+/// configDir: /etc/frr            # frr.conf is written here; vtysh.conf is read from here
+/// vtySocket: /var/run/frr        # optional: the daemons' vty socket dir (FRR's default when omitted)
+/// pathspace: node1               # optional: FRR's -N (vtysh -N, frr-reload.py --pathspace)
+/// runDir: /var/run/frr           # optional: frr-reload.py's temp files
+/// l3VniTimeoutSeconds: 10        # optional
+/// ```
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FrrSettings {
+    pub underlay: UnderlaySettings,
+    #[serde(default = "default_vtysh")]
+    pub vtysh: PathBuf,
+    #[serde(default = "default_frr_reload")]
+    pub frr_reload: PathBuf,
+    #[serde(default = "default_config_dir")]
+    pub config_dir: PathBuf,
+    #[serde(default)]
+    pub vty_socket: Option<PathBuf>,
+    #[serde(default)]
+    pub pathspace: Option<String>,
+    #[serde(default)]
+    pub run_dir: Option<PathBuf>,
+    #[serde(default = "default_l3vni_timeout")]
+    pub l3_vni_timeout_seconds: f64,
+}
+
+fn default_vtysh() -> PathBuf {
+    DEFAULT_VTYSH.into()
+}
+fn default_frr_reload() -> PathBuf {
+    DEFAULT_FRR_RELOAD.into()
+}
+fn default_config_dir() -> PathBuf {
+    DEFAULT_CONFIG_DIR.into()
+}
+fn default_l3vni_timeout() -> f64 {
+    DEFAULT_L3VNI_TIMEOUT_SECONDS
+}
+
+impl FrrSettings {
+    /// Settings with Debian's paths for `underlay`.
+    pub fn new(underlay: UnderlaySettings) -> FrrSettings {
+        FrrSettings {
+            underlay,
+            vtysh: default_vtysh(),
+            frr_reload: default_frr_reload(),
+            config_dir: default_config_dir(),
+            vty_socket: None,
+            pathspace: None,
+            run_dir: None,
+            l3_vni_timeout_seconds: DEFAULT_L3VNI_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+/// Settings the agent cannot run FRR with; checked at start-up, so the agent refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum FrrSettingsError {
+    #[error("reading FRR settings {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("FRR settings {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// `field` is the path in the file (`underlay.neighbors[1].remoteAs`, `vtysh`).
+    #[error("FRR settings: {field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+impl FrrSettingsError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            FrrSettingsError::Read { .. } => "read",
+            FrrSettingsError::Parse { .. } => "parse",
+            FrrSettingsError::Invalid { .. } => "invalid",
+        }
+    }
+}
+
+impl From<UnderlayError> for FrrSettingsError {
+    fn from(e: UnderlayError) -> Self {
+        FrrSettingsError::Invalid {
+            field: format!("underlay.{}", e.field),
+            message: e.message,
+        }
+    }
+}
+
+/// What went wrong while checking or applying FRR config. The reconcile maps these to reasons:
+/// [`FrrApplyError::Rejected`] is `FrrRejected` (nothing touched), everything else `FrrReloadFailed`.
+#[derive(Debug, thiserror::Error)]
+pub enum FrrApplyError {
+    #[error("running {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// `vtysh -C` refused the text; `detail` starts with FRR's `line N:` when it gives one.
+    #[error("{detail}")]
+    Rejected { detail: String },
+    #[error("frr-reload.py --reload exited {code:?}: {output}")]
+    Reload { code: Option<i32>, output: String },
+    #[error("frr-reload.py --test exited {code:?}: {output}")]
+    Test { code: Option<i32>, output: String },
+    /// The reload returned 0 but the running config still differs from the file.
+    #[error("running config did not converge: {diff}")]
+    NotConverged { diff: String },
+    #[error("vtysh -c {command:?} exited {code:?}: {output}")]
+    Show {
+        command: String,
+        code: Option<i32>,
+        output: String,
+    },
+    #[error("L3 VNI {vni} not in `show vrf vni` {waited:?} after the reload")]
+    L3VniMissing { vni: u32, waited: Duration },
+    #[error("bringing VRF bridge {bridge} {state}: {source}")]
+    Bridge {
+        bridge: String,
+        state: &'static str,
+        #[source]
+        source: crate::netlink::NetlinkError,
+    },
+}
+
+impl FrrApplyError {
+    /// A small fixed set, for metric labels and logs.
+    pub fn category(&self) -> &'static str {
+        match self {
+            FrrApplyError::Spawn { .. } => "spawn",
+            FrrApplyError::Write { .. } => "write",
+            FrrApplyError::Rejected { .. } => "rejected",
+            FrrApplyError::Reload { .. } => "reload",
+            FrrApplyError::Test { .. } => "test",
+            FrrApplyError::NotConverged { .. } => "not_converged",
+            FrrApplyError::Show { .. } => "show",
+            FrrApplyError::L3VniMissing { .. } => "l3vni_missing",
+            FrrApplyError::Bridge { .. } => "bridge",
+        }
+    }
+}
+
+/// How long each step of one FRR apply took.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FrrTimings {
+    pub render: Duration,
+    pub check: Duration,
+    pub write: Duration,
+    pub reload: Duration,
+    /// The `--test` after the reload (and the L3 VNI wait, if any).
+    pub converge: Duration,
+}
+
+impl FrrTimings {
+    pub fn total(&self) -> Duration {
+        self.render + self.check + self.write + self.reload + self.converge
+    }
+}
+
+/// FRR on this node: validated settings and underlay. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Frr {
+    settings: FrrSettings,
+    underlay: Underlay,
+}
+
+/// The VRF fields of `config` that only BGP can apply, as `VRF <name>: vni, routeTarget`; empty when the
+/// config is kernel-only. Layer-2 segments are not BGP content (see the module docs). Pure.
+pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
+    config
+        .vrfs
+        .iter()
+        .filter_map(|v| {
+            let fields: Vec<&str> = [
+                ("vni", v.vni.is_some()),
+                ("routeTarget", v.route_target.is_some()),
+                ("import", !v.import.is_empty()),
+                ("export", !v.export.is_empty()),
+                ("aggregate", !v.aggregate.is_empty()),
+                ("communities", !v.communities.is_empty()),
+            ]
+            .into_iter()
+            .filter_map(|(name, set)| set.then_some(name))
+            .collect();
+            (!fields.is_empty()).then(|| format!("VRF {}: {}", v.name, fields.join(", ")))
+        })
+        .collect()
+}
+
+/// What `vtysh -C -f` said: `Ok` only for exit 0 *and* no output (FRR reports some misplaced lines with
+/// a message and exit 0). The error is FRR's first lines, which carry `line N:` for syntax errors. Pure.
+pub fn check_verdict(code: Option<i32>, stdout: &str, stderr: &str) -> Result<(), String> {
+    let said: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if code == Some(0) && said.is_empty() {
+        return Ok(());
+    }
+    let mut detail = quote(&said);
+    if detail.is_empty() {
+        detail = format!("vtysh -C exited {code:?} without a message");
+    }
+    Err(detail)
+}
+
+/// What `frr-reload.py --test` said: `Ok(None)` when the running config equals the file, `Ok(Some(diff))`
+/// with the "Lines To Delete/Add" part when it does not. A non-zero exit is an error whatever it printed
+/// (on a file it cannot parse it prints a bogus, destructive-looking diff). Pure.
+pub fn test_verdict(code: Option<i32>, stdout: &str) -> Result<Option<String>, String> {
+    if code != Some(0) {
+        return Err(quote(&stdout.lines().collect::<Vec<_>>()));
+    }
+    let Some(at) = stdout.find("Lines To ") else {
+        return Ok(None);
+    };
+    let lines: Vec<&str> = stdout[at..]
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.chars().all(|c| c == '='))
+        .collect();
+    Ok(Some(quote(&lines)))
+}
+
+/// The L3 VNIs of `config` that zebra does not know yet (`present`, from `show vrf vni`), with the VRF
+/// bridge that must stay down until it does (so zebra reads the router MAC from a bridge that is down,
+/// and no L2 VNI storm starts). VRFs without a bridge have nothing to hold down. Pure.
+pub fn new_l3_vnis(config: &NodeConfig, present: &BTreeSet<u32>) -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = config
+        .vrfs
+        .iter()
+        .filter_map(|v| Some((v.bridge.clone()?, v.vni?)))
+        .filter(|(_, vni)| !present.contains(vni))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The L3 VNIs in `show vrf vni json` (`{"vrfs":[{"vrf":"red","vni":1000,...}]}`). Pure.
+pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not JSON ({e}): {}", first_line(json)))?;
+    Ok(v.get("vrfs")
+        .and_then(|a| a.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e.get("vni").and_then(|n| n.as_u64()))
+                .filter_map(|n| u32::try_from(n).ok())
+                .filter(|&n| n != 0)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn quote(lines: &[&str]) -> String {
+    let lines: Vec<&str> = lines
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut out = lines
+        .iter()
+        .take(QUOTED_LINES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" | ");
+    if lines.len() > QUOTED_LINES {
+        out.push_str(&format!(" | … ({} more lines)", lines.len() - QUOTED_LINES));
+    }
+    out
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> FrrSettingsError {
+    FrrSettingsError::Invalid {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+impl Frr {
+    /// Reads and checks `--frr-config`. `hostname` is the kernel's (`uname -n`): FRR shows that one
+    /// whatever the file says, so the rendered text must carry it.
+    pub fn load(path: &Path, hostname: &str) -> Result<Frr, FrrSettingsError> {
+        let text = fs::read_to_string(path).map_err(|source| FrrSettingsError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let settings: FrrSettings =
+            serde_saphyr::from_str(&text).map_err(|e| FrrSettingsError::Parse {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        Frr::new(settings, hostname)
+    }
+
+    /// Checks `settings`; every error names its field.
+    pub fn new(settings: FrrSettings, hostname: &str) -> Result<Frr, FrrSettingsError> {
+        let underlay = Underlay::new(settings.underlay.clone())?.with_hostname(hostname);
+        for (field, path) in [
+            ("vtysh", &settings.vtysh),
+            ("frrReload", &settings.frr_reload),
+        ] {
+            if !path.is_file() {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{} is not a file (install frr frr-pythontools)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        if settings.vtysh.parent().is_none() {
+            return Err(invalid(
+                "vtysh",
+                "needs a directory part (frr-reload.py's --bindir)",
+            ));
+        }
+        let dirs = [
+            ("configDir", Some(&settings.config_dir)),
+            ("vtySocket", settings.vty_socket.as_ref()),
+            ("runDir", settings.run_dir.as_ref()),
+        ];
+        for (field, dir) in dirs {
+            if let Some(dir) = dir {
+                if !dir.is_dir() {
+                    return Err(invalid(
+                        field,
+                        format!("{} is not a directory", dir.display()),
+                    ));
+                }
+                if dir.to_str().is_none() {
+                    return Err(invalid(field, "not a UTF-8 path"));
+                }
+            }
+        }
+        if let Some(p) = &settings.pathspace {
+            let ok = !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            if !ok {
+                return Err(invalid(
+                    "pathspace",
+                    format!("{p:?} is not a pathspace name ([a-zA-Z0-9._-]+)"),
+                ));
+            }
+        }
+        let t = settings.l3_vni_timeout_seconds;
+        if !(t.is_finite() && t > 0.0 && t <= 300.0) {
+            return Err(invalid(
+                "l3VniTimeoutSeconds",
+                format!("{t} is not a number of seconds in (0, 300]"),
+            ));
+        }
+        Ok(Frr { settings, underlay })
+    }
+
+    pub fn underlay(&self) -> &Underlay {
+        &self.underlay
+    }
+
+    pub fn settings(&self) -> &FrrSettings {
+        &self.settings
+    }
+
+    /// The frr.conf the agent writes and reloads from. Spelt as frr-reload.py builds its own target
+    /// (`confdir + "/frr.conf"`), so the reload does not `vtysh write` the running config over it.
+    pub fn config_file(&self) -> PathBuf {
+        PathBuf::from(format!("{}/frr.conf", self.config_dir_str()))
+    }
+
+    fn config_dir_str(&self) -> &str {
+        let s = self
+            .settings
+            .config_dir
+            .to_str()
+            .unwrap_or(DEFAULT_CONFIG_DIR);
+        match s.trim_end_matches('/') {
+            "" => "/",
+            trimmed => trimmed,
+        }
+    }
+
+    /// The canonical FRR text for `config` on this node.
+    pub fn render(&self, config: &NodeConfig) -> Result<String, FrrError> {
+        Ok(netwave_core::frr::render(config, &self.underlay)?.to_text())
+    }
+
+    /// vtysh's arguments that pick this node's FRR instance.
+    fn vtysh_args(&self, cmd: &mut Command) {
+        cmd.arg("--config_dir").arg(self.config_dir_str());
+        if let Some(s) = &self.settings.vty_socket {
+            cmd.arg("--vty_socket").arg(s);
+        }
+        if let Some(p) = &self.settings.pathspace {
+            cmd.arg("-N").arg(p);
+        }
+    }
+
+    async fn run(&self, cmd: &mut Command, program: &str) -> Result<Output, FrrApplyError> {
+        cmd.kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|source| FrrApplyError::Spawn {
+                program: program.to_string(),
+                source,
+            })
+    }
+
+    /// `vtysh -C -f` on `text` (syntax; needs no daemon): nothing is changed whatever it says.
+    pub async fn check(&self, text: &str) -> Result<(), FrrApplyError> {
+        let scratch = self.scratch_path("check");
+        write_file(&scratch, text.as_bytes(), false)?;
+        let mut cmd = Command::new(&self.settings.vtysh);
+        self.vtysh_args(&mut cmd);
+        cmd.arg("-C").arg("-f").arg(&scratch);
+        let out = self.run(&mut cmd, "vtysh -C").await;
+        let _ = fs::remove_file(&scratch);
+        let out = out?;
+        check_verdict(
+            out.status.code(),
+            &String::from_utf8_lossy(&out.stdout),
+            &String::from_utf8_lossy(&out.stderr),
+        )
+        .map_err(|detail| FrrApplyError::Rejected { detail })
+    }
+
+    fn scratch_path(&self, what: &str) -> PathBuf {
+        PathBuf::from(format!(
+            "{}/.frr.conf.netwave-{what}.{}",
+            self.config_dir_str(),
+            std::process::id()
+        ))
+    }
+
+    /// `frr-reload.py MODE frr.conf` against this node's FRR.
+    async fn frr_reload(&self, mode: &str) -> Result<Output, FrrApplyError> {
+        let mut cmd = Command::new(&self.settings.frr_reload);
+        let bindir = self
+            .settings
+            .vtysh
+            .parent()
+            .unwrap_or_else(|| Path::new("/usr/bin"));
+        cmd.args(["--stdout", mode])
+            .arg("--bindir")
+            .arg(bindir)
+            .arg("--confdir")
+            .arg(self.config_dir_str());
+        if let Some(s) = &self.settings.vty_socket {
+            cmd.arg("--vty_socket").arg(s);
+        }
+        if let Some(p) = &self.settings.pathspace {
+            cmd.arg("--pathspace").arg(p);
+        }
+        if let Some(r) = &self.settings.run_dir {
+            cmd.arg("--rundir").arg(r);
+        }
+        cmd.arg(self.config_file());
+        self.run(&mut cmd, "frr-reload.py").await
+    }
+
+    /// `Ok(None)` when FRR runs exactly frr.conf; else the "Lines To Delete/Add" part.
+    pub async fn diff(&self) -> Result<Option<String>, FrrApplyError> {
+        let out = self.frr_reload("--test").await?;
+        test_verdict(out.status.code(), &String::from_utf8_lossy(&out.stdout)).map_err(|output| {
+            FrrApplyError::Test {
+                code: out.status.code(),
+                output,
+            }
+        })
+    }
+
+    /// Whether FRR runs `text`: writes it as frr.conf first (it is the config FRR should run either way).
+    pub async fn drifted(&self, text: &str) -> Result<Option<String>, FrrApplyError> {
+        self.write_config(text)?;
+        self.diff().await
+    }
+
+    /// frr.conf atomically: temp file, fsync, rename, fsync of the directory. A crash leaves the old or
+    /// the new file, never a torn one (FRR reads it when it restarts).
+    pub fn write_config(&self, text: &str) -> Result<(), FrrApplyError> {
+        let path = self.config_file();
+        if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+            return Ok(());
+        }
+        let tmp = self.scratch_path("new");
+        write_file(&tmp, text.as_bytes(), true)?;
+        let err = |source| FrrApplyError::Write {
+            path: path.clone(),
+            source,
+        };
+        fs::rename(&tmp, &path).map_err(err)?;
+        File::open(self.config_dir_str())
+            .and_then(|d| d.sync_all())
+            .map_err(err)
+    }
+
+    /// L3 VNIs zebra has (`show vrf vni json`).
+    pub async fn vrf_vnis(&self) -> Result<BTreeSet<u32>, FrrApplyError> {
+        let command = "show vrf vni json";
+        let mut cmd = Command::new(&self.settings.vtysh);
+        self.vtysh_args(&mut cmd);
+        cmd.arg("-c").arg(command);
+        let out = self.run(&mut cmd, "vtysh").await?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let show = |output: String| FrrApplyError::Show {
+            command: command.to_string(),
+            code: out.status.code(),
+            output,
+        };
+        if !out.status.success() {
+            return Err(show(quote(
+                &String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .collect::<Vec<_>>(),
+            )));
+        }
+        parse_vrf_vnis(&stdout).map_err(show)
+    }
+
+    /// Everything after the check: write frr.conf, reload, verify convergence. For L3 VNIs FRR does not
+    /// have yet, their VRF bridges are held down across the reload until zebra shows the VNI (the
+    /// reference's order). `timings.render` and `.check` are left for the caller.
+    pub async fn apply(
+        &self,
+        text: &str,
+        config: &NodeConfig,
+        netlink: &crate::netlink::Netlink,
+    ) -> Result<FrrTimings, FrrApplyError> {
+        let mut t = FrrTimings::default();
+        let start = Instant::now();
+        self.write_config(text)?;
+        t.write = start.elapsed();
+
+        let hold = if config.vrfs.iter().any(|v| v.vni.is_some()) {
+            new_l3_vnis(config, &self.vrf_vnis().await?)
+        } else {
+            Vec::new()
+        };
+        for (bridge, _) in &hold {
+            set_bridge(netlink, bridge, false).await?;
+        }
+
+        let start = Instant::now();
+        let out = self.frr_reload("--reload").await?;
+        t.reload = start.elapsed();
+        if !out.status.success() {
+            let said = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // Its log lines are long; the ones that say what failed mention it.
+            let mut lines: Vec<&str> = said
+                .lines()
+                .filter(|l| {
+                    let l = l.to_ascii_lowercase();
+                    l.contains("fail") || l.contains("error") || l.contains('%')
+                })
+                .collect();
+            if lines.is_empty() {
+                lines = said.lines().collect();
+            }
+            return Err(FrrApplyError::Reload {
+                code: out.status.code(),
+                output: quote(&lines),
+            });
+        }
+
+        let start = Instant::now();
+        if !hold.is_empty() {
+            let timeout = Duration::from_secs_f64(self.settings.l3_vni_timeout_seconds);
+            for (bridge, vni) in &hold {
+                loop {
+                    if self.vrf_vnis().await?.contains(vni) {
+                        break;
+                    }
+                    if start.elapsed() >= timeout {
+                        return Err(FrrApplyError::L3VniMissing {
+                            vni: *vni,
+                            waited: start.elapsed(),
+                        });
+                    }
+                    tokio::time::sleep(L3VNI_POLL).await;
+                }
+                set_bridge(netlink, bridge, true).await?;
+            }
+        }
+        if let Some(diff) = self.diff().await? {
+            return Err(FrrApplyError::NotConverged { diff });
+        }
+        t.converge = start.elapsed();
+        Ok(t)
+    }
+}
+
+async fn set_bridge(
+    netlink: &crate::netlink::Netlink,
+    bridge: &str,
+    up: bool,
+) -> Result<(), FrrApplyError> {
+    netlink
+        .set_up(bridge, up)
+        .await
+        .map_err(|source| FrrApplyError::Bridge {
+            bridge: bridge.to_string(),
+            state: if up { "up" } else { "down" },
+            source,
+        })
+}
+
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), FrrApplyError> {
+    let err = |source| FrrApplyError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(err)?;
+    f.write_all(bytes).map_err(err)?;
+    if sync {
+        f.sync_all().map_err(err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netwave_api::{PrefixAction, PrefixItem, VrfConfig};
+
+    fn vrf(name: &str) -> VrfConfig {
+        VrfConfig {
+            name: name.into(),
+            device: format!("vr.{name}"),
+            table: 100,
+            vni: None,
+            mtu: 9000,
+            bridge: None,
+            vxlan: None,
+            route_target: None,
+            import: vec![],
+            export: vec![],
+            aggregate: vec![],
+            communities: vec![],
+        }
+    }
+
+    #[test]
+    fn bgp_content_names_every_bgp_field_and_nothing_else() {
+        let mut c = NodeConfig::default();
+        c.vrfs.push(vrf("plain"));
+        c.layer2s.push(netwave_api::Layer2Config {
+            vlan: 10,
+            vni: 1010,
+            mtu: 1500,
+            bridge: "l2.10".into(),
+            vxlan: "vx.10".into(),
+            anycast_mac: None,
+            anycast_gateways: vec![],
+            vrf: None,
+            neigh_suppression: false,
+        });
+        assert!(
+            bgp_content(&c).is_empty(),
+            "a kernel-only VRF and a layer-2 segment need no FRR"
+        );
+        let item = PrefixItem {
+            cidr: "198.18.0.0/16".into(),
+            action: PrefixAction::Permit,
+            ge: None,
+            le: None,
+            seq: None,
+        };
+        let mut red = vrf("red");
+        red.vni = Some(1000);
+        red.route_target = Some("65000:1000".into());
+        let mut blue = vrf("blue");
+        blue.import = vec![item.clone()];
+        blue.export = vec![item];
+        blue.aggregate = vec!["198.18.0.0/16".into()];
+        blue.communities = vec!["65000:1".into()];
+        c.vrfs.extend([red, blue]);
+        assert_eq!(
+            bgp_content(&c),
+            [
+                "VRF red: vni, routeTarget",
+                "VRF blue: import, export, aggregate, communities"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_check_passes_only_silently() {
+        assert_eq!(check_verdict(Some(0), "", "\n"), Ok(()));
+        let err = check_verdict(
+            Some(2),
+            "",
+            "line 21: % Unknown command[39]:   advertise-all-vnix\n",
+        )
+        .unwrap_err();
+        assert_eq!(err, "line 21: % Unknown command[39]:   advertise-all-vnix");
+        // Exit 0 with a message: FRR's way of saying a line was not applied.
+        let err = check_verdict(
+            Some(0),
+            "This command is only supported under EVPN VRF\n",
+            "",
+        )
+        .unwrap_err();
+        assert!(err.contains("EVPN VRF"), "{err}");
+        assert!(
+            check_verdict(None, "", "")
+                .unwrap_err()
+                .contains("without a message")
+        );
+    }
+
+    #[test]
+    fn a_test_run_is_converged_only_without_lines_to_change() {
+        let converged = "2026-11-23 14:00:00,000  INFO: Called via \"Namespace(...)\"\n";
+        assert_eq!(test_verdict(Some(0), converged), Ok(None));
+        assert_eq!(test_verdict(Some(0), ""), Ok(None));
+        let drift = "\nLines To Delete\n===============\nrouter bgp 65000\n no bgp default ipv4-unicast\n\nLines To Add\n============\nrouter bgp 65000\n coalesce-time 100\n";
+        let d = test_verdict(Some(0), drift).unwrap().expect("a diff");
+        assert!(d.starts_with("Lines To Delete | router bgp 65000"), "{d}");
+        assert!(d.contains("coalesce-time 100"), "{d}");
+        // Exit 1 (a file it cannot parse) is an error even though it printed a diff.
+        assert!(test_verdict(Some(1), drift).is_err());
+    }
+
+    #[test]
+    fn only_l3_vnis_zebra_lacks_hold_their_bridge_down() {
+        let mut c = NodeConfig::default();
+        let mut red = vrf("red");
+        red.vni = Some(1000);
+        red.bridge = Some("br.red".into());
+        let mut blue = vrf("blue");
+        blue.vni = Some(2000);
+        blue.bridge = Some("br.blue".into());
+        let mut green = vrf("green"); // no bridge: nothing to hold
+        green.vni = Some(3000);
+        c.vrfs = vec![red, blue, green];
+        assert_eq!(
+            new_l3_vnis(&c, &BTreeSet::from([1000])),
+            [("br.blue".to_string(), 2000)]
+        );
+        assert!(new_l3_vnis(&c, &BTreeSet::from([1000, 2000])).is_empty());
+    }
+
+    #[test]
+    fn parses_show_vrf_vni() {
+        let json = r#"{"vrfs":[{"vrf":"red","vni":1000,"vxlanIntf":"None","sviIntf":"None","routerMac":"None","state":"Down"},{"vrf":"blue","vni":0}]}"#;
+        assert_eq!(parse_vrf_vnis(json), Ok(BTreeSet::from([1000])));
+        assert_eq!(parse_vrf_vnis("{}"), Ok(BTreeSet::new()));
+        assert!(parse_vrf_vnis("% Unknown command").is_err());
+    }
+
+    fn settings() -> FrrSettings {
+        serde_saphyr::from_str(
+            "underlay:\n  asn: 65000\n  vtepAddress: 198.18.1.1\n  neighbors:\n    - address: 198.18.0.254\n      remoteAs: internal\nconfigDir: /tmp\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn settings_errors_name_the_field() {
+        let s = settings();
+        assert_eq!(s.vtysh, PathBuf::from(DEFAULT_VTYSH));
+        let field = |s: FrrSettings| match Frr::new(s, "node1") {
+            Err(FrrSettingsError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let mut bad = s.clone();
+        bad.underlay.neighbors[0].address = Some("198.18.1.1".into());
+        assert_eq!(field(bad), "underlay.neighbors[0].address");
+        let mut bad = s.clone();
+        bad.vtysh = "/nonexistent/vtysh".into();
+        assert_eq!(field(bad), "vtysh");
+        let mut bad = s.clone();
+        bad.frr_reload = "/nonexistent/frr-reload.py".into();
+        if Path::new(DEFAULT_VTYSH).is_file() {
+            assert_eq!(field(bad), "frrReload");
+        }
+        let mut bad = s.clone();
+        bad.config_dir = "/nonexistent".into();
+        bad.vtysh = "/bin/sh".into();
+        bad.frr_reload = "/bin/sh".into();
+        assert_eq!(field(bad.clone()), "configDir");
+        bad.config_dir = "/tmp".into();
+        bad.pathspace = Some("a/b".into());
+        assert_eq!(field(bad.clone()), "pathspace");
+        bad.pathspace = None;
+        bad.l3_vni_timeout_seconds = 0.0;
+        assert_eq!(field(bad.clone()), "l3VniTimeoutSeconds");
+        bad.l3_vni_timeout_seconds = 10.0;
+        let frr = Frr::new(bad, "node1").expect("good settings");
+        assert_eq!(frr.config_file(), PathBuf::from("/tmp/frr.conf"));
+        // Unknown keys are refused too (a typo would otherwise silently fall back to a default).
+        let err = serde_saphyr::from_str::<FrrSettings>(
+            "underlay: {asn: 65000, vtepAddress: 198.18.1.1}\nvtyshh: /usr/bin/vtysh\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("vtyshh"), "{err}");
+    }
+}
