@@ -6,12 +6,12 @@ use anyhow::Context;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use netwave_core::fleet::FleetParams;
-use netwave_core::rollout::{Budget, PolicyDefaults};
+use netwave_core::rollout::PolicyDefaults;
 use netwave_runtime::{self as http, Readiness};
 use tokio::sync::{Notify, watch as channel};
 use tracing::info;
 
-use crate::args::{Args, IntOrPercent};
+use crate::args::Args;
 use crate::lease::{Elector, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::reconcile::{Reconciler, Settings};
@@ -23,10 +23,7 @@ pub use netwave_runtime::{init_tracing, shutdown_signal};
 pub fn settings(args: &Args) -> Settings {
     Settings {
         defaults: PolicyDefaults {
-            max_unavailable: match args.max_unavailable {
-                IntOrPercent::Count(n) => Budget::Count(n),
-                IntOrPercent::Percent(p) => Budget::Percent(p),
-            },
+            max_unavailable: args.max_unavailable,
             max_failures: args.max_failures,
             apply_timeout_seconds: args.apply_timeout.as_secs() as u32,
             progress_deadline_seconds: args.progress_deadline.as_secs() as u32,

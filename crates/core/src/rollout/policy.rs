@@ -6,65 +6,17 @@
 //! reason `InvalidPolicy`) and uses the defaults for everything else (timeouts, budget for rollbacks), so
 //! a typo never speeds a rollout up and never stops a rollback.
 
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use netwave_api::RolloutPolicy;
 use thiserror::Error;
 
 use crate::selector::Selector;
 
-/// How many nodes may be in flight at once: a count, or a share of a node set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Budget {
-    /// At least 1.
-    Count(u32),
-    /// 1..=100; the share is rounded down but never below 1.
-    Percent(u32),
-}
-
-impl Budget {
-    /// Reads `maxUnavailable`-style values: an integer ≥ 1 or a string `"N%"` with N in 1..=100.
-    pub fn parse(value: &IntOrString) -> Result<Budget, BudgetError> {
-        match value {
-            IntOrString::Int(n) if *n >= 1 => Ok(Budget::Count(*n as u32)),
-            IntOrString::Int(n) => Err(BudgetError {
-                value: n.to_string(),
-                reason: "must be at least 1 (0 would never let a node move)",
-            }),
-            IntOrString::String(s) => {
-                let Some(num) = s.strip_suffix('%') else {
-                    return Err(BudgetError {
-                        value: s.clone(),
-                        reason: "want a count (2) or a percentage (\"10%\")",
-                    });
-                };
-                match num.parse::<u32>() {
-                    Ok(p @ 1..=100) => Ok(Budget::Percent(p)),
-                    _ => Err(BudgetError {
-                        value: s.clone(),
-                        reason: "a percentage must be 1% to 100%",
-                    }),
-                }
-            }
-        }
-    }
-
-    /// The number of nodes this budget allows for a set of `base` nodes. Always at least 1, so a
-    /// rollout over a small or mostly-unready fleet still moves.
-    pub fn of(self, base: usize) -> u32 {
-        match self {
-            Budget::Count(n) => n.max(1),
-            Budget::Percent(p) => ((base as u64 * p as u64 / 100) as u32).max(1),
-        }
-    }
-}
+/// How many nodes may be in flight at once: a count, or a share of a node set (the API's one parser,
+/// [`CountOrPercent`](netwave_api::CountOrPercent)).
+pub type Budget = netwave_api::CountOrPercent;
 
 /// A `maxUnavailable`-style value that is neither a positive count nor a percentage.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-#[error("{value:?}: {reason}")]
-pub struct BudgetError {
-    pub value: String,
-    pub reason: &'static str,
-}
+pub type BudgetError = netwave_api::CountOrPercentError;
 
 /// What the configurator uses where a revision's `spec.rollout` says nothing (its command-line flags).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,7 +112,7 @@ pub fn resolve(spec: &RolloutPolicy, defaults: &PolicyDefaults) -> (Policy, Vec<
     let mut policy = defaults.policy();
 
     if let Some(v) = &spec.max_unavailable {
-        match Budget::parse(v) {
+        match Budget::from_api(v) {
             Ok(b) => policy.max_unavailable = b,
             Err(source) => errors.push(PolicyError::Budget {
                 field: "maxUnavailable",
@@ -197,7 +149,7 @@ pub fn resolve(spec: &RolloutPolicy, defaults: &PolicyDefaults) -> (Policy, Vec<
         None => {}
     }
     if let Some(v) = &spec.max_unavailable_per_domain {
-        match Budget::parse(v) {
+        match Budget::from_api(v) {
             Ok(_) if spec.topology_key.is_none() => {
                 errors.push(PolicyError::PerDomainWithoutTopologyKey)
             }
@@ -241,20 +193,22 @@ pub fn resolve(spec: &RolloutPolicy, defaults: &PolicyDefaults) -> (Policy, Vec<
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
     use super::*;
     use netwave_api::Canary;
 
     #[test]
     fn budget_counts_and_percentages() {
-        assert_eq!(Budget::parse(&IntOrString::Int(3)), Ok(Budget::Count(3)));
+        assert_eq!(Budget::from_api(&IntOrString::Int(3)), Ok(Budget::Count(3)));
         assert_eq!(
-            Budget::parse(&IntOrString::String("10%".into())),
+            Budget::from_api(&IntOrString::String("10%".into())),
             Ok(Budget::Percent(10))
         );
-        assert!(Budget::parse(&IntOrString::Int(0)).is_err());
-        assert!(Budget::parse(&IntOrString::String("0%".into())).is_err());
-        assert!(Budget::parse(&IntOrString::String("101%".into())).is_err());
-        assert!(Budget::parse(&IntOrString::String("3".into())).is_err());
+        assert!(Budget::from_api(&IntOrString::Int(0)).is_err());
+        assert!(Budget::from_api(&IntOrString::String("0%".into())).is_err());
+        assert!(Budget::from_api(&IntOrString::String("101%".into())).is_err());
+        assert!(Budget::from_api(&IntOrString::String("3".into())).is_err());
         assert_eq!(Budget::Percent(10).of(55), 5);
         assert_eq!(
             Budget::Percent(10).of(5),
