@@ -1,0 +1,602 @@
+//! The agent applies FRR config to a real zebra + bgpd (root; FRR 8.4 installed).
+//!
+//! ```text
+//!  test thread: unshare(CLONE_NEWNET) ── lo 198.18.1.1/32 (VTEP), forwarding on
+//!     ├─ zebra, bgpd  (children of this test, -F datacenter, every path in a temp dir owned by frr)
+//!     └─ Agent { netlink, frr: Frr(settings → that dir) } ── apply(revision) ─► kernel + FRR
+//!  checks: `show running-config` == the render, `show evpn vni` follows the segments,
+//!          refusals touch neither kernel nor FRR, drift in FRR is repaired
+//! ```
+//!
+//! The daemons are killed by their pids when the test ends (panics included), then the temp dir goes;
+//! the kernel frees the namespace when the thread exits. Each test prints how long the FRR part of an
+//! apply took beside the netlink part.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use common::{in_netns, ip};
+use netwave_agent::backup::{Applying, StateDir};
+use netwave_agent::frr::{Frr, FrrSettings};
+use netwave_agent::health::{HealthConfig, Prober};
+use netwave_agent::netlink::Netlink;
+use netwave_agent::reconcile::{Agent, Reason, Target};
+use netwave_api::{Layer2Config, NodeConfig, VrfConfig};
+use netwave_core::dataplane::diff::diff;
+use netwave_core::dataplane::{NodeSettings, desired};
+use netwave_core::frr::{NeighborSettings, RemoteAsSetting, UnderlaySettings};
+
+const FRR_LIB: &str = "/usr/lib/frr";
+const VTEP: &str = "198.18.1.1";
+const INSTALL: &str = "install FRR: apt-get install -y --no-install-recommends frr frr-pythontools";
+
+/// zebra + bgpd in the calling thread's network namespace, every path under `dir`.
+struct FrrDaemons {
+    dir: tempfile::TempDir,
+    daemons: Vec<(&'static str, Child)>,
+}
+
+fn frr_user() -> Result<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd")?;
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with("frr:"))
+        .with_context(|| format!("no user frr: {INSTALL}"))?;
+    let f: Vec<&str> = line.split(':').collect();
+    Ok((f[2].parse()?, f[3].parse()?))
+}
+
+impl FrrDaemons {
+    fn start() -> Result<FrrDaemons> {
+        let (uid, gid) = frr_user()?;
+        let dir = tempfile::Builder::new().prefix("netwave-frr-").tempdir()?;
+        let d = dir.path();
+        std::fs::write(d.join("vtysh.conf"), "service integrated-vtysh-config\n")?;
+        for p in [d.to_path_buf(), d.join("vtysh.conf")] {
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).context("chown to frr")?;
+        }
+        let mut me = FrrDaemons {
+            dir,
+            daemons: Vec::new(),
+        };
+        for daemon in ["zebra", "bgpd"] {
+            me.start_daemon(daemon)?;
+        }
+        Ok(me)
+    }
+
+    /// Starts one daemon (a child of this thread, so in its namespace) and waits until it answers.
+    fn start_daemon(&mut self, daemon: &'static str) -> Result<()> {
+        let d = self.dir.path().display().to_string();
+        let bin = format!("{FRR_LIB}/{daemon}");
+        ensure!(Path::new(&bin).is_file(), "{bin} missing: {INSTALL}");
+        let child = Command::new(&bin)
+            .args(["-F", "datacenter", "-P", "0", "-f", "/dev/null"])
+            .args(["--vty_socket", &d])
+            .args(["-i", &format!("{d}/{daemon}.pid")])
+            .args(["-z", &format!("{d}/zserv.api")])
+            .args(["--log", &format!("file:{d}/{daemon}.log")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {daemon}"))?;
+        self.daemons.push((daemon, child));
+        let ready = self.dir.path().join(if daemon == "zebra" {
+            "zserv.api".to_string()
+        } else {
+            format!("{daemon}.vty")
+        });
+        let vty = self.dir.path().join(format!("{daemon}.vty"));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(ready.exists() && vty.exists()) {
+            if let Some((_, c)) = self.daemons.last_mut()
+                && let Some(status) = c.try_wait()?
+            {
+                let log = std::fs::read_to_string(self.dir.path().join(format!("{daemon}.log")));
+                bail!("{daemon} exited ({status}): {}", log.unwrap_or_default());
+            }
+            ensure!(Instant::now() < deadline, "{daemon} not up after 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Stops one daemon by its pid (SIGTERM, then SIGKILL) and reaps it.
+    fn stop_daemon(&mut self, daemon: &str) {
+        if let Some(i) = self.daemons.iter().position(|(d, _)| *d == daemon) {
+            let (name, mut child) = self.daemons.remove(i);
+            stop(name, &mut child);
+            let _ = std::fs::remove_file(self.dir.path().join(format!("{name}.vty")));
+        }
+    }
+
+    fn settings(&self) -> FrrSettings {
+        let mut s = FrrSettings::new(underlay());
+        s.config_dir = self.dir.path().to_path_buf();
+        s.vty_socket = Some(self.dir.path().to_path_buf());
+        s.run_dir = Some(self.dir.path().to_path_buf());
+        s
+    }
+
+    fn vtysh(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("vtysh")
+            .arg("--vty_socket")
+            .arg(self.dir.path())
+            .arg("--config_dir")
+            .arg(self.dir.path())
+            .args(args)
+            .output()
+            .context("running vtysh")?;
+        ensure!(
+            out.status.success(),
+            "vtysh {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The running config without FRR's header and the lines it adds itself.
+    fn running(&self) -> Result<String> {
+        Ok(body(&self.vtysh(&["-c", "show running-config"])?))
+    }
+
+    /// The VNIs zebra has as EVPN VNIs.
+    fn evpn_vnis(&self) -> Result<Vec<u32>> {
+        let json: serde_json::Value =
+            serde_json::from_str(&self.vtysh(&["-c", "show evpn vni json"])?)?;
+        let mut vnis: Vec<u32> = json
+            .as_object()
+            .map(|o| o.keys().filter_map(|k| k.parse().ok()).collect())
+            .unwrap_or_default();
+        vnis.sort();
+        Ok(vnis)
+    }
+}
+
+fn stop(daemon: &str, child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // A daemon that crashes on its way out leaves a crash dir named after its pid: ours, so ours to remove.
+    let _ = std::fs::remove_dir_all(format!("/var/tmp/frr/{daemon}.{}", child.id()));
+}
+
+impl Drop for FrrDaemons {
+    fn drop(&mut self) {
+        // bgpd first, zebra last.
+        for (daemon, child) in self.daemons.iter_mut().rev() {
+            stop(daemon, child);
+        }
+    }
+}
+
+/// A config's or a running config's lines that carry meaning: no header, version, host name or the
+/// vtysh.conf service line.
+fn body(text: &str) -> String {
+    let text = text
+        .split_once("Current configuration:\n!\n")
+        .map_or(text, |(_, b)| b);
+    text.lines()
+        .filter(|l| {
+            !l.starts_with("frr version ")
+                && !l.starts_with("hostname ")
+                && *l != "service integrated-vtysh-config"
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn underlay() -> UnderlaySettings {
+    UnderlaySettings {
+        asn: 65000,
+        vtep_address: VTEP.into(),
+        router_id: None,
+        neighbors: vec![NeighborSettings {
+            address: Some("198.18.0.254".into()),
+            interface: None,
+            remote_as: RemoteAsSetting::Keyword("internal".into()),
+        }],
+        timers: None,
+    }
+}
+
+fn hostname() -> Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")?
+        .trim()
+        .to_string())
+}
+
+fn segment(vlan: u16) -> Layer2Config {
+    Layer2Config {
+        vlan,
+        vni: 1000 + u32::from(vlan),
+        mtu: 1450,
+        bridge: format!("l2.{vlan}"),
+        vxlan: format!("vx.{vlan}"),
+        anycast_mac: Some("02:00:5e:00:01:01".into()),
+        anycast_gateways: vec![format!("198.19.{vlan}.1/24")],
+        vrf: None,
+        neigh_suppression: false,
+    }
+}
+
+fn segments(vlans: &[u16]) -> NodeConfig {
+    NodeConfig {
+        layer2s: vlans.iter().map(|&v| segment(v)).collect(),
+        ..NodeConfig::default()
+    }
+}
+
+fn target(rev: &str, config: NodeConfig) -> Target {
+    Target {
+        revision: rev.into(),
+        retry: 0,
+        config_hash: format!("hash-{rev}"),
+        config,
+    }
+}
+
+fn health() -> HealthConfig {
+    HealthConfig {
+        interfaces: vec![],
+        tcp: vec![],
+        icmp: vec![],
+        api_server: false,
+        attempt_timeout_seconds: 0.5,
+        deadline_seconds: 1.0,
+        settle_seconds: 0.0,
+        backoff_initial_seconds: 0.05,
+        backoff_max_seconds: 0.2,
+        taints: vec![],
+    }
+}
+
+/// A node: namespace set up, FRR running, an agent with FRR on (`frr`) sharing one state dir.
+struct Node {
+    agent: Agent,
+    fr: FrrDaemons,
+    _state: tempfile::TempDir,
+}
+
+async fn node() -> Result<Node> {
+    ip(&["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])?;
+    // Forwarding on, as on a node: the render leaves `ip forwarding` out (FRR would show a diff).
+    for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+        std::fs::write(format!("/proc/sys/{key}"), "1").with_context(|| key.to_string())?;
+    }
+    let fr = FrrDaemons::start()?;
+    let frr = Frr::new(fr.settings(), &hostname()?)?;
+    let state = tempfile::tempdir()?;
+    let agent = agent(Some(frr), state.path()).await?;
+    Ok(Node {
+        agent,
+        fr,
+        _state: state,
+    })
+}
+
+async fn agent(frr: Option<Frr>, state: &Path) -> Result<Agent> {
+    let settings = NodeSettings {
+        vxlan_local: Some(VTEP.parse()?),
+        ..NodeSettings::default()
+    };
+    let netlink = Netlink::connect(settings)?;
+    Ok(Agent {
+        caps: netlink.capabilities().await,
+        prober: Prober::new(health(), netlink.clone(), None),
+        state: StateDir::open(state)?,
+        netlink,
+        frr,
+        timings: Default::default(),
+    })
+}
+
+/// The kernel runs exactly `cfg` (for the managed objects).
+async fn runs(agent: &Agent, cfg: &NodeConfig) -> Result<bool> {
+    let want = desired(cfg, agent.netlink.settings())?;
+    Ok(diff(&want, &agent.netlink.observe().await?.observed)?.is_empty())
+}
+
+/// FRR runs exactly the render of `cfg`.
+fn frr_runs(n: &Node, cfg: &NodeConfig) -> Result<()> {
+    let want = body(&n.agent.frr.as_ref().context("FRR on")?.render(cfg)?);
+    let running = n.fr.running()?;
+    ensure!(
+        running == want,
+        "FRR runs something else than the render:\n--- render\n{want}\n--- running\n{running}"
+    );
+    Ok(())
+}
+
+/// Applies `t`, which must be Provisioned, and prints the FRR and netlink times.
+async fn apply_ok(n: &Node, t: &Target) -> Result<()> {
+    let start = Instant::now();
+    let out = n.agent.apply(t).await;
+    let took = start.elapsed();
+    ensure!(out.reason.is_none(), "{}: {}", t.revision, out.message);
+    let timings = n.agent.timings.last().context("timings recorded")?;
+    let f = timings.frr.context("FRR timings recorded")?;
+    eprintln!(
+        "{}: FRR apply {:.0} ms (render {:.1} ms, check {:.0} ms, write {:.1} ms, reload {:.0} ms, \
+         converged {:.0} ms) | netlink apply {:.1} ms ({} ops) | whole apply {:.0} ms",
+        t.revision,
+        ms(f.total()),
+        ms(f.render),
+        ms(f.check),
+        ms(f.write),
+        ms(f.reload),
+        ms(f.converge),
+        ms(timings.netlink),
+        out.applied,
+        ms(took),
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn needs_frr(test: &str) -> bool {
+    let ok = Path::new(&format!("{FRR_LIB}/zebra")).is_file()
+        && Path::new(&format!("{FRR_LIB}/frr-reload.py")).is_file();
+    if !ok && common::is_root() {
+        // Root but no FRR: fail rather than pass having checked nothing.
+        panic!("{test}: {INSTALL}");
+    }
+    if !common::is_root() {
+        eprintln!("SKIPPED {test}: needs root for network namespaces and FRR's daemons");
+    }
+    common::is_root()
+}
+
+#[test]
+fn layer2_segments_are_applied_and_frr_follows_each_revision() {
+    let test = "layer2_segments_are_applied_and_frr_follows_each_revision";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let n = node().await?;
+        let r1 = segments(&[10, 20]);
+        apply_ok(&n, &target("r1", r1.clone())).await?;
+        ensure!(runs(&n.agent, &r1).await?, "kernel does not run r1");
+        frr_runs(&n, &r1)?;
+        ensure!(
+            n.fr.evpn_vnis()? == [1010, 1020],
+            "zebra's EVPN VNIs: {:?}",
+            n.fr.evpn_vnis()?
+        );
+        // The file FRR starts from after a restart is the render, and the reload did not overwrite it.
+        let frr = n.agent.frr.as_ref().context("FRR on")?;
+        ensure!(std::fs::read_to_string(frr.config_file())? == frr.render(&r1)?);
+
+        let r2 = segments(&[10, 20, 30]);
+        apply_ok(&n, &target("r2", r2.clone())).await?;
+        ensure!(runs(&n.agent, &r2).await?, "kernel does not run r2");
+        frr_runs(&n, &r2)?;
+        ensure!(
+            n.fr.evpn_vnis()? == [1010, 1020, 1030],
+            "{:?}",
+            n.fr.evpn_vnis()?
+        );
+
+        // Re-applying the same config writes nothing to the kernel and leaves FRR converged.
+        let w = n.agent.netlink.writes();
+        apply_ok(&n, &target("r3", r2.clone())).await?;
+        ensure!(
+            n.agent.netlink.writes() == w,
+            "re-apply wrote to the kernel"
+        );
+        ensure!(frr.diff().await?.is_none());
+        Ok(())
+    });
+}
+
+#[test]
+fn a_config_frr_rejects_touches_neither_kernel_nor_frr() {
+    let test = "a_config_frr_rejects_touches_neither_kernel_nor_frr";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let n = node().await?;
+        let r1 = segments(&[10]);
+        apply_ok(&n, &target("r1", r1.clone())).await?;
+        let before = n.fr.running()?;
+
+        // The same node with an underlay FRR refuses: a host name FRR's `hostname` will not take (the
+        // kernel's name is whatever the node was given; only FRR's check knows its rules).
+        let bad_frr = Frr::new(n.fr.settings(), "-node")?;
+        let bad = agent(Some(bad_frr), n.agent.state.path()).await?;
+        let w = bad.netlink.writes();
+        let out = bad.apply(&target("r2", segments(&[10, 20]))).await;
+        ensure!(out.reason == Some(Reason::FrrRejected), "{out:?}");
+        ensure!(
+            out.message.starts_with("FrrRejected: ") && out.message.contains("Please specify"),
+            "{}",
+            out.message
+        );
+        ensure!(!out.rolled_back, "nothing to roll back: {out:?}");
+        ensure!(bad.netlink.writes() == w, "wrote to the kernel");
+        ensure!(runs(&bad, &r1).await?, "kernel changed");
+        ensure!(n.fr.running()? == before, "FRR changed");
+        ensure!(bad.state.applying()?.is_none());
+        ensure!(bad.last_good()?.context("last good")?.revision == "r1");
+        Ok(())
+    });
+}
+
+#[test]
+fn frr_failing_mid_apply_restores_the_kernel_and_drift_repair_restores_frr() {
+    let test = "frr_failing_mid_apply_restores_the_kernel_and_drift_repair_restores_frr";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let mut n = node().await?;
+        let r1 = segments(&[10]);
+        apply_ok(&n, &target("r1", r1.clone())).await?;
+
+        // bgpd dies: the check (no daemon needed) passes, the reload cannot apply `router bgp`.
+        n.fr.stop_daemon("bgpd");
+        let r2 = segments(&[10, 20]);
+        let out = n.agent.apply(&target("r2", r2)).await;
+        ensure!(out.reason == Some(Reason::FrrReloadFailed), "{out:?}");
+        ensure!(
+            out.message.starts_with("FrrReloadFailed: "),
+            "{}",
+            out.message
+        );
+        ensure!(out.rolled_back, "{out:?}");
+        ensure!(runs(&n.agent, &r1).await?, "kernel is not back on r1");
+        ensure!(
+            n.agent.last_good()?.context("last good")?.revision == "r1",
+            "last good moved"
+        );
+        ensure!(n.agent.state.applying()?.is_none(), "marker left behind");
+        eprintln!("{}", out.message);
+
+        // bgpd is back (empty, as after a crash): the drift timer puts the last good config back.
+        n.fr.start_daemon("bgpd")?;
+        let repaired = n.agent.repair_drift().await?;
+        ensure!(
+            repaired
+                .frr
+                .as_deref()
+                .is_some_and(|d| d.contains("router bgp 65000")),
+            "{repaired:?}"
+        );
+        frr_runs(&n, &r1)?;
+        ensure!(n.agent.repair_drift().await?.is_empty(), "repair again");
+        Ok(())
+    });
+}
+
+#[test]
+fn frr_edited_behind_the_agents_back_is_repaired_and_restored_after_a_crash() {
+    let test = "frr_edited_behind_the_agents_back_is_repaired_and_restored_after_a_crash";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let n = node().await?;
+        let r1 = segments(&[10, 20]);
+        apply_ok(&n, &target("r1", r1.clone())).await?;
+        ensure!(
+            n.agent.repair_drift().await?.is_empty(),
+            "drift right after an apply"
+        );
+
+        // Someone edits FRR by hand.
+        n.fr.vtysh(&[
+            "-c",
+            "configure terminal",
+            "-c",
+            "ip prefix-list by-hand seq 5 permit 198.18.0.0/15",
+            "-c",
+            "router bgp 65000",
+            "-c",
+            "coalesce-time 100",
+        ])?;
+        ensure!(n.fr.running()?.contains("by-hand"));
+        let start = Instant::now();
+        let repaired = n.agent.repair_drift().await?;
+        let took = start.elapsed();
+        let diff = repaired.frr.context("FRR drift not seen")?;
+        ensure!(
+            diff.contains("by-hand") && diff.contains("coalesce-time 100"),
+            "{diff}"
+        );
+        ensure!(
+            repaired.netlink.applied.is_empty(),
+            "kernel had not drifted"
+        );
+        frr_runs(&n, &r1)?;
+        eprintln!("FRR drift repaired in {:.0} ms: {diff}", ms(took));
+        ensure!(n.agent.repair_drift().await?.is_empty(), "repair again");
+
+        // The agent dies half-way through r2 (kernel and FRR both partly changed); a new agent
+        // process restores both at start.
+        let r2 = segments(&[10, 20, 30]);
+        n.agent.state.mark_applying(&Applying {
+            revision: "r2".into(),
+            retry: 0,
+            config_hash: "hash-r2".into(),
+            interruptions: 0,
+        })?;
+        n.agent
+            .netlink
+            .reconcile(&desired(&r2, n.agent.netlink.settings())?)
+            .await?;
+        n.fr.vtysh(&[
+            "-c",
+            "configure terminal",
+            "-c",
+            "router bgp 65000",
+            "-c",
+            "coalesce-time 100",
+        ])?;
+        let fresh = agent(n.agent.frr.clone(), n.agent.state.path()).await?;
+        ensure!(
+            fresh.recover().await?.is_none(),
+            "a first interruption is retried"
+        );
+        ensure!(runs(&fresh, &r1).await?, "kernel not restored");
+        frr_runs(&n, &r1)?;
+        Ok(())
+    });
+}
+
+#[test]
+fn frr_off_refuses_bgp_content_before_any_change() {
+    let test = "frr_off_refuses_bgp_content_before_any_change";
+    in_netns(test, || async {
+        let state = tempfile::tempdir()?;
+        let a = agent(None, state.path()).await?;
+        let mut cfg = segments(&[10]);
+        cfg.vrfs.push(VrfConfig {
+            name: "red".into(),
+            device: "vr.red".into(),
+            table: 100,
+            vni: Some(2000),
+            mtu: 9000,
+            bridge: None,
+            vxlan: None,
+            route_target: Some("65000:2000".into()),
+            import: vec![],
+            export: vec![],
+            aggregate: vec![],
+            communities: vec![],
+        });
+        let w = a.netlink.writes();
+        let out = a.apply(&target("r1", cfg)).await;
+        ensure!(out.reason == Some(Reason::FrrUnavailable), "{out:?}");
+        ensure!(
+            out.message.contains("VRF red: vni, routeTarget"),
+            "{}",
+            out.message
+        );
+        ensure!(a.netlink.writes() == w, "wrote before refusing");
+        ensure!(
+            !ip(&["-o", "link", "show"])?.contains("l2.10"),
+            "half applied"
+        );
+        ensure!(a.state.applying()?.is_none());
+        // Layer-2 segments alone need no FRR.
+        let out = a.apply(&target("r2", segments(&[10]))).await;
+        ensure!(out.reason.is_none(), "{}", out.message);
+        Ok(())
+    });
+}
