@@ -45,8 +45,8 @@ pub enum Reason {
     ApplyInterrupted,
     /// The spec's config does not hash to its configHash: refused without touching the kernel.
     ConfigTampered,
-    /// The config has BGP content (see `frr::bgp_content`) and FRR is off on this node: refused
-    /// before any change, instead of applying the kernel half.
+    /// The config has BGP content (see `frr::bgp_content`) and FRR is off on this node, or FRR's check
+    /// cannot run: refused before any change, instead of applying the kernel half.
     FrrUnavailable,
     /// FRR's own check (`vtysh -C`) refused the rendered text: refused before any change.
     FrrRejected,
@@ -405,7 +405,11 @@ impl Agent {
                     Err(FrrApplyError::Rejected { detail }) => {
                         return invalid(Reason::FrrRejected, detail);
                     }
-                    Err(e) => return invalid(Reason::FrrRejected, format!("vtysh -C: {e}")),
+                    // FRR's tools cannot run (not installed, config dir not writable): not a verdict
+                    // on the config.
+                    Err(e) => {
+                        return invalid(Reason::FrrUnavailable, format!("checking with FRR: {e}"));
+                    }
                 }
                 frr_timings.check = start.elapsed();
                 Some((frr, text))
