@@ -3,6 +3,8 @@
 //! - apply 100 layer-2 segments (bridge + VXLAN + anycast address each) and 1,000 routes from empty with
 //!   the agent, against the same objects through `ip -batch`, in the same run: times and ratio;
 //! - no-op reconcile (observe + diff, nothing to do): time and netlink write count (must be 0);
+//! - with a real zebra + bgpd in the namespace (FRR installed), the agent's whole apply of that config
+//!   split into its netlink part and its FRR part (render → check → write → reload → converged);
 //! - idle RSS of the real `netwave-agent` binary running that config against the API testbed.
 //!
 //! ```sh
@@ -17,11 +19,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use kube::api::{Api, PostParams};
+use netwave_agent::backup::StateDir;
+use netwave_agent::frr::Frr;
+use netwave_agent::health::{HealthConfig, Prober};
 use netwave_agent::netlink::Netlink;
+use netwave_agent::reconcile::{Agent, Target};
 use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RouteConfig, RouteType,
 };
 use netwave_core::dataplane::{NodeSettings, desired};
+
+/// The FRR harness of the root tests (zebra + bgpd in this thread's namespace, killed by pid on drop).
+#[path = "../tests/common/frr.rs"]
+mod frr_harness;
 
 const SEGMENTS: u16 = 100;
 const ROUTES: u32 = 1000;
@@ -227,6 +237,88 @@ fn dataplane() -> Result<()> {
     })
 }
 
+/// The agent's apply of the benchmark config with FRR on: netlink part vs FRR part, each round from an
+/// empty node and an empty FRR config file (so the reload always runs).
+fn frr_apply() -> Result<()> {
+    use frr_harness::{FrrDaemons, VTEP};
+    if !std::path::Path::new(&format!("{}/zebra", frr_harness::FRR_LIB)).is_file() {
+        println!("FRR apply: SKIPPED ({})", frr_harness::INSTALL);
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let lo = Command::new("ip")
+            .args(["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])
+            .status()?;
+        ensure!(lo.success(), "ip addr add {VTEP}/32 dev lo failed");
+        for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+            std::fs::write(format!("/proc/sys/{key}"), "1")?;
+        }
+        let fr = FrrDaemons::start()?;
+        let hostname = netwave_agent::frr::kernel_hostname()?;
+        let frr = Frr::new(fr.settings(), &hostname)?;
+        let netlink = Netlink::connect(NodeSettings {
+            vxlan_local: Some(VTEP.parse()?),
+            ..NodeSettings::default()
+        })?;
+        let state = tempfile::tempdir()?;
+        let agent = Agent {
+            caps: netlink.capabilities().await,
+            prober: Prober::new(
+                HealthConfig {
+                    settle_seconds: 0.0,
+                    ..HealthConfig::default()
+                },
+                netlink.clone(),
+                None,
+            ),
+            state: StateDir::open(state.path())?,
+            netlink,
+            frr: Some(frr.clone()),
+            timings: Default::default(),
+        };
+        let (mut nl, mut fr_total, mut reload, mut converge) = (vec![], vec![], vec![], vec![]);
+        let mut vnis = 0;
+        for round in 0..ROUNDS {
+            for (rev, cfg) in [("full", config()), ("empty", NodeConfig::default())] {
+                // No frr.conf: the text is new to the agent, so it reloads every round.
+                let _ = std::fs::remove_file(frr.config_file());
+                let t = Target {
+                    revision: format!("{rev}-{round}"),
+                    retry: 0,
+                    config_hash: format!("{rev}-{round}"),
+                    config: cfg,
+                };
+                let out = agent.apply(&t).await;
+                ensure!(out.reason.is_none(), "{}", out.message);
+                if rev == "full" {
+                    let timings = agent.timings.last().context("timings")?;
+                    let f = timings.frr.context("FRR timings")?;
+                    nl.push(timings.netlink);
+                    fr_total.push(f.total());
+                    reload.push(f.reload);
+                    converge.push(f.converge);
+                    vnis = fr.evpn_vnis()?.len();
+                }
+            }
+        }
+        println!(
+            "agent apply with FRR on ({SEGMENTS} L2 segments + {ROUTES} routes; zebra's EVPN VNIs right after the apply: {vnis}), median of {ROUNDS}:"
+        );
+        println!("  netlink part: {:8.1} ms", ms(median(nl)));
+        println!(
+            "  FRR part:     {:8.1} ms (reload {:.1} ms, converged check {:.1} ms)",
+            ms(median(fr_total)),
+            ms(median(reload)),
+            ms(median(converge))
+        );
+        drop(fr);
+        Ok(())
+    })
+}
+
 fn rss_kib(pid: u32) -> Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     s.lines()
@@ -331,6 +423,7 @@ fn main() -> Result<()> {
         bail!("the benchmark needs root (it creates network namespaces)");
     }
     in_netns(dataplane)?;
+    in_netns(frr_apply)?;
     in_netns(idle_rss)?;
     Ok(())
 }

@@ -321,6 +321,17 @@ pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
         .unwrap_or_default())
 }
 
+/// The kernel's host name (`uname -n`): FRR's daemons and vtysh show that one whatever frr.conf says,
+/// so the rendered text must carry it.
+pub fn kernel_hostname() -> Result<String, FrrSettingsError> {
+    let path = Path::new("/proc/sys/kernel/hostname");
+    let h = fs::read_to_string(path).map_err(|source| FrrSettingsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(h.trim().to_string())
+}
+
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }

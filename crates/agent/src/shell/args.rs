@@ -87,6 +87,11 @@ impl Args {
         if self.vxlan_port == 0 {
             return Err("--vxlan-port must not be 0".into());
         }
+        // Before anything else starts: an agent with bad FRR settings would refuse every BGP config.
+        if self.frr_config.is_some() {
+            let hostname = crate::frr::kernel_hostname().map_err(|e| e.to_string())?;
+            self.frr(&hostname)?;
+        }
         Ok(())
     }
 

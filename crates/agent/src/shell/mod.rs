@@ -58,13 +58,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     run_with(args, client, shutdown_signal()).await
 }
 
-/// The kernel's host name (`uname -n`): FRR shows that one whatever its config says.
-fn hostname() -> anyhow::Result<String> {
-    let h = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .context("reading /proc/sys/kernel/hostname")?;
-    Ok(h.trim().to_string())
-}
-
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -101,7 +94,9 @@ pub async fn run_with(
         None => HealthConfig::default(),
     };
     // Bad FRR settings stop the agent here, naming the field: it would otherwise refuse every BGP config.
-    let frr = args.frr(&hostname()?).map_err(anyhow::Error::msg)?;
+    let frr = args
+        .frr(&crate::frr::kernel_hostname()?)
+        .map_err(anyhow::Error::msg)?;
     let netlink = Netlink::connect(args.node_settings())?;
     let caps = netlink.capabilities().await;
     let api_client = client.clone();

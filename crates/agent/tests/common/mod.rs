@@ -9,6 +9,8 @@
 
 #![allow(dead_code)]
 
+pub mod frr;
+
 use std::future::Future;
 use std::process::Command;
 use std::sync::OnceLock;
