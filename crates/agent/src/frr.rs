@@ -7,11 +7,14 @@
 //!  --frr-config FILE ─► FrrSettings (YAML) ─► Frr::new (paths checked, Underlay validated; errors name the field)
 //!
 //!  NodeConfig ─► render ─► text ─► vtysh -C -f <scratch>       FrrRejected: nothing touched yet
+//!                                  l3_vni_hold: new L3 VNIs (`show vrf vni`) → the netlink step
+//!                                     creates (or sets) their VRF bridge down
 //!                                  (after the netlink apply)
 //!                                  write frr.conf (temp, fsync, rename, fsync dir)
-//!                                  [new L3 VNIs: VRF bridge down]
+//!                                  unchanged and `--test` clean: done, no reload
 //!                                  frr-reload.py --reload  ─┐  FrrReloadFailed: the caller restores the
-//!                                  [wait for `show vrf vni`, bridge up]   last good config (kernel + FRR)
+//!                                  [held bridges: wait until   last good config (kernel + FRR)
+//!                                   zebra binds the VNI, up]
 //!                                  frr-reload.py --test    ─┘  must show no "Lines To Add/Delete"
 //! ```
 //!
@@ -181,10 +184,9 @@ pub enum FrrApplyError {
     },
     #[error("L3 VNI {vni} not in `show vrf vni` {waited:?} after the reload")]
     L3VniMissing { vni: u32, waited: Duration },
-    #[error("bringing VRF bridge {bridge} {state}: {source}")]
+    #[error("bringing VRF bridge {bridge} up: {source}")]
     Bridge {
         bridge: String,
-        state: &'static str,
         #[source]
         source: crate::netlink::NetlinkError,
     },
@@ -291,21 +293,24 @@ pub fn test_verdict(code: Option<i32>, stdout: &str) -> Result<Option<String>, S
     Ok(Some(quote(&lines)))
 }
 
-/// The L3 VNIs of `config` that zebra does not know yet (`present`, from `show vrf vni`), with the VRF
-/// bridge that must stay down until it does (so zebra reads the router MAC from a bridge that is down,
-/// and no L2 VNI storm starts). VRFs without a bridge have nothing to hold down. Pure.
-pub fn new_l3_vnis(config: &NodeConfig, present: &BTreeSet<u32>) -> Vec<(String, u32)> {
+/// The L3 VNIs of `config` zebra has not bound to their VXLAN device yet (`ready`, from
+/// [`parse_vrf_vnis`]), with the VRF bridge that must be down until it has: the reference's order, so
+/// zebra reads the router MAC while the bridge is down and never takes the L3 VNI's VXLAN device for
+/// an L2 VNI (`advertise-all-vni`) in between. VRFs without a bridge have nothing to hold. Pure.
+pub fn new_l3_vnis(config: &NodeConfig, ready: &BTreeSet<u32>) -> Vec<(String, u32)> {
     let mut out: Vec<(String, u32)> = config
         .vrfs
         .iter()
         .filter_map(|v| Some((v.bridge.clone()?, v.vni?)))
-        .filter(|(_, vni)| !present.contains(vni))
+        .filter(|(_, vni)| !ready.contains(vni))
         .collect();
     out.sort();
     out
 }
 
-/// The L3 VNIs in `show vrf vni json` (`{"vrfs":[{"vrf":"red","vni":1000,...}]}`). Pure.
+/// The L3 VNIs zebra has bound to a VXLAN device, from `show vrf vni json`
+/// (`{"vrfs":[{"vrf":"red","vni":1000,"vxlanIntf":"vx.red",...}]}`). A VNI that is only configured
+/// (`vrf red` / `vni 1000` without the kernel's devices) shows `"vxlanIntf":"None"` and is not ready. Pure.
 pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
     let v: serde_json::Value =
         serde_json::from_str(json).map_err(|e| format!("not JSON ({e}): {}", first_line(json)))?;
@@ -313,6 +318,11 @@ pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
         .and_then(|a| a.as_array())
         .map(|a| {
             a.iter()
+                .filter(|e| {
+                    e.get("vxlanIntf")
+                        .and_then(|i| i.as_str())
+                        .is_some_and(|i| !i.is_empty() && i != "None")
+                })
                 .filter_map(|e| e.get("vni").and_then(|n| n.as_u64()))
                 .filter_map(|n| u32::try_from(n).ok())
                 .filter(|&n| n != 0)
@@ -580,7 +590,7 @@ impl Frr {
         Ok(true)
     }
 
-    /// L3 VNIs zebra has (`show vrf vni json`).
+    /// L3 VNIs zebra has bound to their VXLAN device (`show vrf vni json`).
     pub async fn vrf_vnis(&self) -> Result<BTreeSet<u32>, FrrApplyError> {
         let command = "show vrf vni json";
         let mut cmd = Command::new(&self.settings.vtysh);
@@ -603,13 +613,29 @@ impl Frr {
         parse_vrf_vnis(&stdout).map_err(show)
     }
 
-    /// Everything after the check: write frr.conf, reload, verify convergence. For L3 VNIs FRR does not
-    /// have yet, their VRF bridges are held down across the reload until zebra shows the VNI (the
-    /// reference's order). `timings.render` and `.check` are left for the caller.
+    /// The VRF bridges to hold down across this apply ([`new_l3_vnis`]); asks zebra only when `config`
+    /// has L3 VNIs. The caller creates (or sets) those bridges down in the netlink step.
+    pub async fn l3_vni_hold(
+        &self,
+        config: &NodeConfig,
+    ) -> Result<Vec<(String, u32)>, FrrApplyError> {
+        if !config
+            .vrfs
+            .iter()
+            .any(|v| v.vni.is_some() && v.bridge.is_some())
+        {
+            return Ok(Vec::new());
+        }
+        Ok(new_l3_vnis(config, &self.vrf_vnis().await?))
+    }
+
+    /// Everything after the check: write frr.conf, reload, verify convergence. The bridges in `hold`
+    /// (down since the netlink step, see [`Frr::l3_vni_hold`]) are brought up once zebra has bound their
+    /// L3 VNI (the reference's order). `timings.render` and `.check` are left for the caller.
     pub async fn apply(
         &self,
         text: &str,
-        config: &NodeConfig,
+        hold: &[(String, u32)],
         netlink: &crate::netlink::Netlink,
     ) -> Result<FrrTimings, FrrApplyError> {
         let mut t = FrrTimings::default();
@@ -618,21 +644,12 @@ impl Frr {
         t.write = start.elapsed();
         // The same text as before (a layer-2 change renders no FRR line; a retry): when FRR already
         // runs it, there is nothing to reload (`--test` costs a third of `--reload` + `--test`).
-        if !changed {
+        if !changed && hold.is_empty() {
             let start = Instant::now();
             if self.diff().await?.is_none() {
                 t.converge = start.elapsed();
                 return Ok(t);
             }
-        }
-
-        let hold = if config.vrfs.iter().any(|v| v.vni.is_some()) {
-            new_l3_vnis(config, &self.vrf_vnis().await?)
-        } else {
-            Vec::new()
-        };
-        for (bridge, _) in &hold {
-            set_bridge(netlink, bridge, false).await?;
         }
 
         let start = Instant::now();
@@ -664,7 +681,7 @@ impl Frr {
         let start = Instant::now();
         if !hold.is_empty() {
             let timeout = Duration::from_secs_f64(self.settings.l3_vni_timeout_seconds);
-            for (bridge, vni) in &hold {
+            for (bridge, vni) in hold {
                 loop {
                     if self.vrf_vnis().await?.contains(vni) {
                         break;
@@ -677,7 +694,13 @@ impl Frr {
                     }
                     tokio::time::sleep(L3VNI_POLL).await;
                 }
-                set_bridge(netlink, bridge, true).await?;
+                netlink
+                    .set_up(bridge, true)
+                    .await
+                    .map_err(|source| FrrApplyError::Bridge {
+                        bridge: bridge.clone(),
+                        source,
+                    })?;
             }
         }
         if let Some(diff) = self.diff().await? {
@@ -686,21 +709,6 @@ impl Frr {
         t.converge = start.elapsed();
         Ok(t)
     }
-}
-
-async fn set_bridge(
-    netlink: &crate::netlink::Netlink,
-    bridge: &str,
-    up: bool,
-) -> Result<(), FrrApplyError> {
-    netlink
-        .set_up(bridge, up)
-        .await
-        .map_err(|source| FrrApplyError::Bridge {
-            bridge: bridge.to_string(),
-            state: if up { "up" } else { "down" },
-            source,
-        })
 }
 
 fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), FrrApplyError> {
@@ -846,8 +854,9 @@ mod tests {
 
     #[test]
     fn parses_show_vrf_vni() {
-        let json = r#"{"vrfs":[{"vrf":"red","vni":1000,"vxlanIntf":"None","sviIntf":"None","routerMac":"None","state":"Down"},{"vrf":"blue","vni":0}]}"#;
-        assert_eq!(parse_vrf_vnis(json), Ok(BTreeSet::from([1000])));
+        // As FRR 8.4 prints it: red only configured (no kernel devices), green bound to its VXLAN device.
+        let json = r#"{"vrfs":[{"vrf":"red","vni":1000,"vxlanIntf":"None","sviIntf":"None","state":"Down","routerMac":"None"},{"vrf":"green","vni":3000,"vxlanIntf":"vx.green","sviIntf":"br.green","state":"Down","routerMac":"None"},{"vrf":"blue","vni":0}]}"#;
+        assert_eq!(parse_vrf_vnis(json), Ok(BTreeSet::from([3000])));
         assert_eq!(parse_vrf_vnis("{}"), Ok(BTreeSet::new()));
         assert!(parse_vrf_vnis("% Unknown command").is_err());
     }

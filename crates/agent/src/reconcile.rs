@@ -432,6 +432,19 @@ impl Agent {
             Err(e) => return invalid(Reason::ApplyFailed, format!("observe: {e}")),
         }
 
+        let hold = match &frr_text {
+            Some((frr, _)) => match frr.l3_vni_hold(&t.config).await {
+                Ok(hold) => hold,
+                Err(e) => {
+                    return invalid(
+                        Reason::FrrUnavailable,
+                        format!("asking zebra for its L3 VNIs: {e}"),
+                    );
+                }
+            },
+            None => Vec::new(),
+        };
+
         let before = self.prober.run_once(&Default::default()).await;
         let gate = gating(&before);
         // Carry over how often this very apply was interrupted before (see `recover`).
@@ -453,29 +466,35 @@ impl Agent {
 
         let writes0 = self.netlink.writes();
         let start = Instant::now();
-        let applied = self.netlink.reconcile(&want).await;
+        // New L3 VNIs: their VRF bridges are created (or set) down and only come up once zebra has
+        // bound the VNI (the FRR step brings them up); the kernel then runs `want`.
+        let mut first = want.clone();
+        for (bridge, _) in &hold {
+            if let Some(link) = first.links.get_mut(bridge) {
+                link.up = false;
+            }
+        }
+        let applied = self.netlink.reconcile(&first).await;
         let mut timings = ApplyTimings {
             netlink: start.elapsed(),
             frr: None,
         };
         // FRR after the kernel objects exist (zebra learns VXLAN devices and VRFs from the kernel).
         let applied = match (applied, &frr_text) {
-            (Ok(report), Some((frr, text))) => {
-                match frr.apply(text, &t.config, &self.netlink).await {
-                    Ok(steps) => {
-                        timings.frr = Some(FrrTimings {
-                            render: frr_timings.render,
-                            check: frr_timings.check,
-                            ..steps
-                        });
-                        Ok(report)
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, category = e.category(), "FRR apply failed");
-                        Err((Reason::FrrReloadFailed, e.to_string()))
-                    }
+            (Ok(report), Some((frr, text))) => match frr.apply(text, &hold, &self.netlink).await {
+                Ok(steps) => {
+                    timings.frr = Some(FrrTimings {
+                        render: frr_timings.render,
+                        check: frr_timings.check,
+                        ..steps
+                    });
+                    Ok(report)
                 }
-            }
+                Err(e) => {
+                    tracing::warn!(error = %e, category = e.category(), "FRR apply failed");
+                    Err((Reason::FrrReloadFailed, e.to_string()))
+                }
+            },
             (Ok(report), None) => Ok(report),
             (Err(e), _) => Err((Reason::ApplyFailed, e.to_string())),
         };
@@ -574,8 +593,9 @@ impl Agent {
         let frr = match &self.frr {
             None => Ok(()),
             Some(frr) => match frr.render(&cfg) {
+                // No bridge held: the last good config's L3 VNIs are the ones zebra had.
                 Ok(text) => frr
-                    .apply(&text, &cfg, &self.netlink)
+                    .apply(&text, &[], &self.netlink)
                     .await
                     .map(drop)
                     .map_err(|e| e.to_string()),
@@ -688,7 +708,7 @@ impl Agent {
         let Some(diff) = frr.drifted(&text).await.map_err(DriftError::Frr)? else {
             return Ok(DriftReport { netlink, frr: None });
         };
-        frr.apply(&text, &cfg, &self.netlink)
+        frr.apply(&text, &[], &self.netlink)
             .await
             .map_err(DriftError::Frr)?;
         Ok(DriftReport {
