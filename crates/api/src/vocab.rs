@@ -114,3 +114,11 @@ pub mod node_reasons {
     /// Recorded by the configurator for a node that did not report in time (`applyTimeoutSeconds`).
     pub const APPLY_TIMEOUT: &str = "ApplyTimeout";
 }
+
+/// Field managers (server-side apply ownership): who wrote a field.
+pub mod managers {
+    /// Every configurator write: revisions, their status, node specs.
+    pub const CONFIGURATOR: &str = "netwave-configurator";
+    /// Every agent write: node status, the Node's NetworkReady condition.
+    pub const AGENT: &str = "netwave-agent";
+}

@@ -64,6 +64,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Quiet time the inputs need before a revision is cut from them (see [`InputSettle`]).
     pub input_settle: Duration,
+    /// See `--destructive-threshold`.
+    pub destructive_threshold: u32,
 }
 
 fn live<K: Resource>(o: &K) -> bool {
@@ -236,21 +238,37 @@ pub fn compute(
             sequence,
             hash,
         } => {
-            info!(revision = %name, sequence, "inputs changed: creating revision");
+            let removal = current_target(s).and_then(|t| {
+                revision::destructive(&t.spec.inputs, &inputs, settings.destructive_threshold)
+            });
             let spec = NetworkConfigRevisionSpec {
                 hash,
                 sequence,
                 inputs,
                 rollout: RolloutPolicy::default(),
-                paused: false,
+                paused: removal.is_some(),
                 retry: 0,
             };
+            let mut intents = vec![Intent::CreateRevision {
+                name: name.clone(),
+                spec: Box::new(spec),
+                destructive: removal.as_ref().map(ToString::to_string),
+            }];
+            if let Some(r) = &removal {
+                intents.push(Intent::Event {
+                    regarding: object_ref("NetworkConfigRevision", &name, None),
+                    type_: KubeEventType::Warning,
+                    reason: rollout::reasons::DESTRUCTIVE_CHANGE.into(),
+                    action: "Revision".into(),
+                    note: format!(
+                        "{name} {r}: created paused; resume it (spec.paused: false) if that is meant, \
+                         else restore the inputs"
+                    ),
+                });
+            }
             // The new revision shows up through the watch and the next reconcile rolls it out.
             return Outcome {
-                intents: vec![Intent::CreateRevision {
-                    name,
-                    spec: Box::new(spec),
-                }],
+                intents,
                 plan: None,
                 requeue_at: None,
                 equals_failed: None,
@@ -587,6 +605,19 @@ fn restore_node_configs(
         }
     }
     out
+}
+
+/// The revision nodes are being moved to or run: the newest one that is not failed.
+fn current_target(s: &Snapshot) -> Option<&NetworkConfigRevision> {
+    s.revisions
+        .iter()
+        .filter(|r| live(r.as_ref()))
+        .filter(|r| !ExistingRevision::from_object(r).is_failed())
+        .max_by(|a, b| {
+            (a.spec.sequence, a.metadata.name.as_deref())
+                .cmp(&(b.spec.sequence, b.metadata.name.as_deref()))
+        })
+        .map(AsRef::as_ref)
 }
 
 /// Updates gauges and counters from a plan.

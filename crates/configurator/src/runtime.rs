@@ -35,6 +35,7 @@ pub fn settings(args: &Args) -> Settings {
         },
         resync: args.resync_interval,
         input_settle: args.input_settle,
+        destructive_threshold: args.destructive_threshold,
     }
 }
 

@@ -25,7 +25,7 @@ use crate::metrics::{ApiErrorLabels, Metrics, Verb};
 const MAX_PENDING_EVENTS: usize = 200;
 
 /// Field manager of every configurator write (server-side apply ownership).
-pub const FIELD_MANAGER: &str = "netwave-configurator";
+pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::CONFIGURATOR;
 
 /// One write the reconcile wants done.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +33,8 @@ pub enum Intent {
     CreateRevision {
         name: String,
         spec: Box<NetworkConfigRevisionSpec>,
+        /// Created paused by the destructive-change guard: what it removes (an annotation).
+        destructive: Option<String>,
     },
     /// Put back a revision's immutable spec fields someone edited (see `integrity`).
     RestoreRevisionSpec {
@@ -256,8 +258,21 @@ impl Writer {
         let revisions: Api<NetworkConfigRevision> = Api::all(self.client.clone());
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         match intent {
-            Intent::CreateRevision { name, spec } => {
+            Intent::CreateRevision {
+                name,
+                spec,
+                destructive,
+            } => {
                 let mut ncr = NetworkConfigRevision::new(name, (**spec).clone());
+                if let Some(what) = destructive {
+                    ncr.meta_mut().annotations = Some(
+                        [(
+                            netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION.to_string(),
+                            what.clone(),
+                        )]
+                        .into(),
+                    );
+                }
                 ncr.meta_mut().labels = Some(
                     [(
                         "app.kubernetes.io/managed-by".to_string(),
@@ -265,7 +280,11 @@ impl Writer {
                     )]
                     .into(),
                 );
-                match revisions.create(&PostParams::default(), &ncr).await {
+                let pp = PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PostParams::default()
+                };
+                match revisions.create(&pp, &ncr).await {
                     // Created by us before a crash or by the previous leader: the content is the same.
                     Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
                     other => other.map(drop),

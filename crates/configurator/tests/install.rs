@@ -276,6 +276,19 @@ async fn an_agent_writes_only_its_own_node() {
         .await
         .expect("its own Node's status");
 
+    // The API server loads a new admission policy asynchronously (its informer, about a second): wait
+    // until a dry run of the forbidden write is refused, without writing anything meanwhile.
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    eventually(T, "the admission policy to be in force", || async {
+        match nncs.patch_status("node-b", &dry, &status).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     let msg = refused(
         nncs.patch_status("node-b", &pp, &status).await,
         "node-b's NNC status",

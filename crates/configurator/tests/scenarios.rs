@@ -440,6 +440,92 @@ async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
     c.stop().await;
 }
 
+/// An accidental `kubectl delete -f dir/` (every input object gone) is cut as a revision but created
+/// paused with `DestructiveChange` saying what it removes; no node moves until an admin resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    let before = configs(&env.client).await;
+
+    let dp = DeleteParams::default();
+    let lp = kube::api::ListParams::default();
+    Api::<netwave_api::VRFRouteConfiguration>::all(env.client.clone())
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    Api::<Layer2NetworkConfiguration>::all(env.client.clone())
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    Api::<netwave_api::RoutingTable>::all(env.client.clone())
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    let guarded = eventually(T, "a second revision, paused by the guard", || async {
+        let revs = revisions(&env.client).await;
+        let seen = format!(
+            "{:?}",
+            revs.iter()
+                .map(|r| (
+                    &r.metadata.name,
+                    r.spec.paused,
+                    phase(r),
+                    condition(r, "Paused")
+                ))
+                .collect::<Vec<_>>()
+        );
+        revs.into_iter()
+            .find(|r| r.metadata.name.as_deref() != Some(first.as_str()))
+            .filter(|r| {
+                condition(r, "Paused").is_some_and(|(_, reason)| reason == "DestructiveChange")
+            })
+            .ok_or(seen)
+    })
+    .await;
+    assert!(guarded.spec.paused);
+    let message = guarded
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Paused"))
+        .map(|c| c.message.clone())
+        .unwrap();
+    assert!(
+        message.contains("removes ") && message.contains("VRFs ") && message.contains("resume"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let specs = |m: &std::collections::BTreeMap<String, netwave_api::NodeNetworkConfig>| {
+        m.iter()
+            .map(|(n, c)| (n.clone(), c.spec.revision.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        specs(&configs(&env.client).await),
+        specs(&before),
+        "no node moved"
+    );
+
+    // The admin means it: resumed, it rolls out like any revision.
+    let name = guarded.metadata.name.clone().unwrap();
+    set_paused(&env, &name, false).await;
+    eventually(T, "the resumed revision to complete", || async {
+        let r = Api::<NetworkConfigRevision>::all(env.client.clone())
+            .get(&name)
+            .await
+            .unwrap();
+        (phase(&r) == "Complete")
+            .then_some(())
+            .ok_or_else(|| phase(&r))
+    })
+    .await;
+    c.stop().await;
+}
+
 fn condition_of(st: &netwave_api::NetworkConfigRevisionStatus, t: &str) -> Option<String> {
     st.conditions
         .iter()

@@ -357,3 +357,61 @@ fn a_hash_edited_to_match_edited_inputs_no_longer_matches_the_name() {
     assert!(!name_matches("vrf-1234567890", "1234567890aaaa"), "prefix");
     assert!(name_matches("rev-ABCDEF0123", "abcdef0123ffff"));
 }
+
+mod destructive_change {
+    use netwave_core::revision::destructive;
+
+    use super::*;
+
+    fn named(vrfs: &[&str], l2s: &[&str], rts: &[&str]) -> RevisionInputs {
+        RevisionInputs {
+            vrfs: vrfs.iter().map(|n| vrf(n, None)).collect(),
+            layer2s: l2s
+                .iter()
+                .enumerate()
+                .map(|(i, n)| l2(n, 100 + i as u16, 1000 + i as u32))
+                .collect(),
+            routing_tables: rts.iter().map(|n| rt(n, 300)).collect(),
+        }
+    }
+
+    #[test]
+    fn removing_everything_is_destructive_whatever_the_threshold() {
+        let before = named(&["a", "b"], &["s1"], &["t"]);
+        let r = destructive(&before, &RevisionInputs::default(), 100).expect("destructive");
+        assert_eq!((r.removed(), r.before, r.after), (4, 4, 0));
+        assert_eq!(
+            r.to_string(),
+            "removes 4 of 4 input objects: VRFs a, b; layer-2 segments s1; routing tables t"
+        );
+    }
+
+    #[test]
+    fn removing_more_than_the_threshold_share_is_destructive() {
+        let before = named(&["a", "b", "c", "d"], &[], &[]);
+        // 2 of 4 = 50%: not more than 50%.
+        assert_eq!(
+            destructive(&before, &named(&["c", "d"], &[], &[]), 50),
+            None
+        );
+        // 3 of 4 = 75%.
+        let r = destructive(&before, &named(&["d"], &[], &[]), 50).expect("destructive");
+        assert_eq!(r.vrfs, ["a", "b", "c"]);
+        // Renaming is removing one and adding another: the old name is gone.
+        assert!(destructive(&before, &named(&["w", "x", "y", "z"], &[], &[]), 50).is_some());
+    }
+
+    #[test]
+    fn adding_and_changing_is_never_destructive_and_the_first_revision_is_exempt() {
+        let before = named(&["a"], &["s1"], &[]);
+        assert_eq!(
+            destructive(&before, &named(&["a", "b"], &["s1"], &["t"]), 0),
+            None
+        );
+        assert_eq!(
+            destructive(&RevisionInputs::default(), &RevisionInputs::default(), 0),
+            None
+        );
+        assert_eq!(destructive(&RevisionInputs::default(), &before, 0), None);
+    }
+}

@@ -47,6 +47,9 @@ pub struct RevisionState {
     /// Who last wrote `spec.paused` (field manager and time, from managedFields), when known.
     pub paused_by: Option<String>,
     pub retry: u32,
+    /// The configurator created it paused because it removes much of what nodes run: what it removes
+    /// (`revision::DESTRUCTIVE_CHANGE_ANNOTATION`).
+    pub destructive: Option<String>,
     pub status: NetworkConfigRevisionStatus,
     /// Fleet-wide validation of this revision against the current nodes, computed by the caller.
     pub validation: ValidationResult,
@@ -199,6 +202,12 @@ impl RevisionState {
             paused: rev.spec.paused,
             paused_by: field_writer(&rev.metadata, &["spec", "paused"]),
             retry: rev.spec.retry,
+            destructive: rev
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::revision::DESTRUCTIVE_CHANGE_ANNOTATION))
+                .cloned(),
             status: rev.status.clone().unwrap_or_default(),
             validation,
         })

@@ -168,11 +168,27 @@ impl<'c> Draft<'c> {
         self.s.paused_by = paused
             .then(|| r.state.paused_by.clone().or(self.old.paused_by.clone()))
             .flatten();
-        let c = if paused {
-            let message = paused_message(self.s.paused_by.as_deref());
-            cond(True, reasons::PAUSED_BY_SPEC, message)
-        } else {
-            cond(False, reasons::NOT_PAUSED, "")
+        // Paused at creation by the configurator's destructive-change guard, and not paused again by
+        // anyone since: say why, and how to go on.
+        let guarded = r.state.destructive.as_ref().filter(|_| {
+            self.s.paused_by.as_deref().is_none_or(|by| {
+                by.split(' ').next() == Some(netwave_api::vocab::managers::CONFIGURATOR)
+            })
+        });
+        let c = match (paused, guarded) {
+            (true, Some(what)) => cond(
+                True,
+                reasons::DESTRUCTIVE_CHANGE,
+                format!(
+                    "created paused: it {what}; if that is meant, resume it (spec.paused: false), \
+                     else restore the inputs"
+                ),
+            ),
+            (true, None) => {
+                let message = paused_message(self.s.paused_by.as_deref());
+                cond(True, reasons::PAUSED_BY_SPEC, message)
+            }
+            (false, _) => cond(False, reasons::NOT_PAUSED, ""),
         };
         self.set(ConditionType::Paused, c);
     }
