@@ -528,11 +528,15 @@ impl Agent {
                 Err(e) => format!("; backup not written: {e}"),
             };
             if let Some(f) = timings.frr {
+                let frr = if f.reload.is_zero() {
+                    "FRR already ran this config".to_string()
+                } else {
+                    format!("reload {} ms", f.reload.as_millis())
+                };
                 note = format!(
-                    " in {} ms; FRR config applied in {} ms (reload {} ms){note}",
+                    " in {} ms; FRR config applied in {} ms ({frr}){note}",
                     timings.netlink.as_millis(),
                     f.total().as_millis(),
-                    f.reload.as_millis()
                 );
             }
             return Outcome {

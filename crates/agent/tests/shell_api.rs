@@ -555,3 +555,158 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
         },
     );
 }
+
+/// The whole agent with `--frr-config` and a real zebra + bgpd: the FRR part of an apply is in the
+/// status message, a hand edit of FRR is repaired by the drift timer (with an Event), and an agent with
+/// FRR off reports a config with BGP content `Invalid/FrrUnavailable`.
+#[test]
+fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_content() {
+    let test = "agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_content";
+    if common::is_root()
+        && !std::path::Path::new(common::frr::FRR_LIB)
+            .join("zebra")
+            .is_file()
+    {
+        panic!("{test}: {}", common::frr::INSTALL);
+    }
+    in_netns(test, || async {
+        use common::frr::{FrrDaemons, VTEP, body};
+        ip(&["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])?;
+        for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+            std::fs::write(format!("/proc/sys/{key}"), "1")?;
+        }
+        let fr = FrrDaemons::start()?;
+        let d = fr.dir.path().display();
+        let dir = tempfile::tempdir()?;
+        let frr_yaml = dir.path().join("frr.yaml");
+        std::fs::write(
+            &frr_yaml,
+            format!(
+                "underlay:\n  asn: 65000\n  vtepAddress: {VTEP}\n  neighbors:\n    - address: \
+                 198.18.0.254\n      remoteAs: internal\nconfigDir: {d}\nvtySocket: {d}\nrunDir: {d}\n"
+            ),
+        )?;
+        let health = dir.path().join("health.yaml");
+        std::fs::write(
+            &health,
+            "apiServer: true\nsettleSeconds: 0\ndeadlineSeconds: 2\n",
+        )?;
+
+        let server = RealApi::start().await?;
+        let client = server.admin.clone();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+        let mut r1 = good();
+        let mut second = r1.layer2s[0].clone();
+        second.vlan = 20;
+        second.vni = 1020;
+        second.bridge = "l2.20".into();
+        second.vxlan = "vx.20".into();
+        second.anycast_gateways = vec!["198.18.20.1/24".into()];
+        r1.layer2s.push(second);
+        nncs.create(
+            &PostParams::default(),
+            &NodeNetworkConfig::new("n1", spec("r1", 0, r1.clone())),
+        )
+        .await?;
+        let args = Args {
+            vxlan_local: Some(VTEP.parse()?),
+            frr_config: Some(frr_yaml.clone()),
+            ..agent_args(dir.path(), health.clone(), 19101)?
+        };
+        let want = args
+            .frr(&netwave_agent::frr::kernel_hostname()?)
+            .map_err(anyhow::Error::msg)?
+            .context("FRR on")?
+            .render(&r1)?;
+        let agent = RunningAgent::start(args, server.agent_client().await?);
+
+        let s = wait_status(&nncs, "r1 Provisioned", |s| {
+            s.phase.as_deref() == Some("Provisioned")
+                && s.observed_revision.as_deref() == Some("r1")
+        })
+        .await?;
+        let message = s.message.clone().unwrap_or_default();
+        ensure!(message.contains("FRR config applied in"), "{s:?}");
+        ensure!(fr.running()? == body(&want), "FRR does not run the render");
+        ensure!(fr.evpn_vnis()? == [1010, 1020], "{:?}", fr.evpn_vnis()?);
+        eprintln!("r1 through the shell: {message}");
+
+        // A hand edit of FRR: the drift timer (1 s here) puts the render back and says so.
+        fr.vtysh(&[
+            "-c",
+            "configure terminal",
+            "-c",
+            "router bgp 65000",
+            "-c",
+            "coalesce-time 100",
+        ])?;
+        wait_event(&client, "DriftCorrected").await?;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while fr.running()? != body(&want) {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "FRR drift not repaired"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ensure!(
+            metric(
+                &metrics_at(19101).await?,
+                "netwave_agent_drift_corrections_total"
+            ) >= 1.0
+        );
+        ensure!(
+            metric(
+                &metrics_at(19101).await?,
+                "netwave_agent_frr_apply_duration_seconds_count"
+            ) >= 1.0
+        );
+        agent.stop().await?;
+
+        // The same node with FRR off gets a revision with BGP content: refused, nothing changed.
+        let mut r2 = r1.clone();
+        r2.vrfs.push(netwave_api::VrfConfig {
+            name: "red".into(),
+            device: "vr.red".into(),
+            table: 100,
+            vni: Some(2000),
+            mtu: 9000,
+            bridge: None,
+            vxlan: None,
+            route_target: None,
+            import: vec![],
+            export: vec![],
+            aggregate: vec![],
+            communities: vec!["65000:1".into()],
+        });
+        let patch = json!({ "spec": spec("r2", 0, r2) });
+        nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        let args = Args {
+            vxlan_local: Some(VTEP.parse()?),
+            ..agent_args(dir.path(), health, 19103)?
+        };
+        let agent = RunningAgent::start(args, server.agent_client().await?);
+        let s = wait_status(&nncs, "r2 Invalid", |s| {
+            s.phase.as_deref() == Some("Invalid") && s.observed_revision.as_deref() == Some("r2")
+        })
+        .await?;
+        ensure!(s.reason.as_deref() == Some("FrrUnavailable"), "{s:?}");
+        ensure!(
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("VRF red: vni, communities")),
+            "{s:?}"
+        );
+        ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
+        ensure!(ip(&["-d", "link", "show", "vx.20"])?.contains("vxlan id 1020"));
+        wait_event(&client, "FrrUnavailable").await?;
+        agent.stop().await?;
+        Ok(())
+    });
+}
