@@ -85,6 +85,28 @@ pub struct Elector {
     tx: watch::Sender<Leadership>,
     /// The holder record we saw last and when we first saw it (local clock).
     observed: Option<(String, Option<MicroTime>, Instant)>,
+    /// Lease requests failing in a row, and the problem last logged (logged again only when it changes).
+    failing: Option<(u32, String)>,
+}
+
+/// Longest wait between lease attempts while they keep failing as a follower.
+const MAX_FAILING_RETRY: Duration = Duration::from_secs(30);
+
+/// One line a person can act on: what failed with the Lease and, where we know it, what to do.
+fn lease_problem(e: &kube::Error, namespace: &str, name: &str) -> String {
+    match e {
+        kube::Error::Api(ae) if ae.code == 404 => format!(
+            "namespace {namespace} does not exist, so the Lease {namespace}/{name} cannot be created: \
+             create it (kubectl create namespace {namespace}) or set --lease-namespace"
+        ),
+        kube::Error::Api(ae) if ae.code == 403 => format!(
+            "not allowed to use the Lease {namespace}/{name} ({}): the configurator's Role needs get, \
+             create and update on leases in {namespace}",
+            ae.message
+        ),
+        kube::Error::Api(ae) => format!("{} {}: {}", ae.code, ae.reason, ae.message),
+        other => other.to_string(),
+    }
 }
 
 impl Elector {
@@ -101,6 +123,7 @@ impl Elector {
                 config,
                 tx,
                 observed: None,
+                failing: None,
             },
             LeaderGate { rx },
         )
@@ -120,13 +143,28 @@ impl Elector {
                 Err(_) => Err(kube::Error::Service("lease request timed out".into())),
             };
             match result {
-                Ok(true) => self.set(Leadership::Leader {
-                    until: started + self.config.renew_deadline,
-                }),
-                Ok(false) => self.set(Leadership::Follower),
+                Ok(held) => {
+                    if self.failing.take().is_some() {
+                        info!(lease = %self.config.name, "lease requests work again");
+                    }
+                    if held {
+                        self.set(Leadership::Leader {
+                            until: started + self.config.renew_deadline,
+                        });
+                    } else {
+                        self.set(Leadership::Follower);
+                    }
+                }
                 Err(e) => {
-                    // Keep what we have: a leader stays leader until its local deadline passes.
-                    warn!(error = %e, lease = %self.config.name, "lease acquire/renew failed");
+                    // Keep what we have: a leader stays leader until its local deadline passes. One line
+                    // per new problem, not one per retry.
+                    let problem = lease_problem(&e, &self.config.namespace, &self.config.name);
+                    let (n, last) = self.failing.get_or_insert((0, String::new()));
+                    *n += 1;
+                    if *last != problem {
+                        warn!(lease = %self.config.name, "lease acquire/renew failed: {problem}");
+                        *last = problem;
+                    }
                     // Copy out first: holding the borrow while sending would deadlock the channel.
                     let current = *self.tx.borrow();
                     if let Leadership::Leader { until } = current
@@ -136,7 +174,18 @@ impl Elector {
                     }
                 }
             }
-            let next = Instant::now() + self.config.retry_period;
+            // A follower whose requests keep failing backs off (doubling, at most 30 s); a leader keeps
+            // its pace so it renews before its deadline.
+            let failures = match *self.tx.borrow() {
+                Leadership::Leader { .. } => 0,
+                Leadership::Follower => self.failing.as_ref().map_or(0, |f| f.0),
+            };
+            let pause = self
+                .config
+                .retry_period
+                .saturating_mul(1 << failures.min(6))
+                .min(MAX_FAILING_RETRY.max(self.config.retry_period));
+            let next = Instant::now() + pause;
             let deadline = match *self.tx.borrow() {
                 Leadership::Leader { until } => next.min(until),
                 Leadership::Follower => next,
@@ -243,5 +292,35 @@ impl Elector {
                 warn!(error = %e, "could not release the lease; standby takes over after expiry")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        let status = kube::core::Status {
+            message: message.into(),
+            reason: reason.into(),
+            code,
+            ..Default::default()
+        };
+        kube::Error::Api(status.into())
+    }
+
+    #[test]
+    fn a_missing_lease_namespace_is_one_line_saying_what_to_do() {
+        let e = api_error(404, "NotFound", "namespaces \"netwave-system\" not found");
+        assert_eq!(
+            lease_problem(&e, "netwave-system", "netwave-configurator"),
+            "namespace netwave-system does not exist, so the Lease netwave-system/netwave-configurator \
+             cannot be created: create it (kubectl create namespace netwave-system) or set \
+             --lease-namespace"
+        );
+        let e = api_error(403, "Forbidden", "leases is forbidden");
+        assert!(
+            lease_problem(&e, "ns", "l").contains("needs get, create and update on leases in ns")
+        );
     }
 }

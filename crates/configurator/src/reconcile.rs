@@ -277,7 +277,6 @@ pub fn compute(
             };
         }
         Decision::Reactivate { name, new_sequence } => {
-            info!(revision = %name, sequence = new_sequence, "inputs equal an older good revision: it becomes the target again");
             return Outcome {
                 intents: vec![Intent::SetRevisionSequence {
                     name,
@@ -496,7 +495,6 @@ fn restore_revisions(
         if !revision::name_matches(name, hash) {
             continue;
         }
-        warn!(revision = %name, problem = %t, "revision spec edited by hand: putting it back from the current inputs");
         out.push(Intent::RestoreRevisionSpec {
             name: name.clone(),
             hash: hash.to_string(),
@@ -527,7 +525,6 @@ fn unrestorable_revision_events(s: &Snapshot, tampered: &Findings) -> Vec<Intent
         let Some(t) = tampered.revisions.get(name) else {
             continue;
         };
-        warn!(revision = %name, problem = %t, "revision spec edited by hand: it is never rendered or assigned again");
         out.push(Intent::Event {
             regarding: object_ref("NetworkConfigRevision", name, uid_of_revision(s, name)),
             type_: KubeEventType::Warning,
@@ -591,7 +588,6 @@ fn restore_node_configs(
             }
         };
         if tampered.unreported_node_configs.contains(name) {
-            warn!(node = %name, outcome = note, "node config spec edited by hand");
             out.push(Intent::Event {
                 regarding: object_ref("NodeNetworkConfig", name, c.metadata.uid.clone()),
                 type_: KubeEventType::Warning,
@@ -605,6 +601,29 @@ fn restore_node_configs(
         }
     }
     out
+}
+
+/// One line per group of assignments of this plan (a wave, a batch of rollbacks, new nodes): how many
+/// nodes got which revision and why, naming the first few.
+fn log_assignments(plan: &Plan) {
+    let mut groups: BTreeMap<(&str, &'static str), Vec<&str>> = BTreeMap::new();
+    for a in &plan.assignments {
+        groups
+            .entry((a.revision.as_str(), a.reason.as_str()))
+            .or_default()
+            .push(a.node.as_str());
+    }
+    for ((revision, reason), nodes) in groups {
+        const SHOWN: usize = 5;
+        let more = nodes.len().saturating_sub(SHOWN);
+        let names = nodes[..nodes.len().min(SHOWN)].join(", ");
+        let names = if more > 0 {
+            format!("{names} and {more} more")
+        } else {
+            names
+        };
+        info!(%revision, %reason, count = nodes.len(), "assigned {names}");
+    }
 }
 
 /// The revision nodes are being moved to or run: the newest one that is not failed.
@@ -889,6 +908,11 @@ impl Reconciler {
         } else {
             Default::default()
         };
+        if let Some(plan) = &outcome.plan
+            && written.written > 0
+        {
+            log_assignments(plan);
+        }
         self.metrics
             .reconcile_duration
             .observe(started.elapsed().as_secs_f64());

@@ -16,7 +16,7 @@ use netwave_api::{
 };
 use serde_json::json;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::lease::LeaderGate;
 use crate::metrics::{ApiErrorLabels, Metrics, Verb};
@@ -103,6 +103,47 @@ impl Intent {
             Intent::DeleteRevision { .. } | Intent::DeleteNodeConfig { .. } => Verb::delete,
             _ => Verb::patch,
         }
+    }
+}
+
+/// One line for a person, written by the replica that did it, once it is done. Per-node writes stay at
+/// debug level (a 5,000-node wave is one line from the reconcile, not 5,000).
+fn log_done(intent: &Intent) {
+    match intent {
+        Intent::CreateRevision {
+            name,
+            spec,
+            destructive,
+        } => match destructive {
+            Some(what) => {
+                warn!(revision = %name, sequence = spec.sequence, "created revision paused: it {what}")
+            }
+            None => info!(revision = %name, sequence = spec.sequence, "created revision"),
+        },
+        Intent::SetRevisionSequence { name, sequence } => info!(
+            revision = %name, sequence,
+            "the inputs equal this earlier good revision: it is the target again"
+        ),
+        Intent::DeleteRevision { name } => {
+            info!(revision = %name, "deleted old revision (history limit)")
+        }
+        Intent::Event {
+            regarding,
+            type_,
+            reason,
+            note,
+            ..
+        } => {
+            let object = regarding.name.as_deref().unwrap_or_default();
+            match type_ {
+                EventType::Warning => warn!(%object, %reason, "{note}"),
+                EventType::Normal => info!(%object, %reason, "{note}"),
+            }
+        }
+        Intent::RestoreRevisionSpec { .. }
+        | Intent::ApplyNodeConfig { .. }
+        | Intent::RevisionStatus { .. }
+        | Intent::DeleteNodeConfig { .. } => debug!(object = %intent.key(), "written"),
     }
 }
 
@@ -230,6 +271,7 @@ impl Writer {
         match self.send(intent).await {
             Ok(()) => {
                 self.backoff.remove(&key);
+                log_done(intent);
                 Ok(())
             }
             Err(e) => {
