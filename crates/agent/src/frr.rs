@@ -46,6 +46,8 @@ pub const DEFAULT_FRR_RELOAD: &str = "/usr/lib/frr/frr-reload.py";
 pub const DEFAULT_CONFIG_DIR: &str = "/etc/frr";
 /// How long an apply waits for zebra to show a new L3 VNI before bringing its VRF bridge up.
 pub const DEFAULT_L3VNI_TIMEOUT_SECONDS: f64 = 10.0;
+/// How long one FRR tool may run before the step fails (a hung daemon must not hang the agent).
+pub const DEFAULT_COMMAND_TIMEOUT_SECONDS: f64 = 60.0;
 /// How often `show vrf vni` is polled while waiting (das-schiff polls every 500 ms too).
 const L3VNI_POLL: Duration = Duration::from_millis(500);
 /// Lines of a reload diff or of a tool's output quoted in a status message.
@@ -65,7 +67,11 @@ const QUOTED_LINES: usize = 8;
 /// pathspace: node1               # optional: FRR's -N (vtysh -N, frr-reload.py --pathspace)
 /// runDir: /var/run/frr           # optional: frr-reload.py's temp files
 /// l3VniTimeoutSeconds: 10        # optional
+/// commandTimeoutSeconds: 60      # optional: one vtysh / frr-reload.py run
 /// ```
+///
+/// With a `pathspace`, FRR's daemons read `/etc/frr/NAME/frr.conf` at start: set `configDir` to that
+/// directory (not exercised by the tests, which give every path explicitly).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FrrSettings {
@@ -84,6 +90,8 @@ pub struct FrrSettings {
     pub run_dir: Option<PathBuf>,
     #[serde(default = "default_l3vni_timeout")]
     pub l3_vni_timeout_seconds: f64,
+    #[serde(default = "default_command_timeout")]
+    pub command_timeout_seconds: f64,
 }
 
 fn default_vtysh() -> PathBuf {
@@ -98,6 +106,9 @@ fn default_config_dir() -> PathBuf {
 fn default_l3vni_timeout() -> f64 {
     DEFAULT_L3VNI_TIMEOUT_SECONDS
 }
+fn default_command_timeout() -> f64 {
+    DEFAULT_COMMAND_TIMEOUT_SECONDS
+}
 
 impl FrrSettings {
     /// Settings with Debian's paths for `underlay`.
@@ -111,6 +122,7 @@ impl FrrSettings {
             pathspace: None,
             run_dir: None,
             l3_vni_timeout_seconds: DEFAULT_L3VNI_TIMEOUT_SECONDS,
+            command_timeout_seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
         }
     }
 }
@@ -154,6 +166,8 @@ impl From<UnderlayError> for FrrSettingsError {
 /// [`FrrApplyError::Rejected`] is `FrrRejected` (nothing touched), everything else `FrrReloadFailed`.
 #[derive(Debug, thiserror::Error)]
 pub enum FrrApplyError {
+    #[error("{program} did not finish within {after:?} (killed)")]
+    Timeout { program: String, after: Duration },
     #[error("running {program}: {source}")]
     Spawn {
         program: String,
@@ -197,6 +211,7 @@ impl FrrApplyError {
     pub fn category(&self) -> &'static str {
         match self {
             FrrApplyError::Spawn { .. } => "spawn",
+            FrrApplyError::Timeout { .. } => "timeout",
             FrrApplyError::Write { .. } => "write",
             FrrApplyError::Rejected { .. } => "rejected",
             FrrApplyError::Reload { .. } => "reload",
@@ -439,12 +454,16 @@ impl Frr {
                 ));
             }
         }
-        let t = settings.l3_vni_timeout_seconds;
-        if !(t.is_finite() && t > 0.0 && t <= 300.0) {
-            return Err(invalid(
-                "l3VniTimeoutSeconds",
-                format!("{t} is not a number of seconds in (0, 300]"),
-            ));
+        for (field, t) in [
+            ("l3VniTimeoutSeconds", settings.l3_vni_timeout_seconds),
+            ("commandTimeoutSeconds", settings.command_timeout_seconds),
+        ] {
+            if !(t.is_finite() && t > 0.0 && t <= 300.0) {
+                return Err(invalid(
+                    field,
+                    format!("{t} is not a number of seconds in (0, 300]"),
+                ));
+            }
         }
         Ok(Frr { settings, underlay })
     }
@@ -492,13 +511,18 @@ impl Frr {
     }
 
     async fn run(&self, cmd: &mut Command, program: &str) -> Result<Output, FrrApplyError> {
-        cmd.kill_on_drop(true)
-            .output()
-            .await
-            .map_err(|source| FrrApplyError::Spawn {
+        let after = Duration::from_secs_f64(self.settings.command_timeout_seconds);
+        // kill_on_drop: a timed-out (or cancelled) tool is killed, not left running behind the agent.
+        match tokio::time::timeout(after, cmd.kill_on_drop(true).output()).await {
+            Ok(out) => out.map_err(|source| FrrApplyError::Spawn {
                 program: program.to_string(),
                 source,
-            })
+            }),
+            Err(_) => Err(FrrApplyError::Timeout {
+                program: program.to_string(),
+                after,
+            }),
+        }
     }
 
     /// `vtysh -C -f` on `text` (syntax; needs no daemon): nothing is changed whatever it says.
@@ -899,6 +923,9 @@ mod tests {
         bad.l3_vni_timeout_seconds = 0.0;
         assert_eq!(field(bad.clone()), "l3VniTimeoutSeconds");
         bad.l3_vni_timeout_seconds = 10.0;
+        bad.command_timeout_seconds = f64::NAN;
+        assert_eq!(field(bad.clone()), "commandTimeoutSeconds");
+        bad.command_timeout_seconds = 60.0;
         let frr = Frr::new(bad, "node1").expect("good settings");
         assert_eq!(frr.config_file(), PathBuf::from("/tmp/frr.conf"));
         // Unknown keys are refused too (a typo would otherwise silently fall back to a default).

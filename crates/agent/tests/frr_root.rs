@@ -252,6 +252,17 @@ fn a_config_frr_rejects_touches_neither_kernel_nor_frr() {
         ensure!(n.fr.running()? == before, "FRR changed");
         ensure!(bad.state.applying()?.is_none());
         ensure!(bad.last_good()?.context("last good")?.revision == "r1");
+
+        // FRR's tools that do not answer in time are killed: not a verdict on the config, nothing
+        // changed either.
+        let mut slow = n.fr.settings();
+        slow.command_timeout_seconds = 0.001;
+        let slow = agent(Some(Frr::new(slow, &hostname()?)?), n.agent.state.path()).await?;
+        let out = slow.apply(&target("r3", segments(&[10, 20]))).await;
+        ensure!(out.reason == Some(Reason::FrrUnavailable), "{out:?}");
+        ensure!(out.message.contains("did not finish"), "{}", out.message);
+        ensure!(runs(&slow, &r1).await?, "kernel changed");
+        ensure!(n.fr.running()? == before, "FRR changed");
         Ok(())
     });
 }
