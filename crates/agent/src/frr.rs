@@ -662,13 +662,33 @@ impl Frr {
         hold: &[(String, u32)],
         netlink: &crate::netlink::Netlink,
     ) -> Result<FrrTimings, FrrApplyError> {
+        self.apply_inner(text, hold, netlink, false).await
+    }
+
+    /// [`Frr::apply`] for a text FRR is known not to run (drift repair has just seen the diff):
+    /// straight to the reload.
+    pub async fn reapply(
+        &self,
+        text: &str,
+        netlink: &crate::netlink::Netlink,
+    ) -> Result<FrrTimings, FrrApplyError> {
+        self.apply_inner(text, &[], netlink, true).await
+    }
+
+    async fn apply_inner(
+        &self,
+        text: &str,
+        hold: &[(String, u32)],
+        netlink: &crate::netlink::Netlink,
+        drifted: bool,
+    ) -> Result<FrrTimings, FrrApplyError> {
         let mut t = FrrTimings::default();
         let start = Instant::now();
         let changed = self.write_config(text)?;
         t.write = start.elapsed();
         // The same text as before (a layer-2 change renders no FRR line; a retry): when FRR already
         // runs it, there is nothing to reload (`--test` costs a third of `--reload` + `--test`).
-        if !changed && hold.is_empty() {
+        if !changed && hold.is_empty() && !drifted {
             let start = Instant::now();
             if self.diff().await?.is_none() {
                 t.converge = start.elapsed();

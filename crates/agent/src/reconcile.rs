@@ -492,15 +492,15 @@ impl Agent {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, category = e.category(), "FRR apply failed");
-                    Err((Reason::FrrReloadFailed, e.to_string()))
+                    Err((Reason::FrrReloadFailed, e.to_string(), report.applied.len()))
                 }
             },
             (Ok(report), None) => Ok(report),
-            (Err(e), _) => Err((Reason::ApplyFailed, e.to_string())),
+            (Err(e), _) => Err((Reason::ApplyFailed, e.to_string(), 0)),
         };
         self.timings.set(timings);
         let (failure, probes, applied_n) = match applied {
-            Err(failure) => (Some(failure), Vec::new(), 0),
+            Err((reason, detail, n)) => (Some((reason, detail)), Vec::new(), n),
             Ok(ReconcileReport { applied, .. }) => {
                 tokio::time::sleep(self.prober.cfg.settle()).await;
                 let after = self.prober.run_until_healthy(&gate).await;
@@ -712,7 +712,7 @@ impl Agent {
         let Some(diff) = frr.drifted(&text).await.map_err(DriftError::Frr)? else {
             return Ok(DriftReport { netlink, frr: None });
         };
-        frr.apply(&text, &[], &self.netlink)
+        frr.reapply(&text, &self.netlink)
             .await
             .map_err(DriftError::Frr)?;
         Ok(DriftReport {

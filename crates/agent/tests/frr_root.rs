@@ -288,7 +288,7 @@ fn frr_failing_mid_apply_restores_the_kernel_and_drift_repair_restores_frr() {
             "{}",
             out.message
         );
-        ensure!(out.rolled_back, "{out:?}");
+        ensure!(out.rolled_back && out.applied > 0, "{out:?}");
         ensure!(runs(&n.agent, &r1).await?, "kernel is not back on r1");
         ensure!(
             n.agent.last_good()?.context("last good")?.revision == "r1",
