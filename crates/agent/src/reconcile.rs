@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  config ─► model::desired ──(bad field)──────────────────────────► Invalid InvalidConfig    (no change)
-//!         ─► BGP content but FRR off (frr::bgp_content) ────────────► Invalid FrrUnavailable   (no change)
+//!         ─► BGP content but FRR off (core::frr::bgp_content) ────────────► Invalid FrrUnavailable   (no change)
 //!         ─► FRR render + `vtysh -C` ───────────────────────────────► Invalid FrrRejected      (no change)
 //!         ─► missing kernel features ───────────────────────────────► Invalid KernelUnsupported (no change)
 //!         ─► probes once (which ones gate) ─► applying marker ─► netlink reconcile + verify
@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, ProbeResult};
 
 use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
-use crate::frr::{Frr, FrrApplyError, FrrTimings, bgp_content};
+use crate::frr::{Frr, FrrApplyError, FrrTimings};
 use crate::health::{Prober, first_gating_failure, gating};
 use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
 use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
+use netwave_core::frr::bgp_content;
 
 /// Why a revision is `Invalid`. The string form is the NNC `status.reason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,7 +46,7 @@ pub enum Reason {
     ApplyInterrupted,
     /// The spec's config does not hash to its configHash: refused without touching the kernel.
     ConfigTampered,
-    /// The config has BGP content (see `frr::bgp_content`) and FRR is off on this node, or FRR's check
+    /// The config has BGP content (see `netwave_core::frr::bgp_content`) and FRR is off on this node, or FRR's check
     /// cannot run: refused before any change, instead of applying the kernel half.
     FrrUnavailable,
     /// FRR's own check (`vtysh -C`) refused the rendered text: refused before any change.

@@ -131,6 +131,29 @@ impl Vrf {
     }
 }
 
+/// The VRF fields of `config` that only BGP can apply, as `VRF <name>: vni, routeTarget`; empty when the
+/// config is kernel-only. Layer-2 segments are not BGP content (see netwave-agent's `frr` module docs: segments get their flood entries without EVPN too). Pure.
+pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
+    config
+        .vrfs
+        .iter()
+        .filter_map(|v| {
+            let fields: Vec<&str> = [
+                ("vni", v.vni.is_some()),
+                ("routeTarget", v.route_target.is_some()),
+                ("import", !v.import.is_empty()),
+                ("export", !v.export.is_empty()),
+                ("aggregate", !v.aggregate.is_empty()),
+                ("communities", !v.communities.is_empty()),
+            ]
+            .into_iter()
+            .filter_map(|(name, set)| set.then_some(name))
+            .collect();
+            (!fields.is_empty()).then(|| format!("VRF {}: {}", v.name, fields.join(", ")))
+        })
+        .collect()
+}
+
 /// Renders a node's FRR configuration.
 ///
 /// Aggregates are `aggregate-address` in the VRF's BGP instance, not blackhole static routes as the
@@ -550,4 +573,72 @@ fn prefix_entries(
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod bgp_content_tests {
+    use netwave_api::{PrefixAction, PrefixItem, VrfConfig};
+
+    use super::*;
+
+    fn vrf(name: &str) -> VrfConfig {
+        VrfConfig {
+            name: name.into(),
+            device: format!("vr.{name}"),
+            table: 100,
+            vni: None,
+            mtu: 9000,
+            bridge: None,
+            vxlan: None,
+            route_target: None,
+            import: vec![],
+            export: vec![],
+            aggregate: vec![],
+            communities: vec![],
+        }
+    }
+
+    #[test]
+    fn bgp_content_names_every_bgp_field_and_nothing_else() {
+        let mut c = NodeConfig::default();
+        c.vrfs.push(vrf("plain"));
+        c.layer2s.push(netwave_api::Layer2Config {
+            vlan: 10,
+            vni: 1010,
+            mtu: 1500,
+            bridge: "l2.10".into(),
+            vxlan: "vx.10".into(),
+            anycast_mac: None,
+            anycast_gateways: vec![],
+            vrf: None,
+            neigh_suppression: false,
+        });
+        assert!(
+            bgp_content(&c).is_empty(),
+            "a kernel-only VRF and a layer-2 segment need no FRR"
+        );
+        let item = PrefixItem {
+            cidr: "198.18.0.0/16".into(),
+            action: PrefixAction::Permit,
+            ge: None,
+            le: None,
+            seq: None,
+        };
+        let mut red = vrf("red");
+        red.vni = Some(1000);
+        red.route_target = Some("65000:1000".into());
+        let mut blue = vrf("blue");
+        blue.import = vec![item.clone()];
+        blue.export = vec![item];
+        blue.aggregate = vec!["198.18.0.0/16".into()];
+        blue.communities = vec!["65000:1".into()];
+        c.vrfs.extend([red, blue]);
+        assert_eq!(
+            bgp_content(&c),
+            [
+                "VRF red: vni, routeTarget",
+                "VRF blue: import, export, aggregate, communities"
+            ]
+        );
+    }
 }
