@@ -32,6 +32,7 @@ use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
 use crate::frr::{Frr, FrrApplyError, FrrTimings};
 use crate::health::{Prober, first_gating_failure, gating};
 use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
+use netwave_api::vocab::NodePhase;
 use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
 use netwave_core::frr::bgp_content;
 
@@ -94,9 +95,9 @@ impl fmt::Display for Reason {
     }
 }
 
-pub const PROVISIONED: &str = "Provisioned";
-pub const INVALID: &str = "Invalid";
-pub const PROVISIONING: &str = "Provisioning";
+pub const PROVISIONED: &str = NodePhase::Provisioned.as_str();
+pub const INVALID: &str = NodePhase::Invalid.as_str();
+pub const PROVISIONING: &str = NodePhase::Provisioning.as_str();
 
 /// The config an NNC asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -48,7 +48,7 @@ use report::Reporter as ApiReporter;
 /// On shutdown, how long undelivered reports may still take.
 const REPORT_GRACE: Duration = Duration::from_secs(5);
 
-pub const FIELD_MANAGER: &str = "netwave-agent";
+pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::AGENT;
 pub const NETWORK_READY: &str = "NetworkReady";
 
 pub use netwave_runtime::{init_tracing, shutdown_signal};

@@ -26,6 +26,8 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::metrics::Metrics;
+use netwave_api::vocab::{ConditionStatus, NodePhase};
+
 use super::{FIELD_MANAGER, NETWORK_READY};
 
 /// One API request may take this long before it counts as failed (a black-holed server otherwise holds a
@@ -238,8 +240,8 @@ async fn set_condition(nodes: &Api<Node>, node: &str, healthy: bool) -> anyhow::
         "kind": "Node",
         "status": { "conditions": [{
             "type": NETWORK_READY,
-            "status": if healthy { "True" } else { "False" },
-            "reason": if healthy { "Provisioned" } else { "Invalid" },
+            "status": ConditionStatus::of(healthy).as_str(),
+            "reason": if healthy { NodePhase::Provisioned } else { NodePhase::Invalid }.as_str(),
             "message": "reported by netwave-agent",
             "lastHeartbeatTime": now(),
             "lastTransitionTime": now(),
