@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `make images`: static release binaries, then one OCI image layout per image under target/images/
+# (outside git), built with buildah from Debian without a Docker engine.
+#
+#   target/images/netwave-configurator/   OCI layout, ref v<version>
+#   target/images/netwave-agent/          OCI layout, ref v<version>
+#
+# The version is the workspace version in Cargo.toml, read back from the built binaries (`--version`), so a
+# tag can never name another build than the one inside. deploy/base/kustomization.yaml's `images:` must say
+# the same; tests/tests/images.rs fails when they drift and checks the layouts this script writes.
+#
+# buildah runs as root with the vfs storage driver and chroot isolation (no daemon, no overlayfs, no
+# runc needed); its storage lives under target/images/.buildah so nothing outside the tree is touched.
+# Load an image elsewhere with e.g. `skopeo copy oci:target/images/netwave-agent:v0.1.0 docker://…`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+start=$(date +%s)
+out=target/images
+cargo_target=${CARGO_TARGET_DIR:-target}
+triple=x86_64-unknown-linux-gnu
+# Where the project's sources are published (the images' org.opencontainers.image.source label).
+source_url=${IMAGE_SOURCE:-https://github.com/netwave/netwave}
+
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "images: only x86_64 is built so far (host is $(uname -m))" >&2
+    exit 1
+fi
+if ! command -v buildah >/dev/null 2>&1; then
+    echo "images: buildah is missing (apt-get install buildah; .ci/run installs it)" >&2
+    exit 1
+fi
+
+# Static glibc executables (static-pie). An explicit --target keeps the flag off build scripts and proc
+# macros, and puts these artefacts beside, not over, the ordinary dynamic release build. No musl: its
+# target cannot be installed here, and glibc's static link is supported for what these binaries use: no
+# NSS lookups (no user or host names are resolved; see the Dockerfiles), no dlopen, no iconv.
+RUSTFLAGS="-C target-feature=+crt-static" "${CARGO:-cargo}" build --release --locked --target "$triple" \
+    -p netwave-configurator -p netwave-agent --bins
+bin_dir=$cargo_target/$triple/release
+
+version=""
+for component in configurator agent; do
+    bin=$bin_dir/netwave-$component
+    # A static binary has no program interpreter (PT_INTERP); the test checks it again in the image.
+    headers=$(LC_ALL=C readelf -l "$bin")
+    if grep -q 'Requesting program interpreter' <<<"$headers"; then
+        echo "images: $bin is dynamically linked" >&2
+        exit 1
+    fi
+    v=$("$bin" --version | awk '{print $2}')
+    if [ -z "$version" ]; then version=$v; fi
+    if [ "$v" != "$version" ]; then
+        echo "images: netwave-configurator is $version but netwave-$component is $v" >&2
+        exit 1
+    fi
+done
+tag=v$version
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then revision=$revision-dirty; fi
+# Deterministic image timestamps: the commit's time, so rebuilding one commit gives the same config.
+created=$(git log -1 --format=%ct 2>/dev/null || echo 0)
+
+buildah=(buildah --root "$PWD/$out/.buildah/root" --runroot "$PWD/$out/.buildah/run" --storage-driver vfs)
+mkdir -p "$out"
+for component in configurator agent; do
+    name=netwave-$component
+    context=$out/.context/$name
+    rm -rf "$context" && mkdir -p "$context"
+    cp "$bin_dir/$name" "$context/"
+    "${buildah[@]}" build --quiet --isolation chroot --timestamp "$created" --identity-label=false \
+        --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
+        -f "images/$component/Dockerfile" -t "localhost/$name:$tag" "$context" >/dev/null
+    rm -rf "${out:?}/$name"
+    "${buildah[@]}" push --quiet "localhost/$name:$tag" "oci:$out/$name:$tag"
+    "${buildah[@]}" rmi "localhost/$name:$tag" >/dev/null
+    size=$(du -sh --apparent-size "$out/$name/blobs" | cut -f1)
+    echo "images: $name:$tag -> $out/$name (OCI layout, $size compressed)"
+done
+rm -rf "$out/.context"
+echo "images: done in $(($(date +%s) - start)) s"
