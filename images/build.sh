@@ -4,6 +4,7 @@
 #
 #   target/images/netwave-configurator/   OCI layout, ref v<version>
 #   target/images/netwave-agent/          OCI layout, ref v<version>
+#   target/images/netwave-agent-frr/      OCI layout, ref v<version>: the agent + FRR from Debian bookworm
 #
 # The version is the workspace version in Cargo.toml, read back from the built binaries (`--version`), so a
 # tag can never name another build than the one inside. deploy/base/kustomization.yaml's `images:` must say
@@ -26,15 +27,17 @@ if [ "$(uname -m)" != x86_64 ]; then
     echo "images: only x86_64 is built so far (host is $(uname -m))" >&2
     exit 1
 fi
-if ! command -v buildah >/dev/null 2>&1; then
-    echo "images: buildah is missing (apt-get install buildah; .ci/run installs it)" >&2
-    exit 1
-fi
+for tool in buildah mmdebstrap; do
+    if ! command -v $tool >/dev/null 2>&1; then
+        echo "images: $tool is missing (apt-get install $tool; .ci/run installs it)" >&2
+        exit 1
+    fi
+done
 
 # Static glibc executables (static-pie). An explicit --target keeps the flag off build scripts and proc
 # macros, and puts these artefacts beside, not over, the ordinary dynamic release build. No musl: its
 # target cannot be installed here, and glibc's static link is supported for what these binaries use: no
-# NSS lookups (no user or host names are resolved; see the Dockerfiles), no dlopen, no iconv.
+# user lookups, host names (none in-cluster) only through glibc's built-in files/dns backends, no dlopen.
 RUSTFLAGS="-C target-feature=+crt-static" "${CARGO:-cargo}" build --release --locked --target "$triple" \
     -p netwave-configurator -p netwave-agent --bins
 bin_dir=$cargo_target/$triple/release
@@ -61,13 +64,32 @@ if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then rev
 # Deterministic image timestamps: the commit's time, so rebuilding one commit gives the same config.
 created=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 
+# The FRR image's root filesystem: Debian bookworm's `essential` set plus FRR, from Debian's signed
+# archive with mmdebstrap (~35 s, ~170 MB). Reused for a day, then made again to pick up security updates.
+frr_rootfs=$out/.cache/bookworm-frr.tar
+frr_packages=frr,frr-pythontools
+if [ -z "$(find "$frr_rootfs" -mtime -1 2>/dev/null)" ] || [ "$(cat "$frr_rootfs.packages" 2>/dev/null)" != "$frr_packages" ]; then
+    mkdir -p "$out/.cache"
+    # (mmdebstrap picks the output format from the name: .tar)
+    mmdebstrap --quiet --variant=essential --include="$frr_packages" \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+        bookworm "$out/.cache/partial.tar" \
+        "deb http://deb.debian.org/debian bookworm main" \
+        "deb http://deb.debian.org/debian bookworm-updates main" \
+        "deb http://deb.debian.org/debian-security bookworm-security main"
+    mv "$out/.cache/partial.tar" "$frr_rootfs"
+    echo "$frr_packages" >"$frr_rootfs.packages"
+fi
+
 buildah=(buildah --root "$PWD/$out/.buildah/root" --runroot "$PWD/$out/.buildah/run" --storage-driver vfs)
 mkdir -p "$out"
-for component in configurator agent; do
+for component in configurator agent agent-frr; do
     name=netwave-$component
     context=$out/.context/$name
     rm -rf "$context" && mkdir -p "$context"
-    cp "$bin_dir/$name" "$context/"
+    cp "$bin_dir/netwave-${component%-frr}" "$context/"
+    if [ "$component" = agent-frr ]; then ln "$frr_rootfs" "$context/rootfs.tar"; fi
     "${buildah[@]}" build --quiet --isolation chroot --timestamp "$created" --identity-label=false \
         --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
         -f "images/$component/Dockerfile" -t "localhost/$name:$tag" "$context" >/dev/null

@@ -1,5 +1,6 @@
 //! The container images `make images` builds (images/build.sh, one OCI image layout per image under
-//! target/images/), checked as a container runtime would see them, and deploy/ naming exactly those tags.
+//! target/images/: the configurator, the agent, the agent with FRR), checked as a container runtime would
+//! see them, and deploy/ naming exactly those tags.
 //!
 //! ```text
 //! Cargo.toml version ──► binaries' --version ──► image tag v<version> + org.opencontainers.image.version
@@ -22,22 +23,36 @@ const REGISTRY: &str = "ghcr.io/netwave";
 
 struct Image {
     name: &'static str,
+    /// The binary at /usr/local/bin/<binary>, the entrypoint.
+    binary: &'static str,
     /// The image config's `User`, as the pod's securityContext expects it.
     user: &'static str,
+    /// With FRR from Debian (the EVPN agent); otherwise the image holds its binary and nothing else.
+    frr: bool,
 }
 
-const IMAGES: [Image; 2] = [
+const CONFIGURATOR: Image = Image {
+    name: "netwave-configurator",
+    binary: "netwave-configurator",
     // runAsNonRoot in deploy/base/configurator.yaml: a numeric non-root user the kubelet can verify.
-    Image {
-        name: "netwave-configurator",
-        user: "65532:65532",
-    },
+    user: "65532:65532",
+    frr: false,
+};
+const AGENT: Image = Image {
+    name: "netwave-agent",
+    binary: "netwave-agent",
     // The agent needs NET_ADMIN/NET_RAW, which runtimes grant to uid 0 only.
-    Image {
-        name: "netwave-agent",
-        user: "0:0",
-    },
-];
+    user: "0:0",
+    frr: false,
+};
+const AGENT_FRR: Image = Image {
+    name: "netwave-agent-frr",
+    binary: "netwave-agent",
+    user: "0:0",
+    frr: true,
+};
+/// The images deploy/base installs (the FRR variant is for EVPN nodes, not in the base).
+const DEPLOYED: [Image; 2] = [CONFIGURATOR, AGENT];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -117,7 +132,7 @@ fn layout(name: &str) -> Result<Layout> {
     })
 }
 
-/// Unpacks the layers in order into a fresh directory (no whiteouts: the images are single-layer).
+/// Unpacks the layers in order into a fresh directory (no whiteouts: no layer deletes anything).
 fn unpack(image: &Layout, name: &str) -> Result<PathBuf> {
     let rootfs = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("images")
@@ -224,7 +239,7 @@ fn check_image(image: &Image) -> Result<()> {
     let name = image.name;
     let layout = layout(name)?;
     let cfg = &layout.config;
-    let binary = format!("/usr/local/bin/{name}");
+    let binary = format!("/usr/local/bin/{}", image.binary);
 
     // What the kubelet runs: the binary itself (deploy/ passes only args), as the expected user.
     ensure!(
@@ -271,13 +286,30 @@ fn check_image(image: &Image) -> Result<()> {
         );
     }
 
-    // The root filesystem holds the binary and nothing else: no shell, no libc, no loader.
     let rootfs = unpack(&layout, name)?;
     let content = files(&rootfs)?;
-    ensure!(
-        content == [binary.trim_start_matches('/')],
-        "{name}: the image holds more than its binary: {content:?}"
-    );
+    if image.frr {
+        // What the agent runs (its defaults) and what a sidecar would run from the same image.
+        for f in [
+            binary.as_str(),
+            "/usr/bin/vtysh",
+            "/usr/lib/frr/frr-reload.py",
+            "/usr/lib/frr/zebra",
+            "/usr/lib/frr/bgpd",
+            "/usr/lib/frr/watchfrr",
+        ] {
+            ensure!(
+                content.iter().any(|c| c == f.trim_start_matches('/')),
+                "{name}: {f} is missing"
+            );
+        }
+    } else {
+        // The root filesystem holds the binary and nothing else: no shell, no libc, no loader.
+        ensure!(
+            content == [binary.trim_start_matches('/')],
+            "{name}: the image holds more than its binary: {content:?}"
+        );
+    }
     let path = rootfs.join(binary.trim_start_matches('/'));
     ensure!(
         !has_interpreter(&std::fs::read(&path)?)?,
@@ -293,22 +325,55 @@ fn check_image(image: &Image) -> Result<()> {
 
     // And it runs there, from the image's own files only, printing the workspace version.
     let out = run_in(&rootfs, image.user, &[&binary, "--version"])?;
+    let want = format!("{} {VERSION}", image.binary);
     ensure!(
-        out.trim() == format!("{name} {VERSION}"),
-        "{name} --version in the image printed {out:?}, expected \"{name} {VERSION}\" ({})",
+        out.trim() == want,
+        "{name}: {binary} --version in the image printed {out:?}, expected {want:?} ({})",
         layout.dir.display()
     );
+    if image.frr {
+        // FRR's own programs run from the image: vtysh's dry run (the agent's check before every apply)
+        // accepts a config, and frr-reload.py starts under the image's python3.
+        std::fs::write(
+            rootfs.join("check.conf"),
+            "router bgp 65000\n bgp router-id 192.0.2.1\n",
+        )?;
+        run_in(
+            &rootfs,
+            image.user,
+            &["/usr/bin/vtysh", "-C", "-f", "/check.conf"],
+        )?;
+        let help = run_in(
+            &rootfs,
+            image.user,
+            &["/usr/bin/python3", "/usr/lib/frr/frr-reload.py", "--help"],
+        )?;
+        ensure!(
+            help.contains("--reload"),
+            "{name}: frr-reload.py --help printed {help:?}"
+        );
+        let zebra = run_in(&rootfs, image.user, &["/usr/lib/frr/zebra", "--version"])?;
+        ensure!(
+            zebra.starts_with("zebra version 8."),
+            "{name}: zebra --version printed {zebra:?}"
+        );
+    }
     Ok(())
 }
 
 #[test]
 fn configurator_image_runs_as_non_root_with_its_binary_only() -> Result<()> {
-    check_image(&IMAGES[0])
+    check_image(&CONFIGURATOR)
 }
 
 #[test]
 fn agent_image_runs_its_static_binary_only() -> Result<()> {
-    check_image(&IMAGES[1])
+    check_image(&AGENT)
+}
+
+#[test]
+fn agent_frr_image_runs_the_agent_and_frr() -> Result<()> {
+    check_image(&AGENT_FRR)
 }
 
 /// `image:` values in a YAML text (manifests name images on one line; kustomize renders them so too).
@@ -334,7 +399,7 @@ fn image_refs(yaml: &str) -> Vec<String> {
 /// image once with the workspace version's tag, and the manifests leave the tag to the kustomization.
 #[test]
 fn deploy_names_the_images_with_the_workspace_version() -> Result<()> {
-    let want: BTreeSet<String> = IMAGES
+    let want: BTreeSet<String> = DEPLOYED
         .iter()
         .map(|i| format!("{REGISTRY}/{}:{}", i.name, tag()))
         .collect();
