@@ -63,9 +63,11 @@ impl LeaderGate {
     }
 
     /// Waits until leadership changes (gained or lost).
-    pub async fn changed(&mut self) -> bool {
-        let _ = self.rx.changed().await;
-        self.is_leader()
+    /// Waits for the next leadership change and returns whether we lead now; `None` once the elector
+    /// has stopped (nothing will change any more).
+    pub async fn changed(&mut self) -> Option<bool> {
+        self.rx.changed().await.ok()?;
+        Some(self.is_leader())
     }
 
     /// A gate that is always leader (single-replica mode and tests).
@@ -195,7 +197,15 @@ impl Elector {
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }
-        self.release().await;
+        // An API server that does not answer must not hold up the shutdown: the standby takes over
+        // after expiry anyway.
+        let deadline = self.config.renew_deadline;
+        if tokio::time::timeout(deadline, self.release())
+            .await
+            .is_err()
+        {
+            warn!(lease = %self.config.name, "releasing the lease timed out; standby takes over after expiry");
+        }
     }
 
     fn set(&self, new: Leadership) {

@@ -105,8 +105,8 @@ pub async fn run_with(
     let mut leadership = gate.clone();
     let wake = changed.clone();
     tokio::spawn(async move {
-        loop {
-            leadership.changed().await;
+        // Ends with the elector (a stopped elector's channel is closed: looping on it would spin).
+        while leadership.changed().await.is_some() {
             wake.notify_one();
         }
     });
@@ -120,10 +120,16 @@ pub async fn run_with(
             }
         })
     };
-    let reconcile_task = tokio::spawn(async move {
-        let _ = ready_task.await;
-        reconciler.run(stopped(stop_rx)).await;
-    });
+    let reconcile_task = {
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            // A shutdown before the caches ever synced (API server unreachable) ends here at once.
+            tokio::select! {
+                _ = ready_task => reconciler.run(stopped(stop_rx)).await,
+                _ = stopped(stop) => {}
+            }
+        })
+    };
 
     shutdown.await;
     info!("shutting down: finishing the current reconcile, then releasing the lease");
