@@ -576,7 +576,7 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
             std::fs::write(format!("/proc/sys/{key}"), "1")?;
         }
         let fr = FrrDaemons::start()?;
-        let d = fr.dir.path().display();
+        let d = fr.dir().display();
         let dir = tempfile::tempdir()?;
         let frr_yaml = dir.path().join("frr.yaml");
         std::fs::write(

@@ -16,6 +16,10 @@
 //! takes it exclusively and it is reset (every object of netwave's API group, Nodes, Leases, Events and
 //! admission policies deleted) before the next test gets it. A test that stops or restarts the server,
 //! or needs it on another address, starts its own ([`ControlPlane::start`]).
+//!
+//! [`frr`]: a real FRR (zebra + bgpd) per network namespace, for the agent's FRR tests and the e2e fleet.
+
+pub mod frr;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
