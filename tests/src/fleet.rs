@@ -4,8 +4,14 @@
 //! ```text
 //!   root ns:  netwave-testbed on 198.18.255.254 (veth into the fabric bridge), configurators
 //!   fabric:   br0 198.18.255.253 (the agents' ICMP probe target)
-//!   node ns:  eth0 198.18.0.x, netwave-agent (`ip netns exec`), optional workload veth on a segment
+//!   node ns:  eth0 198.18.0.x, netwave-agent (`ip netns exec`), optional workload veth on a segment,
+//!             with `frr`: zebra + bgpd (iBGP full mesh over eth0, VTEP = 198.18.0.x) that the agent
+//!             configures through `--frr-config`
 //! ```
+//!
+//! Remote VTEPs of a layer-2 segment: with `frr`, EVPN type-3 routes make zebra install the VXLAN flood
+//! entries (and type-2 the remote MACs); without it a test calls [`Fleet::install_flood_entries`], which
+//! puts them in by hand.
 //!
 //! Dropping a [`Fleet`] kills every process it started (by its own child handles), then deletes its
 //! namespaces (which deletes their links and the root-side veth) and its temporary directory. Tests hold
@@ -177,7 +183,15 @@ pub struct FleetOptions {
     pub pools: Option<bool>,
     /// Which API server the fleet talks to.
     pub server: ApiServer,
+    /// A real FRR (zebra + bgpd) in every node namespace, started before the agents, and each agent
+    /// started with `--frr-config` pointing at it: iBGP (AS [`FRR_ASN`]) full mesh between the nodes'
+    /// underlay addresses, VTEP = the node's underlay address. Needs `kernel`, root and FRR installed.
+    /// The node set is fixed: [`Fleet::add_node`] refuses to join a node to a full mesh it is not in.
+    pub frr: bool,
 }
+
+/// The fleet's iBGP AS when [`FleetOptions::frr`] is on.
+pub const FRR_ASN: u32 = 65000;
 
 /// The fleet's API server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,6 +217,7 @@ impl Default for FleetOptions {
             kernel: true,
             pools: None,
             server: ApiServer::Real,
+            frr: false,
         }
     }
 }
@@ -228,6 +243,10 @@ pub struct Fleet {
     control_plane: Option<netwave_control_plane::ControlPlane>,
     configurators: Vec<Option<Proc>>,
     agents: BTreeMap<String, Proc>,
+    /// FRR per node ([`FleetOptions::frr`]); stopped by pid before the namespaces go.
+    frr: BTreeMap<String, netwave_control_plane::frr::FrrInstance>,
+    /// When the first node's zebra was started.
+    pub frr_started: Option<Instant>,
     restarts: BTreeMap<String, u32>,
     simulator: Option<tokio::task::JoinHandle<()>>,
 }
@@ -255,6 +274,14 @@ impl Fleet {
                 Ipv4Addr::LOCALHOST,
             )
         };
+        if opts.frr {
+            if !opts.kernel {
+                bail!("FleetOptions::frr needs kernel (real agents in node namespaces)");
+            }
+            if !netwave_control_plane::frr::installed() {
+                bail!("FleetOptions::frr: {}", netwave_control_plane::frr::INSTALL);
+            }
+        }
         let pools = opts.pools.unwrap_or(vrf);
         let dir = std::env::temp_dir().join(&net.run_id);
         let _ = fs::remove_dir_all(&dir);
@@ -293,6 +320,8 @@ impl Fleet {
             control_plane,
             configurators: Vec::new(),
             agents: BTreeMap::new(),
+            frr: BTreeMap::new(),
+            frr_started: None,
             restarts: BTreeMap::new(),
             simulator: None,
         };
@@ -312,6 +341,9 @@ impl Fleet {
             ),
         )?;
         let nodes: Vec<NodeNs> = fleet.net.nodes.clone();
+        if opts.frr {
+            fleet.start_frr()?;
+        }
         for n in &nodes {
             fleet.create_node(n).await?;
             if opts.kernel {
@@ -326,6 +358,67 @@ impl Fleet {
             fleet.start_configurator(i)?;
         }
         Ok(fleet)
+    }
+
+    /// Starts FRR in every node namespace and writes each node's `--frr-config`: iBGP full mesh over the
+    /// underlay, VTEP = the node's underlay address, every FRR path in the instance's own dir.
+    fn start_frr(&mut self) -> Result<()> {
+        self.frr_started = Some(Instant::now());
+        let nodes = self.net.nodes.clone();
+        for n in &nodes {
+            // Forwarding on, as on a node: FRR shows `no ip forwarding` otherwise, which the rendered
+            // config leaves out, so every reload would see a diff (FRR-LAB.md §7).
+            netns::run(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &n.netns,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv4.ip_forward=1",
+                    "net.ipv6.conf.all.forwarding=1",
+                ],
+            )?;
+            let fr = netwave_control_plane::frr::FrrInstance::start_in(&n.netns)
+                .with_context(|| format!("starting FRR on {}", n.name))?;
+            let d = fr.dir().display().to_string();
+            self.frr.insert(n.name.clone(), fr);
+            let neighbors: String = nodes
+                .iter()
+                .filter(|p| p.name != n.name)
+                .map(|p| format!("    - {{address: {}, remoteAs: internal}}\n", p.underlay))
+                .collect();
+            fs::write(
+                self.frr_config(&n.name),
+                format!(
+                    "underlay:\n  asn: {FRR_ASN}\n  vtepAddress: {}\n  neighbors:\n{neighbors}  \
+                     timers: {{keepalive: 1, hold: 3}}\nconfigDir: {d}\nvtySocket: {d}\nrunDir: {d}\n",
+                    n.underlay
+                ),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The `--frr-config` file of `node`.
+    pub fn frr_config(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("frr-{node}.yaml"))
+    }
+
+    /// The FRR instance of `node` ([`FleetOptions::frr`]): `vtysh` on its sockets, its pids.
+    pub fn frr(&self, node: &str) -> Option<&netwave_control_plane::frr::FrrInstance> {
+        self.frr.get(node)
+    }
+
+    /// `bridge fdb show dev <dev>` in `node`'s namespace, one entry a line.
+    pub fn fdb(&self, node: &str, dev: &str) -> Result<Vec<String>> {
+        let ns = &self.net.node(node).context("no such node")?.netns;
+        let out = netns::run("bridge", &["-n", ns, "fdb", "show", "dev", dev])?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect())
     }
 
     fn pool_of(&self, node: &str) -> Option<&'static str> {
@@ -398,6 +491,9 @@ impl Fleet {
                 "eth0,wl0",
             ])
             .env("RUST_LOG", "info");
+        if self.frr.contains_key(node) {
+            cmd.arg("--frr-config").arg(self.frr_config(node));
+        }
         let p = Proc::spawn(&format!("agent {node}"), cmd, log)?;
         let pid = p.pid();
         self.agents.insert(node.into(), p);
@@ -489,6 +585,11 @@ impl Fleet {
 
     /// Adds a node: namespace, Node object, agent.
     pub async fn add_node(&mut self) -> Result<String> {
+        if self.opts.frr {
+            bail!(
+                "add_node with FleetOptions::frr: the other nodes' full mesh does not know the new node"
+            );
+        }
         let n = self.net.add_node()?;
         self.create_node(&n).await?;
         if self.opts.kernel {
@@ -500,6 +601,8 @@ impl Fleet {
     /// Removes a node: stops its agent, deletes the Node, deletes its namespace.
     pub async fn remove_node(&mut self, node: &str) -> Result<()> {
         self.kill_agent(node);
+        // Deleting a namespace does not end the processes in it.
+        self.frr.remove(node);
         Api::<Node>::all(self.client.clone())
             .delete(node, &DeleteParams::default())
             .await?;
@@ -741,7 +844,13 @@ impl Fleet {
 
     /// Installs the VXLAN flooding entries a control plane would (EVPN type-3 routes): for every managed
     /// VXLAN device on every node, one all-zero FDB entry per peer underlay address.
+    /// Refused with [`FleetOptions::frr`]: EVPN installs them there.
     pub fn install_flood_entries(&self) -> Result<usize> {
+        if self.opts.frr {
+            bail!(
+                "install_flood_entries with FRR on: EVPN type-3 routes install the flood entries"
+            );
+        }
         let mut added = 0;
         for n in &self.net.nodes {
             for dev in vxlan_devices(&n.netns)? {
@@ -814,6 +923,9 @@ impl Drop for Fleet {
         if let Some(t) = self.testbed.as_mut() {
             t.kill();
         }
+        // FRR by pid (bgpd, then zebra) while its namespaces still exist: deleting a namespace does not
+        // end the processes in it.
+        self.frr.clear();
         // Stops kube-apiserver and etcd before the address they listen on goes away.
         self.control_plane.take();
         // Namespaces are freed asynchronously; delete the root-side veth now so nothing lingers.

@@ -4,7 +4,8 @@
 //! - [`netns`]: the fabric and node namespaces (underlay 198.18.0.0/16), workload namespaces, cleanup.
 //! - [`fleet`]: [`fleet::Fleet`] = namespaces + testbed + configurators + agents; manifests, rollout
 //!   waits, kernel snapshots per node, testbed faults, SIGKILL, nodes joining and leaving; a no-kernel
-//!   mode with simulated agents.
+//!   mode with simulated agents; with `FleetOptions::frr`, a real FRR per node that the agents
+//!   configure, and EVPN (not the harness) installs the VXLAN flood entries.
 
 pub mod fleet;
 pub mod netns;
