@@ -96,6 +96,12 @@ pub struct Applying {
     /// Earlier applies of this revision and retry that were interrupted (agent killed, node rebooted).
     #[serde(default)]
     pub interruptions: u32,
+    /// Links this apply creates (they did not exist when the marker was written). The kernel cannot
+    /// create a link and set its ownership alias in one request, so an agent killed between the two
+    /// leaves an unmarked link it made; recovery adopts exactly these names, never any other
+    /// unmarked link.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub creating: Vec<String>,
 }
 
 /// A verdict of `Invalid` on one revision and retry.
@@ -184,6 +190,7 @@ impl StateDir {
                 retry: 0,
                 config_hash: String::new(),
                 interruptions: 0,
+                creating: Vec::new(),
             })
         }))
     }
@@ -352,6 +359,7 @@ mod tests {
             retry: 1,
             config_hash: "h".into(),
             interruptions: 0,
+            creating: Vec::new(),
         };
         s.mark_applying(&a).unwrap();
         // A new agent process sees it.

@@ -379,6 +379,45 @@ impl Netlink {
         Ok(())
     }
 
+    /// Names of `desired`'s links that do not exist in the kernel yet (what an apply will create).
+    pub async fn missing_links(&self, desired: &Dataplane) -> Result<Vec<String>, NetlinkError> {
+        let snap = self.observe().await?;
+        Ok(desired
+            .links
+            .keys()
+            .filter(|n| {
+                !snap.observed.managed.links.contains_key(*n)
+                    && !snap.observed.foreign_links.contains(*n)
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Marks as the agent's the links among `names` that exist without the ownership alias: links an
+    /// interrupted apply created and was killed before marking (see `backup::Applying::creating`).
+    /// Returns the names adopted.
+    pub async fn adopt(&self, names: &[String]) -> Result<Vec<String>, NetlinkError> {
+        let mut snap = self.observe().await?;
+        let orphans: Vec<String> = names
+            .iter()
+            .filter(|n| snap.observed.foreign_links.contains(*n))
+            .cloned()
+            .collect();
+        let ops: Vec<NetOp> = orphans
+            .iter()
+            .map(|name| NetOp::SetLink {
+                name: name.clone(),
+                rank: 0,
+                change: netwave_core::dataplane::diff::LinkChange {
+                    mark: true,
+                    ..Default::default()
+                },
+            })
+            .collect();
+        self.apply(&ops, &mut snap.index).await?;
+        Ok(orphans)
+    }
+
     /// Brings one link up or down, outside any plan: the FRR apply holds a new L3 VNI's VRF bridge down
     /// across the reload (see `frr`), then brings it back up so the kernel matches the model again.
     pub async fn set_up(&self, name: &str, up: bool) -> Result<(), NetlinkError> {

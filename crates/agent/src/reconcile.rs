@@ -457,11 +457,15 @@ impl Agent {
             .flatten()
             .filter(|i| i.revision == t.revision && i.retry == t.retry)
             .map_or(0, |i| i.interruptions);
+        // Written ahead: if the agent dies between creating a link and marking it, recovery knows
+        // the unmarked link is its own.
+        let creating = self.netlink.missing_links(&want).await.unwrap_or_default();
         if let Err(e) = self.state.mark_applying(&Applying {
             revision: t.revision.clone(),
             retry: t.retry,
             config_hash: t.config_hash.clone(),
             interruptions,
+            creating,
         }) {
             return invalid(Reason::ApplyFailed, format!("writing applying marker: {e}"));
         }
@@ -641,6 +645,14 @@ impl Agent {
         let Some(marker) = self.state.applying()? else {
             return Ok(None);
         };
+        match self.netlink.adopt(&marker.creating).await {
+            Ok(adopted) if !adopted.is_empty() => tracing::warn!(
+                links = ?adopted,
+                "the interrupted apply had created these links without marking them; they are the agent's again"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "adopting links of the interrupted apply failed"),
+        }
         let restore = self.restore().await;
         match after_interruption(&marker) {
             AfterInterruption::Retry { interruptions } => {
@@ -852,6 +864,7 @@ mod tests {
             retry: 0,
             config_hash: "h".into(),
             interruptions,
+            creating: Vec::new(),
         };
         assert_eq!(
             after_interruption(&marker("r2", 0)),

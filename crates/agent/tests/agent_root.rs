@@ -253,6 +253,47 @@ fn unsupported_kernel_feature_is_refused_before_any_change() {
     );
 }
 
+/// The crash window between creating a link and marking it the agent's (the kernel takes no alias on
+/// creation): the marker names the links the apply creates, so recovery adopts that unmarked link and
+/// restores the last good config, while an unmarked link it never created stays untouched.
+#[test]
+fn a_link_created_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart() {
+    in_netns(
+        "a_link_created_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart",
+        || async {
+            let e = env(health()).await?;
+            ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+            // r2 would create vx.77; the agent wrote its marker, created the link, and died before
+            // writing the alias. Someone else's unmarked vx.78 exists too.
+            e.agent.state.mark_applying(&Applying {
+                revision: "r2".into(),
+                retry: 0,
+                config_hash: "hash-r2".into(),
+                interruptions: 0,
+                creating: vec!["vx.77".into()],
+            })?;
+            for (name, id) in [("vx.77", "77"), ("vx.78", "78")] {
+                ip(&[
+                    "link", "add", name, "type", "vxlan", "id", id, "dstport", "4789",
+                ])?;
+            }
+            let out = e.agent.recover().await?;
+            ensure!(out.is_none(), "a first interruption is retried: {out:?}");
+            let links = ip(&["-o", "link", "show"])?;
+            ensure!(
+                !links.contains("vx.77"),
+                "the orphan of the apply is gone: {links}"
+            );
+            ensure!(
+                links.contains("vx.78"),
+                "a link the agent never made is left alone"
+            );
+            ensure!(runs(&e.agent, &good()).await?, "last good restored");
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn restart_after_crash_mid_apply_restores_last_good() {
     in_netns(
@@ -269,6 +310,7 @@ fn restart_after_crash_mid_apply_restores_last_good() {
                 retry: 0,
                 config_hash: "hash-r2".into(),
                 interruptions: 0,
+                creating: Vec::new(),
             };
             e.agent.state.mark_applying(&marker)?;
             e.agent

@@ -364,6 +364,7 @@ fn frr_edited_behind_the_agents_back_is_repaired_and_restored_after_a_crash() {
             retry: 0,
             config_hash: "hash-r2".into(),
             interruptions: 0,
+            creating: Vec::new(),
         })?;
         n.agent
             .netlink
