@@ -86,7 +86,7 @@ async fn kubectl_applies_gets_describes_and_deletes_netwave_resources() {
     let crds = repo().join("crds");
     let samples = repo().join("deploy/samples");
 
-    let out = k.ok(&["apply", "-f", crds.to_str().unwrap()]).await;
+    let out = k.ok(&["apply", "-k", crds.to_str().unwrap()]).await;
     assert!(
         out.contains(
             "customresourcedefinition.apiextensions.k8s.io/nodenetworkconfigs.netwave.dev created"
