@@ -96,10 +96,10 @@ pub struct Applying {
     /// Earlier applies of this revision and retry that were interrupted (agent killed, node rebooted).
     #[serde(default)]
     pub interruptions: u32,
-    /// Links this apply creates (they did not exist when the marker was written). The kernel cannot
-    /// create a link and set its ownership alias in one request, so an agent killed between the two
-    /// leaves an unmarked link it made; recovery adopts exactly these names, never any other
-    /// unmarked link.
+    /// Links this apply or its restore may create or recreate (no one else held them when the marker
+    /// was written). The kernel cannot create a link and set its ownership alias in one request, so an
+    /// agent killed between the two leaves an unmarked link it made; recovery adopts exactly these
+    /// names, never any other unmarked link.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub creating: Vec<String>,
 }

@@ -379,17 +379,16 @@ impl Netlink {
         Ok(())
     }
 
-    /// Names of `desired`'s links that do not exist in the kernel yet (what an apply will create).
-    pub async fn missing_links(&self, desired: &Dataplane) -> Result<Vec<String>, NetlinkError> {
+    /// Of `names`, those no one else holds now (no unmarked link of that name exists): the links an
+    /// apply or its restore may create or recreate, and so may leave unmarked if the agent dies.
+    pub async fn not_foreign(
+        &self,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<Vec<String>, NetlinkError> {
         let snap = self.observe().await?;
-        Ok(desired
-            .links
-            .keys()
-            .filter(|n| {
-                !snap.observed.managed.links.contains_key(*n)
-                    && !snap.observed.foreign_links.contains(*n)
-            })
-            .cloned()
+        Ok(names
+            .into_iter()
+            .filter(|n| !snap.observed.foreign_links.contains(n))
             .collect())
     }
 

@@ -22,6 +22,7 @@
 //! re-renders the last good config's text instead of keeping a copy, and drift repair compares FRR's
 //! running config with that same text.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -297,6 +298,26 @@ impl Agent {
         desired(cfg, self.netlink.settings()).map_err(|e| e.to_string())
     }
 
+    /// The links an apply of `want` may leave unmarked if the agent dies mid-way: every link of `want`
+    /// and of the last good config (its restore) that no one else holds now. Not only the missing ones:
+    /// a change the kernel cannot make in place (a VXLAN's VNI) deletes and recreates a link the agent
+    /// already owned, and a restore recreates what the apply removed.
+    pub async fn may_create(&self, want: &Dataplane) -> Vec<String> {
+        let mut names: BTreeSet<String> = want.links.keys().cloned().collect();
+        if let Ok(Some(lg)) = self.last_good()
+            && let Ok(dp) = self.dataplane(&lg.config)
+        {
+            names.extend(dp.links.into_keys());
+        }
+        match self.netlink.not_foreign(names).await {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing links before an apply failed; a crash mid-apply may leave links to adopt by hand");
+                Vec::new()
+            }
+        }
+    }
+
     /// The last good config from disk; a corrupt file is reported as `Err` and never used.
     pub fn last_good(&self) -> Result<Option<LastGood>, BackupError> {
         self.state.load_last_good()
@@ -459,7 +480,7 @@ impl Agent {
             .map_or(0, |i| i.interruptions);
         // Written ahead: if the agent dies between creating a link and marking it, recovery knows
         // the unmarked link is its own.
-        let creating = self.netlink.missing_links(&want).await.unwrap_or_default();
+        let creating = self.may_create(&want).await;
         if let Err(e) = self.state.mark_applying(&Applying {
             revision: t.revision.clone(),
             retry: t.retry,

@@ -294,6 +294,45 @@ fn a_link_created_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart()
     );
 }
 
+/// The same window when the apply recreates a link the agent already owned: a VNI change deletes vx.10
+/// and creates it again, and the agent died before marking the new one. The marker the agent writes names
+/// vx.10 (CI once failed here: the restore refused vx.10 as "not managed by netwave").
+#[test]
+fn a_link_recreated_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart() {
+    in_netns(
+        "a_link_recreated_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart",
+        || async {
+            let e = env(health()).await?;
+            ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+            let mut r2 = good();
+            r2.layer2s[0].vni = 2010;
+            let creating = e
+                .agent
+                .may_create(&desired(&r2, e.agent.netlink.settings())?)
+                .await;
+            ensure!(
+                creating.iter().any(|n| n == "vx.10"),
+                "the marker names the link the VNI change recreates: {creating:?}"
+            );
+            e.agent.state.mark_applying(&Applying {
+                revision: "r2".into(),
+                retry: 0,
+                config_hash: "hash-r2".into(),
+                interruptions: 0,
+                creating,
+            })?;
+            ip(&["link", "del", "vx.10"])?;
+            ip(&[
+                "link", "add", "vx.10", "type", "vxlan", "id", "2010", "dstport", "4789",
+            ])?;
+            let out = e.agent.recover().await?;
+            ensure!(out.is_none(), "a first interruption is retried: {out:?}");
+            ensure!(runs(&e.agent, &good()).await?, "last good restored");
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn restart_after_crash_mid_apply_restores_last_good() {
     in_netns(
