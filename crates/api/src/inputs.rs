@@ -6,6 +6,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::input_status::InputStatus;
+
 /// Kernel device names are at most 15 bytes (`IFNAMSIZ - 1`); VRF names become device names.
 pub const VRF_NAME_PATTERN: &str = "^[a-zA-Z0-9._-]{1,15}$";
 /// A unicast or multicast MAC in colon notation, either case.
@@ -62,10 +64,17 @@ pub enum PrefixAction {
     shortname = "vrf",
     category = "netwave",
     derive = "PartialEq",
+    status = "InputStatus",
     doc = "A VRF on the selected nodes: its L3 VNI, table, route target and import/export prefix lists.",
     printcolumn(name = "VRF", type_ = "string", json_path = ".spec.vrf"),
     printcolumn(name = "VNI", type_ = "integer", json_path = ".spec.vni"),
-    printcolumn(name = "Table", type_ = "integer", json_path = ".spec.tableId"),
+    printcolumn(name = "Table", type_ = "integer", json_path = ".status.tableId"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
     printcolumn(name = "Seq", type_ = "integer", json_path = ".spec.seq", priority = 1),
     printcolumn(
         name = "Age",
@@ -123,11 +132,18 @@ pub struct VRFRouteConfigurationSpec {
     shortname = "l2",
     category = "netwave",
     derive = "PartialEq",
+    status = "InputStatus",
     doc = "A layer-2 segment on the selected nodes: VLAN, VXLAN VNI, bridge with anycast gateways.",
     printcolumn(name = "VLAN", type_ = "integer", json_path = ".spec.id"),
     printcolumn(name = "VNI", type_ = "integer", json_path = ".spec.vni"),
     printcolumn(name = "VRF", type_ = "string", json_path = ".spec.vrf"),
     printcolumn(name = "MTU", type_ = "integer", json_path = ".spec.mtu"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
     printcolumn(
         name = "Gateways",
         type_ = "string",
@@ -180,8 +196,15 @@ pub struct Layer2NetworkConfigurationSpec {
     shortname = "rt",
     category = "netwave",
     derive = "PartialEq",
+    status = "InputStatus",
     doc = "Static routes and policy routing rules for one kernel routing table on the selected nodes.",
     printcolumn(name = "Table", type_ = "integer", json_path = ".spec.tableId"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
     printcolumn(
         name = "Age",
         type_ = "date",

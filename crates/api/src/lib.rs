@@ -14,6 +14,8 @@
 // kube-derive's repeated `printcolumn(type_ = …)` attributes look duplicated to clippy; they are not.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod cel;
+pub mod input_status;
 pub mod inputs;
 pub mod manifest;
 pub mod rollout;
@@ -44,7 +46,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),
     ];
     crds.into_iter()
-        .map(|(file, crd)| (file, kubernetes_formats(crd)))
+        .map(|(file, crd)| (file, cel::with_rules(kubernetes_formats(crd))))
         .collect()
 }
 

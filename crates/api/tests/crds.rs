@@ -57,7 +57,8 @@ fn every_kind_is_cluster_scoped_with_short_name_and_columns() {
             "{file}"
         );
     }
-    for (file, crd) in &crds[3..] {
+    // Every kind has a status subresource: the inputs carry the configurator's verdict on them.
+    for (file, crd) in &crds {
         let sub = crd.spec.versions[0].subresources.as_ref();
         assert!(
             sub.and_then(|s| s.status.as_ref()).is_some(),
@@ -69,7 +70,7 @@ fn every_kind_is_cluster_scoped_with_short_name_and_columns() {
 #[test]
 fn status_fields_are_strings_not_enums() {
     // An older CRD must accept status written by a newer netwave, or a rollback of netwave breaks.
-    for (file, crd) in &netwave_api::crds()[3..] {
+    for (file, crd) in &netwave_api::crds() {
         let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
         let status = &schema["openAPIV3Schema"]["properties"]["status"];
         assert!(status.is_object(), "{file}");
