@@ -248,6 +248,8 @@ pub struct Fleet {
     /// When the first node's zebra was started.
     pub frr_started: Option<Instant>,
     restarts: BTreeMap<String, u32>,
+    /// `--metrics-addr` of each configurator replica (by index), kept after it stops (a scrape target).
+    configurator_metrics: BTreeMap<usize, std::net::SocketAddr>,
     simulator: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -323,6 +325,7 @@ impl Fleet {
             frr: BTreeMap::new(),
             frr_started: None,
             restarts: BTreeMap::new(),
+            configurator_metrics: BTreeMap::new(),
             simulator: None,
         };
         Api::<Namespace>::all(fleet.client.clone())
@@ -478,9 +481,9 @@ impl Fleet {
             .arg(self.dir.join("health.yaml"))
             .args(["--vxlan-local", &n.underlay.to_string(), "--kubeconfig"])
             .arg(&self.kubeconfig)
+            .arg("--metrics-addr")
+            .arg(agent_metrics_addr(&n).to_string())
             .args([
-                "--metrics-addr",
-                "127.0.0.1:9091",
                 "--health-addr",
                 "127.0.0.1:8082",
                 "--log-format",
@@ -500,6 +503,16 @@ impl Fleet {
         Ok(pid)
     }
 
+    /// Where `node`'s agent serves /metrics: its underlay address, reachable from the root namespace.
+    pub fn agent_metrics_addr(&self, node: &str) -> Option<std::net::SocketAddr> {
+        self.net.node(node).map(agent_metrics_addr)
+    }
+
+    /// Where each configurator replica started so far serves /metrics (stopped ones included).
+    pub fn configurator_metrics_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.configurator_metrics.values().copied().collect()
+    }
+
     /// The agent's state directory (backup, applying marker).
     pub fn state_dir(&self, node: &str) -> PathBuf {
         self.dir.join("state").join(node)
@@ -515,6 +528,8 @@ impl Fleet {
     pub fn start_configurator(&mut self, i: usize) -> Result<()> {
         let mut cmd = Command::new(&self.bins.configurator);
         let identity = format!("configurator-{i}");
+        let metrics = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+        self.configurator_metrics.insert(i, metrics);
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args([
@@ -535,7 +550,7 @@ impl Fleet {
                 "--apply-timeout",
                 &format!("{}s", self.opts.apply_timeout.as_secs().max(1)),
                 "--metrics-addr",
-                &format!("127.0.0.1:{}", free_port()),
+                &metrics.to_string(),
                 "--health-addr",
                 &format!("127.0.0.1:{}", free_port()),
                 "--log-format",
@@ -1008,6 +1023,11 @@ pub fn describe(c: &NodeNetworkConfig) -> String {
         st.last_good_revision.unwrap_or_default(),
         st.reason.unwrap_or_default()
     )
+}
+
+/// See [`Fleet::agent_metrics_addr`].
+fn agent_metrics_addr(n: &NodeNs) -> std::net::SocketAddr {
+    (n.underlay, 9091).into()
 }
 
 fn free_port() -> u16 {

@@ -6,6 +6,9 @@
 //!   waits, kernel snapshots per node, testbed faults, SIGKILL, nodes joining and leaving; a no-kernel
 //!   mode with simulated agents; with `FleetOptions::frr`, a real FRR per node that the agents
 //!   configure, and EVPN (not the harness) installs the VXLAN flood entries.
+//! - [`prometheus`]: the PrometheusRule's alert rules as a plain rule file, and a real Prometheus (Debian's)
+//!   scraping a fleet, read through its HTTP API.
 
 pub mod fleet;
 pub mod netns;
+pub mod prometheus;
