@@ -1,0 +1,134 @@
+//! `history`: every revision, oldest first, with its phase, counts, age and which one is the target and
+//! which the last good one.
+
+use kube::Client;
+use netwave_api::NetworkConfigRevision;
+use netwave_core::Timestamp;
+use serde::Serialize;
+
+use crate::cli::HistoryArgs;
+use crate::cluster::{self, name};
+use crate::output::emit;
+use crate::{Exit, Term};
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    pub name: String,
+    pub sequence: u64,
+    pub phase: String,
+    /// The newest revision that has not failed: what the rollout moves nodes to.
+    pub target: bool,
+    /// The newest Complete revision: where failed nodes go back to.
+    pub last_good: bool,
+    pub updated: u32,
+    pub total: u32,
+    pub failed: u32,
+    pub paused: bool,
+    pub retry: u32,
+    /// Seconds since the revision was created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age_seconds: Option<i64>,
+    /// Input objects: VRFs, layer-2 segments, routing tables.
+    pub inputs: String,
+}
+
+/// The rows for every revision, oldest first. Pure.
+pub fn rows(revs: &[NetworkConfigRevision], now: Timestamp) -> Vec<Row> {
+    let target = cluster::target(revs).map(name);
+    let last_good = cluster::last_good(revs, None).map(name);
+    revs.iter()
+        .map(|r| {
+            let st = r.status.clone().unwrap_or_default();
+            let i = &r.spec.inputs;
+            Row {
+                name: name(r).to_string(),
+                sequence: r.spec.sequence,
+                phase: cluster::phase_str(r),
+                target: target == Some(name(r)),
+                last_good: last_good == Some(name(r)),
+                updated: st.updated,
+                total: st.total,
+                failed: st.failed,
+                paused: r.spec.paused,
+                retry: r.spec.retry,
+                age_seconds: r
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| cluster::secs_since(t, now)),
+                inputs: format!(
+                    "{} vrf, {} l2, {} rt",
+                    i.vrfs.len(),
+                    i.layer2s.len(),
+                    i.routing_tables.len()
+                ),
+            }
+        })
+        .collect()
+}
+
+/// A kubectl-style table.
+pub fn render(rows: &[Row]) -> String {
+    if rows.is_empty() {
+        return "no revisions yet (the configurator cuts one when VRF, layer-2 or routing-table \
+                objects exist)\n"
+            .into();
+    }
+    let mut table = vec![[
+        "SEQ".to_string(),
+        "REVISION".into(),
+        "PHASE".into(),
+        "UPDATED".into(),
+        "FAILED".into(),
+        "PAUSED".into(),
+        "AGE".into(),
+        "INPUTS".into(),
+        "".into(),
+    ]];
+    for r in rows {
+        let mut role = Vec::new();
+        if r.target {
+            role.push("<- target");
+        }
+        if r.last_good {
+            role.push(if r.target {
+                "last good"
+            } else {
+                "<- last good"
+            });
+        }
+        table.push([
+            r.sequence.to_string(),
+            r.name.clone(),
+            r.phase.clone(),
+            format!("{}/{}", r.updated, r.total),
+            r.failed.to_string(),
+            if r.paused { "yes" } else { "" }.into(),
+            r.age_seconds.map(cluster::age).unwrap_or_default(),
+            r.inputs.clone(),
+            role.join(", "),
+        ]);
+    }
+    let widths: Vec<usize> = (0..9)
+        .map(|c| table.iter().map(|row| row[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut s = String::new();
+    for row in &table {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        s.push_str(line.join("   ").trim_end());
+        s.push('\n');
+    }
+    s
+}
+
+pub async fn run(client: &Client, args: HistoryArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
+    let revs = cluster::revisions(client).await?;
+    let rows = rows(&revs, crate::now());
+    emit(term.out, args.output, &rows, |r| render(r))?;
+    Ok(Exit::Success)
+}

@@ -1,0 +1,132 @@
+//! `kubectl netwave`: follow and steer netwave rollouts from a terminal.
+//!
+//! ```text
+//!   kubectl netwave …  ──► cli (clap) ──► cluster (reads: revisions, NNCs, Nodes, inputs)
+//!                                          │
+//!                     pure views ◄─────────┘  status::StatusView, history::Row, changes (per-node
+//!                     (no I/O, `now` passed)  config diff via core::render), plan (core::fleet +
+//!                          │                  core::rollout::step for the waves)
+//!                          ▼
+//!                     text / -o json / -o yaml ──► stdout
+//!   writes (pause, resume, retry, abort, undo) ──► actions: patches and server-side apply with the
+//!                                                  field manager `kubectl-netwave`
+//! ```
+//!
+//! Everything that decides what a revision renders to, whether it validates and how it would roll out
+//! is `netwave-core`'s; this crate only reads objects, asks core, and prints. The views are plain data
+//! (`Serialize`), so the text a person reads and the JSON/YAML a script reads come from one place.
+
+pub mod actions;
+pub mod changes;
+pub mod cli;
+pub mod cluster;
+pub mod history;
+pub mod output;
+pub mod plan;
+pub mod status;
+
+use std::io::Write;
+
+use anyhow::Context;
+pub use cli::Cli;
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// How the plugin ends (beyond errors, which exit 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Success,
+    /// `status -w --until-done` saw the revision fail.
+    RolloutFailed,
+    /// `undo`/`abort` showed what they would change and stopped for want of `--yes`.
+    NotConfirmed,
+    Interrupted,
+}
+
+impl Exit {
+    pub fn code(self) -> std::process::ExitCode {
+        std::process::ExitCode::from(match self {
+            Exit::Success => 0,
+            Exit::RolloutFailed => 1,
+            Exit::NotConfirmed => 2,
+            Exit::Interrupted => 130,
+        })
+    }
+}
+
+/// Where output goes and how it is drawn.
+pub struct Term<'a> {
+    pub out: &'a mut (dyn Write + Send),
+    /// A terminal: `status -w` redraws in place instead of printing each new frame below the last.
+    pub tty: bool,
+}
+
+/// The binary's entry: client from `--kubeconfig`/`--context` (else `KUBECONFIG`, `~/.kube/config`, in
+/// cluster), output to stdout.
+pub async fn main(cli: Cli) -> anyhow::Result<Exit> {
+    use std::io::IsTerminal;
+    let mut stdout = std::io::stdout();
+    let tty = stdout.is_terminal();
+    let mut term = Term {
+        out: &mut stdout,
+        tty,
+    };
+    let client = client(&cli).await;
+    match (client, &cli.command) {
+        // `plan --nodes` needs no cluster: without one it plans against the snapshot alone.
+        (Err(e), cli::Command::Plan(_)) if plan_offline(&cli) => {
+            eprintln!(
+                "note: no cluster ({e:#}): planning against --nodes only, with no current target"
+            );
+            let cli::Command::Plan(a) = cli.command else {
+                unreachable!("matched above")
+            };
+            plan::run(None, a, &mut term).await
+        }
+        (client, _) => run(cli, client?, &mut term).await,
+    }
+}
+
+fn plan_offline(cli: &Cli) -> bool {
+    matches!(&cli.command, cli::Command::Plan(a) if a.nodes.is_some())
+}
+
+async fn client(cli: &Cli) -> anyhow::Result<Client> {
+    let options = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..Default::default()
+    };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if cli.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found (set KUBECONFIG or pass --kubeconfig)")?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Runs one command against `client`.
+pub async fn run(cli: Cli, client: Client, term: &mut Term<'_>) -> anyhow::Result<Exit> {
+    use cli::Command;
+    match cli.command {
+        Command::Status(a) => status::run(&client, a, term).await,
+        Command::History(a) => history::run(&client, a, term).await,
+        Command::Pause(a) => actions::pause(&client, a, true, term).await,
+        Command::Resume(a) => actions::pause(&client, a, false, term).await,
+        Command::Retry(a) => actions::retry(&client, a, term).await,
+        Command::Undo(a) => actions::undo(&client, a, term).await,
+        Command::Abort(a) => actions::abort(&client, a, term).await,
+        Command::Diff(a) => changes::run(&client, a, term).await,
+        Command::Plan(a) => plan::run(Some(&client), a, term).await,
+    }
+}
+
+/// Now, in the core's milliseconds.
+pub fn now() -> netwave_core::Timestamp {
+    netwave_core::Timestamp(k8s_openapi::jiff::Timestamp::now().as_millisecond())
+}

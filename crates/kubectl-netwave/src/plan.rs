@@ -1,0 +1,603 @@
+//! `plan -f DIR`: what applying a directory of manifests would do, computed the way the configurator
+//! would, without writing anything.
+//!
+//! ```text
+//!   DIR ──parse_manifests──► RevisionInputs ──core::fleet::render_and_validate──► errors / warnings
+//!   Nodes (live or --nodes)    │                                               └► per-node configs
+//!   current target ──render──► per-node configs ──changes::node_changes──► grouped per-node diff
+//!   both renderings ──waves() = core::rollout::step, every agent answering at once──► the waves
+//! ```
+//!
+//! The waves come from the rollout state machine itself ([`netwave_core::rollout::step`]) run over a
+//! settled fleet (every node Provisioned on the current target) where each agent reports success as
+//! soon as it is assigned, so they show the order and the budget's effect, not timings.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use netwave_api::manifest::{Manifest, parse_manifests};
+use netwave_api::{
+    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevisionStatus, RevisionInputs,
+    RolloutPolicy, ValidationResult,
+};
+use netwave_core::fleet::{FleetParams, render_and_validate};
+use netwave_core::render::RenderedNode;
+use netwave_core::revision::{canonical_inputs, inputs_hash, revision_name};
+use netwave_core::rollout::{
+    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, NodeState, Phase,
+    PolicyDefaults, RenderedHashes, RevisionState, RolloutInput, step,
+};
+use netwave_core::{Sequence, Timestamp};
+use serde::Serialize;
+
+use crate::actions::{InputChanges, input_changes};
+use crate::changes::{NodeChanges, node_changes, render_changes};
+use crate::cli::PlanArgs;
+use crate::cluster::{self, name};
+use crate::output::{emit, names};
+use crate::{Exit, Term};
+
+/// Reads every manifest under `path` (a file, or a directory walked recursively; `*.yaml`, `*.yml`,
+/// `*.json`, in name order) into canonical inputs. Errors name the file, document and field.
+pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
+    let mut files = Vec::new();
+    collect(path, &mut files)?;
+    if files.is_empty() {
+        bail!(
+            "{}: no *.yaml, *.yml or *.json files to read",
+            path.display()
+        );
+    }
+    let mut inputs = RevisionInputs::default();
+    let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+        let source = f.display().to_string();
+        for m in parse_manifests(&source, &text)? {
+            let kind = match &m {
+                Manifest::Vrf(_) => "VRFRouteConfiguration",
+                Manifest::Layer2(_) => "Layer2NetworkConfiguration",
+                Manifest::RoutingTable(_) => "RoutingTable",
+                Manifest::Revision(_) | Manifest::NodeConfig(_) => bail!(
+                    "{source}: {} is written by the configurator, not an input: plan reads \
+                     VRFRouteConfiguration, Layer2NetworkConfiguration and RoutingTable objects",
+                    m.name()
+                ),
+            };
+            let key = (kind.to_string(), m.name().to_string());
+            if let Some(first) = seen.insert(key, source.clone()) {
+                bail!(
+                    "{kind}/{} is defined twice: in {first} and in {source}",
+                    m.name()
+                );
+            }
+            let name = m.name().to_string();
+            match m {
+                Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
+                Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
+                Manifest::RoutingTable(o) => inputs
+                    .routing_tables
+                    .push(NamedRoutingTable { name, spec: o.spec }),
+                _ => unreachable!("refused above"),
+            }
+        }
+    }
+    Ok(canonical_inputs(&inputs))
+}
+
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.is_file() {
+        out.push(path.to_path_buf());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading directory {}", path.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect(&p, out)?;
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// A Node list as `kubectl get nodes -o yaml|json` writes it (a `List` with `items`), or one Node.
+pub fn read_nodes(path: &Path) -> anyhow::Result<Vec<Node>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: serde_json::Value = serde_saphyr::from_str(&text)
+        .with_context(|| format!("{}: not valid YAML or JSON", path.display()))?;
+    let items = match doc.get("items") {
+        Some(serde_json::Value::Array(items)) => items.clone(),
+        _ if doc.get("kind").and_then(|k| k.as_str()) == Some("Node") => vec![doc],
+        _ => bail!(
+            "{}: want a Node list (`kubectl get nodes -o yaml`) or a Node",
+            path.display()
+        ),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::from_value(v)
+                .with_context(|| format!("{}: items[{i}] is not a Node", path.display()))
+        })
+        .collect()
+}
+
+/// Nodes given the new revision at one step of the simulated rollout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Wave {
+    /// Nodes that apply a new config in this wave.
+    pub count: usize,
+    pub first: Vec<String>,
+    pub canary: bool,
+    /// Nodes moved to the revision in this wave without applying anything (same config).
+    pub fast_path: usize,
+}
+
+/// The simulated rollout.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waves {
+    pub waves: Vec<Wave>,
+    /// Nodes not Ready or cordoned: skipped, they get the revision when they come back.
+    pub skipped: usize,
+    /// The simulation stopped before the rollout completed (why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+}
+
+/// Runs core's rollout step over a settled fleet until `new` is Complete, every agent reporting
+/// Provisioned as soon as it is assigned. `current` is the target now (name and per-node hashes).
+/// Pure and deterministic.
+pub fn waves(
+    nodes: &[NodeState],
+    current: Option<(&str, &BTreeMap<String, String>)>,
+    new: (&str, &BTreeMap<String, String>),
+    defaults: PolicyDefaults,
+) -> Waves {
+    let t0 = Timestamp::from_secs(1_000_000);
+    let mut rendered = RenderedHashes::default();
+    let mut revisions = Vec::new();
+    let mut configs = Vec::new();
+    if let Some((cur, hashes)) = current {
+        rendered.set_revision(cur, hashes.clone());
+        revisions.push(RevisionState {
+            name: cur.into(),
+            sequence: Sequence(1),
+            hash: "current".into(),
+            status: NetworkConfigRevisionStatus {
+                phase: Some(Phase::Complete.as_str().into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        for n in nodes {
+            let Some(h) = hashes.get(&n.name) else {
+                continue;
+            };
+            configs.push(NodeConfigState {
+                name: n.name.clone(),
+                spec: AssignedSpec {
+                    revision: cur.into(),
+                    sequence: Sequence(1),
+                    config_hash: h.clone(),
+                    retry: 0,
+                    assigned_at: Some(t0),
+                },
+                status: AgentReport {
+                    phase: Some(AgentPhase::Provisioned),
+                    observed_revision: Some(cur.into()),
+                    observed_retry: Some(0),
+                    config_hash: Some(h.clone()),
+                    last_good_revision: Some(cur.into()),
+                    ..Default::default()
+                },
+            });
+        }
+    }
+    rendered.set_revision(new.0, new.1.clone());
+    revisions.push(RevisionState {
+        name: new.0.into(),
+        sequence: Sequence(2),
+        hash: "new".into(),
+        // The configurator creates revisions with an empty spec.rollout: its defaults apply.
+        policy: RolloutPolicy::default(),
+        validation: ValidationResult::default(),
+        ..Default::default()
+    });
+    let mut input = RolloutInput {
+        defaults,
+        revisions,
+        nodes: nodes.to_vec(),
+        configs,
+        rendered,
+    };
+    let mut out = Waves {
+        skipped: nodes.iter().filter(|n| !n.eligible()).count(),
+        ..Default::default()
+    };
+    let mut now = t0.plus_secs(60);
+    // Each step either assigns, completes or waits on a clock; a budget of one moves one node a step.
+    for _ in 0..nodes.len() * 2 + 20 {
+        let plan = step(&input, now);
+        for u in &plan.status_updates {
+            if let Some(r) = input.revisions.iter_mut().find(|r| r.name == u.revision) {
+                r.status = u.status.clone();
+            }
+        }
+        let mut wave = Wave {
+            count: 0,
+            first: Vec::new(),
+            canary: false,
+            fast_path: 0,
+        };
+        for a in &plan.assignments {
+            if a.revision == new.0 {
+                if a.reason == AssignReason::FastPath {
+                    wave.fast_path += 1;
+                } else {
+                    wave.count += 1;
+                    wave.canary |= a.reason == AssignReason::Canary;
+                    if wave.first.len() < 3 {
+                        wave.first.push(a.node.clone());
+                    }
+                }
+            }
+            let spec = AssignedSpec {
+                revision: a.revision.clone(),
+                sequence: a.sequence,
+                config_hash: a.config_hash.clone(),
+                retry: a.retry,
+                assigned_at: Some(a.assigned_at),
+            };
+            match input.configs.iter_mut().find(|c| c.name == a.node) {
+                Some(c) => c.spec = spec,
+                None => input.configs.push(NodeConfigState {
+                    name: a.node.clone(),
+                    spec,
+                    status: AgentReport::default(),
+                }),
+            }
+        }
+        if wave.count > 0 || wave.fast_path > 0 {
+            out.waves.push(wave);
+        }
+        // Every agent answers at once.
+        for c in &mut input.configs {
+            c.status = AgentReport {
+                phase: Some(AgentPhase::Provisioned),
+                observed_revision: Some(c.spec.revision.clone()),
+                observed_retry: Some(c.spec.retry),
+                config_hash: Some(c.spec.config_hash.clone()),
+                last_good_revision: Some(c.spec.revision.clone()),
+                ..Default::default()
+            };
+        }
+        let phase = input
+            .revisions
+            .iter()
+            .find(|r| r.name == new.0)
+            .and_then(|r| r.status.phase.clone());
+        match phase.as_deref() {
+            Some(p) if p == Phase::Complete.as_str() => return out,
+            Some(p) if p == Phase::Failed.as_str() => {
+                out.incomplete = Some("the revision would fail".into());
+                return out;
+            }
+            _ => {}
+        }
+        // Next step: when the step asked to be woken (a canary bake), else a second later.
+        now = plan
+            .report
+            .requeue_at
+            .filter(|t| t.0 > now.0)
+            .unwrap_or(now.plus_secs(1));
+        if plan.write_count() == 0 && plan.report.requeue_at.is_none() {
+            out.incomplete = Some(
+                plan.report
+                    .waiting
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+            return out;
+        }
+    }
+    out.incomplete = Some("did not complete within the simulation's step limit".into());
+    out
+}
+
+/// Everything `plan` shows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    /// The revision the configurator would cut (or find) for these inputs.
+    pub revision: String,
+    pub hash: String,
+    pub nodes: usize,
+    /// The current target compared against; `None` without a cluster or revisions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_target: Option<String>,
+    /// What these manifests are to the existing revisions (equal to the target, to a failed one, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Input objects to create, update, delete on the cluster (`None` offline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objects: Option<InputChanges>,
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    pub changes: NodeChanges,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Waves>,
+}
+
+fn render(v: &PlanView, max_unavailable: &str) -> String {
+    let mut s = format!(
+        "plan for {} ({} nodes){}\n",
+        v.revision,
+        v.nodes,
+        v.current_target
+            .as_ref()
+            .map(|t| format!(", against the current target {t}"))
+            .unwrap_or_else(|| ", no current target".into())
+    );
+    if let Some(n) = &v.note {
+        s.push_str(&format!("note: {n}\n"));
+    }
+    if let Some(o) = &v.objects {
+        if o.is_empty() {
+            s.push_str("objects: the manifests equal what is on the cluster\n");
+        } else {
+            s.push_str("objects (what applying the directory changes on the cluster):\n");
+            for x in &o.create {
+                s.push_str(&format!("  + create {x}\n"));
+            }
+            for x in &o.update {
+                s.push_str(&format!("  ~ update {x}\n"));
+            }
+            for x in &o.delete {
+                s.push_str(&format!("  - delete {x} (not in the directory)\n"));
+            }
+        }
+    }
+    if v.errors.is_empty() {
+        s.push_str("validation: ok");
+    } else {
+        s.push_str(&format!(
+            "validation: {} error(s) — the configurator would mark this revision Failed and touch no node:\n",
+            v.errors.len()
+        ));
+        for e in &v.errors {
+            s.push_str(&format!("  error: {e}\n"));
+        }
+    }
+    if v.errors.is_empty() {
+        s.push('\n');
+    }
+    for w in &v.warnings {
+        s.push_str(&format!("  warning: {w}\n"));
+    }
+    render_changes(&v.changes, &mut s);
+    if let Some(r) = &v.rollout {
+        s.push_str(&format!("rollout (maxUnavailable {max_unavailable}):\n"));
+        if r.waves.is_empty() {
+            s.push_str("  no node would be assigned anything\n");
+        }
+        // Runs of equal waves in one line.
+        let mut i = 0;
+        while i < r.waves.len() {
+            let w = &r.waves[i];
+            let mut j = i;
+            while j + 1 < r.waves.len()
+                && r.waves[j + 1].count == w.count
+                && r.waves[j + 1].fast_path == 0
+                && !r.waves[j + 1].canary
+                && w.fast_path == 0
+                && !w.canary
+            {
+                j += 1;
+            }
+            let what = |w: &Wave| {
+                let mut parts = Vec::new();
+                if w.count > 0 {
+                    parts.push(format!(
+                        "{} node{}{}",
+                        w.count,
+                        if w.count == 1 { "" } else { "s" },
+                        if w.canary { " (canary)" } else { "" }
+                    ));
+                }
+                if w.fast_path > 0 {
+                    parts.push(format!(
+                        "{} unchanged node(s) moved without applying",
+                        w.fast_path
+                    ));
+                }
+                parts.join(" + ")
+            };
+            if j == i {
+                let first = if w.count > 0 {
+                    format!(": {}", names(&w.first, w.count))
+                } else {
+                    String::new()
+                };
+                s.push_str(&format!("  wave {}: {}{first}\n", i + 1, what(w)));
+            } else {
+                s.push_str(&format!("  waves {}–{}: {} each\n", i + 1, j + 1, what(w)));
+            }
+            i = j + 1;
+        }
+        if r.skipped > 0 {
+            s.push_str(&format!(
+                "  {} node(s) not Ready or cordoned: skipped, they get it when they come back\n",
+                r.skipped
+            ));
+        }
+        if let Some(why) = &r.incomplete {
+            s.push_str(&format!("  the rollout would not complete: {why}\n"));
+        }
+    }
+    s
+}
+
+pub async fn run(
+    client: Option<&Client>,
+    args: PlanArgs,
+    term: &mut Term<'_>,
+) -> anyhow::Result<Exit> {
+    let inputs = read_inputs(&args.dir)?;
+    let hash = inputs_hash(&inputs);
+    let nodes = match (&args.nodes, client) {
+        (Some(f), _) => read_nodes(f)?,
+        (None, Some(c)) => cluster::nodes(c).await?,
+        (None, None) => bail!("no cluster to read Nodes from: pass --nodes FILE"),
+    };
+    let infos = cluster::node_infos(&nodes);
+    let states: Vec<NodeState> = nodes
+        .iter()
+        .filter_map(|n| NodeState::from_api(n).ok())
+        .collect();
+    let params = FleetParams {
+        underlay_mtu: args.underlay_mtu,
+        ..FleetParams::default()
+    };
+    let checked = render_and_validate(&inputs, &infos, &params);
+    let validation = checked.validation.to_status();
+
+    let (revs, objects) = match client {
+        Some(c) => (
+            cluster::revisions(c).await?,
+            Some(input_changes(&cluster::live_inputs(c).await?, &inputs)),
+        ),
+        None => (Vec::new(), None),
+    };
+    let target = cluster::target(&revs);
+    let same = revs.iter().rev().find(|r| r.spec.hash == hash);
+    let note = match (same, target) {
+        (Some(s), Some(t)) if cluster::name(s) == cluster::name(t) => Some(format!(
+            "these manifests are the current target {}: nothing new to roll out",
+            name(t)
+        )),
+        (Some(s), _) if cluster::is_failed(s) => Some(format!(
+            "these manifests equal {}, which failed: the configurator creates nothing for them \
+             (`kubectl netwave retry {}` re-arms it)",
+            name(s),
+            s.spec.sequence
+        )),
+        (Some(s), _) => Some(format!(
+            "these manifests equal the earlier revision {}: the configurator makes it the target again",
+            name(s)
+        )),
+        _ => None,
+    };
+    let before: BTreeMap<String, RenderedNode> = match target {
+        Some(t) => crate::changes::render_for(&t.spec.inputs, &infos, name(t))?,
+        None => BTreeMap::new(),
+    };
+    let changes = node_changes(&before, &checked.nodes, args.max_groups);
+    let hashes = |m: &BTreeMap<String, RenderedNode>| -> BTreeMap<String, String> {
+        m.iter()
+            .map(|(n, r)| (n.clone(), r.config_hash.clone()))
+            .collect()
+    };
+    let new_name = same
+        .map(|s| name(s).to_string())
+        .unwrap_or_else(|| revision_name(&hash));
+    let rollout = checked.validation.is_valid().then(|| {
+        let cur = target.map(|t| (name(t).to_string(), hashes(&before)));
+        waves(
+            &states,
+            cur.as_ref().map(|(n, h)| (n.as_str(), h)),
+            (&new_name, &hashes(&checked.nodes)),
+            PolicyDefaults {
+                max_unavailable: args.max_unavailable,
+                ..PolicyDefaults::default()
+            },
+        )
+    });
+    let view = PlanView {
+        revision: new_name,
+        hash,
+        nodes: infos.len(),
+        current_target: target.map(|t| name(t).to_string()),
+        note,
+        objects,
+        errors: validation.errors,
+        warnings: validation.warnings,
+        changes,
+        rollout,
+    };
+    let mu = match args.max_unavailable {
+        netwave_api::CountOrPercent::Count(n) => n.to_string(),
+        netwave_api::CountOrPercent::Percent(p) => format!("{p}%"),
+    };
+    emit(term.out, args.output, &view, |v| render(v, &mu))?;
+    Ok(Exit::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(n: &str) -> NodeState {
+        NodeState {
+            name: n.into(),
+            ready: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn waves_follow_the_budget_and_skip_unchanged_nodes() {
+        let mut nodes: Vec<NodeState> = (0..10).map(|i| node(&format!("n{i}"))).collect();
+        nodes[9].ready = false;
+        let cur: BTreeMap<String, String> = nodes
+            .iter()
+            .map(|n| (n.name.clone(), "h0".into()))
+            .collect();
+        // n0 and n1 keep their config: moved for free.
+        let new: BTreeMap<String, String> = nodes
+            .iter()
+            .map(|n| {
+                let h = if n.name == "n0" || n.name == "n1" {
+                    "h0"
+                } else {
+                    "h1"
+                };
+                (n.name.clone(), h.into())
+            })
+            .collect();
+        let w = waves(
+            &nodes,
+            Some(("rev-cur", &cur)),
+            ("rev-new", &new),
+            PolicyDefaults {
+                max_unavailable: netwave_api::CountOrPercent::Count(3),
+                ..PolicyDefaults::default()
+            },
+        );
+        assert_eq!(w.incomplete, None);
+        assert_eq!(w.skipped, 1);
+        let applied: Vec<usize> = w.waves.iter().map(|w| w.count).collect();
+        assert_eq!(applied, vec![3, 3, 1], "7 changed Ready nodes, 3 at a time");
+        assert_eq!(w.waves.iter().map(|w| w.fast_path).sum::<usize>(), 2);
+        assert_eq!(w.waves[0].first, vec!["n2", "n3", "n4"]);
+    }
+}

@@ -1,0 +1,530 @@
+//! `status [REVISION] [-w]`: one rollout at a glance — phase, wave, progress bar, who paused it, failed
+//! nodes with their reasons, what it waits on, and the nodes by state.
+//!
+//! ```text
+//!   revision + every revision + every NNC + now ──► StatusView (pure, Serialize) ──► text | json | yaml
+//!        ▲ list once, or reflector stores fed by watches (-w: re-render on every event)
+//! ```
+//!
+//! A 5,000-node fleet must read in a screenful: nodes are listed one per line only up to
+//! [`NODES_LISTED`] (or with `--all-nodes`), otherwise summarised per state with a count and the first
+//! few names; failed nodes show the first [`FAILED_SHOWN`] and "and N more". Whether a node counts as
+//! updated is core's rule ([`netwave_core::rollout::is_updated`]), the same the configurator counts by.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use netwave_api::vocab::{NodePhase, RevisionPhase};
+use netwave_api::{ASSIGNED_AT_ANNOTATION, FailedNode, NetworkConfigRevision, NodeNetworkConfig};
+use netwave_core::Timestamp;
+use netwave_core::rollout::{ConditionType, NodeConfigState, is_updated};
+use serde::Serialize;
+
+use crate::cli::{Output, StatusArgs};
+use crate::cluster::{self, name};
+use crate::output::{emit, names};
+use crate::{Exit, Term};
+
+/// Fleets up to this size list every node; larger ones are summarised per state.
+pub const NODES_LISTED: usize = 20;
+/// Failed nodes listed before "and N more".
+pub const FAILED_SHOWN: usize = 5;
+/// Names shown per state group before "and N more".
+pub const GROUP_NAMES: usize = 3;
+const BAR_WIDTH: usize = 30;
+
+/// Everything `status` shows about one revision.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    pub revision: String,
+    pub sequence: u64,
+    pub phase: String,
+    /// The newest revision that has not failed.
+    pub target: Option<String>,
+    /// The newest Complete revision older than this one: where failed nodes go back to.
+    pub last_good: Option<String>,
+    /// Assignment rounds so far: nodes given this revision at the same moment form one wave.
+    pub wave: usize,
+    pub total: u32,
+    pub updated: u32,
+    pub in_progress: u32,
+    pub queued: u32,
+    pub failed: u32,
+    pub skipped: u32,
+    pub paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    /// What the rollout waits on, in the configurator's words (`status.message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_on: Option<String>,
+    /// Conditions worth a person's attention: `Progressing=False`, `Degraded=True`, `Validated=False`,
+    /// a `Paused` the configurator set.
+    pub notices: Vec<String>,
+    pub validation_errors: Vec<String>,
+    /// The first [`FAILED_SHOWN`] failed nodes.
+    pub failed_nodes: Vec<FailedNode>,
+    /// Failed nodes beyond those listed.
+    pub failed_not_shown: usize,
+    /// Nodes by state: a count and the first names.
+    pub nodes: Vec<NodeGroup>,
+    /// One line per node (small fleets or `--all-nodes`); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_lines: Vec<NodeLine>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroup {
+    pub state: String,
+    pub count: usize,
+    pub first: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeLine {
+    pub node: String,
+    pub state: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// A node's state relative to the revision shown.
+fn node_state(c: &NodeNetworkConfig, rev: &str, last_good: Option<&str>) -> (String, String) {
+    let st = c.status.clone().unwrap_or_default();
+    let on_rev = NodeConfigState::from_api(c).is_ok_and(|s| is_updated(&s, rev));
+    if on_rev {
+        return (NodePhase::Provisioned.as_str().into(), String::new());
+    }
+    if st.phase.as_deref() == Some(NodePhase::Invalid.as_str())
+        && st.observed_revision.as_deref() == Some(rev)
+    {
+        let mut detail = st.reason.unwrap_or_default();
+        if let Some(m) = st.message.filter(|m| !m.is_empty()) {
+            // The agent's message usually starts with its reason.
+            detail = if m.starts_with(&detail) {
+                m
+            } else {
+                format!("{detail}: {m}")
+            };
+        }
+        if let Some(g) = st.last_good_revision {
+            detail.push_str(&format!(" (restored {g})"));
+        }
+        return (NodePhase::Invalid.as_str().into(), detail);
+    }
+    if c.spec.revision == rev {
+        let detail = match st.phase.as_deref() {
+            Some(p) if st.observed_revision.as_deref() == Some(rev) => p.to_string(),
+            _ => match st.observed_revision {
+                Some(o) => format!("still runs {o}"),
+                None => "agent has not reported".into(),
+            },
+        };
+        return ("applying".into(), detail);
+    }
+    let on = &c.spec.revision;
+    let state = if Some(on.as_str()) == last_good {
+        format!("on last good {on}")
+    } else {
+        format!("on {on}")
+    };
+    let detail = match (st.phase.as_deref(), st.observed_revision.as_deref()) {
+        (Some(p), Some(o)) if o == on => {
+            if p == NodePhase::Provisioned.as_str() {
+                String::new()
+            } else {
+                p.to_string()
+            }
+        }
+        (_, Some(o)) => format!("moving from {o}"),
+        _ => "agent has not reported".into(),
+    };
+    (state, detail)
+}
+
+/// Builds the view of `rev` from every revision and every node config. Pure.
+pub fn build(
+    rev: &NetworkConfigRevision,
+    revs: &[NetworkConfigRevision],
+    configs: &[NodeNetworkConfig],
+    all_nodes: bool,
+) -> StatusView {
+    let rname = name(rev).to_string();
+    let st = rev.status.clone().unwrap_or_default();
+    let last_good = cluster::last_good(revs, Some(rev.spec.sequence)).map(|r| name(r).to_string());
+    let mut configs: Vec<&NodeNetworkConfig> = configs.iter().collect();
+    configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+
+    let mut groups: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    let mut lines = Vec::new();
+    let mut waves = std::collections::BTreeSet::new();
+    let list = all_nodes || configs.len() <= NODES_LISTED;
+    for c in &configs {
+        let node = c.metadata.name.clone().unwrap_or_default();
+        if c.spec.revision == rname
+            && let Some(at) = c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ASSIGNED_AT_ANNOTATION))
+        {
+            // Assignments of one step share their time (to the second).
+            waves.insert(Timestamp::parse_rfc3339(at).map_or(0, |t| t.0 / 1000));
+        }
+        let (state, detail) = node_state(c, &rname, last_good.as_deref());
+        let g = groups.entry(state.clone()).or_default();
+        g.0 += 1;
+        if g.1.len() < GROUP_NAMES {
+            g.1.push(node.clone());
+        }
+        if list {
+            lines.push(NodeLine {
+                node,
+                state,
+                detail,
+            });
+        }
+    }
+    // Provisioned first, then the troubles, then the rest.
+    let rank = |s: &str| match s {
+        "Provisioned" => 0,
+        "Invalid" => 1,
+        "applying" => 2,
+        _ => 3,
+    };
+    let mut nodes: Vec<NodeGroup> = groups
+        .into_iter()
+        .map(|(state, (count, first))| NodeGroup {
+            state,
+            count,
+            first,
+        })
+        .collect();
+    nodes.sort_by(|a, b| (rank(&a.state), &a.state).cmp(&(rank(&b.state), &b.state)));
+
+    let failed_total = (st.failed as usize).max(st.failed_nodes.len());
+    let failed_nodes: Vec<FailedNode> =
+        st.failed_nodes.iter().take(FAILED_SHOWN).cloned().collect();
+    let notices = st
+        .conditions
+        .iter()
+        .filter(|c| {
+            let t = c.type_.as_str();
+            (t == ConditionType::Progressing.as_str() && c.status == "False")
+                || (t == ConditionType::Degraded.as_str() && c.status == "True")
+                || (t == ConditionType::Validated.as_str() && c.status == "False")
+                || (t == ConditionType::Paused.as_str()
+                    && c.status == "True"
+                    && c.reason != "PausedBySpec")
+        })
+        .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect();
+    StatusView {
+        revision: rname,
+        sequence: rev.spec.sequence,
+        phase: cluster::phase_str(rev),
+        target: cluster::target(revs).map(|r| name(r).to_string()),
+        last_good,
+        wave: waves.len(),
+        total: st.total,
+        updated: st.updated,
+        in_progress: st.in_progress,
+        queued: st.queued,
+        failed: failed_total as u32,
+        skipped: st.skipped,
+        paused: rev.spec.paused,
+        paused_by: cluster::paused_by(rev),
+        paused_at: st.paused_at.as_ref().map(|t| t.0.to_string()),
+        started_at: st.started_at.as_ref().map(|t| t.0.to_string()),
+        completed_at: st.completed_at.as_ref().map(|t| t.0.to_string()),
+        waiting_on: st.message.clone().filter(|m| !m.is_empty()),
+        notices,
+        validation_errors: st.validation.errors.clone(),
+        failed_not_shown: failed_total.saturating_sub(failed_nodes.len()),
+        failed_nodes,
+        nodes,
+        node_lines: lines,
+    }
+}
+
+fn ago(rfc3339: &Option<String>, now: Timestamp) -> Option<String> {
+    let t = Timestamp::parse_rfc3339(rfc3339.as_deref()?).ok()?;
+    Some(cluster::age((now.0 - t.0) / 1000))
+}
+
+/// The text people read.
+pub fn render(v: &StatusView, now: Timestamp) -> String {
+    let mut s = format!(
+        "revision {} (seq {})  phase {}  wave {}",
+        v.revision, v.sequence, v.phase, v.wave
+    );
+    if let Some(a) = ago(&v.completed_at, now) {
+        s.push_str(&format!("  completed {a} ago"));
+    } else if let Some(a) = ago(&v.started_at, now) {
+        s.push_str(&format!("  started {a} ago"));
+    }
+    s.push('\n');
+    let total = v.total.max(1) as usize;
+    let filled = (v.updated as usize * BAR_WIDTH / total).min(BAR_WIDTH);
+    s.push_str(&format!(
+        "[{}{}] {}/{} updated  {} in flight  {} failed  {} queued  {} skipped\n",
+        "#".repeat(filled),
+        "-".repeat(BAR_WIDTH - filled),
+        v.updated,
+        v.total,
+        v.in_progress,
+        v.failed,
+        v.queued,
+        v.skipped
+    ));
+    let mut roles = Vec::new();
+    match &v.target {
+        Some(t) if *t == v.revision => roles.push("this is the target".to_string()),
+        Some(t) => roles.push(format!("target {t}")),
+        None => roles.push("no target (every revision failed)".into()),
+    }
+    match &v.last_good {
+        Some(g) => roles.push(format!("last good {g}")),
+        None => roles.push("no earlier good revision".into()),
+    }
+    s.push_str(&roles.join("  ·  "));
+    s.push('\n');
+    if v.paused {
+        s.push_str("PAUSED");
+        match &v.paused_by {
+            Some(by) => s.push_str(&format!(" by {by}")),
+            None => s.push_str(" (spec.paused)"),
+        }
+        if let Some(a) = ago(&v.paused_at, now) {
+            s.push_str(&format!(", {a} ago"));
+        }
+        s.push_str("; `kubectl netwave resume` continues it\n");
+    }
+    if let Some(w) = &v.waiting_on {
+        s.push_str(&format!("waiting on: {w}\n"));
+    }
+    for n in &v.notices {
+        s.push_str(&format!("{n}\n"));
+    }
+    if !v.validation_errors.is_empty() {
+        s.push_str(&format!(
+            "validation errors ({}):\n",
+            v.validation_errors.len()
+        ));
+        for e in v.validation_errors.iter().take(FAILED_SHOWN) {
+            s.push_str(&format!("  {e}\n"));
+        }
+        if v.validation_errors.len() > FAILED_SHOWN {
+            s.push_str(&format!(
+                "  and {} more\n",
+                v.validation_errors.len() - FAILED_SHOWN
+            ));
+        }
+    }
+    if v.failed > 0 {
+        s.push_str(&format!("failed nodes ({}):\n", v.failed));
+        for f in &v.failed_nodes {
+            if f.message.is_empty() {
+                s.push_str(&format!("  {}  {}\n", f.node, f.reason));
+            } else if f.message.starts_with(&f.reason) {
+                s.push_str(&format!("  {}  {}\n", f.node, f.message));
+            } else {
+                s.push_str(&format!("  {}  {}: {}\n", f.node, f.reason, f.message));
+            }
+        }
+        if v.failed_not_shown > 0 {
+            s.push_str(&format!("  and {} more\n", v.failed_not_shown));
+        }
+    }
+    if !v.node_lines.is_empty() {
+        let w = v.node_lines.iter().map(|l| l.node.len()).max().unwrap_or(0);
+        s.push_str("nodes:\n");
+        for l in &v.node_lines {
+            let line = format!("  {:<w$}  {}  {}", l.node, l.state, l.detail);
+            s.push_str(line.trim_end());
+            s.push('\n');
+        }
+    } else if !v.nodes.is_empty() {
+        let count: usize = v.nodes.iter().map(|g| g.count).sum();
+        let w = v.nodes.iter().map(|g| g.state.len()).max().unwrap_or(0);
+        s.push_str(&format!("nodes ({count}):\n"));
+        for g in &v.nodes {
+            s.push_str(&format!(
+                "  {:<w$}  {:>6}  {}\n",
+                g.state,
+                g.count,
+                names(&g.first, g.count)
+            ));
+        }
+    }
+    s
+}
+
+/// The revision `status` shows: the one named, else the newest.
+fn pick<'a>(
+    revs: &'a [NetworkConfigRevision],
+    arg: Option<&str>,
+) -> anyhow::Result<&'a NetworkConfigRevision> {
+    match arg {
+        Some(a) => cluster::resolve(revs, a),
+        None => revs.last().ok_or_else(|| {
+            anyhow::anyhow!(
+                "there are no revisions yet (the configurator cuts one when VRF, layer-2 or \
+                 routing-table objects exist)"
+            )
+        }),
+    }
+}
+
+pub async fn run(client: &Client, args: StatusArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
+    if args.watch {
+        return watch(client, &args, term).await;
+    }
+    let revs = cluster::revisions(client).await?;
+    let rev = pick(&revs, args.revision.as_deref())?;
+    let configs = cluster::configs(client).await?;
+    let view = build(rev, &revs, &configs, args.all_nodes);
+    let now = crate::now();
+    emit(term.out, args.output, &view, |v| render(v, now))?;
+    Ok(Exit::Success)
+}
+
+/// Whether `-w --until-done` stops at this phase, and how.
+fn done(phase: &str) -> Option<Exit> {
+    match RevisionPhase::parse(Some(phase)) {
+        Some(RevisionPhase::Complete) => Some(Exit::Success),
+        Some(RevisionPhase::Failed | RevisionPhase::Superseded) => Some(Exit::RolloutFailed),
+        _ => None,
+    }
+}
+
+/// `-w`: two reflector stores fed by watches; the view is rebuilt after each burst of events (at most
+/// every 200 ms, so a 5,000-node rollout does not redraw 5,000 times) and drawn when it changed (on a
+/// terminal also once a second, for the ages).
+async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
+    let (revs_r, revs_w) = reflector::store::<NetworkConfigRevision>();
+    let (nncs_r, nncs_w) = reflector::store::<NodeNetworkConfig>();
+    let cfg = watcher::Config::default();
+    let revs_s = reflector(
+        revs_w,
+        watcher(
+            Api::<NetworkConfigRevision>::all(client.clone()),
+            cfg.clone(),
+        )
+        .default_backoff(),
+    )
+    .map(|e| {
+        e.err()
+            .map(|e| format!("watching NetworkConfigRevisions: {e}"))
+    });
+    let nncs_s = reflector(
+        nncs_w,
+        watcher(Api::<NodeNetworkConfig>::all(client.clone()), cfg).default_backoff(),
+    )
+    .map(|e| e.err().map(|e| format!("watching NodeNetworkConfigs: {e}")));
+    let mut events = futures::stream::select(revs_s.boxed(), nncs_s.boxed());
+    let deadline = args
+        .timeout
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let timed_out = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(timed_out);
+
+    // Until both stores have their first full list, there is nothing to show.
+    let mut last_error: Option<String> = None;
+    let ready = futures::future::join(revs_r.wait_until_ready(), nncs_r.wait_until_ready());
+    tokio::pin!(ready);
+    loop {
+        tokio::select! {
+            _ = &mut ready => break,
+            ev = events.next() => match ev {
+                Some(Some(e)) => last_error = Some(e),
+                Some(None) => {}
+                None => anyhow::bail!("the watch ended before the first list"),
+            },
+            _ = &mut timed_out => anyhow::bail!(
+                "no answer from the API server within the timeout{}",
+                last_error.map(|e| format!(": {e}")).unwrap_or_default()
+            ),
+        }
+    }
+
+    let mut shown: Option<StatusView> = None;
+    let mut drawn_lines = 0usize;
+    let mut waiting_drawn = false;
+    loop {
+        let mut revs: Vec<NetworkConfigRevision> =
+            revs_r.state().iter().map(|r| (**r).clone()).collect();
+        cluster::sort_revisions(&mut revs);
+        let now = crate::now();
+        match pick(&revs, args.revision.as_deref()) {
+            Ok(rev) => {
+                let configs: Vec<NodeNetworkConfig> =
+                    nncs_r.state().iter().map(|c| (**c).clone()).collect();
+                let view = build(rev, &revs, &configs, args.all_nodes);
+                let changed = shown.as_ref() != Some(&view);
+                if changed || term.tty {
+                    let text = match args.output {
+                        Output::Text => render(&view, now),
+                        Output::Json => serde_json::to_string(&view)? + "\n",
+                        Output::Yaml => format!("---\n{}", serde_saphyr::to_string(&view)?),
+                    };
+                    if term.tty && args.output == Output::Text && drawn_lines > 0 {
+                        write!(term.out, "\x1b[{drawn_lines}A\x1b[J")?;
+                    } else if drawn_lines > 0 && args.output == Output::Text && changed {
+                        writeln!(term.out)?;
+                    }
+                    if changed || (term.tty && args.output == Output::Text) {
+                        term.out.write_all(text.as_bytes())?;
+                        term.out.flush()?;
+                        drawn_lines = text.lines().count();
+                    }
+                }
+                if args.until_done
+                    && let Some(exit) = done(&view.phase)
+                {
+                    return Ok(exit);
+                }
+                shown = Some(view);
+            }
+            // A named revision that does not exist yet (or no revision at all): wait for it.
+            Err(e) => {
+                if !waiting_drawn {
+                    writeln!(term.out, "{e}; waiting…")?;
+                    term.out.flush()?;
+                    waiting_drawn = true;
+                }
+            }
+        }
+        // Next event (or a tick for the ages), then let a burst of events settle.
+        tokio::select! {
+            ev = events.next() => if ev.is_none() { anyhow::bail!("the watch ended") },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = &mut timed_out => anyhow::bail!("timed out after {}s", args.timeout.unwrap_or(0)),
+        }
+        let settle = tokio::time::sleep(Duration::from_millis(200));
+        tokio::pin!(settle);
+        loop {
+            tokio::select! {
+                ev = events.next() => if ev.is_none() { anyhow::bail!("the watch ended") },
+                _ = &mut settle => break,
+            }
+        }
+    }
+}
