@@ -414,15 +414,19 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
             {
                 j += 1;
             }
-            let what = |w: &Wave| {
+            let what = |w: &Wave, names_too: bool| {
                 let mut parts = Vec::new();
                 if w.count > 0 {
-                    parts.push(format!(
+                    let mut p = format!(
                         "{} node{}{}",
                         w.count,
                         if w.count == 1 { "" } else { "s" },
                         if w.canary { " (canary)" } else { "" }
-                    ));
+                    );
+                    if names_too {
+                        p.push_str(&format!(": {}", names(&w.first, w.count)));
+                    }
+                    parts.push(p);
                 }
                 if w.fast_path > 0 {
                     parts.push(format!(
@@ -430,17 +434,17 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
                         w.fast_path
                     ));
                 }
-                parts.join(" + ")
+                parts.join("; ")
             };
             if j == i {
-                let first = if w.count > 0 {
-                    format!(": {}", names(&w.first, w.count))
-                } else {
-                    String::new()
-                };
-                s.push_str(&format!("  wave {}: {}{first}\n", i + 1, what(w)));
+                s.push_str(&format!("  wave {}: {}\n", i + 1, what(w, true)));
             } else {
-                s.push_str(&format!("  waves {}–{}: {} each\n", i + 1, j + 1, what(w)));
+                s.push_str(&format!(
+                    "  waves {}–{}: {} each\n",
+                    i + 1,
+                    j + 1,
+                    what(w, false)
+                ));
             }
             i = j + 1;
         }

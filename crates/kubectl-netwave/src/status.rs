@@ -528,3 +528,90 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rev(name: &str, seq: u64, status: serde_json::Value) -> NetworkConfigRevision {
+        serde_json::from_value(json!({
+            "apiVersion": "netwave.dev/v1alpha1", "kind": "NetworkConfigRevision",
+            "metadata": {"name": name},
+            "spec": {"hash": name, "sequence": seq, "inputs": {}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn nnc(node: &str, rev: &str, at: &str, status: serde_json::Value) -> NodeNetworkConfig {
+        serde_json::from_value(json!({
+            "apiVersion": "netwave.dev/v1alpha1", "kind": "NodeNetworkConfig",
+            "metadata": {"name": node, "annotations": {ASSIGNED_AT_ANNOTATION: at}},
+            "spec": {"revision": rev, "sequence": 1, "configHash": "h", "config": {}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_5000_node_fleet_reads_in_a_screenful() {
+        let failed: Vec<serde_json::Value> = (0..42)
+            .map(|i| json!({"node": format!("node-{i:04}"), "reason": "ApplyTimeout", "message": ""}))
+            .collect();
+        let revs = vec![
+            rev("rev-old", 1, json!({"phase": "Complete"})),
+            rev(
+                "rev-new",
+                2,
+                json!({"phase": "Progressing", "total": 5000, "updated": 3000, "inProgress": 500,
+                       "failed": 42, "queued": 1458, "failedNodes": failed}),
+            ),
+        ];
+        let mut configs = Vec::new();
+        for i in 0..5000 {
+            let n = format!("node-{i:04}");
+            let wave = format!("2026-11-23T10:{:02}:00Z", i / 500);
+            configs.push(match i {
+                0..42 => nnc(&n, "rev-old", &wave, json!({"phase": "Invalid", "observedRevision": "rev-new", "reason": "ApplyTimeout"})),
+                42..3042 => nnc(&n, "rev-new", &wave, json!({"phase": "Provisioned", "observedRevision": "rev-new"})),
+                3042..3542 => nnc(&n, "rev-new", &wave, json!({"phase": "Provisioning", "observedRevision": "rev-new"})),
+                _ => nnc(&n, "rev-old", &wave, json!({"phase": "Provisioned", "observedRevision": "rev-old"})),
+            });
+        }
+        let t = std::time::Instant::now();
+        let view = build(&revs[1], &revs, &configs, false);
+        let text = render(&view, Timestamp(0));
+        let took = t.elapsed();
+        println!("{text}\nbuilt and rendered in {took:?}");
+        assert!(text.lines().count() < 25, "{text}");
+        assert!(
+            text.contains("3000/5000 updated  500 in flight  42 failed"),
+            "{text}"
+        );
+        assert!(
+            text.contains("node-0004  ApplyTimeout\n  and 37 more\n"),
+            "{text}"
+        );
+        assert!(text.contains("nodes (5000):"), "{text}");
+        assert!(
+            text.contains(
+                "Provisioned             3000  node-0042, node-0043, node-0044 and 2997 more"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Invalid                   42  node-0000"),
+            "{text}"
+        );
+        assert!(text.contains("on last good rev-old    1458"), "{text}");
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+        assert_eq!(view.node_lines.len(), 0);
+        // --all-nodes lists them.
+        assert_eq!(
+            build(&revs[1], &revs, &configs, true).node_lines.len(),
+            5000
+        );
+    }
+}

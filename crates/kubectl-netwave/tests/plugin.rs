@@ -222,3 +222,318 @@ async fn history_lists_revisions_with_markers_in_every_format() {
         "{e}"
     );
 }
+
+/// Revision 1 (inputs A) Complete, revision 2 (inputs B: the segment's MTU lowered, a routing table
+/// added) rolling out, B on the cluster; nodes 0 and 1 in rack a (they carry the segment), node 2 not.
+async fn two_revisions(client: &kube::Client) -> (String, String) {
+    create_node(client, "node-0", json!({"rack": "a"})).await;
+    create_node(client, "node-1", json!({"rack": "a"})).await;
+    create_node(client, "node-2", json!({"rack": "b"})).await;
+    let a = create_revision(
+        client,
+        &inputs(9000, false),
+        1,
+        json!({"phase": "Complete"}),
+    )
+    .await;
+    let b = create_revision(
+        client,
+        &inputs(1500, true),
+        2,
+        json!({"phase": "Progressing"}),
+    )
+    .await;
+    create_inputs(client, &inputs(1500, true)).await;
+    (a, b)
+}
+
+#[tokio::test]
+async fn diff_shows_which_nodes_change_and_how() {
+    let env = env().await;
+    let c = &env.client;
+    let (a, b) = two_revisions(c).await;
+    let (_, out) = kn(c, &["diff", "1", &b]).await;
+    println!("{out}");
+    assert!(
+        out.starts_with(&format!(
+            "{a} (seq 1) → {b} (seq 2), rendered for the 3 current Nodes"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("3 of 3 nodes change (2 distinct changes):"),
+        "{out}"
+    );
+    let rack_a = out.find("  2 nodes: node-0, node-1\n").expect(&out);
+    let rack_b = out.find("  1 node: node-2\n").expect(&out);
+    assert!(rack_a < rack_b, "most nodes first: {out}");
+    assert!(
+        out[rack_a..rack_b].contains("    ~ layer2 vlan 100: mtu 9000 → 1500\n"),
+        "{out}"
+    );
+    assert!(
+        out[rack_b..].contains("    + route table 300 10.9.0.0/16"),
+        "{out}"
+    );
+    assert!(
+        !out[rack_b..].contains("layer2"),
+        "node-2 has no segment: {out}"
+    );
+
+    let (_, j) = kn(c, &["diff", &a, &b, "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["changed"], 3);
+    assert_eq!(v["groups"][0]["nodes"], json!(["node-0", "node-1"]));
+
+    let (_, same) = kn(c, &["diff", "2", "2"]).await;
+    assert!(
+        same.contains("no node's config changes (3 nodes)"),
+        "{same}"
+    );
+    let e = kn_err(c, &["diff", "1", "9"]).await;
+    assert_eq!(
+        e,
+        "revision 9 not found; `kubectl netwave history` lists them"
+    );
+}
+
+#[tokio::test]
+async fn undo_restores_the_inputs_of_a_good_revision() {
+    let env = env().await;
+    let c = &env.client;
+    let (a, b) = two_revisions(c).await;
+    // Someone else's edit (another field manager) adds a field revision 1 does not have, and the VRF
+    // was deleted: undo must put back exactly revision 1's objects.
+    kube::Api::<netwave_api::Layer2NetworkConfiguration>::all(c.clone())
+        .patch(
+            "vlan100",
+            &kube::api::PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({"spec": {"neighSuppression": true}})),
+        )
+        .await
+        .unwrap();
+    kube::Api::<netwave_api::VRFRouteConfiguration>::all(c.clone())
+        .delete("tenant", &Default::default())
+        .await
+        .unwrap();
+    let before = live_inputs(c).await;
+
+    let (exit, out) = kn(c, &["undo"]).await;
+    println!("{out}");
+    assert_eq!(exit, Exit::NotConfirmed);
+    assert!(
+        out.starts_with(&format!("bring back the inputs of {a} (seq 1):\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("  + create VRFRouteConfiguration/tenant\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  ~ update Layer2NetworkConfiguration/vlan100: mtu 1500 → 9000, neighSuppression true → \
+             (none)\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("  - delete RoutingTable/extra\n"), "{out}");
+    assert!(
+        out.contains("nothing written: run `kubectl netwave undo --yes` to do this"),
+        "{out}"
+    );
+    assert_eq!(
+        live_inputs(c).await,
+        before,
+        "nothing written without --yes"
+    );
+    let (exit, out) = kn(c, &["undo", "--to", &a, "--dry-run", "-o", "json"]).await;
+    assert_eq!(exit, Exit::Success);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["changes"]["delete"], json!(["RoutingTable/extra"]));
+    assert_eq!(live_inputs(c).await, before, "nothing written by a dry run");
+
+    let (exit, out) = kn(c, &["undo", "--yes"]).await;
+    assert_eq!(exit, Exit::Success, "{out}");
+    assert!(
+        out.contains(&format!(
+            "done: the configurator makes {a} the target again"
+        )),
+        "{out}"
+    );
+    let now = live_inputs(c).await;
+    assert_eq!(
+        now,
+        inputs(9000, false),
+        "the cluster holds exactly revision 1's inputs"
+    );
+    assert_eq!(
+        netwave_core::revision::inputs_hash(&now),
+        revision(c, &a).await.spec.hash
+    );
+    let (_, again) = kn(c, &["undo", "--to", "1", "--yes"]).await;
+    assert!(
+        again.contains("already equal it: nothing to change"),
+        "{again}"
+    );
+
+    // Back to revision 2 works the same way; a failed revision is refused.
+    let (_, _) = kn(c, &["undo", "--to", &b, "--yes"]).await;
+    assert_eq!(live_inputs(c).await, inputs(1500, true));
+    set_revision_status(c, &b, json!({"phase": "Failed", "observedRetry": 0})).await;
+    let e = kn_err(c, &["undo", "--to", "2"]).await;
+    assert_eq!(
+        e,
+        format!(
+            "{b} failed: undo brings back good revisions only (`kubectl netwave retry 2` re-arms it)"
+        )
+    );
+}
+
+/// Writes `files` (relative path → text) under a fresh directory.
+fn manifest_dir(files: &[(&str, &str)]) -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "kubectl-netwave-plan-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    dir
+}
+
+const VRF_YAML: &str = "\
+apiVersion: netwave.dev/v1alpha1
+kind: VRFRouteConfiguration
+metadata: {name: tenant}
+spec: {vrf: tenant, vni: 2000, routeTarget: '64512:2000', tableId: 200, seq: 1}
+";
+
+fn l2_yaml(mtu: u32) -> String {
+    format!(
+        "apiVersion: netwave.dev/v1alpha1
+kind: Layer2NetworkConfiguration
+metadata: {{name: vlan100}}
+spec:
+  id: 100
+  vni: 1000100
+  mtu: {mtu}
+  vrf: tenant
+  anycastGateways: [10.250.0.1/24]
+  anycastMac: 02:00:5e:00:01:01
+  nodeSelector: {{matchLabels: {{rack: a}}}}
+"
+    )
+}
+
+#[tokio::test]
+async fn plan_shows_changes_validation_and_waves_and_writes_nothing() {
+    let env = env().await;
+    let c = &env.client;
+    for i in 0..10 {
+        let rack = if i < 6 { "a" } else { "b" };
+        create_node(c, &format!("node-{i}"), json!({"rack": rack})).await;
+    }
+    let a = create_revision(c, &inputs(9000, false), 1, json!({"phase": "Complete"})).await;
+    create_inputs(c, &inputs(9000, false)).await;
+    let before = live_inputs(c).await;
+
+    // The segment's MTU lowered: the 6 rack-a nodes change, 2 at a time; rack b moves for free.
+    let dir = manifest_dir(&[("vrf.yaml", VRF_YAML), ("segments/l2.yml", &l2_yaml(1500))]);
+    let d = dir.to_str().unwrap();
+    let (_, out) = kn(c, &["plan", "-f", d, "--max-unavailable", "2"]).await;
+    println!("{out}");
+    assert!(
+        out.contains(&format!("(10 nodes), against the current target {a}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("  ~ update Layer2NetworkConfiguration/vlan100: mtu 9000 → 1500\n"),
+        "{out}"
+    );
+    assert!(out.contains("validation: ok\n"), "{out}");
+    assert!(
+        out.contains("6 of 10 nodes change (1 distinct change):"),
+        "{out}"
+    );
+    assert!(
+        out.contains("    ~ layer2 vlan 100: mtu 9000 → 1500\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "rollout (maxUnavailable 2):\n  wave 1: 2 nodes: node-0, node-1; 4 unchanged node(s) moved \
+             without applying\n  waves 2–3: 2 nodes each\n"
+        ),
+        "{out}"
+    );
+    let (_, j) = kn(
+        c,
+        &["plan", "-f", d, "--max-unavailable", "2", "-o", "json"],
+    )
+    .await;
+    let v: Value = serde_json::from_str(&j).unwrap();
+    let waves = v["rollout"]["waves"].as_array().unwrap();
+    let applied: Vec<u64> = waves.iter().map(|w| w["count"].as_u64().unwrap()).collect();
+    assert_eq!(applied, vec![2, 2, 2], "{j}");
+    let free: u64 = waves.iter().map(|w| w["fastPath"].as_u64().unwrap()).sum();
+    assert_eq!(free, 4, "rack b's config does not change: {j}");
+    assert_eq!(
+        v["objects"]["delete"],
+        json!(["RoutingTable/extra"].iter().take(0).collect::<Vec<_>>())
+    );
+
+    // An invalid segment: the error names the object and field, and no rollout is planned.
+    let bad = manifest_dir(&[("vrf.yaml", VRF_YAML), ("l2.yaml", &l2_yaml(100))]);
+    let (_, out) = kn(c, &["plan", "-f", bad.to_str().unwrap()]).await;
+    println!("{out}");
+    assert!(out.contains("validation: 1 error(s)"), "{out}");
+    assert!(
+        out.contains("  error: Layer2NetworkConfiguration/vlan100 spec.mtu"),
+        "{out}"
+    );
+    assert!(!out.contains("rollout ("), "{out}");
+    // A misspelt field is an error naming the file, document and field.
+    let typo = manifest_dir(&[("l2.yaml", &(l2_yaml(1500) + "  neighSupression: true\n"))]);
+    let e = kn_err(c, &["plan", "-f", typo.to_str().unwrap()]).await;
+    assert!(
+        e.contains(
+            "l2.yaml document 1 (Layer2NetworkConfiguration/vlan100): unknown field spec.neighSupression"
+        ),
+        "{e}"
+    );
+
+    // Against a saved Node list instead of the live Nodes.
+    let nodes = json!({"apiVersion": "v1", "kind": "List", "items": [
+        common::node("x-0", json!({"rack": "a"})),
+        common::node("x-1", json!({"rack": "b"})),
+    ]});
+    let nodes_file = dir.join("nodes.json.snapshot");
+    std::fs::write(&nodes_file, nodes.to_string()).unwrap();
+    let (_, out) = kn(
+        c,
+        &["plan", "-f", d, "--nodes", nodes_file.to_str().unwrap()],
+    )
+    .await;
+    assert!(out.contains("(2 nodes)"), "{out}");
+    assert!(
+        out.contains("  1 node: x-0\n    ~ layer2 vlan 100: mtu 9000 → 1500"),
+        "{out}"
+    );
+
+    assert_eq!(live_inputs(c).await, before, "plan writes nothing");
+    assert_eq!(
+        kubectl_netwave::cluster::revisions(c).await.unwrap().len(),
+        1
+    );
+    for d in [dir, bad, typo] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

@@ -133,7 +133,7 @@ pub fn inputs(mtu: u32, extra: bool) -> RevisionInputs {
         "vrfs": [{"name": "tenant", "spec": {"vrf": "tenant", "vni": 2000, "routeTarget": "64512:2000", "tableId": 200, "seq": 1}}],
         "layer2s": [{"name": "vlan100", "spec": {
             "id": 100, "vni": 1000100, "mtu": mtu, "vrf": "tenant",
-            "anycastGateways": ["10.250.0.1/24"],
+            "anycastGateways": ["10.250.0.1/24"], "anycastMac": "02:00:5e:00:01:01",
             "nodeSelector": {"matchLabels": {"rack": "a"}}
         }}],
         "routingTables": [],
