@@ -24,7 +24,11 @@ Typical session:
   kubectl netwave history            every revision, its phase and counts
   kubectl netwave diff 6 7           which nodes a change touches, and how
   kubectl netwave undo --to 6        bring revision 6's inputs back (asks for --yes)
-  kubectl netwave plan -f ./network  what applying a directory of manifests would do (writes nothing)";
+  kubectl netwave plan -f ./network  what applying a directory of manifests would do (writes nothing)
+
+Listings take -o json or -o yaml. Exit codes: 0 done; 1 an error (said on stderr), or `status -w \
+--until-done` saw the revision fail; 2 a usage error, or undo/abort stopped for want of --yes; 130 \
+interrupted.";
 
 #[derive(Debug, Parser)]
 #[command(

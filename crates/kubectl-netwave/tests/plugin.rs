@@ -537,3 +537,249 @@ async fn plan_shows_changes_validation_and_waves_and_writes_nothing() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+/// Polls `f` until it returns `Some`, for at most `secs`.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    secs: u64,
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The whole loop with the real configurator (in-process) and simulated agents: `status -w` follows a
+/// rollout to the end; `abort` of a stuck rollout brings every node back to the last good revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_follows_a_live_rollout_and_abort_rolls_it_back() {
+    use clap::Parser;
+    use netwave_agent::sim::Answer;
+    use netwave_core::revision::{inputs_hash, revision_name};
+
+    let env = env().await;
+    let c = &env.client;
+    for i in 0..3 {
+        create_node(c, &format!("node-{i}"), json!({"rack": "a"})).await;
+    }
+    // Agents answer at once, except for the bad revision: they never report (a hung apply).
+    let bad = revision_name(&inputs_hash(&inputs(1500, false)));
+    let hang = bad.clone();
+    let _agents = Task(netwave_agent::sim::spawn(
+        c.clone(),
+        std::sync::Arc::new(move |nnc: &netwave_api::NodeNetworkConfig| {
+            if nnc.spec.revision == hang {
+                Answer::Silent
+            } else {
+                Answer::Provisioned
+            }
+        }),
+        std::time::Duration::from_millis(100),
+    ));
+    let args = netwave_configurator::args::Args::try_parse_from([
+        "netwave-configurator",
+        "--lease-duration",
+        "3s",
+        "--renew-deadline",
+        "2s",
+        "--retry-period",
+        "300ms",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--health-addr",
+        "127.0.0.1:0",
+        "--log-format",
+        "text",
+        "--resync-interval",
+        "2s",
+        "--input-settle",
+        "300ms",
+        "--max-unavailable",
+        "1",
+    ])
+    .unwrap();
+    let configurator = Task(tokio::spawn({
+        let c = c.clone();
+        async move {
+            let _ = netwave_configurator::runtime::run_with(args, c, std::future::pending()).await;
+        }
+    }));
+
+    // status -w, started before there is anything to show, follows the first rollout to the end.
+    let out = Shared::default();
+    let watch = spawn_kn(
+        c,
+        &["status", "-w", "--until-done", "--timeout", "60"],
+        out.clone(),
+    );
+    create_inputs(c, &inputs(9000, false)).await;
+    let exit = watch.await.unwrap().unwrap();
+    let text = out.text();
+    println!("{text}");
+    assert_eq!(exit, Exit::Success, "{text}");
+    assert!(text.starts_with("there are no revisions yet"), "{text}");
+    let frames = text.matches("\nrevision rev-").count() + 1;
+    assert!(
+        frames >= 3,
+        "re-rendered as the rollout moved ({frames} frames): {text}"
+    );
+    let last = &text[text.rfind("revision rev-").unwrap()..];
+    assert!(last.contains("phase Complete"), "{last}");
+    assert!(last.contains("3/3 updated"), "{last}");
+    // Objects created one by one may cut intermediate revisions; the complete one is the last good.
+    let revs = kubectl_netwave::cluster::revisions(c).await.unwrap();
+    let good_rev = kubectl_netwave::cluster::last_good(&revs, None).unwrap();
+    let good = good_rev.metadata.name.clone().unwrap();
+    let good_seq = good_rev.spec.sequence;
+
+    // A change whose apply hangs: one node takes it and never reports.
+    kube::Api::<netwave_api::Layer2NetworkConfiguration>::all(c.clone())
+        .patch(
+            "vlan100",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"mtu": 1500}})),
+        )
+        .await
+        .unwrap();
+    eventually(30, "a node applying the bad revision", || async {
+        let configs = kubectl_netwave::cluster::configs(c).await.unwrap();
+        configs.iter().any(|n| n.spec.revision == bad).then_some(())
+    })
+    .await;
+    let bad_seq = revision(c, &bad).await.spec.sequence;
+    let (_, out) = kn(c, &["status"]).await;
+    println!("{out}");
+    assert!(
+        out.contains(&format!(
+            "revision {bad} (seq {bad_seq})  phase Progressing"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("0/3 updated  1 in flight"), "{out}");
+    assert!(
+        out.contains("applying  agent has not reported") || out.contains("applying  still runs"),
+        "{out}"
+    );
+
+    let (exit, out) = kn(c, &["abort"]).await;
+    println!("{out}");
+    assert_eq!(exit, Exit::NotConfirmed);
+    assert!(
+        out.starts_with(&format!(
+            "1. pause {bad} (seq {bad_seq}): no further node gets it\n2. bring back the inputs of \
+             {good} (seq {good_seq}):"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("  ~ update Layer2NetworkConfiguration/vlan100: mtu 1500 → 9000"),
+        "{out}"
+    );
+    assert!(!revision(c, &bad).await.spec.paused);
+
+    let (exit, out) = kn(c, &["abort", "--yes"]).await;
+    assert_eq!(exit, Exit::Success, "{out}");
+    assert!(
+        revision(c, &bad).await.spec.paused,
+        "the aborted revision is paused"
+    );
+    // The configurator makes the good revision the target again and every node goes back to it.
+    eventually(
+        60,
+        "every node Provisioned on the good revision again",
+        || async {
+            let configs = kubectl_netwave::cluster::configs(c).await.unwrap();
+            (configs.len() == 3
+                && configs.iter().all(|n| {
+                    n.spec.revision == good
+                        && n.status.as_ref().is_some_and(|s| {
+                            s.phase.as_deref() == Some("Provisioned")
+                                && s.observed_revision.as_deref() == Some(good.as_str())
+                        })
+                }))
+            .then_some(())
+        },
+    )
+    .await;
+    let (_, out) = kn(c, &["history"]).await;
+    println!("{out}");
+    let target_line = out.lines().find(|l| l.contains("<- target")).unwrap();
+    assert!(
+        target_line.starts_with(&format!("{} ", bad_seq + 1)) && target_line.contains(&good),
+        "reactivated with the next sequence: {out}"
+    );
+    let (_, out) = kn(c, &["status"]).await;
+    assert!(out.contains("3/3 updated"), "{out}");
+    drop(configurator);
+}
+
+/// The built binary as kubectl finds it on PATH: `kubectl netwave …`, with kubectl's KUBECONFIG.
+#[tokio::test]
+async fn kubectl_runs_the_plugin_binary() {
+    let env = env().await;
+    let c = &env.client;
+    let name = create_revision(
+        c,
+        &inputs(9000, false),
+        1,
+        json!({"phase": "Complete", "total": 2, "updated": 2}),
+    )
+    .await;
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-netwave"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |args: &[&str]| {
+        let out = env
+            .cp
+            .kubectl()
+            .env("PATH", &path)
+            .arg("netwave")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&["history"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(&name) && out.contains("2/2") && out.contains("<- target"),
+        "{out}"
+    );
+
+    let (code, _, err) = run(&["status", "rev-nope"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.trim(),
+        "error: revision rev-nope not found; `kubectl netwave history` lists them"
+    );
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, Some(0));
+    for cmd in [
+        "status", "history", "pause", "resume", "retry", "abort", "undo", "diff", "plan",
+    ] {
+        assert!(
+            out.contains(&format!("\n  {cmd} ")),
+            "--help lists {cmd}: {out}"
+        );
+    }
+    assert!(out.contains("Typical session:"), "{out}");
+    let (_, out, _) = run(&["abort", "--help"]);
+    assert!(out.contains("netwave has no abort switch"), "{out}");
+    let (code, _, err) = run(&["undo", "--to"]);
+    assert_eq!(code, Some(2), "a usage error: {err}");
+}

@@ -248,3 +248,12 @@ pub async fn live_inputs(client: &Client) -> RevisionInputs {
 pub fn names<K: ResourceExt>(list: &[K]) -> Vec<String> {
     list.iter().map(|o| o.name_any()).collect()
 }
+
+/// A background task aborted on drop (tests share an API server: nothing may go on acting after one).
+pub struct Task<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Task<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
