@@ -167,10 +167,11 @@ async fn prometheus_scraping_a_fleet_fires_the_failed_revision_alerts_and_sees_n
     // Before anything is started: a missing Prometheus fails here with how to install it.
     binary("prometheus").unwrap_or_else(|e| panic!("{e:#}"));
     let rules = rule_file(&prometheus_rule_path()).unwrap_or_else(|e| panic!("{e:#}"));
+    let bins = bins();
     let _g = Fleet::lock().await;
     let t0 = Instant::now();
     let mut f = Fleet::start(
-        bins(),
+        bins,
         FleetOptions {
             nodes: 3,
             configurators: 1,
