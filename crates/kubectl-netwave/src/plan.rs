@@ -605,3 +605,42 @@ mod tests {
         assert_eq!(w.waves[0].first, vec!["n2", "n3", "n4"]);
     }
 }
+
+#[cfg(test)]
+mod fleet_tests {
+    use super::*;
+
+    #[test]
+    fn waves_of_a_5000_node_fleet() {
+        let nodes: Vec<NodeState> = (0..5000)
+            .map(|i| NodeState {
+                name: format!("node-{i:04}"),
+                ready: true,
+                ..Default::default()
+            })
+            .collect();
+        let hashes = |h: &str| -> BTreeMap<String, String> {
+            nodes.iter().map(|n| (n.name.clone(), h.into())).collect()
+        };
+        let (cur, new) = (hashes("h0"), hashes("h1"));
+        for (budget, want) in [
+            (netwave_api::CountOrPercent::Percent(10), 10),
+            (netwave_api::CountOrPercent::Count(50), 100),
+        ] {
+            let t = std::time::Instant::now();
+            let w = waves(
+                &nodes,
+                Some(("rev-cur", &cur)),
+                ("rev-new", &new),
+                PolicyDefaults {
+                    max_unavailable: budget,
+                    ..PolicyDefaults::default()
+                },
+            );
+            println!("{budget:?}: {} waves in {:?}", w.waves.len(), t.elapsed());
+            assert_eq!(w.incomplete, None);
+            assert_eq!(w.waves.len(), want);
+            assert_eq!(w.waves.iter().map(|w| w.count).sum::<usize>(), 5000);
+        }
+    }
+}

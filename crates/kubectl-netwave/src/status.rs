@@ -264,8 +264,23 @@ fn ago(rfc3339: &Option<String>, now: Timestamp) -> Option<String> {
     Some(cluster::age((now.0 - t.0) / 1000))
 }
 
-/// The text people read.
-pub fn render(v: &StatusView, now: Timestamp) -> String {
+/// A node state in the demo's colours (on a terminal).
+fn paint(state: &str, color: bool) -> String {
+    let code = match state {
+        "Provisioned" => "32",
+        "Invalid" => "31",
+        "applying" => "33",
+        _ => return state.to_string(),
+    };
+    if color {
+        format!("\x1b[{code}m{state}\x1b[0m")
+    } else {
+        state.to_string()
+    }
+}
+
+/// The text people read; `color` for a terminal.
+pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
     let mut s = format!(
         "revision {} (seq {})  phase {}  wave {}",
         v.revision, v.sequence, v.phase, v.wave
@@ -352,7 +367,7 @@ pub fn render(v: &StatusView, now: Timestamp) -> String {
         let w = v.node_lines.iter().map(|l| l.node.len()).max().unwrap_or(0);
         s.push_str("nodes:\n");
         for l in &v.node_lines {
-            let line = format!("  {:<w$}  {}  {}", l.node, l.state, l.detail);
+            let line = format!("  {:<w$}  {}  {}", l.node, paint(&l.state, color), l.detail);
             s.push_str(line.trim_end());
             s.push('\n');
         }
@@ -361,9 +376,10 @@ pub fn render(v: &StatusView, now: Timestamp) -> String {
         let w = v.nodes.iter().map(|g| g.state.len()).max().unwrap_or(0);
         s.push_str(&format!("nodes ({count}):\n"));
         for g in &v.nodes {
+            let pad = " ".repeat(w.saturating_sub(g.state.len()));
             s.push_str(&format!(
-                "  {:<w$}  {:>6}  {}\n",
-                g.state,
+                "  {}{pad}  {:>6}  {}\n",
+                paint(&g.state, color),
                 g.count,
                 names(&g.first, g.count)
             ));
@@ -397,7 +413,8 @@ pub async fn run(client: &Client, args: StatusArgs, term: &mut Term<'_>) -> anyh
     let configs = cluster::configs(client).await?;
     let view = build(rev, &revs, &configs, args.all_nodes);
     let now = crate::now();
-    emit(term.out, args.output, &view, |v| render(v, now))?;
+    let color = term.tty;
+    emit(term.out, args.output, &view, |v| render(v, now, color))?;
     Ok(Exit::Success)
 }
 
@@ -481,7 +498,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
                 let changed = shown.as_ref() != Some(&view);
                 if changed || term.tty {
                     let text = match args.output {
-                        Output::Text => render(&view, now),
+                        Output::Text => render(&view, now, term.tty),
                         Output::Json => serde_json::to_string(&view)? + "\n",
                         Output::Yaml => format!("---\n{}", serde_saphyr::to_string(&view)?),
                     };
@@ -582,7 +599,8 @@ mod tests {
         }
         let t = std::time::Instant::now();
         let view = build(&revs[1], &revs, &configs, false);
-        let text = render(&view, Timestamp(0));
+        let text = render(&view, Timestamp(0), false);
+        assert!(render(&view, Timestamp(0), true).contains("\x1b[31mInvalid\x1b[0m"));
         let took = t.elapsed();
         println!("{text}\nbuilt and rendered in {took:?}");
         assert!(text.lines().count() < 25, "{text}");
@@ -613,5 +631,31 @@ mod tests {
             build(&revs[1], &revs, &configs, true).node_lines.len(),
             5000
         );
+    }
+
+    #[test]
+    fn a_revision_failed_by_validation_says_why() {
+        let errors: Vec<String> = (0..7)
+            .map(|i| format!("Layer2NetworkConfiguration/seg{i} spec.vni: 7 is taken by VRFRouteConfiguration/x"))
+            .collect();
+        let revs = vec![rev(
+            "rev-bad",
+            1,
+            json!({"phase": "Failed", "validation": {"errors": errors},
+                   "conditions": [{"type": "Validated", "status": "False", "reason": "ValidationFailed",
+                                   "message": "7 error(s)", "lastTransitionTime": "2026-11-23T10:00:00Z"}]}),
+        )];
+        let text = render(&build(&revs[0], &revs, &[], false), Timestamp(0), false);
+        println!("{text}");
+        assert!(text.contains("no target (every revision failed)"), "{text}");
+        assert!(
+            text.contains("Validated=False ValidationFailed: 7 error(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("validation errors (7):\n  Layer2NetworkConfiguration/seg0 spec.vni"),
+            "{text}"
+        );
+        assert!(text.contains("  and 2 more\n"), "{text}");
     }
 }
