@@ -49,6 +49,7 @@ fn config() -> NodeConfig {
             anycast_gateways: vec![format!("10.200.{i}.1/24")],
             vrf: None,
             neigh_suppression: true,
+            route_target: None,
         })
         .collect();
     let routes = (0..ROUTES)

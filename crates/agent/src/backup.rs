@@ -298,6 +298,7 @@ mod tests {
                     anycast_gateways: vec!["10.0.0.1/24".into()],
                     vrf: None,
                     neigh_suppression: false,
+                    route_target: None,
                 }],
                 ..NodeConfig::default()
             },

@@ -769,6 +769,8 @@ mod tests {
             export: vec![],
             aggregate: vec![],
             communities: vec![],
+            sbr: None,
+            loopbacks: vec![],
         }
     }
 

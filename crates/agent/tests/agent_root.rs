@@ -89,6 +89,7 @@ fn good() -> NodeConfig {
             anycast_gateways: vec!["198.18.10.1/24".into()],
             vrf: None,
             neigh_suppression: true,
+            route_target: None,
         }],
         routes: vec![RouteConfig {
             table: 100,
@@ -240,6 +241,8 @@ fn unsupported_kernel_feature_is_refused_before_any_change() {
                 export: vec![],
                 aggregate: vec![],
                 communities: vec![],
+                sbr: None,
+                loopbacks: vec![],
             });
             let w = e.agent.netlink.writes();
             let out = e.agent.apply(&target("r1", cfg)).await;

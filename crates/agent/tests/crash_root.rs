@@ -33,6 +33,7 @@ fn l2(vlan: u16, vni: u32) -> Layer2Config {
         anycast_gateways: vec![format!("198.18.{vlan}.1/24")],
         vrf: None,
         neigh_suppression: false,
+        route_target: None,
     }
 }
 

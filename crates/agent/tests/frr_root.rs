@@ -46,6 +46,7 @@ fn segment(vlan: u16) -> Layer2Config {
         anycast_gateways: vec![format!("198.19.{vlan}.1/24")],
         vrf: None,
         neigh_suppression: false,
+        route_target: None,
     }
 }
 
@@ -409,6 +410,8 @@ fn frr_off_refuses_bgp_content_before_any_change() {
             export: vec![],
             aggregate: vec![],
             communities: vec![],
+            sbr: None,
+            loopbacks: vec![],
         });
         let w = a.netlink.writes();
         let out = a.apply(&target("r1", cfg)).await;

@@ -46,6 +46,8 @@ fn vrf(name: &str, table: u32, vni: u32) -> VrfConfig {
         export: vec![],
         aggregate: vec![],
         communities: vec![],
+        sbr: None,
+        loopbacks: vec![],
     }
 }
 
@@ -60,6 +62,7 @@ fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
         anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
         vrf: vrf.map(str::to_string),
         neigh_suppression: true,
+        route_target: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn l2(vlan: u16, vni: u32) -> Layer2Config {
         anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
         vrf: None,
         neigh_suppression: vlan == 20,
+        route_target: None,
     }
 }
 

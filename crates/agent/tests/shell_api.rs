@@ -41,6 +41,7 @@ fn good() -> NodeConfig {
             anycast_gateways: vec!["198.18.10.1/24".into()],
             vrf: None,
             neigh_suppression: true,
+            route_target: None,
         }],
         ..NodeConfig::default()
     }
@@ -683,6 +684,8 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
             export: vec![],
             aggregate: vec![],
             communities: vec!["65000:1".into()],
+            sbr: None,
+            loopbacks: vec![],
         });
         let patch = json!({ "spec": spec("r2", 0, r2) });
         nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))

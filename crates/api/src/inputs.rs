@@ -107,6 +107,12 @@ pub struct VRFRouteConfigurationSpec {
     /// Aggregate prefixes announced from this VRF.
     #[serde(default)]
     pub aggregate: Vec<String>,
+    /// Source-based routing: traffic of the default VRF *from* these prefixes is routed by this VRF's
+    /// routes (and the default VRF's where this VRF has none), as das-schiff-network-operator does it:
+    /// a local VRF `s-<vrf>` that imports both, and a policy rule per prefix (priority 100) that sends
+    /// the source to its table.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sbr_prefixes: Vec<String>,
     /// Order of this VRF's entries in the generated route maps.
     #[schemars(range(min = 1, max = 65534))]
     pub seq: u32,
@@ -120,6 +126,24 @@ pub struct VRFRouteConfigurationSpec {
     /// Nodes that get this VRF. All nodes when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
+    /// Loopbacks in the VRF: every selected node gets one host address (/32, /128) of each subnet,
+    /// allocated deterministically by node name and shown in its NodeNetworkConfig; the VRF announces
+    /// it like its other connected routes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loopbacks: Vec<VrfLoopback>,
+}
+
+/// A per-node loopback of a VRF (das-schiff-network-operator's `loopbacks[]`).
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VrfLoopback {
+    /// Name of the loopback, unique in the VRF (e.g. `lo.mir`).
+    #[schemars(length(min = 1, max = 15), pattern(r"^[a-zA-Z0-9._-]{1,15}$"))]
+    pub name: String,
+    /// Network the nodes' addresses are allocated from, e.g. `10.250.91.0/29` or `fd94::/125`.
+    pub subnet: String,
 }
 
 /// A layer-2 segment: VLAN, its VXLAN VNI, a bridge with anycast gateway addresses, optionally in a VRF.
@@ -181,6 +205,10 @@ pub struct Layer2NetworkConfigurationSpec {
     /// Answer ARP/ND from the bridge's neighbour table instead of flooding it over VXLAN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neigh_suppression: Option<bool>,
+    /// EVPN route target (import and export) of the segment's VNI, e.g. `65188:501`. FRR's automatic
+    /// one (`<asn>:<vni>`) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_target: Option<String>,
     /// Nodes that get this segment. All nodes when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,

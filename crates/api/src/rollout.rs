@@ -409,6 +409,39 @@ pub struct VrfConfig {
     pub aggregate: Vec<String>,
     #[serde(default)]
     pub communities: Vec<String>,
+    /// Source-based routing (`spec.sbrPrefixes`), when the VRF has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sbr: Option<SbrConfig>,
+    /// This node's loopback addresses in the VRF (`spec.loopbacks`), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loopbacks: Vec<LoopbackConfig>,
+}
+
+/// A VRF's source-based routing: policy rules in the default VRF send traffic from `prefixes` to the
+/// table of a local VRF `device` whose BGP instance imports the VRF's and the default VRF's routes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SbrConfig {
+    /// The local VRF device (`s-<vrf>`).
+    pub device: String,
+    /// Its kernel routing table.
+    pub table: u32,
+    /// Priority of the policy rules.
+    pub priority: u32,
+    /// Source prefixes, canonical and sorted.
+    pub prefixes: Vec<String>,
+}
+
+/// One loopback address of this node in a VRF; it lives on the VRF device (the VRF's own loopback).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopbackConfig {
+    /// `spec.loopbacks[].name`.
+    pub name: String,
+    /// The subnet it was allocated from.
+    pub subnet: String,
+    /// This node's address, as a host prefix (`10.250.91.3/32`).
+    pub address: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -430,6 +463,9 @@ pub struct Layer2Config {
     pub vrf: Option<String>,
     #[serde(default)]
     pub neigh_suppression: bool,
+    /// EVPN route target of the VNI; FRR's automatic one when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_target: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]

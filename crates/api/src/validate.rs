@@ -246,12 +246,55 @@ pub fn validate_vrf(spec: &VRFRouteConfigurationSpec) -> Vec<FieldError> {
     for (i, c) in spec.communities.iter().enumerate() {
         check_community(c, &format!("spec.communities[{i}]"), &mut p);
     }
+    let mut sources = BTreeMap::new();
+    for (i, prefix) in spec.sbr_prefixes.iter().enumerate() {
+        let path = format!("spec.sbrPrefixes[{i}]");
+        match parse_network(prefix) {
+            Err(e) => p.push(path, e),
+            Ok(net) => {
+                if let Some(first) = first_seen(&mut sources, net, i) {
+                    p.push(path, format!("duplicates spec.sbrPrefixes[{first}]"));
+                }
+            }
+        }
+    }
+    let mut names = BTreeMap::new();
+    let mut subnets: Vec<(IpNet, usize)> = Vec::new();
+    for (i, lb) in spec.loopbacks.iter().enumerate() {
+        let at = format!("spec.loopbacks[{i}]");
+        if let Some(first) = first_seen(&mut names, lb.name.as_str(), i) {
+            p.push(
+                format!("{at}.name"),
+                format!("{} is already spec.loopbacks[{first}]", lb.name),
+            );
+        }
+        match parse_network(&lb.subnet) {
+            Err(e) => p.push(format!("{at}.subnet"), e),
+            Ok(net) => {
+                // Two loopbacks of one VRF drawing from overlapping pools could give a node the same
+                // address twice, or two nodes one address.
+                if let Some((other, j)) = subnets
+                    .iter()
+                    .find(|(o, _)| o.contains(&net) || net.contains(o))
+                {
+                    p.push(
+                        format!("{at}.subnet"),
+                        format!("{net} overlaps {other} of spec.loopbacks[{j}]"),
+                    );
+                }
+                subnets.push((net, i));
+            }
+        }
+    }
     p.0
 }
 
 /// Problems with one `Layer2NetworkConfiguration` spec.
 pub fn validate_layer2(spec: &Layer2NetworkConfigurationSpec) -> Vec<FieldError> {
     let mut p = Problems::default();
+    if let Some(rt) = &spec.route_target {
+        check_route_target(rt, "spec.routeTarget", &mut p);
+    }
     let mut seen: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for (i, gw) in spec.anycast_gateways.iter().enumerate() {
         let path = format!("spec.anycastGateways[{i}]");

@@ -19,6 +19,8 @@ fn vrf() -> VRFRouteConfigurationSpec {
         communities: vec![],
         mtu: None,
         node_selector: None,
+        sbr_prefixes: vec![],
+        loopbacks: vec![],
     }
 }
 
@@ -41,6 +43,7 @@ fn l2() -> Layer2NetworkConfigurationSpec {
         anycast_gateways: vec!["10.250.0.1/24".into(), "fd00:250::1/64".into()],
         vrf: Some("cluster".into()),
         neigh_suppression: None,
+        route_target: None,
         node_selector: None,
     }
 }

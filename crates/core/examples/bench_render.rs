@@ -289,6 +289,8 @@ fn inputs(n_nodes: usize, worst_case: bool) -> RevisionInputs {
                     } else {
                         selector(exprs)
                     },
+                    sbr_prefixes: vec![],
+                    loopbacks: vec![],
                 },
             }
         })
@@ -338,6 +340,7 @@ fn inputs(n_nodes: usize, worst_case: bool) -> RevisionInputs {
                     ],
                     vrf,
                     neigh_suppression: Some(j % 2 == 0),
+                    route_target: None,
                     node_selector: if exprs.is_empty() {
                         None
                     } else {

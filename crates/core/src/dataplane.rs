@@ -582,6 +582,47 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
             format!("{at}.device"),
             new_link(&vrf.device, LinkKind::Vrf { table: vrf.table }, None),
         )?;
+        // Loopbacks: the node's addresses on the VRF device itself, the VRF's own loopback (its
+        // connected routes are the VRF's, and its BGP instance redistributes them).
+        if !vrf.loopbacks.is_empty() {
+            let link = b.dp.links.get_mut(&vrf.device).expect("added just above");
+            for (j, lb) in vrf.loopbacks.iter().enumerate() {
+                let field = format!("{at}.loopbacks[{j}].address");
+                let net = parse_net(&field, &lb.address)?;
+                if net.prefix_len() != net.max_prefix_len() {
+                    return Err(invalid(
+                        field,
+                        &lb.address,
+                        "a loopback address is a host prefix",
+                    ));
+                }
+                if !link.addresses.insert(net) {
+                    return Err(invalid(field, &lb.address, "listed twice"));
+                }
+            }
+        }
+        // Source-based routing: the local VRF `s-<vrf>` (FRR fills its table) and one rule per source
+        // prefix in front of the main table.
+        if let Some(sbr) = &vrf.sbr {
+            b.add_link(
+                format!("{at}.sbr.device"),
+                new_link(&sbr.device, LinkKind::Vrf { table: sbr.table }, None),
+            )?;
+            for (j, p) in sbr.prefixes.iter().enumerate() {
+                let from = parse_net(&format!("{at}.sbr.prefixes[{j}]"), p)?.trunc();
+                b.dp.rules.insert(Rule {
+                    family: match from {
+                        IpNet::V4(_) => Family::V4,
+                        IpNet::V6(_) => Family::V6,
+                    },
+                    priority: sbr.priority,
+                    table: sbr.table,
+                    from: Some(from),
+                    to: None,
+                    iif: None,
+                });
+            }
+        }
         // The layer-3 VNI: a bridge in the VRF with a VXLAN port, both at the VRF's MTU.
         if let (Some(vni), Some(br), Some(vx)) = (vrf.vni, &vrf.bridge, &vrf.vxlan) {
             let mut bridge = new_link(br, LinkKind::Bridge, Some(vrf.mtu));

@@ -33,8 +33,9 @@ use crate::dataplane;
 use crate::render::index::Index;
 use crate::render::{
     DEFAULT_VRF_MTU, InputKind, InputRef, NodeInfo, RenderedNode, layer2_bridge_name,
-    layer2_vxlan_name, vrf_bridge_name, vrf_vxlan_name,
+    layer2_vxlan_name, loopback_capacity, sbr_vrf_name, vrf_bridge_name, vrf_vxlan_name,
 };
+use netwave_api::validate::parse_network;
 
 /// The underlay MTU assumed when the configurator is not told otherwise (typical for a jumbo-frame
 /// datacenter fabric).
@@ -101,6 +102,12 @@ pub enum Check {
     AnycastGatewayOverlap,
     RouteConflict,
     RulePriorityConflict,
+    /// A VRF's `loopbacks[].subnet` has fewer addresses than the VRF has nodes.
+    LoopbackPoolTooSmall,
+    /// Loopback subnets of different VRFs overlap on a node.
+    LoopbackOverlap,
+    /// One `sbrPrefixes` source is steered into two VRFs on a node.
+    SbrPrefixConflict,
     /// A rendered node config the agent's model refuses (the net under the checks above).
     NodeConfig,
     /// Warning: the object is on no node.
@@ -129,6 +136,9 @@ impl Check {
             Check::AnycastGatewayOverlap => "AnycastGatewayOverlap",
             Check::RouteConflict => "RouteConflict",
             Check::RulePriorityConflict => "RulePriorityConflict",
+            Check::LoopbackPoolTooSmall => "LoopbackPoolTooSmall",
+            Check::LoopbackOverlap => "LoopbackOverlap",
+            Check::SbrPrefixConflict => "SbrPrefixConflict",
             Check::NodeConfig => "NodeConfig",
             Check::SelectsNoNode => "SelectsNoNode",
             Check::SharedRoutingTable => "SharedRoutingTable",
@@ -311,6 +321,8 @@ mod rendered_tests {
             export: Vec::new(),
             aggregate: Vec::new(),
             communities: Vec::new(),
+            sbr: None,
+            loopbacks: vec![],
         };
         let bad = NodeConfig {
             vrfs: vec![vrf("a"), vrf("b")],
@@ -351,6 +363,8 @@ pub fn validate(
     v.devices();
     v.anycast_gateways();
     v.routes_and_rules();
+    v.loopbacks();
+    v.sbr_prefixes();
     v.out.errors.sort();
     v.out.errors.dedup();
     v.out.warnings.sort();
@@ -517,6 +531,19 @@ impl Validator<'_> {
             }
             if let Some(m) = mtu {
                 self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
+            }
+            let sbr = sbr_vrf_name(&s.vrf);
+            if !s.sbr_prefixes.is_empty() && sbr.len() > MAX_DEVICE_NAME {
+                self.object_error(
+                    Check::DeviceNameTooLong,
+                    o,
+                    "spec.sbrPrefixes",
+                    format!(
+                        "the source-based-routing VRF {sbr} is longer than {MAX_DEVICE_NAME} characters \
+                         (a VRF with sbrPrefixes needs a name of at most {} characters)",
+                        MAX_DEVICE_NAME - 2
+                    ),
+                );
             }
         }
         for i in 0..self.ix.l2s.len() {
@@ -724,6 +751,11 @@ impl Validator<'_> {
         for (i, &t) in self.ix.vrf_tables.iter().enumerate() {
             by_table.entry(t).or_default().push(Obj::Vrf(i));
         }
+        for (i, t) in self.ix.sbr_tables.iter().enumerate() {
+            if let Some(t) = *t {
+                by_table.entry(t).or_default().push(Obj::Vrf(i));
+            }
+        }
         for (i, r) in self.ix.rts.iter().enumerate() {
             by_table
                 .entry(r.spec.table_id)
@@ -774,6 +806,12 @@ impl Validator<'_> {
                 .entry(vrf.clone())
                 .or_default()
                 .push((o, format!("VRF device of VRF {vrf}")));
+            if !s.sbr_prefixes.is_empty() {
+                owners
+                    .entry(sbr_vrf_name(vrf))
+                    .or_default()
+                    .push((o, format!("source-based-routing VRF of VRF {vrf}")));
+            }
             if s.vni.is_some() {
                 owners
                     .entry(vrf_bridge_name(vrf))
@@ -1053,6 +1091,95 @@ impl Validator<'_> {
                         "rule priority {priority} is used by different rules of more than one \
                          RoutingTable on the same node"
                     ),
+                    nodes,
+                );
+            }
+        }
+    }
+}
+
+impl Validator<'_> {
+    /// Every node of a VRF gets an address of each of its loopback subnets: the pool must hold them
+    /// all. Pools of different VRFs that meet on a node must not overlap (the same address in two
+    /// VRFs, both announced, is ambiguous wherever they are leaked together).
+    fn loopbacks(&mut self) {
+        let mut pools: Vec<(IpNet, Obj, String)> = Vec::new();
+        for i in 0..self.ix.vrfs.len() {
+            let o = Obj::Vrf(i);
+            let loopbacks = self.ix.vrfs[i].spec.loopbacks.clone();
+            if loopbacks.is_empty() {
+                continue;
+            }
+            let nodes = self.nodes_of(&[o]);
+            for (j, lb) in loopbacks.iter().enumerate() {
+                let Ok(subnet) = parse_network(&lb.subnet) else {
+                    continue; // the object's own validation reports it
+                };
+                let field = format!("spec.loopbacks[{j}].subnet");
+                let capacity = loopback_capacity(&subnet);
+                if nodes.len() as u128 > capacity {
+                    self.push(
+                        true,
+                        Check::LoopbackPoolTooSmall,
+                        &[o],
+                        Some(field.clone()),
+                        format!(
+                            "{subnet} has {capacity} node address(es) but the VRF is on {} nodes; use \
+                             a larger subnet or select fewer nodes",
+                            nodes.len()
+                        ),
+                        nodes.clone(),
+                    );
+                }
+                pools.push((subnet, o, field));
+            }
+        }
+        for a in 0..pools.len() {
+            for b in a + 1..pools.len() {
+                let ((na, oa, fa), (nb, ob, fb)) = (&pools[a], &pools[b]);
+                if oa == ob || !(na.contains(nb) || nb.contains(na)) {
+                    continue;
+                }
+                for (_, groups) in self.co_located(&[*oa, *ob]) {
+                    let nodes = self.ix.node_names(groups);
+                    self.push(
+                        true,
+                        Check::LoopbackOverlap,
+                        &[*oa, *ob],
+                        Some(fa.clone()),
+                        format!(
+                            "loopback subnet {na} overlaps {nb} ({} {fb}) on the same node",
+                            self.object(*ob)
+                        ),
+                        nodes,
+                    );
+                }
+            }
+        }
+    }
+
+    /// A source prefix steered into two VRFs on one node: only one rule can win.
+    fn sbr_prefixes(&mut self) {
+        let mut by_prefix: BTreeMap<IpNet, Vec<(Obj, usize)>> = BTreeMap::new();
+        for (i, v) in self.ix.vrfs.iter().enumerate() {
+            for (j, p) in v.spec.sbr_prefixes.iter().enumerate() {
+                if let Ok(net) = parse_network(p) {
+                    by_prefix.entry(net).or_default().push((Obj::Vrf(i), j));
+                }
+            }
+        }
+        for (prefix, claims) in by_prefix.into_iter().filter(|(_, c)| c.len() > 1) {
+            let members: Vec<Obj> = claims.iter().map(|c| c.0).collect();
+            for (subset, groups) in self.co_located(&members) {
+                let objs: Vec<Obj> = subset.iter().map(|&m| members[m]).collect();
+                let nodes = self.ix.node_names(groups);
+                let (_, j) = claims[subset[0]];
+                self.push(
+                    true,
+                    Check::SbrPrefixConflict,
+                    &objs,
+                    Some(format!("spec.sbrPrefixes[{j}]")),
+                    format!("source {prefix} is steered into more than one VRF on the same node"),
                     nodes,
                 );
             }

@@ -18,7 +18,10 @@
 //! | `vrfs[].export[]` (default VRF → VRF) | `prefix-list nw-D-export-v4/-v6`; the VRF instance `import vrf default` through `route-map nw-D-export`; the default instance redistributes kernel + connected routes of that family so it has routes to leak |
 //! | `vrfs[].communities` | `set community … additive` / `set large-community … additive` on the `nw-D-export` entries (exported routes only) |
 //! | `vrfs[].aggregate[]` | `aggregate-address P` in the VRF instance (see [`render`] for why not blackhole statics) |
+//! | `vrfs[].sbr` (`sbrPrefixes`) | `router bgp ASN vrf s-D` importing (`import vrf`) everything of `D` and of the default VRF, as the reference's local VRF `s-<vrf>` does; the policy rules are the agent's (netlink) |
+//! | `vrfs[].loopbacks` | nothing of their own: the addresses sit on the VRF device, so the VRF instance's `redistribute connected` announces them (as type-5 routes when the VRF has a VNI) |
 //! | `layer2s[].vni` | nothing per VNI: `advertise-all-vni` makes every VXLAN device the agent creates an EVPN VNI with FRR's automatic RD/RT; only checked for clashes |
+//! | `layer2s[].routeTarget` | under `advertise-all-vni`: `vni N` / `route-target import RT` / `route-target export RT` / `exit-vni` (left out when equal to FRR's automatic `ASN:VNI`, which FRR never shows) |
 //! | everything else (device names, tables, MTUs, bridges, anycast MAC/gateways, neighbour suppression, routes, rules) | nothing: the agent applies them with netlink |
 //!
 //! The prefix-list `seq` and action are the items' own, so evaluation is the reference's: items in
@@ -101,6 +104,8 @@ impl FrrError {
 struct Vrf {
     device: String,
     vni: Option<u32>,
+    /// The source-based-routing VRF's device (`sbrPrefixes`).
+    sbr: Option<String>,
     route_target: Option<RouteTarget>,
     import: BTreeMap<Family, BTreeMap<u32, PrefixEntry>>,
     export: BTreeMap<Family, BTreeMap<u32, PrefixEntry>>,
@@ -119,6 +124,7 @@ impl Vrf {
     /// A VRF with nothing for BGP to do stays kernel-only: no instance, no `vrf` block.
     fn needs_instance(&self) -> bool {
         self.vni.is_some()
+            || self.sbr.is_some()
             || !self.import.is_empty()
             || !self.export.is_empty()
             || !self.aggregates.is_empty()
@@ -145,12 +151,20 @@ pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
                 ("export", !v.export.is_empty()),
                 ("aggregate", !v.aggregate.is_empty()),
                 ("communities", !v.communities.is_empty()),
+                ("sbrPrefixes", v.sbr.is_some()),
             ]
             .into_iter()
             .filter_map(|(name, set)| set.then_some(name))
             .collect();
             (!fields.is_empty()).then(|| format!("VRF {}: {}", v.name, fields.join(", ")))
         })
+        .chain(
+            config
+                .layer2s
+                .iter()
+                .filter(|l| l.route_target.is_some())
+                .map(|l| format!("layer-2 VLAN {}: routeTarget", l.vlan)),
+        )
         .collect()
 }
 
@@ -180,6 +194,7 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
     if vrfs.len() > MAX_VRFS {
         return Err(FrrError::TooManyVrfs { count: vrfs.len() });
     }
+    let vnis = layer2_route_targets(config, underlay.asn())?;
 
     let mut prefix_lists = BTreeMap::new();
     let mut route_maps: BTreeMap<String, BTreeMap<u16, RouteMapEntry>> = BTreeMap::new();
@@ -268,7 +283,7 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
             },
             aggregates: BTreeSet::new(),
             // The default instance needs the main table's routes in BGP only to leak them into VRFs.
-            redistribute: if vrfs.iter().any(|v| v.exports(family)) {
+            redistribute: if vrfs.iter().any(|v| v.exports(family) || v.sbr.is_some()) {
                 BTreeSet::from([Redistribute::Kernel, Redistribute::Connected])
             } else {
                 BTreeSet::new()
@@ -300,6 +315,7 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
         evpn: Some(EvpnFamily {
             neighbors: peers,
             advertise_all_vni: true,
+            vnis,
             ..EvpnFamily::default()
         }),
     };
@@ -319,10 +335,12 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
             order.push(v);
         }
     }
-    let vrf_bgp = order
+    let mut vrf_bgp: Vec<BgpInstance> = order
         .into_iter()
         .map(|v| vrf_instance(v, underlay))
         .collect();
+    // Last, so every VRF they import from already exists (an `import vrf` line would create it).
+    vrf_bgp.extend(vrfs.iter().filter_map(|v| sbr_instance(v, underlay)));
 
     Ok(FrrConfig {
         hostname: underlay.hostname().map(str::to_string),
@@ -375,6 +393,48 @@ fn vrf_instance(v: &Vrf, underlay: &Underlay) -> BgpInstance {
     }
 }
 
+/// The reference's SBR VRF `s-<vrf>`: all of the VRF's and the default VRF's routes, unfiltered, so
+/// the sources steered into it reach the VRF first and everything else as before.
+fn sbr_instance(v: &Vrf, underlay: &Underlay) -> Option<BgpInstance> {
+    let device = v.sbr.clone()?;
+    let family = || UnicastFamily {
+        import_vrfs: vec![v.device.clone(), DEFAULT_VRF.to_string()],
+        ..UnicastFamily::default()
+    };
+    Some(BgpInstance {
+        asn: underlay.asn(),
+        vrf: Some(device),
+        router_id: underlay.router_id(),
+        no_default_ipv4_unicast: false,
+        timers: None,
+        neighbors: Vec::new(),
+        ipv4: family(),
+        ipv6: family(),
+        evpn: None,
+    })
+}
+
+/// Layer-2 VNIs with a route target other than FRR's automatic one (`ASN:VNI`, the ASN's low 16 bits
+/// for a 4-byte ASN), which FRR never shows and so must not be rendered.
+fn layer2_route_targets(
+    config: &NodeConfig,
+    asn: u32,
+) -> Result<BTreeMap<u32, BTreeSet<String>>, FrrError> {
+    let mut out = BTreeMap::new();
+    for l in &config.layer2s {
+        let Some(rt) = &l.route_target else { continue };
+        let parsed = RouteTarget::parse(rt).map_err(|why| FrrError::Vni {
+            vni: l.vni,
+            message: format!("layer-2 VLAN {}: routeTarget {rt:?}: {why}", l.vlan),
+        })?;
+        if parsed == RouteTarget::As2((asn & 0xFFFF) as u16, l.vni) {
+            continue;
+        }
+        out.insert(l.vni, BTreeSet::from([parsed.to_string()]));
+    }
+    Ok(out)
+}
+
 fn entry(prefix_list: Option<(Family, String)>, source_vrf: Option<String>) -> RouteMapEntry {
     RouteMapEntry {
         action: Action::Permit,
@@ -421,27 +481,33 @@ fn check_vnis(config: &NodeConfig) -> Result<(), FrrError> {
     Ok(())
 }
 
-fn check_vrf(v: &VrfConfig) -> Result<Vrf, FrrError> {
-    let device = &v.device;
-    let name_ok = !device.is_empty()
-        && device.len() <= 15
-        && device
+/// A VRF device name FRR can take; `vrf` and `field` say where it comes from.
+fn check_device(name: &str, vrf: &str, field: &str) -> Result<(), FrrError> {
+    let name_ok = !name.is_empty()
+        && name.len() <= 15
+        && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if !name_ok {
         return Err(vrf_error(
-            device,
-            "device",
+            vrf,
+            field,
             "not a VRF device name FRR can take (1-15 characters of [a-zA-Z0-9._-])",
         ));
     }
-    if device == DEFAULT_VRF {
+    if name == DEFAULT_VRF {
         return Err(vrf_error(
-            device,
-            "device",
+            vrf,
+            field,
             "\"default\" is FRR's name for the default VRF",
         ));
     }
+    Ok(())
+}
+
+fn check_vrf(v: &VrfConfig) -> Result<Vrf, FrrError> {
+    let device = &v.device;
+    check_device(device, device, "device")?;
     let route_target = match &v.route_target {
         None => None,
         Some(_) if v.vni.is_none() => {
@@ -478,9 +544,20 @@ fn check_vrf(v: &VrfConfig) -> Result<Vrf, FrrError> {
             ));
         }
     }
+    if let Some(sbr) = &v.sbr {
+        check_device(&sbr.device, device, "sbr.device")?;
+        if sbr.device == *device {
+            return Err(vrf_error(
+                device,
+                "sbr.device",
+                "the SBR VRF must not be the VRF itself",
+            ));
+        }
+    }
     Ok(Vrf {
         device: device.clone(),
         vni: v.vni,
+        sbr: v.sbr.as_ref().map(|s| s.device.clone()),
         route_target,
         import: prefix_entries(device, "import", &v.import)?,
         export: prefix_entries(device, "export", &v.export)?,
@@ -595,6 +672,8 @@ mod bgp_content_tests {
             export: vec![],
             aggregate: vec![],
             communities: vec![],
+            sbr: None,
+            loopbacks: vec![],
         }
     }
 
@@ -612,6 +691,7 @@ mod bgp_content_tests {
             anycast_gateways: vec![],
             vrf: None,
             neigh_suppression: false,
+            route_target: None,
         });
         assert!(
             bgp_content(&c).is_empty(),

@@ -48,8 +48,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use netwave_api::validate::{parse_host_address, parse_network};
 use netwave_api::{
-    Layer2Config, NamedLayer2, NamedRoutingTable, NamedVrf, NodeConfig, PrefixItem, RevisionInputs,
-    RouteConfig, RuleConfig, VrfConfig,
+    Layer2Config, LoopbackConfig, NamedLayer2, NamedRoutingTable, NamedVrf, NodeConfig, PrefixItem,
+    RevisionInputs, RouteConfig, RuleConfig, SbrConfig, VrfConfig, VrfLoopback,
 };
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -63,6 +63,9 @@ pub const DEFAULT_VRF_MTU: u32 = 9000;
 pub const TABLE_ALLOC_BASE: u32 = 10_000_000;
 /// Size of that range.
 pub const TABLE_ALLOC_SIZE: u32 = 10_000_000;
+/// Priority of the policy rules of `sbrPrefixes` (das-schiff-network-operator's): before the kernel's
+/// `main` rule (32766), so a listed source never reaches the main table's routes first.
+pub const SBR_RULE_PRIORITY: u32 = 100;
 
 /// A node as render and validation see it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -98,14 +101,22 @@ pub struct RenderedNode {
     pub config_hash: String,
     parts: Arc<Parts>,
     selection: Arc<Selection>,
+    /// This node's own loopback addresses, by VRF part: the one per-node piece of a config.
+    loopbacks: Vec<(u32, Vec<LoopbackConfig>)>,
 }
 
 impl RenderedNode {
     /// The node's full desired config (clones the shared parts).
     pub fn config(&self) -> NodeConfig {
         let (p, s) = (&*self.parts, &*self.selection);
+        let mut vrfs: Vec<VrfConfig> = s.vrfs.iter().map(|&i| p.vrfs[i as usize].clone()).collect();
+        for (part, loopbacks) in &self.loopbacks {
+            if let Some(k) = s.vrfs.iter().position(|i| i == part) {
+                vrfs[k].loopbacks = loopbacks.clone();
+            }
+        }
         NodeConfig {
-            vrfs: s.vrfs.iter().map(|&i| p.vrfs[i as usize].clone()).collect(),
+            vrfs,
             layer2s: s.l2s.iter().map(|&i| p.l2s[i as usize].clone()).collect(),
             routes: s
                 .routes
@@ -145,6 +156,8 @@ impl fmt::Debug for RenderedNode {
 /// it on a node.
 struct Parts {
     vrfs: Vec<VrfConfig>,
+    /// `spec.loopbacks` of each VRF part (its per-node addresses are allocated in [`render`]).
+    vrf_loopbacks: Vec<Vec<VrfLoopback>>,
     l2s: Vec<Layer2Config>,
     /// Distinct routes and rules of all RoutingTables; identical ones from several tables are one entry.
     routes: Vec<RouteConfig>,
@@ -237,6 +250,7 @@ pub fn render(
         });
     }
     let parts = Arc::new(Parts::build(&index));
+    let loopbacks = allocate_node_loopbacks(&index, &parts);
     let mut out = BTreeMap::new();
     for group in &index.groups {
         let pick = |sels: &[Option<u32>]| -> Vec<u32> {
@@ -257,14 +271,18 @@ pub fn render(
         });
         let config_hash = parts.hash(&selection);
         for &n in &group.nodes {
-            out.insert(
-                index.nodes[n as usize].name.clone(),
-                RenderedNode {
-                    config_hash: config_hash.clone(),
-                    parts: Arc::clone(&parts),
-                    selection: Arc::clone(&selection),
-                },
-            );
+            let name = &index.nodes[n as usize].name;
+            let mut node = RenderedNode {
+                config_hash: config_hash.clone(),
+                parts: Arc::clone(&parts),
+                selection: Arc::clone(&selection),
+                loopbacks: loopbacks.get(name).cloned().unwrap_or_default(),
+            };
+            if !node.loopbacks.is_empty() {
+                // Its config differs from its group's: hash the materialized one.
+                node.config_hash = config_hash_of(&node.config());
+            }
+            out.insert(name.clone(), node);
         }
     }
     Ok(out)
@@ -273,14 +291,20 @@ pub fn render(
 impl Parts {
     fn build(index: &Index) -> Self {
         // VRFs by name and layer-2s by VLAN; ties (validation errors) keep canonical object order.
-        let mut vrfs: Vec<(VrfConfig, Option<u32>)> = index
+        // ((config, its spec's loopbacks), selector)
+        type VrfPart = ((VrfConfig, Vec<VrfLoopback>), Option<u32>);
+        let mut vrfs: Vec<VrfPart> = index
             .vrfs
             .iter()
             .zip(&index.vrf_tables)
+            .zip(&index.sbr_tables)
             .zip(&index.vrf_sel)
-            .map(|((v, &table), &sel)| (vrf_config(v, table), sel))
+            .map(|(((v, &table), &sbr), &sel)| {
+                ((vrf_config(v, table, sbr), v.spec.loopbacks.clone()), sel)
+            })
             .collect();
-        vrfs.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        // Stable: same-named VRFs (a validation error) keep canonical object order.
+        vrfs.sort_by(|a, b| a.0.0.name.cmp(&b.0.0.name));
         let mut l2s: Vec<(Layer2Config, Option<u32>)> = index
             .l2s
             .iter()
@@ -300,6 +324,7 @@ impl Parts {
             }
         }
         let (vrfs, vrf_sel): (Vec<_>, Vec<_>) = vrfs.into_iter().unzip();
+        let (vrfs, vrf_loopbacks): (Vec<_>, Vec<_>) = vrfs.into_iter().unzip();
         let (l2s, l2_sel): (Vec<_>, Vec<_>) = l2s.into_iter().unzip();
         let (routes, route_sels): (Vec<_>, Vec<_>) = routes.into_iter().unzip();
         let (rules, rule_sels): (Vec<_>, Vec<_>) = rules.into_iter().unzip();
@@ -309,6 +334,7 @@ impl Parts {
             route_json: routes.iter().map(to_json).collect(),
             rule_json: rules.iter().map(to_json).collect(),
             vrfs,
+            vrf_loopbacks,
             l2s,
             routes,
             rules,
@@ -352,6 +378,10 @@ fn hash_list(h: &mut Sha256, open: &[u8], ids: &[u32], json: &[Vec<u8>]) {
 /// order given — [`render`] emits them canonically). Equal hashes mean equal kernel state; the agent
 /// and the configurator both call this.
 pub fn config_hash(config: &NodeConfig) -> String {
+    config_hash_of(config)
+}
+
+fn config_hash_of(config: &NodeConfig) -> String {
     let mut hasher = Sha256::new();
     {
         // serde_json writes many tiny pieces; batch them before they reach the hasher.
@@ -382,6 +412,10 @@ pub fn vrf_bridge_name(vrf: &str) -> String {
 /// VXLAN device of a VRF's layer-3 VNI.
 pub fn vrf_vxlan_name(vrf: &str) -> String {
     format!("vx.{vrf}")
+}
+/// Local VRF of a VRF's source-based routing (`sbrPrefixes`), as das-schiff-network-operator names it.
+pub fn sbr_vrf_name(vrf: &str) -> String {
+    format!("s-{vrf}")
 }
 /// Bridge of a layer-2 segment.
 pub fn layer2_bridge_name(vlan: u16) -> String {
@@ -439,7 +473,7 @@ fn sorted_networks(items: &[String], parse: fn(&str) -> Result<IpNet, String>) -
     nets.into_iter().map(|(_, g)| g).collect()
 }
 
-fn vrf_config(v: &NamedVrf, table: u32) -> VrfConfig {
+fn vrf_config(v: &NamedVrf, table: u32, sbr_table: Option<u32>) -> VrfConfig {
     let s = &v.spec;
     VrfConfig {
         name: s.vrf.clone(),
@@ -454,6 +488,13 @@ fn vrf_config(v: &NamedVrf, table: u32) -> VrfConfig {
         export: canonical_prefix_list(&s.export),
         aggregate: sorted_networks(&s.aggregate, parse_network),
         communities: sorted_set(s.communities.iter().cloned()),
+        sbr: sbr_table.map(|table| SbrConfig {
+            device: sbr_vrf_name(&s.vrf),
+            table,
+            priority: SBR_RULE_PRIORITY,
+            prefixes: sorted_networks(&s.sbr_prefixes, parse_network),
+        }),
+        loopbacks: Vec::new(),
     }
 }
 
@@ -469,6 +510,7 @@ fn layer2_config(l: &NamedLayer2) -> Layer2Config {
         anycast_gateways: sorted_networks(&s.anycast_gateways, parse_host_address),
         vrf: s.vrf.clone(),
         neigh_suppression: s.neigh_suppression.unwrap_or(false),
+        route_target: s.route_target.clone(),
     }
 }
 
@@ -498,4 +540,109 @@ pub(crate) fn table_config(r: &NamedRoutingTable) -> (Vec<RouteConfig>, Vec<Rule
         })
         .collect();
     (routes, rules)
+}
+
+/// Host addresses a loopback subnet has for nodes: all but IPv4's network and broadcast address and
+/// IPv6's subnet-router anycast address (a /31, /32 or /128 has no such address to skip). Capped at
+/// 2^64, more than any fleet has nodes.
+pub fn loopback_capacity(subnet: &IpNet) -> u128 {
+    let host_bits = u32::from(subnet.max_prefix_len() - subnet.prefix_len()).min(64);
+    let all = 1u128 << host_bits;
+    match (subnet, host_bits) {
+        (_, 0) => 1,
+        (IpNet::V4(_), 1) => 2,
+        (IpNet::V4(_), _) => all - 2,
+        (IpNet::V6(_), _) => all - 1,
+    }
+}
+
+/// Per-node addresses of one loopback of VRF `vrf` for `nodes` (any order): each node's *home slot* is
+/// `sha256("<vrf>/<loopback>/<node>") mod capacity`; nodes in name order take their home slot or the next
+/// free one. So an address depends only on the VRF and loopback name, the subnet and the node's name:
+/// other revisions keep it, and a node joining or leaving moves another node only when their slots
+/// collide. Nodes beyond the capacity get none (fleet validation reports that as an error).
+pub fn allocate_loopback(
+    vrf: &str,
+    loopback: &str,
+    subnet: &IpNet,
+    nodes: &[&str],
+) -> BTreeMap<String, IpNet> {
+    let capacity = loopback_capacity(subnet);
+    let first: u128 = match (subnet, capacity) {
+        (_, 1) => 0,
+        (IpNet::V4(n), 2) if n.prefix_len() == 31 => 0,
+        _ => 1,
+    };
+    let base: u128 = match subnet.network() {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    };
+    let mut sorted: Vec<&str> = nodes.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut used: std::collections::BTreeSet<u128> = std::collections::BTreeSet::new();
+    let mut out = BTreeMap::new();
+    for node in sorted {
+        if used.len() as u128 >= capacity {
+            break;
+        }
+        let digest = Sha256::digest(format!("{vrf}/{loopback}/{node}").as_bytes());
+        let mut head = [0u8; 16];
+        head.copy_from_slice(&digest[..16]);
+        let mut slot = u128::from_be_bytes(head) % capacity;
+        while used.contains(&slot) {
+            slot = (slot + 1) % capacity;
+        }
+        used.insert(slot);
+        let value = base + first + slot;
+        let address = match subnet {
+            IpNet::V4(_) => IpNet::new(IpAddr::V4((value as u32).into()), 32),
+            IpNet::V6(_) => IpNet::new(IpAddr::V6(value.into()), 128),
+        }
+        .expect("a host prefix length is valid");
+        out.insert(node.to_string(), address);
+    }
+    out
+}
+
+/// Every node's loopback addresses: per VRF part with `loopbacks`, the nodes that select it.
+fn allocate_node_loopbacks(
+    index: &Index,
+    parts: &Parts,
+) -> BTreeMap<String, Vec<(u32, Vec<LoopbackConfig>)>> {
+    let mut out: BTreeMap<String, Vec<(u32, Vec<LoopbackConfig>)>> = BTreeMap::new();
+    for (part, specs) in parts.vrf_loopbacks.iter().enumerate() {
+        if specs.is_empty() {
+            continue;
+        }
+        let groups = (0..index.groups.len()).filter(|&g| index.groups[g].has(parts.vrf_sel[part]));
+        let names = index.node_names(groups);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let vrf = &parts.vrfs[part].name;
+        let mut per_node: BTreeMap<&str, Vec<LoopbackConfig>> = BTreeMap::new();
+        for lb in specs {
+            // An unparsable subnet is a validation error; its nodes get no address from it.
+            let Ok(subnet) = parse_network(&lb.subnet) else {
+                continue;
+            };
+            for (node, address) in allocate_loopback(vrf, &lb.name, &subnet, &names) {
+                let node = names[names
+                    .binary_search(&node.as_str())
+                    .expect("allocated to a node")];
+                per_node.entry(node).or_default().push(LoopbackConfig {
+                    name: lb.name.clone(),
+                    subnet: subnet.to_string(),
+                    address: address.to_string(),
+                });
+            }
+        }
+        for (node, mut lbs) in per_node {
+            lbs.sort();
+            lbs.dedup();
+            out.entry(node.to_string())
+                .or_default()
+                .push((part as u32, lbs));
+        }
+    }
+    out
 }

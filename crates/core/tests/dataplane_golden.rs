@@ -22,6 +22,7 @@ fn l2(vlan: u16, vni: u32, vrf: Option<&str>) -> Layer2Config {
         anycast_gateways: vec![format!("10.{vlan}.0.1/24")],
         vrf: vrf.map(str::to_string),
         neigh_suppression: true,
+        route_target: None,
     }
 }
 
@@ -39,6 +40,8 @@ fn vrf(name: &str, table: u32, vni: u32) -> VrfConfig {
         export: vec![],
         aggregate: vec![],
         communities: vec![],
+        sbr: None,
+        loopbacks: vec![],
     }
 }
 

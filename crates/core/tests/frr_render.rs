@@ -31,6 +31,8 @@ fn vrf(name: &str) -> VrfConfig {
         export: vec![],
         aggregate: vec![],
         communities: vec![],
+        sbr: None,
+        loopbacks: vec![],
     }
 }
 
@@ -251,6 +253,7 @@ fn vnis_and_names_frr_cannot_hold_are_refused() {
         anycast_gateways: vec![],
         vrf: None,
         neigh_suppression: false,
+        route_target: None,
     };
     let mut cfg = config(vec![vrf("red")]);
     cfg.layer2s = vec![l2(10, 5000)];

@@ -36,6 +36,8 @@ fn node_config(i: usize) -> NodeConfig {
             export: Vec::new(),
             aggregate: vec![format!("10.{v}.0.0/16")],
             communities: vec!["65188:100".into()],
+            sbr: None,
+            loopbacks: vec![],
         })
         .collect();
     let layer2s = (0..12)
@@ -49,6 +51,7 @@ fn node_config(i: usize) -> NodeConfig {
             anycast_gateways: vec![format!("10.250.{l}.1/24"), format!("fd00:250:{l}::1/64")],
             vrf: Some(format!("vrf{}", l % 4)),
             neigh_suppression: true,
+            route_target: None,
         })
         .collect();
     let routes = (0..8)

@@ -89,6 +89,9 @@ pub struct EvpnFamily {
     pub neighbors: Vec<Peer>,
     /// `advertise-all-vni`: every VXLAN device in the kernel is an EVPN VNI (type-2/3 routes).
     pub advertise_all_vni: bool,
+    /// `vni N` blocks (layer-2 VNIs with a route target of their own): VNI → route targets, each
+    /// imported and exported.
+    pub vnis: BTreeMap<u32, BTreeSet<String>>,
     /// `advertise ipv4 unicast` / `advertise ipv6 unicast`: the VRF's routes as type-5.
     pub advertise_ipv4: bool,
     pub advertise_ipv6: bool,

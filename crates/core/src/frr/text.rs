@@ -144,6 +144,18 @@ fn l2vpn_evpn(o: &mut String, e: &EvpnFamily) {
     if e.advertise_all_vni {
         o.push_str("  advertise-all-vni\n");
     }
+    // FRR prints `vni` blocks in its hash table's order, not sorted; frr-reload.py compares them as a
+    // set, so sorted text still converges (a byte-for-byte comparison needs one block at most).
+    for (vni, rts) in &e.vnis {
+        let _ = writeln!(o, "  vni {vni}");
+        for rt in rts {
+            let _ = writeln!(o, "   route-target import {rt}");
+        }
+        for rt in rts {
+            let _ = writeln!(o, "   route-target export {rt}");
+        }
+        o.push_str("  exit-vni\n");
+    }
     if e.advertise_ipv4 {
         o.push_str("  advertise ipv4 unicast\n");
     }

@@ -43,6 +43,9 @@ pub(crate) struct Index<'a> {
     pub rt_sel: Vec<Option<u32>>,
     /// Table of each VRF, parallel to `vrfs`.
     pub vrf_tables: Vec<u32>,
+    /// Table of each VRF's source-based-routing VRF (`s-<vrf>`), parallel to `vrfs`; `None` without
+    /// `sbrPrefixes`.
+    pub sbr_tables: Vec<Option<u32>>,
     /// Objects whose selector does not compile, in canonical order.
     pub selector_errors: Vec<(InputRef, Vec<SelectorError>)>,
     /// Ordered by their selector results (deterministic; no meaning beyond that).
@@ -119,7 +122,7 @@ impl<'a> Index<'a> {
             })
             .collect();
 
-        let vrf_tables = allocate_tables(&vrfs, &rts);
+        let (vrf_tables, sbr_tables) = allocate_all_tables(&vrfs, &rts);
         Index {
             vrfs,
             l2s,
@@ -129,6 +132,7 @@ impl<'a> Index<'a> {
             l2_sel,
             rt_sel,
             vrf_tables,
+            sbr_tables,
             selector_errors,
             groups,
         }
@@ -150,17 +154,34 @@ impl<'a> Index<'a> {
 
 /// Tables of `vrfs` (canonical order): `tableId`, or the allocation described in the `render` module docs.
 pub(crate) fn allocate_tables(vrfs: &[&NamedVrf], rts: &[&NamedRoutingTable]) -> Vec<u32> {
+    allocate_all_tables(vrfs, rts).0
+}
+
+/// Tables of `vrfs` and of their source-based-routing VRFs (`s-<vrf>`, only for VRFs with
+/// `sbrPrefixes`; allocated like a VRF of that name without `tableId`).
+pub(crate) fn allocate_all_tables(
+    vrfs: &[&NamedVrf],
+    rts: &[&NamedRoutingTable],
+) -> (Vec<u32>, Vec<Option<u32>>) {
     let mut used: BTreeSet<u32> = RESERVED_TABLES.into_iter().collect();
     used.extend(vrfs.iter().filter_map(|v| v.spec.table_id));
     used.extend(rts.iter().map(|r| r.spec.table_id));
     let mut tables: Vec<u32> = vrfs.iter().map(|v| v.spec.table_id.unwrap_or(0)).collect();
-    let mut pending: Vec<usize> = (0..vrfs.len())
+    let mut sbr_tables: Vec<Option<u32>> = vec![None; vrfs.len()];
+    // (name the slot is derived from, VRF index, whether it is the SBR VRF's)
+    let mut pending: Vec<(String, usize, bool)> = (0..vrfs.len())
         .filter(|&i| vrfs[i].spec.table_id.is_none())
+        .map(|i| (vrfs[i].spec.vrf.clone(), i, false))
         .collect();
+    pending.extend(
+        (0..vrfs.len())
+            .filter(|&i| !vrfs[i].spec.sbr_prefixes.is_empty())
+            .map(|i| (super::sbr_vrf_name(&vrfs[i].spec.vrf), i, true)),
+    );
     // Earlier (VRF name, object order) wins a contested slot, whatever order the inputs came in.
-    pending.sort_by(|&a, &b| vrfs[a].spec.vrf.cmp(&vrfs[b].spec.vrf).then(a.cmp(&b)));
-    for i in pending {
-        let mut t = home_slot(&vrfs[i].spec.vrf);
+    pending.sort();
+    for (name, i, sbr) in pending {
+        let mut t = home_slot(&name);
         // The range holds 10 million ids; it cannot fill up with the objects one cluster has, but stop
         // after a full lap rather than loop forever.
         for _ in 0..TABLE_ALLOC_SIZE {
@@ -170,9 +191,13 @@ pub(crate) fn allocate_tables(vrfs: &[&NamedVrf], rts: &[&NamedRoutingTable]) ->
             t = TABLE_ALLOC_BASE + (t - TABLE_ALLOC_BASE + 1) % TABLE_ALLOC_SIZE;
         }
         used.insert(t);
-        tables[i] = t;
+        if sbr {
+            sbr_tables[i] = Some(t);
+        } else {
+            tables[i] = t;
+        }
     }
-    tables
+    (tables, sbr_tables)
 }
 
 /// The id a VRF gets when nothing else holds it: depends on the VRF name only.

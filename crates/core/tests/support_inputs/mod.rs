@@ -90,6 +90,8 @@ pub fn vrf(name: &str, vni: Option<u32>) -> NamedVrf {
             communities: vec![],
             mtu: None,
             node_selector: None,
+            sbr_prefixes: vec![],
+            loopbacks: vec![],
         },
     }
 }
@@ -105,6 +107,7 @@ pub fn l2(name: &str, vlan: u16, vni: u32) -> NamedLayer2 {
             anycast_gateways: vec![],
             vrf: None,
             neigh_suppression: None,
+            route_target: None,
             node_selector: None,
         },
     }
