@@ -19,11 +19,11 @@ use netwave_api::{
 };
 use netwave_core::Timestamp;
 use netwave_core::fleet::{self, FleetParams};
-use netwave_core::render::{NodeInfo, RenderedNode};
+use netwave_core::render::{InputKind, NodeInfo, RenderedNode};
 use netwave_core::revision::{self, Decision, ExistingRevision, InputSettle};
 use netwave_core::rollout::{
-    self, AssignReason, EventType, NodeConfigState, NodeState, ObjectRef, Plan, PolicyDefaults,
-    RenderedHashes, RevisionState, RolloutInput,
+    self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef, Plan,
+    PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
 use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
@@ -111,6 +111,8 @@ pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
 #[derive(Default)]
 pub struct RenderCache {
     rendered: BTreeMap<(String, u64), Arc<Rendered>>,
+    /// Per-object verdicts of the current inputs (the input objects' status).
+    verdicts: BTreeMap<(String, u64), Arc<InputVerdicts>>,
     integrity: IntegrityCache,
 }
 
@@ -143,9 +145,25 @@ impl RenderCache {
         r
     }
 
+    /// The per-object verdicts of `inputs` (hashing to `hash`) on these nodes.
+    fn verdicts(
+        &mut self,
+        hash: &str,
+        inputs: &RevisionInputs,
+        nodes: &[NodeInfo],
+        fingerprint: u64,
+        params: &FleetParams,
+    ) -> Arc<InputVerdicts> {
+        self.verdicts
+            .entry((hash.to_string(), fingerprint))
+            .or_insert_with(|| Arc::new(rollout::input_verdicts(inputs, nodes, params)))
+            .clone()
+    }
+
     /// Drops entries not used by the latest reconcile, so memory stays bounded by the history limit.
     fn retain(&mut self, used: &BTreeSet<(String, u64)>) {
         self.rendered.retain(|k, _| used.contains(k));
+        self.verdicts.retain(|k, _| used.contains(k));
     }
 }
 
@@ -219,6 +237,8 @@ pub fn compute(
         .unwrap_or(0);
     let mut equals_failed = None;
     let mut settle_until = None;
+    // The revision cut from the current inputs, once there is one: the input objects' status judges it.
+    let mut current = None;
     let decision = revision::decide(&hash, &existing, floor);
     match &decision {
         Decision::Create { .. } | Decision::Reactivate { .. } => {
@@ -291,9 +311,10 @@ pub fn compute(
         }
         Decision::EqualsFailed { name } => {
             debug!(revision = %name, "inputs equal a failed revision; bump its spec.retry or change the inputs");
+            current = Some(name.clone());
             equals_failed = Some(name);
         }
-        Decision::NoChange { .. } => {}
+        Decision::NoChange { name } => current = Some(name),
     }
 
     // 2. Build the step input.
@@ -385,6 +406,22 @@ pub fn compute(
         }
         rendered.insert(name, r);
     }
+    let statuses = current.map_or_else(Vec::new, |name| {
+        let errors = rendered
+            .get(&name)
+            .map(|r| r.validation.errors.clone())
+            .or_else(|| {
+                revisions
+                    .iter()
+                    .find(|r| r.metadata.name.as_deref() == Some(&name))
+                    .and_then(|r| r.status.as_ref())
+                    .map(|st| st.validation.errors.clone())
+            })
+            .unwrap_or_default();
+        let verdicts = cache.verdicts(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
+        used.insert((hash.clone(), fingerprint));
+        input_statuses(s, &verdicts, &name, &errors, now)
+    });
     cache.retain(&used);
 
     // 4. Step and translate the plan.
@@ -455,6 +492,8 @@ pub fn compute(
         .flatten()
         .min();
     intents.extend(unrestorable_revision_events(s, &tampered));
+    // Last: the input objects' status never holds up a rollout write.
+    intents.extend(statuses);
     Outcome {
         intents,
         plan: Some(plan),
@@ -463,6 +502,60 @@ pub fn compute(
         inputs_pending: settle_until.is_some(),
         tampered,
     }
+}
+
+/// The status each live input object should carry, for the ones whose stored status differs: a status
+/// is written only when it changes, so a steady fleet costs no write at all.
+fn input_statuses(
+    s: &Snapshot,
+    verdicts: &InputVerdicts,
+    revision: &str,
+    revision_errors: &[String],
+    now: Timestamp,
+) -> Vec<Intent> {
+    let objects = (s
+        .vrfs
+        .iter()
+        .map(|o| (InputKind::Vrf, &o.metadata, o.status.as_ref())))
+    .chain(
+        s.layer2s
+            .iter()
+            .map(|o| (InputKind::Layer2, &o.metadata, o.status.as_ref())),
+    )
+    .chain(
+        s.routing_tables
+            .iter()
+            .map(|o| (InputKind::RoutingTable, &o.metadata, o.status.as_ref())),
+    );
+    let mut out = Vec::new();
+    for (kind, meta, old) in objects {
+        let Some(name) = meta
+            .name
+            .as_deref()
+            .filter(|_| meta.deletion_timestamp.is_none())
+        else {
+            continue;
+        };
+        let Some(verdict) = verdicts.get(kind, name) else {
+            continue;
+        };
+        let want = rollout::input_status(
+            verdict,
+            revision,
+            revision_errors,
+            meta.generation,
+            old,
+            now,
+        );
+        if old != Some(&want) {
+            out.push(Intent::InputStatus {
+                kind,
+                name: name.to_string(),
+                status: Box::new(want),
+            });
+        }
+    }
+    out
 }
 
 fn uid_of_revision(s: &Snapshot, name: &str) -> Option<String> {

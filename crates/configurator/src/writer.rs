@@ -11,9 +11,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
-    ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionSpec,
-    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
+    ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NetworkConfigRevision,
+    NetworkConfigRevisionSpec, NetworkConfigRevisionStatus, NodeNetworkConfig,
+    NodeNetworkConfigSpec, RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
+use netwave_core::render::InputKind;
 use serde_json::json;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -61,6 +63,12 @@ pub enum Intent {
     DeleteRevision {
         name: String,
     },
+    /// Server-side apply of an input object's whole status (its verdict, nodes, table).
+    InputStatus {
+        kind: InputKind,
+        name: String,
+        status: Box<InputStatus>,
+    },
     /// The node left the cluster.
     DeleteNodeConfig {
         name: String,
@@ -83,6 +91,7 @@ impl Intent {
             | Intent::SetRevisionSequence { name, .. }
             | Intent::DeleteRevision { name } => format!("ncr/{name}"),
             Intent::RevisionStatus { name, .. } => format!("ncr-status/{name}"),
+            Intent::InputStatus { kind, name, .. } => format!("{}-status/{name}", kind.as_str()),
             Intent::ApplyNodeConfig { node: name, .. } | Intent::DeleteNodeConfig { name } => {
                 format!("nnc/{name}")
             }
@@ -143,6 +152,7 @@ fn log_done(intent: &Intent) {
         Intent::RestoreRevisionSpec { .. }
         | Intent::ApplyNodeConfig { .. }
         | Intent::RevisionStatus { .. }
+        | Intent::InputStatus { .. }
         | Intent::DeleteNodeConfig { .. } => debug!(object = %intent.key(), "written"),
     }
 }
@@ -373,6 +383,29 @@ impl Writer {
                     .patch_status(name, &apply, &Patch::Apply(&patch))
                     .await
                     .map(drop)
+            }
+            Intent::InputStatus { kind, name, status } => {
+                let patch = json!({
+                    "apiVersion": "netwave.dev/v1alpha1",
+                    "kind": kind.as_str(),
+                    "status": status,
+                });
+                let patch = Patch::Apply(&patch);
+                let c = self.client.clone();
+                match kind {
+                    InputKind::Vrf => Api::<VRFRouteConfiguration>::all(c)
+                        .patch_status(name, &apply, &patch)
+                        .await
+                        .map(drop),
+                    InputKind::Layer2 => Api::<Layer2NetworkConfiguration>::all(c)
+                        .patch_status(name, &apply, &patch)
+                        .await
+                        .map(drop),
+                    InputKind::RoutingTable => Api::<RoutingTable>::all(c)
+                        .patch_status(name, &apply, &patch)
+                        .await
+                        .map(drop),
+                }
             }
             Intent::DeleteRevision { name } => {
                 match revisions.delete(name, &DeleteParams::default()).await {

@@ -97,6 +97,7 @@
 //! - **Fast path**: a node whose rendered config for R has the hash its agent reports running
 //!   (`Provisioned`) is moved to R without spending budget; the agent only reports `Provisioned` for R.
 
+mod accepted;
 mod input;
 mod plan;
 mod policy;
@@ -106,6 +107,7 @@ mod time;
 mod vocab;
 mod world;
 
+pub use accepted::{InputVerdicts, ObjectVerdict, input_status, input_verdicts};
 pub use input::{
     AgentPhase, AgentReport, AssignedSpec, InputError, NodeConfigState, NodeState, RenderedHashes,
     RevisionState, RolloutInput,

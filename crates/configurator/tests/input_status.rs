@@ -1,0 +1,231 @@
+//! Every input object tells the truth about itself (#18): the configurator writes `Accepted`, the nodes
+//! it selects and a VRF's table into its status, so `kubectl get vrf,l2,rt` answers "is my object in
+//! the rollout, where, with which table" — and writes a status only when it changes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kube::api::{Api, PostParams};
+use netwave_api::{Layer2NetworkConfiguration, RoutingTable, VRFRouteConfiguration};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+fn kubectl(env: &Env, args: &[&str]) -> String {
+    let o = env.cp().kubectl().args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Rows of `kubectl get` by NAME, each row as column name → value.
+fn rows(table: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    // Columns are left-aligned at the header's offsets; an empty cell is blank there.
+    let head_line = table.lines().next().unwrap_or_default();
+    let starts: Vec<usize> = header
+        .iter()
+        .scan(0, |from, h| {
+            let at = head_line[*from..].find(h).unwrap() + *from;
+            *from = at + h.len();
+            Some(at)
+        })
+        .collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    let end = starts.get(i + 1).copied().unwrap_or(l.len()).min(l.len());
+                    let cell = l.get(starts[i].min(l.len())..end).unwrap_or("").trim();
+                    (h.to_string(), cell.to_string())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The admin's view: after a rollout every sample object reads ACCEPTED True with its node count, every
+/// VRF shows its table (allocated ones too); a segment referencing a VRF that does not exist reads
+/// `Accepted=False` naming that VRF, and the others say the revision fails elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(100));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "4"]));
+    eventually(T, "the samples rolled out", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(()),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    let all_accepted = || async {
+        let out = kubectl(&env, &["get", "vrf,l2,rt"]);
+        let blank = out
+            .lines()
+            .filter(|l| !l.starts_with("NAME") && !l.trim().is_empty())
+            .any(|l| !l.contains("True"));
+        if blank { Err(out) } else { Ok(out) }
+    };
+    eventually(T, "every object accepted", all_accepted).await;
+    let vrfs = kubectl(&env, &["get", "vrf"]);
+    let got = rows(&vrfs);
+    assert!(got.len() >= 3, "{vrfs}");
+    for r in &got {
+        assert_eq!(r["ACCEPTED"], "True", "{vrfs}");
+        assert!(r["TABLE"].parse::<u32>().is_ok(), "TABLE filled: {vrfs}");
+        assert!(r["NODES"].parse::<u32>().is_ok(), "NODES filled: {vrfs}");
+    }
+    assert!(
+        got.iter()
+            .any(|r| r["TABLE"].parse::<u32>().unwrap() >= 10_000_000),
+        "an allocated table is shown: {vrfs}"
+    );
+    // A segment without a nodeSelector is on all four nodes.
+    let l2 = rows(&kubectl(&env, &["get", "l2", "vlan103-monitoring"]));
+    assert_eq!(l2[0]["NODES"], "4");
+
+    // A cross-object error: a segment in a VRF nobody declared.
+    let orphan: Layer2NetworkConfiguration = serde_json::from_value(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "Layer2NetworkConfiguration",
+        "metadata": {"name": "vlan300-orphan"},
+        "spec": {"id": 300, "vni": 30300, "mtu": 1500, "vrf": "no-such-vrf"},
+    }))
+    .unwrap();
+    Api::<Layer2NetworkConfiguration>::all(env.client.clone())
+        .create(&PostParams::default(), &orphan)
+        .await
+        .unwrap();
+    let (message, generation) = eventually(T, "the orphan not accepted", || async {
+        let o = Api::<Layer2NetworkConfiguration>::all(env.client.clone())
+            .get("vlan300-orphan")
+            .await
+            .unwrap();
+        let st = o.status.clone().unwrap_or_default();
+        match st.accepted() {
+            Some(c) if c.status == "False" && c.reason == "Invalid" => {
+                Ok((c.message.clone(), st.observed_generation))
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(message.contains("no-such-vrf"), "{message}");
+    assert!(message.contains("spec.vrf"), "names the field: {message}");
+    assert_eq!(generation, Some(1));
+    let line = kubectl(&env, &["get", "l2", "vlan300-orphan"]);
+    assert_eq!(rows(&line)[0]["ACCEPTED"], "False", "{line}");
+    // A good VRF says the revision fails because of something else, and names it.
+    let vrf = Api::<VRFRouteConfiguration>::all(env.client.clone())
+        .get("cluster")
+        .await
+        .unwrap();
+    let st = vrf.status.unwrap();
+    let a = st.accepted().unwrap();
+    assert_eq!(
+        (a.status.as_str(), a.reason.as_str()),
+        ("False", "RevisionInvalid")
+    );
+    assert!(a.message.contains("vlan300-orphan"), "{}", a.message);
+    assert_ne!(
+        st.revision.as_deref(),
+        Some(
+            revisions(&env.client).await[0]
+                .metadata
+                .name
+                .as_deref()
+                .unwrap()
+        ),
+        "judges the newest revision, not the first"
+    );
+    // The status is the configurator's, written through the status subresource.
+    let rt = Api::<RoutingTable>::all(env.client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    for o in rt.items {
+        let managers: Vec<_> = o
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|m| m.subresource.as_deref() == Some("status"))
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert_eq!(managers, ["netwave-configurator"]);
+    }
+    c.stop().await;
+}
+
+/// Status writes happen only when a status changes: a steady fleet costs none, a node joining costs one
+/// write per object that selects it. Counted at the testbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_status_writes_only_on_change() {
+    let env = testbed_env().await;
+    add_nodes(&env.client, &node_names(20)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(20));
+    apply_samples(&env.client).await;
+    let objects = {
+        let v = Api::<VRFRouteConfiguration>::all(env.client.clone());
+        let l = Api::<Layer2NetworkConfiguration>::all(env.client.clone());
+        let r = Api::<RoutingTable>::all(env.client.clone());
+        let lp = Default::default();
+        v.list(&lp).await.unwrap().items.len()
+            + l.list(&lp).await.unwrap().items.len()
+            + r.list(&lp).await.unwrap().items.len()
+    };
+    env.tb().reset_counters();
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "10"]));
+    eventually(T, "the rollout to complete", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(()),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    let status_writes = |c: &netwave_testbed::RequestCounts| {
+        [
+            "vrfrouteconfigurations",
+            "layer2networkconfigurations",
+            "routingtables",
+        ]
+        .iter()
+        .map(|k| c.get("patch", &format!("{k}/status")))
+        .sum::<u64>()
+    };
+    // Wait out a few resyncs (2 s) and the agents' last reports.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = status_writes(&env.tb().counters());
+    eprintln!("input status writes: {during} for {objects} objects over a 20-node rollout");
+    assert_eq!(during as usize, objects, "one write per object");
+    env.tb().reset_counters();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(status_writes(&env.tb().counters()), 0, "steady: no writes");
+
+    // A node joins: only the objects whose selector matches it change (their node count).
+    create_node(
+        &env.client,
+        &node("node-late", &[("netwave.dev/pool", "compute")]),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let join = status_writes(&env.tb().counters());
+    eprintln!("input status writes for one joining node: {join} of {objects} objects");
+    assert!(join >= 1 && (join as usize) < objects, "{join}");
+    c.stop().await;
+}

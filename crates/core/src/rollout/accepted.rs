@@ -1,0 +1,329 @@
+//! The status of each input object (VRF, layer-2, routing table): whether fleet validation accepts it,
+//! how many nodes it selects, and a VRF's table. Pure: the configurator computes the verdicts once per
+//! (inputs, node labels) and writes a status only where [`input_status`] differs from the one stored.
+//!
+//! ```text
+//!   inputs + nodes ──► fleet::validate (findings name their objects) ─┐
+//!                  ──► render index (selectors per node group, tables) ┴► InputVerdicts
+//!   verdict + the revision's own validation + stored status + now ──► input_status ──► InputStatus
+//! ```
+//!
+//! `lastTransitionTime` moves only when `Accepted` changes, and nothing here reads a clock, so stepping
+//! twice over the same world yields the stored status and no write: a 2,000-node fleet sees a status
+//! write per object only when that object's verdict, node count or table changes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use netwave_api::RevisionInputs;
+use netwave_api::input_status::{ACCEPTED, InputStatus, accepted_reasons};
+
+use super::vocab::ConditionStatus;
+use crate::fleet::{self, FleetParams};
+use crate::render::index::Index;
+use crate::render::{InputKind, InputRef, NodeInfo};
+use crate::types::Timestamp;
+
+/// Findings listed in a condition message before "and N more": a status must stay small.
+const MESSAGE_FINDINGS: usize = 5;
+
+/// What fleet validation says about one object, and what it resolves to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectVerdict {
+    /// Errors that name this object (its own fields, or a clash with or reference to another one).
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    /// Nodes its selector matches (0 for an invalid selector).
+    pub selected_nodes: u32,
+    /// VRFs: the table, explicit or allocated.
+    pub table_id: Option<u32>,
+}
+
+/// Every input object's verdict, by object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InputVerdicts {
+    pub objects: BTreeMap<InputRef, ObjectVerdict>,
+}
+
+impl InputVerdicts {
+    pub fn get(&self, kind: InputKind, name: &str) -> Option<&ObjectVerdict> {
+        self.objects.get(&InputRef::new(kind, name))
+    }
+}
+
+/// Validates the inputs against the nodes and attributes every finding to the objects it names.
+/// Findings that name no object (a rendered config the agent's model refuses, no nodes at all) are the
+/// revision's; [`input_status`] takes them from the revision's validation.
+pub fn input_verdicts(
+    inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+    params: &FleetParams,
+) -> InputVerdicts {
+    let ix = Index::build(inputs, nodes);
+    let count = |sel: Option<u32>| -> u32 {
+        ix.groups
+            .iter()
+            .filter(|g| g.has(sel))
+            .map(|g| g.nodes.len() as u32)
+            .sum()
+    };
+    let mut objects: BTreeMap<InputRef, ObjectVerdict> = BTreeMap::new();
+    for (i, v) in ix.vrfs.iter().enumerate() {
+        objects.insert(
+            InputRef::new(InputKind::Vrf, &v.name),
+            ObjectVerdict {
+                selected_nodes: count(ix.vrf_sel[i]),
+                table_id: Some(ix.vrf_tables[i]),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
+    for (i, o) in ix.l2s.iter().enumerate() {
+        objects.insert(
+            InputRef::new(InputKind::Layer2, &o.name),
+            ObjectVerdict {
+                selected_nodes: count(ix.l2_sel[i]),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
+    for (i, o) in ix.rts.iter().enumerate() {
+        objects.insert(
+            InputRef::new(InputKind::RoutingTable, &o.name),
+            ObjectVerdict {
+                selected_nodes: count(ix.rt_sel[i]),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
+    let checked = fleet::validate(inputs, nodes, params);
+    for (findings, errors) in [(&checked.errors, true), (&checked.warnings, false)] {
+        for f in findings {
+            for o in &f.objects {
+                if let Some(v) = objects.get_mut(o) {
+                    let list = if errors {
+                        &mut v.errors
+                    } else {
+                        &mut v.warnings
+                    };
+                    list.push(f.to_string());
+                }
+            }
+        }
+    }
+    InputVerdicts { objects }
+}
+
+/// `a; b; c and 4 more`.
+fn listed(items: &[String]) -> String {
+    let mut s = items
+        .iter()
+        .take(MESSAGE_FINDINGS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > MESSAGE_FINDINGS {
+        s.push_str(&format!(" and {} more", items.len() - MESSAGE_FINDINGS));
+    }
+    s
+}
+
+/// The status one object should carry: `verdict` from [`input_verdicts`] of the current inputs, which
+/// `revision` was cut from and whose fleet validation reported `revision_errors` (all of them, also the
+/// ones that name no object). `old` is the stored status: its `lastTransitionTime` is kept while
+/// `Accepted` keeps its status.
+pub fn input_status(
+    verdict: &ObjectVerdict,
+    revision: &str,
+    revision_errors: &[String],
+    generation: Option<i64>,
+    old: Option<&InputStatus>,
+    now: Timestamp,
+) -> InputStatus {
+    let (status, reason, message) = if !verdict.errors.is_empty() {
+        (
+            ConditionStatus::False,
+            accepted_reasons::INVALID,
+            format!(
+                "{} error(s); no node gets {revision} until they are fixed: {}",
+                verdict.errors.len(),
+                listed(&verdict.errors)
+            ),
+        )
+    } else if !revision_errors.is_empty() {
+        (
+            ConditionStatus::False,
+            accepted_reasons::REVISION_INVALID,
+            format!(
+                "no problem with this object, but {revision} fails fleet validation elsewhere, so no \
+                 node gets it: {}",
+                listed(revision_errors)
+            ),
+        )
+    } else if !verdict.warnings.is_empty() {
+        (
+            ConditionStatus::True,
+            accepted_reasons::VALID,
+            format!(
+                "in {revision}; {} warning(s): {}",
+                verdict.warnings.len(),
+                listed(&verdict.warnings)
+            ),
+        )
+    } else {
+        (
+            ConditionStatus::True,
+            accepted_reasons::VALID,
+            format!("in {revision}; fleet validation finds no problem"),
+        )
+    };
+    let previous = old.and_then(InputStatus::accepted);
+    let last_transition_time = match previous {
+        Some(c) if c.status == status.as_str() => c.last_transition_time.clone(),
+        _ => now.truncate_to_secs().to_time(),
+    };
+    InputStatus {
+        conditions: vec![Condition {
+            last_transition_time,
+            message,
+            observed_generation: generation,
+            reason: reason.to_string(),
+            status: status.as_str().to_string(),
+            type_: ACCEPTED.to_string(),
+        }],
+        selected_nodes: Some(verdict.selected_nodes),
+        table_id: verdict.table_id,
+        revision: Some(revision.to_string()),
+        observed_generation: generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netwave_api::{
+        Layer2NetworkConfigurationSpec, NamedLayer2, NamedVrf, VRFRouteConfigurationSpec,
+    };
+
+    use super::*;
+
+    fn vrf(name: &str, vni: u32, table: Option<u32>, import: &str) -> NamedVrf {
+        let mut spec: VRFRouteConfigurationSpec = serde_json::from_value(serde_json::json!({
+            "vrf": name, "seq": 1, "vni": vni,
+            "import": [{"cidr": import, "action": "permit"}],
+        }))
+        .unwrap();
+        spec.table_id = table;
+        NamedVrf {
+            name: name.into(),
+            spec,
+        }
+    }
+
+    fn l2(name: &str, vlan: u16, vrf: Option<&str>, pool: Option<&str>) -> NamedLayer2 {
+        let mut v = serde_json::json!({"id": vlan, "vni": 100 + vlan as u32, "mtu": 1500});
+        if let Some(vrf) = vrf {
+            v["vrf"] = vrf.into();
+        }
+        if let Some(pool) = pool {
+            v["nodeSelector"] = serde_json::json!({"matchLabels": {"pool": pool}});
+        }
+        let spec: Layer2NetworkConfigurationSpec = serde_json::from_value(v).unwrap();
+        NamedLayer2 {
+            name: name.into(),
+            spec,
+        }
+    }
+
+    fn nodes() -> Vec<NodeInfo> {
+        (0..5)
+            .map(|i| {
+                let pool = if i < 2 { "edge" } else { "compute" };
+                NodeInfo::new(format!("n{i}"), [("pool", pool)])
+            })
+            .collect()
+    }
+
+    fn inputs() -> RevisionInputs {
+        RevisionInputs {
+            vrfs: vec![
+                vrf("tenant-a", 1001, None, "10.0.76.80/28"),
+                vrf("tenant-b", 1002, Some(200), "10.0.76.81/28"),
+            ],
+            layer2s: vec![
+                l2("edge-100", 100, Some("tenant-a"), Some("edge")),
+                l2("orphan-101", 101, Some("tenant-zz"), None),
+            ],
+            routing_tables: Vec::new(),
+        }
+    }
+
+    /// Table test: each object's own verdict, with the field path, the nodes it selects and its table.
+    #[test]
+    fn each_object_gets_its_own_verdict_nodes_and_table() {
+        let v = input_verdicts(&inputs(), &nodes(), &FleetParams::default());
+        let a = v.get(InputKind::Vrf, "tenant-a").unwrap();
+        assert_eq!(a.errors, Vec::<String>::new());
+        assert_eq!(a.selected_nodes, 5);
+        let table = a.table_id.unwrap();
+        assert!(
+            (crate::render::TABLE_ALLOC_BASE..crate::render::TABLE_ALLOC_BASE * 2).contains(&table),
+            "allocated from the range: {table}"
+        );
+        let b = v.get(InputKind::Vrf, "tenant-b").unwrap();
+        assert_eq!(b.table_id, Some(200), "explicit table");
+        assert_eq!(b.errors.len(), 1, "{:?}", b.errors);
+        assert!(
+            b.errors[0].contains("spec.import[0].cidr") && b.errors[0].contains("10.0.76.80/28"),
+            "names the field and what is right: {}",
+            b.errors[0]
+        );
+        let edge = v.get(InputKind::Layer2, "edge-100").unwrap();
+        assert_eq!((edge.selected_nodes, edge.errors.len()), (2, 0));
+        let orphan = v.get(InputKind::Layer2, "orphan-101").unwrap();
+        assert_eq!(orphan.errors.len(), 1, "{:?}", orphan.errors);
+        assert!(
+            orphan.errors[0].contains("tenant-zz"),
+            "a cross-object error names the missing VRF: {}",
+            orphan.errors[0]
+        );
+    }
+
+    #[test]
+    fn accepted_says_why_and_keeps_its_transition_time() {
+        let v = input_verdicts(&inputs(), &nodes(), &FleetParams::default());
+        let t0 = Timestamp::from_secs(1_000);
+        let t1 = Timestamp::from_secs(2_000);
+        let errors = vec!["Layer2NetworkConfiguration/orphan-101 …".to_string()];
+        let bad = v.get(InputKind::Vrf, "tenant-b").unwrap();
+        let s = input_status(bad, "rev-1", &errors, Some(3), None, t0);
+        let c = s.accepted().unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Invalid"));
+        assert!(c.message.contains("spec.import[0].cidr"), "{}", c.message);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(c.observed_generation, Some(3));
+        assert_eq!(s.table_id, Some(200));
+        assert_eq!(s.selected_nodes, Some(5));
+        assert_eq!(s.revision.as_deref(), Some("rev-1"));
+
+        // Fine itself, but the revision fails elsewhere: not accepted, and it says where.
+        let good = v.get(InputKind::Vrf, "tenant-a").unwrap();
+        let s = input_status(good, "rev-1", &errors, Some(1), None, t0);
+        let c = s.accepted().unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "RevisionInvalid")
+        );
+        assert!(c.message.contains("orphan-101"), "{}", c.message);
+
+        // Valid: True. The same verdict later is the same status (no write); a change moves the time.
+        let s1 = input_status(good, "rev-2", &[], Some(1), None, t0);
+        assert_eq!(s1.accepted().unwrap().status, "True");
+        let again = input_status(good, "rev-2", &[], Some(1), Some(&s1), t1);
+        assert_eq!(again, s1, "nothing changed: nothing to write");
+        let flipped = input_status(bad, "rev-3", &[], Some(2), Some(&s1), t1);
+        assert_eq!(
+            flipped.accepted().unwrap().last_transition_time,
+            t1.to_time()
+        );
+    }
+}
