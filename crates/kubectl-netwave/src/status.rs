@@ -418,6 +418,20 @@ pub async fn run(client: &Client, args: StatusArgs, term: &mut Term<'_>) -> anyh
     Ok(Exit::Success)
 }
 
+/// One watch event: a new error is said once on stderr (the watch retries with backoff, and the view
+/// stays on screen meanwhile); the end of the stream ends the command.
+fn note(ev: Option<Option<String>>, last: &mut Option<String>) -> anyhow::Result<()> {
+    match ev {
+        None => anyhow::bail!("the watch ended"),
+        Some(Some(e)) if last.as_ref() != Some(&e) => {
+            eprintln!("{e} (retrying)");
+            *last = Some(e);
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
 /// Whether `-w --until-done` stops at this phase, and how.
 fn done(phase: &str) -> Option<Exit> {
     match RevisionPhase::parse(Some(phase)) {
@@ -531,7 +545,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
         }
         // Next event (or a tick for the ages), then let a burst of events settle.
         tokio::select! {
-            ev = events.next() => if ev.is_none() { anyhow::bail!("the watch ended") },
+            ev = events.next() => note(ev, &mut last_error)?,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = &mut timed_out => anyhow::bail!("timed out after {}s", args.timeout.unwrap_or(0)),
         }
@@ -539,7 +553,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
         tokio::pin!(settle);
         loop {
             tokio::select! {
-                ev = events.next() => if ev.is_none() { anyhow::bail!("the watch ended") },
+                ev = events.next() => note(ev, &mut last_error)?,
                 _ = &mut settle => break,
             }
         }
