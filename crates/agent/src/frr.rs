@@ -591,6 +591,27 @@ impl Frr {
         Ok(true)
     }
 
+    /// `show bgp summary json` of this node's FRR instance (the health probes' view of the sessions).
+    pub async fn bgp_summary(&self) -> Result<String, FrrApplyError> {
+        let command = "show bgp summary json";
+        let mut cmd = Command::new(&self.settings.vtysh);
+        self.vtysh_args(&mut cmd);
+        cmd.arg("-c").arg(command);
+        let out = self.run(&mut cmd, "vtysh").await?;
+        if !out.status.success() {
+            return Err(FrrApplyError::Show {
+                command: command.to_string(),
+                code: out.status.code(),
+                output: quote(
+                    &String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .collect::<Vec<_>>(),
+                ),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// L3 VNIs zebra has bound to their VXLAN device (`show vrf vni json`).
     pub async fn vrf_vnis(&self) -> Result<BTreeSet<u32>, FrrApplyError> {
         let command = "show vrf vni json";

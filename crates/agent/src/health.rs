@@ -1,5 +1,6 @@
 //! Health probes around an apply: interfaces that must be up (name globs), TCP connect and ICMP echo
-//! reachability targets, and an uncached API-server probe.
+//! reachability targets, BGP sessions that must be Established (FRR's `show bgp summary json`, when
+//! the agent runs FRR), and an uncached API-server probe.
 //!
 //! Gating (DESIGN.md §4): every probe runs once *before* the apply; only probes that passed then can fail
 //! the apply afterwards (a target that was already unreachable says nothing about the new config). After
@@ -38,6 +39,11 @@ pub struct HealthConfig {
     pub tcp: Vec<SocketAddr>,
     /// ICMP echo targets.
     pub icmp: Vec<IpAddr>,
+    /// BGP neighbours (an address, or the interface of an unnumbered one, as FRR names them) whose
+    /// session must be Established in some address family; needs the agent's FRR (`--frr-config`).
+    /// A session a revision breaks stays Established until its hold time runs out (9 s with FRR's
+    /// datacenter defaults): set `settleSeconds` above the hold time, or the probe passes too early.
+    pub bgp_peers: Vec<String>,
     /// Probe the API server (uncached request) after an apply.
     pub api_server: bool,
     /// One probe attempt gives up after this long.
@@ -58,6 +64,7 @@ impl Default for HealthConfig {
             interfaces: Vec::new(),
             tcp: Vec::new(),
             icmp: Vec::new(),
+            bgp_peers: Vec::new(),
             api_server: true,
             attempt_timeout_seconds: 1.0,
             deadline_seconds: 30.0,
@@ -124,6 +131,7 @@ impl HealthConfig {
             .collect();
         v.extend(self.tcp.iter().copied().map(Probe::Tcp));
         v.extend(self.icmp.iter().copied().map(Probe::Icmp));
+        v.extend(self.bgp_peers.iter().cloned().map(Probe::Bgp));
         if self.api_server {
             v.push(Probe::Api);
         }
@@ -144,6 +152,8 @@ pub enum Probe {
     Interface(String),
     Tcp(SocketAddr),
     Icmp(IpAddr),
+    /// A BGP session to this neighbour.
+    Bgp(String),
     Api,
 }
 
@@ -154,6 +164,7 @@ impl Probe {
             Probe::Interface(g) => format!("interface {g}"),
             Probe::Tcp(a) => format!("reachability {a}"),
             Probe::Icmp(ip) => format!("reachability icmp {ip}"),
+            Probe::Bgp(peer) => format!("bgp {peer}"),
             Probe::Api => "api".into(),
         }
     }
@@ -208,17 +219,58 @@ pub const FAILED: &str = "Failed";
 /// An uncached API-server request (in the Kubernetes shell: `GET /version`).
 pub type ApiCheck = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// FRR's `show bgp summary json` of the node's instance, uncached.
+pub type BgpSummary = Arc<dyn Fn() -> BoxFuture<'static, Result<String, String>> + Send + Sync>;
+
+/// Whether the session to `peer` is Established, from `show bgp summary json` (FRR 8.4: one object
+/// per address family, e.g. `ipv4Unicast`, `l2VpnEvpn`, each with `peers` by address or interface
+/// name and their `state`). Established in any family counts; otherwise the message names the state.
+pub fn bgp_session(summary: &str, peer: &str) -> Result<(), String> {
+    let v: serde_json::Value = serde_json::from_str(summary)
+        .map_err(|e| format!("show bgp summary json is not JSON: {e}"))?;
+    let mut states: BTreeSet<String> = BTreeSet::new();
+    for family in v.as_object().into_iter().flat_map(|m| m.values()) {
+        if let Some(p) = family.get("peers").and_then(|p| p.get(peer)) {
+            let state = p.get("state").and_then(|s| s.as_str()).unwrap_or("unknown");
+            if state == "Established" {
+                return Ok(());
+            }
+            states.insert(state.to_string());
+        }
+    }
+    if states.is_empty() {
+        Err("not a BGP neighbour of this node's FRR".into())
+    } else {
+        Err(format!(
+            "session not Established (state {})",
+            states.into_iter().collect::<Vec<_>>().join(", ")
+        ))
+    }
+}
+
 /// Runs probes. Sockets are opened on the calling thread, i.e. in its network namespace.
 #[derive(Clone)]
 pub struct Prober {
     pub cfg: HealthConfig,
     netlink: Netlink,
     api: Option<ApiCheck>,
+    bgp: Option<BgpSummary>,
 }
 
 impl Prober {
     pub fn new(cfg: HealthConfig, netlink: Netlink, api: Option<ApiCheck>) -> Prober {
-        Prober { cfg, netlink, api }
+        Prober {
+            cfg,
+            netlink,
+            api,
+            bgp: None,
+        }
+    }
+
+    /// Where the `bgp` probes read the sessions from (the agent's FRR instance).
+    pub fn with_bgp(mut self, summary: BgpSummary) -> Prober {
+        self.bgp = Some(summary);
+        self
     }
 
     /// One attempt, bounded by the attempt timeout (or `limit` if shorter).
@@ -261,6 +313,10 @@ impl Prober {
                 let t = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds);
                 icmp_echo(*ip, t).await
             }
+            Probe::Bgp(peer) => match &self.bgp {
+                Some(f) => bgp_session(&f().await?, peer),
+                None => Err("the agent runs no FRR (--frr-config) to ask".into()),
+            },
             Probe::Api => match &self.api {
                 Some(f) => f().await,
                 None => Err("no API client configured".into()),
@@ -293,10 +349,12 @@ impl Prober {
                 .enumerate()
                 .filter(|(i, _)| last.get(i).is_none_or(|r| r.result != PASSED))
                 .collect();
-            let left = deadline.saturating_duration_since(Instant::now());
+            // The deadline bounds when the last attempt starts; that attempt still gets its full
+            // attempt timeout (a vtysh round trip cut to the last millisecond would only time out).
+            let attempt_limit = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds);
             let rs = join_all(pending.iter().map(|(i, p)| async move {
                 let start = Instant::now();
-                let r = self.check(p, left.max(Duration::from_millis(1))).await;
+                let r = self.check(p, attempt_limit).await;
                 (*i, result(p, r, gating, start.elapsed()))
             }))
             .await;
@@ -419,6 +477,75 @@ fn checksum(b: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shape FRR 8.4 prints (trimmed): an unnumbered peer by interface, a numbered one by address.
+    const SUMMARY: &str = r#"{
+      "ipv4Unicast": {"routerId": "198.18.1.1", "as": 65000, "peers": {
+        "eth1": {"hostname": "n2", "remoteAs": 65000, "state": "Established", "idType": "interface"},
+        "198.18.0.3": {"remoteAs": 65000, "state": "Active", "idType": "ipv4"}
+      }},
+      "l2VpnEvpn": {"routerId": "198.18.1.1", "as": 65000, "peers": {
+        "eth1": {"remoteAs": 65000, "state": "Established", "idType": "interface"},
+        "198.18.0.3": {"remoteAs": 65000, "state": "Connect", "idType": "ipv4"}
+      }}
+    }"#;
+
+    #[test]
+    fn a_bgp_probe_passes_only_on_an_established_session_and_says_the_state() {
+        assert_eq!(bgp_session(SUMMARY, "eth1"), Ok(()));
+        assert_eq!(
+            bgp_session(SUMMARY, "198.18.0.3"),
+            Err("session not Established (state Active, Connect)".into())
+        );
+        assert_eq!(
+            bgp_session(SUMMARY, "198.18.0.9"),
+            Err("not a BGP neighbour of this node's FRR".into())
+        );
+        // No session at all (FRR prints `{}` without a BGP instance).
+        assert!(bgp_session("{}", "eth1").is_err());
+        assert!(bgp_session("% Unknown command", "eth1").is_err());
+    }
+
+    #[test]
+    fn bgp_probes_come_from_the_config_and_gate_only_when_they_passed_before() {
+        let cfg: HealthConfig =
+            serde_saphyr::from_str("bgpPeers: [eth1, 198.18.0.3]\napiServer: false\n").unwrap();
+        let probes = cfg.probes();
+        assert_eq!(
+            probes,
+            [Probe::Bgp("eth1".into()), Probe::Bgp("198.18.0.3".into())]
+        );
+        // Before the apply: eth1 up, 198.18.0.3 already down; only eth1 may fail the apply.
+        let before: Vec<ProbeResult> = probes
+            .iter()
+            .map(|p| {
+                let Probe::Bgp(peer) = p else { unreachable!() };
+                result(
+                    p,
+                    bgp_session(SUMMARY, peer),
+                    &BTreeSet::new(),
+                    Duration::ZERO,
+                )
+            })
+            .collect();
+        let gates = gating(&before);
+        assert_eq!(gates, BTreeSet::from(["bgp eth1".to_string()]));
+        // After: both down. The failure that counts is eth1's, with FRR's state in the message.
+        let down = SUMMARY.replace("Established", "Idle");
+        let after: Vec<ProbeResult> = probes
+            .iter()
+            .map(|p| {
+                let Probe::Bgp(peer) = p else { unreachable!() };
+                result(p, bgp_session(&down, peer), &gates, Duration::ZERO)
+            })
+            .collect();
+        let failed = first_gating_failure(&after).expect("eth1 gates");
+        assert_eq!(failed.name, "bgp eth1");
+        assert_eq!(
+            failed.message.as_deref(),
+            Some("session not Established (state Idle)")
+        );
+    }
 
     fn pr(name: &str, result: &str, gating: bool) -> ProbeResult {
         ProbeResult {

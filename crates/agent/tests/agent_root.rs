@@ -66,6 +66,7 @@ fn health() -> HealthConfig {
         interfaces: vec!["veth0".into()],
         tcp: vec!["198.18.8.2:179".parse().unwrap()],
         icmp: vec!["198.18.8.2".parse().unwrap()],
+        bgp_peers: vec![],
         api_server: false,
         // Generous enough for a busy CI machine; a cut target fails fast and is retried until the deadline.
         attempt_timeout_seconds: 0.5,

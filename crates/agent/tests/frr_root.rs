@@ -19,15 +19,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use common::frr::{FRR_LIB, FrrDaemons, INSTALL, VTEP, body};
-use common::{in_netns, ip};
+use common::{PeerNs, in_netns, ip};
 use netwave_agent::backup::{Applying, StateDir};
 use netwave_agent::frr::Frr;
-use netwave_agent::health::{HealthConfig, Prober};
+use netwave_agent::health::{self, BgpSummary, HealthConfig, Prober};
 use netwave_agent::netlink::Netlink;
 use netwave_agent::reconcile::{Agent, Reason, Target};
-use netwave_api::{Layer2Config, NodeConfig, VrfConfig};
+use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, VrfConfig};
 use netwave_core::dataplane::diff::diff;
 use netwave_core::dataplane::{NodeSettings, desired};
+use netwave_core::frr::{NeighborSettings, RemoteAsSetting, TimerSettings};
 
 fn hostname() -> Result<String> {
     Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")?
@@ -71,6 +72,7 @@ fn health() -> HealthConfig {
         interfaces: vec![],
         tcp: vec![],
         icmp: vec![],
+        bgp_peers: vec![],
         api_server: false,
         attempt_timeout_seconds: 0.5,
         deadline_seconds: 1.0,
@@ -430,6 +432,146 @@ fn frr_off_refuses_bgp_content_before_any_change() {
         // Layer-2 segments alone need no FRR.
         let out = a.apply(&target("r2", segments(&[10]))).await;
         ensure!(out.reason.is_none(), "{}", out.message);
+        Ok(())
+    });
+}
+
+/// Waits until `frr`'s session to `peer` is (or, with `up == false`, is not) Established.
+async fn wait_session(frr: &Frr, peer: &str, up: bool, within: Duration) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let summary = frr.bgp_summary().await?;
+        if health::bgp_session(&summary, peer).is_ok() == up {
+            return Ok(start.elapsed());
+        }
+        ensure!(
+            start.elapsed() < within,
+            "session to {peer} still {} after {within:?}: {summary}",
+            if up { "down" } else { "up" }
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[test]
+fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns() {
+    let test = "a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        // Node A (this namespace, FRR applied by the agent) ══ veth ══ node B (a peer namespace with
+        // its own FRR, configured by hand): iBGP over 198.18.8.0/24, keepalive 1 s, hold 3 s.
+        let peer = PeerNs::new()?;
+        let pid = peer.pid().to_string();
+        ip(&[
+            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
+        ])?;
+        ip(&["addr", "add", "198.18.8.1/24", "dev", "veth0"])?;
+        ip(&["link", "set", "veth0", "up"])?;
+        ip(&["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])?;
+        for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+            std::fs::write(format!("/proc/sys/{key}"), "1").with_context(|| key.to_string())?;
+        }
+        let b = peer.run(|| {
+            ip(&["link", "set", "lo", "up"])?;
+            ip(&["addr", "add", "198.18.8.2/24", "dev", "veth1"])?;
+            ip(&["link", "set", "veth1", "up"])?;
+            // Forked from this thread: B's daemons live in B's namespace.
+            let b = FrrDaemons::start()?;
+            b.vtysh(&[
+                "-c",
+                "configure terminal",
+                "-c",
+                "router bgp 65000",
+                "-c",
+                "bgp router-id 198.18.8.2",
+                "-c",
+                "timers bgp 1 3",
+                "-c",
+                "neighbor 198.18.8.1 remote-as internal",
+            ])?;
+            Ok(b)
+        })?;
+
+        let fr = FrrDaemons::start()?;
+        let mut settings = fr.settings();
+        settings.underlay.neighbors = vec![NeighborSettings {
+            address: Some("198.18.8.2".into()),
+            interface: None,
+            remote_as: RemoteAsSetting::Keyword("internal".into()),
+        }];
+        settings.underlay.timers = Some(TimerSettings {
+            keepalive: 1,
+            hold: 3,
+        });
+        let frr = Frr::new(settings, &hostname()?)?;
+        let state = tempfile::tempdir()?;
+        let mut a = agent(Some(frr.clone()), state.path()).await?;
+        let probe_frr = frr.clone();
+        let summary: BgpSummary = std::sync::Arc::new(move || {
+            let f = probe_frr.clone();
+            Box::pin(async move { f.bgp_summary().await.map_err(|e| e.to_string()) })
+        });
+        let cfg = HealthConfig {
+            bgp_peers: vec!["198.18.8.2".into()],
+            api_server: false,
+            attempt_timeout_seconds: 2.0,
+            deadline_seconds: 15.0,
+            // A broken session stays Established until its hold time (3 s) runs out.
+            settle_seconds: 4.0,
+            backoff_initial_seconds: 0.2,
+            backoff_max_seconds: 1.0,
+            ..HealthConfig::default()
+        };
+        a.prober = Prober::new(cfg, a.netlink.clone(), None).with_bgp(summary);
+
+        // r1: the first FRR config. The session was not up before (FRR had no BGP at all), so its
+        // probe does not gate: Provisioned even though the session is still connecting.
+        let r1 = segments(&[10]);
+        let out = a.apply(&target("r1", r1.clone())).await;
+        ensure!(out.reason.is_none(), "r1: {}", out.message);
+        let p = out.probes.iter().find(|p| p.name == "bgp 198.18.8.2");
+        ensure!(p.is_some_and(|p| !p.gating), "{:?}", out.probes);
+        let up = wait_session(&frr, "198.18.8.2", true, Duration::from_secs(30)).await?;
+        eprintln!("session Established {:.1} s after r1", up.as_secs_f64());
+
+        // r2 also blackholes B's address in the main table: B stops hearing A's keepalives, drops
+        // the session after its 3 s hold time, and A cannot reconnect. Its gating probe fails.
+        let mut r2 = r1.clone();
+        r2.routes.push(RouteConfig {
+            table: 254,
+            prefix: "198.18.8.2/32".into(),
+            via: None,
+            dev: None,
+            kind: RouteType::Blackhole,
+            metric: None,
+        });
+        let start = Instant::now();
+        let out = a.apply(&target("r2", r2)).await;
+        let took = start.elapsed();
+        ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
+        ensure!(
+            out.message.starts_with("HealthCheckFailed: bgp 198.18.8.2"),
+            "{}",
+            out.message
+        );
+        ensure!(out.message.contains("not Established"), "{}", out.message);
+        ensure!(out.rolled_back, "{out:?}");
+        ensure!(runs(&a, &r1).await?, "kernel not back on r1");
+        ensure!(
+            !ip(&["route", "show", "table", "main"])?.contains("blackhole"),
+            "the blackhole route survived the rollback"
+        );
+        let back = wait_session(&frr, "198.18.8.2", true, Duration::from_secs(30)).await?;
+        eprintln!(
+            "r2 refused after {:.1} s (session down, rolled back); session Established again {:.1} s \
+             later",
+            took.as_secs_f64(),
+            back.as_secs_f64()
+        );
+        drop(b);
+        drop(fr);
         Ok(())
     });
 }

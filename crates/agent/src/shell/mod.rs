@@ -111,8 +111,18 @@ pub async fn run_with(
         })
     });
     let taints = health.taints.clone();
+    let mut prober = Prober::new(health, netlink.clone(), Some(api));
+    if let Some(f) = &frr {
+        // `bgp` probes ask this node's FRR instance, uncached, like the apply does.
+        let f = f.clone();
+        let summary: crate::health::BgpSummary = Arc::new(move || {
+            let f = f.clone();
+            Box::pin(async move { f.bgp_summary().await.map_err(|e| e.to_string()) })
+        });
+        prober = prober.with_bgp(summary);
+    }
     let agent = Agent {
-        prober: Prober::new(health, netlink.clone(), Some(api)),
+        prober,
         state: StateDir::open(&args.state_dir)?,
         netlink,
         caps,
