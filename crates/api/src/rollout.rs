@@ -298,6 +298,23 @@ pub struct NetworkConfigRevisionStatus {
     /// What the rollout is waiting on, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Set when the inputs went back to this revision's after a newer one: the sequence it is the
+    /// target under now. `spec.sequence` stays its creation order (a revision never changes);
+    /// ordering and the choice of target use [`effective_sequence`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_sequence: Option<u64>,
+    /// When it was made the target again (see `activeSequence`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reactivated_at: Option<Time>,
+}
+
+/// The sequence a revision is ordered by: `status.activeSequence` once it was reactivated, else
+/// `spec.sequence`. The target is the revision with the highest one that is not `Failed`.
+pub fn effective_sequence(rev: &NetworkConfigRevision) -> u64 {
+    rev.status
+        .as_ref()
+        .and_then(|s| s.active_sequence)
+        .map_or(rev.spec.sequence, |a| a.max(rev.spec.sequence))
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -297,11 +297,32 @@ pub fn compute(
             };
         }
         Decision::Reactivate { name, new_sequence } => {
+            let created = s
+                .revisions
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(&name))
+                .map(|r| r.spec.sequence)
+                .unwrap_or_default();
+            let uid = uid_of_revision(s, &name);
             return Outcome {
-                intents: vec![Intent::SetRevisionSequence {
-                    name,
-                    sequence: new_sequence,
-                }],
+                intents: vec![
+                    Intent::ReactivateRevision {
+                        name: name.clone(),
+                        sequence: new_sequence,
+                        at: now.truncate_to_secs().to_rfc3339(),
+                    },
+                    Intent::Event {
+                        regarding: object_ref("NetworkConfigRevision", &name, uid),
+                        type_: KubeEventType::Normal,
+                        reason: "RevisionReactivated".into(),
+                        action: "Revision".into(),
+                        note: format!(
+                            "the inputs equal {name} (created as sequence {created}) again: it is the \
+                             target again as sequence {new_sequence} (status.activeSequence) and rolls \
+                             out afresh; it reads Progressing until its nodes are back"
+                        ),
+                    },
+                ],
                 plan: None,
                 requeue_at: None,
                 equals_failed: None,
@@ -719,6 +740,35 @@ fn log_assignments(plan: &Plan) {
     }
 }
 
+/// What to tell an admin whose inputs equal a failed revision. A retry can only help a revision that
+/// failed on nodes; one that failed fleet validation fails the same way again, so the advice is to fix
+/// the inputs, with the first errors.
+fn equals_failed_note(name: &str, failed: Option<&NetworkConfigRevision>) -> String {
+    let errors = failed
+        .and_then(|r| r.status.as_ref())
+        .map(|st| st.validation.errors.as_slice())
+        .unwrap_or_default();
+    if errors.is_empty() {
+        format!(
+            "the current inputs equal {name}, which failed on nodes: no new revision is created; \
+             change the inputs, or bump {name}'s spec.retry to roll it out again"
+        )
+    } else {
+        let first: Vec<&str> = errors.iter().take(3).map(String::as_str).collect();
+        format!(
+            "the current inputs equal {name}, which failed fleet validation: no new revision is \
+             created and a retry would fail the same way; fix the inputs (kubectl get vrf,l2,rt shows \
+             which are not accepted): {}{}",
+            first.join("; "),
+            if errors.len() > 3 {
+                format!(" and {} more", errors.len() - 3)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
 /// The revision nodes are being moved to or run: the newest one that is not failed.
 fn current_target(s: &Snapshot) -> Option<&NetworkConfigRevision> {
     s.revisions
@@ -726,8 +776,14 @@ fn current_target(s: &Snapshot) -> Option<&NetworkConfigRevision> {
         .filter(|r| live(r.as_ref()))
         .filter(|r| !ExistingRevision::from_object(r).is_failed())
         .max_by(|a, b| {
-            (a.spec.sequence, a.metadata.name.as_deref())
-                .cmp(&(b.spec.sequence, b.metadata.name.as_deref()))
+            (
+                netwave_api::effective_sequence(a),
+                a.metadata.name.as_deref(),
+            )
+                .cmp(&(
+                    netwave_api::effective_sequence(b),
+                    b.metadata.name.as_deref(),
+                ))
         })
         .map(AsRef::as_ref)
 }
@@ -977,20 +1033,17 @@ impl Reconciler {
                 self.reported_equals_failed.as_deref(),
                 outcome.equals_failed.as_deref(),
             ) {
-                let uid = snapshot
+                let failed = snapshot
                     .revisions
                     .iter()
-                    .find(|r| r.metadata.name.as_deref() == Some(name))
-                    .and_then(|r| r.metadata.uid.clone());
+                    .find(|r| r.metadata.name.as_deref() == Some(name));
+                let uid = failed.and_then(|r| r.metadata.uid.clone());
                 outcome.intents.push(Intent::Event {
                     regarding: object_ref("NetworkConfigRevision", name, uid),
                     type_: KubeEventType::Warning,
                     reason: "InputsEqualFailedRevision".into(),
                     action: "Revision".into(),
-                    note: format!(
-                        "the current inputs equal {name}, which failed: no new revision is created; change \
-                         the inputs, or bump {name}'s spec.retry to roll it out again"
-                    ),
+                    note: equals_failed_note(name, failed.map(AsRef::as_ref)),
                 });
             }
             self.reported_equals_failed = outcome.equals_failed.clone();

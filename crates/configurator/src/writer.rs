@@ -44,10 +44,13 @@ pub enum Intent {
         hash: String,
         inputs: Box<RevisionInputs>,
     },
-    /// Make an older good revision the target again by giving it the next sequence.
-    SetRevisionSequence {
+    /// Make an older good revision the target again under the next sequence, in its status (its spec
+    /// never changes): `activeSequence`, `reactivatedAt`, and a fresh rollout (`Pending`, no start,
+    /// completion or failures of the earlier one), so it reads `Progressing` until its nodes are back.
+    ReactivateRevision {
         name: String,
         sequence: u64,
+        at: String,
     },
     /// Server-side apply of a node's whole spec (creates the NNC if missing) and its assignment time.
     ApplyNodeConfig {
@@ -88,8 +91,8 @@ impl Intent {
         match self {
             Intent::CreateRevision { name, .. }
             | Intent::RestoreRevisionSpec { name, .. }
-            | Intent::SetRevisionSequence { name, .. }
             | Intent::DeleteRevision { name } => format!("ncr/{name}"),
+            Intent::ReactivateRevision { name, .. } => format!("ncr-status/{name}"),
             Intent::RevisionStatus { name, .. } => format!("ncr-status/{name}"),
             Intent::InputStatus { kind, name, .. } => format!("{}-status/{name}", kind.as_str()),
             Intent::ApplyNodeConfig { node: name, .. } | Intent::DeleteNodeConfig { name } => {
@@ -129,7 +132,7 @@ fn log_done(intent: &Intent) {
             }
             None => info!(revision = %name, sequence = spec.sequence, "created revision"),
         },
-        Intent::SetRevisionSequence { name, sequence } => info!(
+        Intent::ReactivateRevision { name, sequence, .. } => info!(
             revision = %name, sequence,
             "the inputs equal this earlier good revision: it is the target again"
         ),
@@ -350,10 +353,24 @@ impl Writer {
                     .await
                     .map(drop)
             }
-            Intent::SetRevisionSequence { name, sequence } => {
-                let patch = json!({ "spec": { "sequence": sequence } });
+            Intent::ReactivateRevision { name, sequence, at } => {
+                let patch = json!({ "status": {
+                    "activeSequence": sequence,
+                    "reactivatedAt": at,
+                    "phase": netwave_api::vocab::RevisionPhase::Pending.as_str(),
+                    "startedAt": null,
+                    "completedAt": null,
+                    "canariesUpdatedAt": null,
+                    "lastProgressAt": null,
+                    "failedNodes": [],
+                    "failed": 0,
+                }});
+                let pp = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PatchParams::default()
+                };
                 revisions
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch_status(name, &pp, &Patch::Merge(&patch))
                     .await
                     .map(drop)
             }

@@ -322,47 +322,97 @@ async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
         }
     })
     .await;
+    let second = revisions(&env.client).await[1]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    // Only the last good revision reads Complete: the first completed earlier and is superseded.
+    let before = revisions(&env.client).await;
+    assert_eq!(phase(&before[0]), "Superseded");
+    assert!(before[0].status.as_ref().unwrap().completed_at.is_some());
     change_inputs(&env.client, 9000).await; // the sample's original MTU
-    let back = eventually(
-        T,
-        "the first revision to be the target again and complete",
-        || async {
-            let revs = revisions(&env.client).await;
-            match revs.last() {
-                Some(r)
-                    if r.metadata.name.as_deref() == Some(first.as_str())
-                        && phase(r) == "Complete" =>
-                {
-                    Ok(revs.clone())
-                }
-                _ => Err(format!(
-                    "{:?}",
-                    revs.iter()
-                        .map(|r| (r.metadata.name.clone(), r.spec.sequence, phase(r)))
-                        .collect::<Vec<_>>()
-                )),
-            }
-        },
-    )
-    .await;
-    assert_eq!(back.len(), 2, "no third revision was created for a revert");
-    assert_eq!(
-        back.last().unwrap().spec.sequence,
-        3,
-        "the reverted-to revision got the next sequence"
+    // An admin waits for the revert to be done, as for any rollout.
+    let wait = env
+        .cp()
+        .kubectl()
+        .args([
+            "wait",
+            "--for=jsonpath={.status.phase}=Complete",
+            "--timeout=60s",
+            &format!("ncr/{first}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        wait.status.success(),
+        "kubectl wait: {}",
+        String::from_utf8_lossy(&wait.stderr)
     );
-    eventually(T, "all nodes on the first revision", || async {
-        let configs = configs(&env.client).await;
-        if configs
+    // It returned only once every node runs the first revision again.
+    let configs_now = configs(&env.client).await;
+    assert!(
+        configs_now
             .values()
-            .all(|c| c.spec.revision == first && !in_flight(c))
-        {
+            .all(|c| c.spec.revision == first && !in_flight(c)),
+        "kubectl wait returned early: {:?}",
+        configs_now
+            .values()
+            .map(|c| (
+                c.spec.revision.clone(),
+                c.status.as_ref().and_then(|s| s.phase.clone())
+            ))
+            .collect::<Vec<_>>()
+    );
+    let back = revisions(&env.client).await;
+    assert_eq!(back.len(), 2, "no third revision was created for a revert");
+    let reverted = back
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(first.as_str()))
+        .unwrap();
+    assert_eq!(reverted.spec.sequence, 1, "a revision's spec never changes");
+    let st = reverted.status.as_ref().unwrap();
+    assert_eq!(
+        st.active_sequence,
+        Some(3),
+        "the target again under sequence 3"
+    );
+    assert!(st.reactivated_at.is_some());
+    assert_eq!((st.updated, st.total), (4, 4));
+    assert_eq!(netwave_api::effective_sequence(reverted), 3);
+    eventually(T, "the second revision superseded", || async {
+        let r = Api::<NetworkConfigRevision>::all(env.client.clone())
+            .get(&second)
+            .await
+            .unwrap();
+        if phase(&r) == "Superseded" {
             Ok(())
         } else {
-            Err("not yet".into())
+            Err(phase(&r))
         }
     })
     .await;
+    // The reactivation is on record as an Event on the revision.
+    let events = env
+        .cp()
+        .kubectl()
+        .args([
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            "reason=RevisionReactivated",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+        .output()
+        .unwrap();
+    let note = String::from_utf8_lossy(&events.stdout).into_owned();
+    assert!(
+        note.contains(&first) && note.contains("sequence 3"),
+        "RevisionReactivated Event: {note:?} {}",
+        String::from_utf8_lossy(&events.stderr)
+    );
     c.stop().await;
 }
 
@@ -437,6 +487,36 @@ async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(configs(&env.client).await.is_empty(), "no node was touched");
+    // The Warning that the inputs equal a failed revision advises what can help: a retry cannot fix
+    // a validation failure, so it says to fix the inputs, with the error.
+    let advice = eventually(T, "the InputsEqualFailedRevision Event", || async {
+        let o = env
+            .cp()
+            .kubectl()
+            .args([
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                "reason=InputsEqualFailedRevision",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])
+            .output()
+            .unwrap();
+        let m = String::from_utf8_lossy(&o.stdout).into_owned();
+        if m.is_empty() {
+            Err("none yet".to_string())
+        } else {
+            Ok(m)
+        }
+    })
+    .await;
+    assert!(
+        advice.contains("fix the inputs") && advice.contains("spec.routes[1]"),
+        "{advice}"
+    );
+    assert!(!advice.contains("spec.retry"), "no retry advice: {advice}");
     c.stop().await;
 }
 

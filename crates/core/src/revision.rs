@@ -153,7 +153,8 @@ pub fn name_matches(name: &str, hash: &str) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExistingRevision {
     pub name: String,
-    /// `spec.sequence`.
+    /// Its [effective sequence](netwave_api::effective_sequence): `spec.sequence`, or the sequence it
+    /// was reactivated under.
     pub sequence: u64,
     /// `spec.hash`.
     pub hash: String,
@@ -171,7 +172,7 @@ impl ExistingRevision {
         let status = ncr.status.as_ref();
         ExistingRevision {
             name: ncr.metadata.name.clone().unwrap_or_default(),
-            sequence: ncr.spec.sequence,
+            sequence: netwave_api::effective_sequence(ncr),
             hash: ncr.spec.hash.clone(),
             failed: netwave_api::vocab::RevisionPhase::parse(
                 status.and_then(|s| s.phase.as_deref()),
@@ -197,8 +198,9 @@ pub enum Decision {
     /// The inputs equal a revision that failed. Do not create anything (it would fail the same way);
     /// report it (condition/Event) so the admin changes the inputs or bumps that revision's `spec.retry`.
     EqualsFailed { name: String },
-    /// The inputs equal an older good revision: give it `new_sequence` (patch `spec.sequence`) so it is the
-    /// newest and becomes the target again, like a Deployment rollback re-using its old ReplicaSet.
+    /// The inputs equal an older good revision: make it the target again under `new_sequence`
+    /// (`status.activeSequence`; its spec never changes), like a Deployment rollback re-using its old
+    /// ReplicaSet. It rolls out afresh: `Pending`, then `Progressing` until its nodes are back.
     Reactivate { name: String, new_sequence: u64 },
     /// New inputs: create a revision with this name, sequence and hash.
     Create {

@@ -35,6 +35,14 @@
 //!           Superseded (target again if every newer one fails)
 //! ```
 //!
+//! Only the last good revision reads `Complete`: one that completed before a newer one did reads
+//! `Superseded` (its `completedAt` stays). When the inputs go back to an older revision's, the
+//! configurator does not change its spec (`spec.sequence` stays its creation order): it records the
+//! reactivation in status (`activeSequence`, `reactivatedAt`, a fresh `Pending`) and an Event, and the
+//! revision rolls out afresh, `Progressing` until its nodes are back, then `Complete`. Revisions are
+//! ordered by `netwave_api::effective_sequence` (`activeSequence` when set); `kubectl get ncr
+//! --sort-by=.spec.sequence` lists them in creation order.
+//!
 //! # Why it is built this way
 //!
 //! - **No memory between steps.** Everything the machine needs is in the API objects: failures in

@@ -424,7 +424,9 @@ fn failing_nodes_go_back_to_the_previous_last_good_revision_even_when_the_target
             assert!(plan.assignments.is_empty(), "{case}: {plan:#?}");
         }
         assert_eq!(on_revision(&store, "r1"), ["node-01"], "{case}");
-        assert_eq!(phase(&store, "r1"), "Complete", "{case}");
+        // Only the last good revision reads Complete; r1 completed before r2 did.
+        assert_eq!(phase(&store, "r1"), "Superseded", "{case}");
+        assert!(status(&store, "r1").completed_at.is_some(), "{case}");
     }
 }
 
@@ -942,4 +944,78 @@ fn an_empty_or_fully_skipped_fleet_never_exceeds_the_progress_deadline() {
         "nothing could move: no alert"
     );
     assert_eq!(status(&store, "r2").skipped, 2);
+}
+
+/// The inputs go back to an older good revision (#18): the configurator makes it the target again in
+/// its status (`activeSequence`, a fresh `Pending`; its spec and `spec.sequence` never change). It reads
+/// Progressing until every node runs it again, so `kubectl wait --for=jsonpath={.status.phase}=Complete`
+/// returns only then; the revision it replaces stays the last good one meanwhile, and afterwards only
+/// the newest complete revision reads Complete, the others Superseded.
+#[test]
+fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2);
+    for t in 1..10 {
+        agents_succeed(&mut store);
+        run(&mut store, at(t));
+    }
+    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(
+        phase(&store, "r1"),
+        "Superseded",
+        "completed earlier, not the last good"
+    );
+    let (_, reason) = condition(&store, "r1", "Progressing");
+    assert_eq!(reason, reasons::SUPERSEDED);
+    assert!(status(&store, "r1").completed_at.is_some());
+    assert_eq!(
+        (status(&store, "r1").total, status(&store, "r1").updated),
+        (0, 0)
+    );
+
+    // What the configurator's reactivation writes (Intent::ReactivateRevision).
+    {
+        let r1 = store.revision("r1");
+        r1.sequence = netwave_core::types::Sequence(3);
+        let st = &mut r1.status;
+        st.active_sequence = Some(3);
+        st.phase = Some("Pending".into());
+        st.started_at = None;
+        st.completed_at = None;
+        st.last_progress_at = None;
+    }
+    let plan = run(&mut store, at(20));
+    assert_eq!(plan.report.target.as_deref(), Some("r1"));
+    assert_eq!(
+        plan.report.last_good.as_deref(),
+        Some("r2"),
+        "where a failure goes back to"
+    );
+    assert_eq!(phase(&store, "r2"), "Complete");
+    let mut t = 21;
+    while on_revision(&store, "r1").len() < 3
+        || store
+            .configs
+            .values()
+            .any(|c| !netwave_core::rollout::is_updated(c, "r1"))
+    {
+        assert_eq!(
+            phase(&store, "r1"),
+            "Progressing",
+            "not Complete before every node runs it again ({} of 3 assigned)",
+            on_revision(&store, "r1").len()
+        );
+        assert!(t < 60, "the reactivated rollout converges");
+        agents_succeed(&mut store);
+        run(&mut store, at(t));
+        t += 1;
+    }
+    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(status(&store, "r1").updated, 3);
+    assert_eq!(phase(&store, "r2"), "Superseded");
+    assert_eq!(
+        store.revisions["r1"].status.active_sequence,
+        Some(3),
+        "the reactivation stays on record"
+    );
 }

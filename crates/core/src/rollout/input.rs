@@ -196,7 +196,8 @@ impl RevisionState {
         Ok(RevisionState {
             name,
             generation: rev.metadata.generation,
-            sequence: Sequence(rev.spec.sequence),
+            // A reactivated revision is ordered by the sequence it was made the target under.
+            sequence: Sequence(netwave_api::effective_sequence(rev)),
             hash: rev.spec.hash.clone(),
             policy: rev.spec.rollout.clone(),
             paused: rev.spec.paused,

@@ -484,12 +484,13 @@ fn failed_nodes(d: &mut Draft, counts: Counts, newly: bool) {
     d.s.message = Some(format!("{failed}; {rollback}"));
 }
 
-/// A revision older than the target: `Complete` stays (the last good one, or one before it); anything
-/// else is `Superseded`.
+/// A revision older than the target: the last good one stays `Complete` (rollbacks and new nodes get
+/// it); anything else is `Superseded`, also one that completed before a newer one did (its
+/// `completedAt` says so), so only one older revision ever reads `Complete`.
 fn older(d: &mut Draft) {
     let r = d.r;
     let target_name = d.target_name();
-    let complete = r.stored_phase == Some(Phase::Complete);
+    let complete = r.stored_phase == Some(Phase::Complete) && d.last_good_name() == Some(r.name());
     let phase = if complete {
         Phase::Complete
     } else {
@@ -515,15 +516,20 @@ fn older(d: &mut Draft) {
         );
         d.s.validation = r.state.validation.clone();
     }
-    let progressing = if !complete {
-        let message = format!("superseded by {target_name}");
-        cond(False, reasons::SUPERSEDED, message)
-    } else if d.last_good_name() == Some(r.name()) {
+    let progressing = if complete {
         let message = format!("last good revision; {target_name} is the target");
         cond(False, reasons::ROLLOUT_COMPLETE, message)
+    } else if d.s.completed_at.is_some() {
+        let message = format!(
+            "completed earlier; superseded by {target_name}{}",
+            d.last_good_name()
+                .map(|lg| format!(" ({lg} is the last good revision)"))
+                .unwrap_or_default()
+        );
+        cond(False, reasons::SUPERSEDED, message)
     } else {
-        let message = format!("completed earlier; {target_name} is the target");
-        cond(False, reasons::ROLLOUT_COMPLETE, message)
+        let message = format!("superseded by {target_name}");
+        cond(False, reasons::SUPERSEDED, message)
     };
     d.s.message = Some(progressing.message.clone());
     d.set(ConditionType::Progressing, progressing);
