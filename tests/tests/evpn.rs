@@ -283,3 +283,154 @@ async fn evpn_installs_the_flood_entries_pings_cross_nodes_and_a_new_segment_rea
         test_start.elapsed().as_secs_f64()
     );
 }
+
+/// `show bgp summary json` of `node`'s FRR: the peers whose session is Established.
+fn established(f: &Fleet, node: &str) -> Vec<String> {
+    let out = f
+        .frr(node)
+        .unwrap()
+        .vtysh(&["-c", "show bgp summary json"])
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let mut up: Vec<String> = v["ipv4Unicast"]["peers"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, p)| p["state"] == "Established")
+        .map(|(a, _)| a.clone())
+        .collect();
+    up.sort();
+    up
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_that_breaks_a_nodes_bgp_session_is_rolled_back_there_and_fails_fleet_wide() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let test_start = Instant::now();
+    let mut f = Fleet::start(
+        bins(),
+        FleetOptions {
+            nodes: 2,
+            max_unavailable: 1,
+            frr: true,
+            // Probing starts after FRR's hold time (9 s): a broken session is Established until then.
+            settle_secs: 10.0,
+            ..FleetOptions::default()
+        },
+    )
+    .await
+    .expect("fleet with FRR starts");
+    let nodes = f.node_names();
+    let underlay: BTreeMap<String, String> = f
+        .net
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.underlay.to_string()))
+        .collect();
+    // Every agent gates on its BGP sessions: one health file for both, listing both underlay
+    // addresses (a node's own is no neighbour of its FRR, so that probe never passes and never gates).
+    let health = f.dir.join("health.yaml");
+    let mut text = std::fs::read_to_string(&health).unwrap();
+    let peers: Vec<String> = underlay.values().map(|a| format!("\"{a}\"")).collect();
+    text.push_str(&format!("bgpPeers: [{}]\n", peers.join(", ")));
+    std::fs::write(&health, text).unwrap();
+    for n in &nodes {
+        f.kill_agent(n);
+        f.start_agent(n).unwrap();
+    }
+
+    // Revision 1: the samples. Before it FRR had no BGP at all, so no session gates its apply.
+    f.apply(&samples().unwrap()).await.unwrap();
+    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let seq1 = rev1.spec.sequence;
+    let rev1 = rev1.metadata.name.unwrap();
+    f.eventually(T, "iBGP sessions Established on both nodes", || async {
+        for n in &nodes {
+            let want: Vec<String> = underlay
+                .iter()
+                .filter(|(p, _)| *p != n)
+                .map(|(_, a)| a.clone())
+                .collect();
+            let up = established(&f, n);
+            if up != want {
+                return Err(format!("{n}: Established {up:?}, want {want:?}"));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+
+    // Revision 2 sends traffic to every node's underlay address into a table that blackholes it (a
+    // node's own address is delivered by the local table first): the first node that applies it loses
+    // its session, reports Invalid naming the BGP probe and restores revision 1; the revision fails
+    // and no other node applies it.
+    let (mut routes, mut rules) = (Vec::new(), Vec::new());
+    for (i, a) in underlay.values().enumerate() {
+        routes.push(json!({"prefix": format!("{a}/32"), "type": "blackhole"}));
+        rules.push(json!({"to": format!("{a}/32"), "priority": 100 + i}));
+    }
+    f.create_routing_table(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "RoutingTable",
+        "metadata": {"name": "cut-the-underlay"},
+        "spec": {"tableId": 4242, "routes": routes, "rules": rules},
+    }))
+    .await
+    .unwrap();
+    let t = Instant::now();
+    let rev2 = f.wait_new_revision(seq1, T).await.unwrap();
+    let rev2 = rev2.metadata.name.unwrap();
+    let failed = f.wait_phase(&rev2, &["Failed"], T).await.unwrap();
+    let failed_after = t.elapsed();
+    let status = failed.status.clone().unwrap_or_default();
+    assert_eq!(status.failed_nodes.len(), 1, "{status:?}");
+    let bad = status.failed_nodes[0].node.clone();
+    let other = nodes.iter().find(|n| **n != bad).unwrap().clone();
+    // The node's own status moves on (back on revision 1); the revision keeps what it reported.
+    let message = status.failed_nodes[0].message.clone();
+    assert_eq!(
+        status.failed_nodes[0].reason, "HealthCheckFailed",
+        "{message}"
+    );
+    assert!(
+        message.starts_with(&format!("HealthCheckFailed: bgp {}", underlay[&other])),
+        "{message}"
+    );
+    assert!(message.contains("not Established"), "{message}");
+    assert!(
+        !netwave_e2e::netns::ip(&["-n", &f.net.node(&bad).unwrap().netns, "rule"])
+            .unwrap()
+            .contains("4242"),
+        "{bad} kept the rules of the failed revision after its rollback"
+    );
+    // Fleet-wide: both nodes end up on revision 1, and the sessions come back.
+    f.wait_all_on(&rev1, T).await.unwrap();
+    f.eventually(T, "iBGP sessions Established again", || async {
+        for n in &nodes {
+            if established(&f, n).len() != 1 {
+                return Err(format!("{n}: Established {:?}", established(&f, n)));
+            }
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let recovered = t.elapsed();
+    println!(
+        "BGP gating e2e (2 nodes): {rev2} failed on {bad} after {:.1}s ('{message}'), every node \
+         back on {rev1} with its sessions Established after {:.1}s",
+        failed_after.as_secs_f64(),
+        recovered.as_secs_f64()
+    );
+    let run = f.net.run_id.clone();
+    drop(f);
+    assert_eq!(namespaces_of(&run), Vec::<String>::new(), "namespaces left");
+    println!(
+        "BGP gating e2e took {:.1}s",
+        test_start.elapsed().as_secs_f64()
+    );
+}
