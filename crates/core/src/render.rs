@@ -21,6 +21,12 @@
 //! | VRF `v` | VRF device | `v` |
 //! | VRF `v` with a VNI | L3 VNI bridge / VXLAN | `br.v` / `vx.v` |
 //! | L2 with VLAN `n` | bridge / VXLAN | `l2.n` / `vx.n` |
+//! | VRF `v` with `sbrPrefixes` | local VRF of its source-based routing | `s-v` (table allocated like a VRF's) |
+//!
+//! **Loopbacks** (`spec.loopbacks`) are the one per-node part of a config: each node selecting the VRF
+//! gets one host address of each subnet ([`allocate_loopback`]: a home slot from the node's name,
+//! the next free one on a collision), in its `vrfs[].loopbacks`; the agent puts them on the VRF
+//! device. Nodes with loopbacks get their `configHash` from their own materialized config.
 //!
 //! VRF names are free-form, so a VRF named `l2.111`, `br.x` or `111` can clash with a generated name;
 //! fleet validation reports such clashes on every node where both objects are (`DeviceNameCollision`).

@@ -94,6 +94,20 @@ fn every_node_gets_its_own_loopback_addresses_in_its_node_config() {
     }
     // Six nodes fill the /29's six host addresses.
     assert_eq!(seen.len(), 12);
+    // The agent puts them on the VRF device, the VRF's own loopback.
+    let rendered = render(&mirror_inputs("10.250.91.0/29"), &nodes(6)).expect("renders");
+    let config = rendered["worker-3"].config();
+    let dp = dataplane::desired(&config, &NodeSettings::default()).expect("model");
+    let on_device: Vec<String> = dp.links["mirror"]
+        .addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let mut want: Vec<String> = got["worker-3"].iter().map(|(_, a)| a.clone()).collect();
+    want.sort();
+    let mut on_device_sorted = on_device.clone();
+    on_device_sorted.sort();
+    assert_eq!(on_device_sorted, want);
 }
 
 #[test]

@@ -172,6 +172,14 @@ fn every_vrf_field_with_bgp_meaning_reaches_the_text() {
         ("export", |v| v.export.truncate(1)),
         ("aggregate", |v| v.aggregate.truncate(1)),
         ("communities", |v| v.communities = vec!["65188:4242".into()]),
+        ("sbrPrefixes", |v| {
+            v.sbr = Some(netwave_api::SbrConfig {
+                device: "s-egress".into(),
+                table: 4242,
+                priority: 100,
+                prefixes: vec!["10.251.30.0/24".into()],
+            })
+        }),
     ]);
     for (field, edit) in edits {
         let mut changed = config.clone();
@@ -187,6 +195,35 @@ fn every_vrf_field_with_bgp_meaning_reaches_the_text() {
             "changing {field} left the FRR text unchanged"
         );
     }
+}
+
+#[test]
+fn a_layer2_route_target_reaches_the_text_unless_it_is_frrs_automatic_one() {
+    let (_, config, underlay) = cases()
+        .into_iter()
+        .find(|(n, _, _)| n == "das-schiff-worker-0")
+        .expect("das-schiff case");
+    let base = rendered(&config, &underlay).to_text();
+    let mut changed = config.clone();
+    let seg = changed
+        .layer2s
+        .iter_mut()
+        .find(|l| l.vlan == 502)
+        .expect("vlan502");
+    seg.route_target = Some("65188:502".into());
+    let text = rendered(&changed, &underlay).to_text();
+    assert!(
+        text.contains("  vni 4000003\n   route-target import 65188:502\n   route-target export 65188:502\n  exit-vni\n"),
+        "{text}"
+    );
+    // ASN 4200065169 mod 65536 = 59537: FRR's own route target for the VNI renders nothing.
+    let seg = changed
+        .layer2s
+        .iter_mut()
+        .find(|l| l.vlan == 502)
+        .expect("vlan502");
+    seg.route_target = Some("59537:4000003".into());
+    assert_eq!(rendered(&changed, &underlay).to_text(), base);
 }
 
 #[test]
