@@ -327,9 +327,17 @@ async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
         .name
         .clone()
         .unwrap();
-    // Only the last good revision reads Complete: the first completed earlier and is superseded.
-    let before = revisions(&env.client).await;
-    assert_eq!(phase(&before[0]), "Superseded");
+    // Only the last good revision reads Complete: the first completed earlier and is superseded (its
+    // status is written right after the second's).
+    let before = eventually(T, "the first revision superseded", || async {
+        let revs = revisions(&env.client).await;
+        if phase(&revs[0]) == "Superseded" {
+            Ok(revs)
+        } else {
+            Err(phase(&revs[0]))
+        }
+    })
+    .await;
     assert!(before[0].status.as_ref().unwrap().completed_at.is_some());
     change_inputs(&env.client, 9000).await; // the sample's original MTU
     // An admin waits for the revert to be done, as for any rollout.
