@@ -245,3 +245,68 @@ fn kernel_tier_capabilities_are_all_detected() {
         Ok(())
     });
 }
+
+#[test]
+fn kernel_tier_sbr_vrf_rules_and_loopback_addresses() {
+    let test = "kernel_tier_sbr_vrf_rules_and_loopback_addresses";
+    in_netns(test, || async {
+        let nl = Netlink::connect(settings())?;
+        if !has(&nl, test, &[Feature::Vrf]).await? {
+            return Ok(());
+        }
+        // das-schiff's sbrPrefixes (a local VRF and policy rules to its table) and loopbacks (this
+        // node's addresses on the VRF device), as render puts them in a node config.
+        let mut blue = vrf("blue", 100, 5000);
+        blue.sbr = Some(netwave_api::SbrConfig {
+            device: "s-vr.blue".into(),
+            table: 101,
+            priority: 100,
+            prefixes: vec!["198.18.10.0/24".into(), "fd00:10::/64".into()],
+        });
+        blue.loopbacks = vec![
+            netwave_api::LoopbackConfig {
+                name: "lo.mir".into(),
+                subnet: "198.18.91.0/29".into(),
+                address: "198.18.91.3/32".into(),
+            },
+            netwave_api::LoopbackConfig {
+                name: "lo.mir6".into(),
+                subnet: "fd94::/125".into(),
+                address: "fd94::5/128".into(),
+            },
+        ];
+        let cfg = NodeConfig {
+            vrfs: vec![blue],
+            ..NodeConfig::default()
+        };
+        let want = desired(&cfg, nl.settings())?;
+        nl.reconcile(&want).await?;
+        let links = nl.observe().await?.observed.managed.links;
+        ensure!(links["s-vr.blue"].kind == LinkKind::Vrf { table: 101 });
+        let rules4 = ip(&["-4", "rule", "show"])?;
+        ensure!(
+            rules4.contains("100:\tfrom 198.18.10.0/24 lookup 101"),
+            "{rules4}"
+        );
+        let rules6 = ip(&["-6", "rule", "show"])?;
+        ensure!(
+            rules6.contains("100:\tfrom fd00:10::/64 lookup 101"),
+            "{rules6}"
+        );
+        let addrs = ip(&["addr", "show", "dev", "vr.blue"])?;
+        ensure!(
+            addrs.contains("198.18.91.3/32") && addrs.contains("fd94::5/128"),
+            "{addrs}"
+        );
+        // The loopback is a route of the VRF's table (what FRR's redistribute connected announces).
+        let routes = ip(&["route", "show", "table", "100", "type", "local"])?;
+        ensure!(routes.contains("198.18.91.3"), "{routes}");
+        ensure!(nl.reconcile(&want).await?.writes == 0, "re-apply wrote");
+        // Removed with the VRF.
+        nl.reconcile(&desired(&NodeConfig::default(), nl.settings())?)
+            .await?;
+        ensure!(!ip(&["rule", "show"])?.contains("lookup 101"));
+        ensure!(nl.observe().await?.observed.managed.links.is_empty());
+        Ok(())
+    });
+}
