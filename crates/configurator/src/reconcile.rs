@@ -736,7 +736,17 @@ fn log_assignments(plan: &Plan) {
         } else {
             names
         };
-        info!(%revision, %reason, count = nodes.len(), "assigned {names}");
+        if reason == AssignReason::NewNode.as_str()
+            && plan.report.last_good.as_deref() == Some(revision)
+        {
+            info!(
+                %revision, %reason, count = nodes.len(),
+                "joined: {names} got the last good revision without waiting for the rollout budget \
+                 (nothing of ours runs there to disrupt)"
+            );
+        } else {
+            info!(%revision, %reason, count = nodes.len(), "assigned {names}");
+        }
     }
 }
 

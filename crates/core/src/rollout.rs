@@ -82,7 +82,10 @@
 //!   failure this machine exists to catch). A node that leaves is forgotten; its NNC is deleted.
 //! - **New nodes** (no NNC) get the last good revision until the target has an updated node (or while the
 //!   rollout is paused), then the target. Without a last good revision (first rollout) they are ordinary
-//!   candidates in rollout order.
+//!   candidates in rollout order. The last good revision is given to a joining node without waiting for
+//!   the budget: nothing of ours runs there to disrupt and the revision is proven; the node is in flight
+//!   until its agent reports, so the target's rollout waits for it, but it never waits behind a stuck
+//!   rollout itself.
 //! - **Failure** of N on R: the agent reports `Invalid` for R with R's current retry, or R was assigned
 //!   (current retry) `applyTimeoutSeconds` ago and N is not updated. Each failure is recorded once in
 //!   R's `failedNodes` and N goes back to the last good revision; R is never retried on N automatically.

@@ -321,6 +321,26 @@ fn in_flight(store: &Store) -> (u32, BTreeMap<String, u32>) {
     (total, per)
 }
 
+/// In flight as the budget counts it: a joining node given a proven revision (`joining`: judged on the
+/// store before the plan; no report from its agent yet) takes no slot.
+fn budgeted_in_flight(
+    store: &Store,
+    joining: &std::collections::BTreeSet<String>,
+) -> (u32, BTreeMap<String, u32>) {
+    let mut total = 0;
+    let mut per = BTreeMap::new();
+    for (name, node) in &store.nodes {
+        if store.configs.get(name).is_some_and(|c| {
+            let still_joining = joining.contains(name) && c.status.phase.is_none();
+            is_in_flight(c) && !still_joining
+        }) {
+            total += 1;
+            *per.entry(node.labels[ZONE].clone()).or_insert(0) += 1;
+        }
+    }
+    (total, per)
+}
+
 /// The budget the plan must respect: the target's policy (or the newest revision's).
 fn budgets(store: &Store, plan: &Plan) -> (u32, Option<BTreeMap<String, u32>>) {
     let gov = plan
@@ -357,11 +377,26 @@ proptest! {
         let store = build(&g);
         let plan = step(&store.input(), NOW);
         let (budget, per_budget) = budgets(&store, &plan);
-        let (before, before_per) = in_flight(&store);
+        let joining: std::collections::BTreeSet<String> = store
+            .configs
+            .values()
+            .filter(|c| store.joining(c))
+            .map(|c| c.name.clone())
+            .collect();
+        let (before, before_per) = budgeted_in_flight(&store, &joining);
         let mut world = store.clone();
         for w in plan.writes() {
             world.apply(w).expect("plan applies");
-            let (now_total, now_per) = in_flight(&world);
+            // Joining as the plan found them, or made them (a new config of a proven revision).
+            let mut joining = joining.clone();
+            joining.extend(
+                world
+                    .configs
+                    .values()
+                    .filter(|c| !store.configs.contains_key(&c.name) && store.joining(c))
+                    .map(|c| c.name.clone()),
+            );
+            let (now_total, now_per) = budgeted_in_flight(&world, &joining);
             prop_assert!(
                 now_total <= before.max(budget),
                 "in flight {now_total} > max(before {before}, budget {budget})"

@@ -1019,3 +1019,36 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
         "the reactivation stays on record"
     );
 }
+
+/// A joining node has nothing of ours running to disrupt (#18): it gets the last good revision at once,
+/// even while the budget is full behind a stuck node, instead of waiting up to the apply timeout. It is
+/// in flight until its agent reports, so the target's rollout waits for it.
+#[test]
+fn a_joining_node_gets_the_last_good_revision_without_waiting_for_the_budget() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(1));
+    let plan = run(&mut store, at(1));
+    assert_eq!(assigned(&plan), [("node-01", "r2", AssignReason::Rollout)]);
+    // node-01's agent never answers: the budget (1) is full.
+    store.add_node("node-04", BTreeMap::new());
+    let plan = run(&mut store, at(2));
+    assert_eq!(
+        assigned(&plan),
+        [("node-04", "r1", AssignReason::NewNode)],
+        "the joining node does not wait for the budget"
+    );
+    assert_eq!(
+        plan.report.in_flight, 2,
+        "it is in flight until its agent reports"
+    );
+    // Once it reports, the rollout goes on under the budget as before.
+    store.agent_reports("node-04", AgentPhase::Provisioned, None);
+    let plan = run(&mut store, at(3));
+    assert!(
+        plan.assignments.is_empty(),
+        "node-01 still holds the slot: {plan:#?}"
+    );
+    store.agent_reports("node-01", AgentPhase::Provisioned, None);
+    let plan = run(&mut store, at(4));
+    assert_eq!(plan.assignments.len(), 1, "one at a time: {plan:#?}");
+}

@@ -753,12 +753,18 @@ impl Fleet {
         Ok(())
     }
 
-    /// (in flight overall, per domain) over existing nodes.
+    /// (in flight overall, per domain) over existing nodes, as the budget counts them: a joining node
+    /// given a proven revision (its agent has not reported yet) took no slot from the budget.
     fn in_flight(&self) -> (u32, BTreeMap<String, u32>) {
         let mut total = 0;
         let mut per = BTreeMap::new();
         for (name, node) in &self.store.nodes {
-            if self.store.configs.get(name).is_some_and(is_in_flight) {
+            if self
+                .store
+                .configs
+                .get(name)
+                .is_some_and(|c| is_in_flight(c) && !self.store.joining(c))
+            {
                 total += 1;
                 *per.entry(zone(node)).or_insert(0) += 1;
             }

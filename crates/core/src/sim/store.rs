@@ -73,6 +73,17 @@ impl Store {
         self.revisions.get_mut(name).expect("just inserted")
     }
 
+    /// A joining node given a proven revision: its agent never reported, and its spec names a revision
+    /// that is or was complete (the last good one when it was assigned). The budget does not count it.
+    pub fn joining(&self, config: &crate::rollout::NodeConfigState) -> bool {
+        config.status.phase.is_none()
+            && config.status.observed_revision.is_none()
+            && self.revisions.get(&config.spec.revision).is_some_and(|r| {
+                r.status.completed_at.is_some()
+                    || r.status.phase.as_deref() == Some(crate::rollout::Phase::Complete.as_str())
+            })
+    }
+
     pub fn revision(&mut self, name: &str) -> &mut RevisionState {
         self.revisions.get_mut(name).expect("no such revision")
     }

@@ -4,6 +4,11 @@
 //! (superseding a node already in flight, a fast path to the config the node runs, a rollback of a node
 //! at rest), then the ones that do, while `maxUnavailable` and `maxUnavailablePerDomain` have room.
 //! Free moves first, so a full budget never holds back a move that costs nothing.
+//!
+//! A joining node (no config yet) given the last good revision is free too: nothing of ours runs there
+//! to disrupt, and the revision is proven on the fleet, so it does not wait behind a stuck rollout. It
+//! is in flight until its agent reports (so the target's rollout waits for it), but it never took a
+//! slot from the budget.
 
 use std::mem;
 
@@ -28,7 +33,10 @@ pub(super) fn admit_under_budget(w: &mut World) {
                 continue;
             };
             let will = in_flight_of(rev.name(), rev.state.retry, hash, n.status);
-            let spends = will && !n.in_flight;
+            let joining = intent.reason == AssignReason::NewNode
+                && Some(intent.rev) == w.last_good
+                && !n.has_config;
+            let spends = will && !n.in_flight && !joining;
             if free_pass == spends {
                 continue;
             }
