@@ -59,7 +59,7 @@ pub async fn pause(
     let revs = cluster::revisions(client).await?;
     let rev = cluster::resolve_or_target(&revs, args.revision.as_deref())?;
     let rname = name(rev);
-    let seq = rev.spec.sequence;
+    let seq = netwave_api::effective_sequence(rev);
     if rev.spec.paused == paused {
         let by = cluster::paused_by(rev)
             .map(|b| format!(" (by {b})"))
@@ -122,19 +122,18 @@ pub async fn retry(client: &Client, args: TargetArgs, term: &mut Term<'_>) -> an
     writeln!(
         term.out,
         "retrying {rname} (seq {}): spec.retry {old} → {new}; its failures are cleared and agents re-apply it",
-        rev.spec.sequence
+        netwave_api::effective_sequence(rev)
     )?;
-    if let Some(t) = revs
-        .iter()
-        .rev()
-        .find(|r| !cluster::is_failed(r) && r.spec.sequence > rev.spec.sequence)
-    {
+    if let Some(t) = revs.iter().rev().find(|r| {
+        !cluster::is_failed(r)
+            && netwave_api::effective_sequence(r) > netwave_api::effective_sequence(rev)
+    }) {
         writeln!(
             term.out,
             "note: {} (seq {}) is newer and the target; {rname} becomes the target again only if every \
              newer revision fails",
             name(t),
-            t.spec.sequence
+            netwave_api::effective_sequence(t)
         )?;
     }
     Ok(Exit::Success)
@@ -381,9 +380,9 @@ async fn undo_to(
     let live = cluster::live_inputs(client).await?;
     let changes = input_changes(&live, &to.spec.inputs);
     let mut view = UndoView {
-        pause: pause.map(|p| format!("{} (seq {})", name(p), p.spec.sequence)),
+        pause: pause.map(|p| format!("{} (seq {})", name(p), netwave_api::effective_sequence(p))),
         to: name(to).to_string(),
-        to_sequence: to.spec.sequence,
+        to_sequence: netwave_api::effective_sequence(to),
         changes,
         outcome: String::new(),
     };
@@ -426,12 +425,12 @@ pub async fn undo(client: &Client, args: UndoArgs, term: &mut Term<'_>) -> anyho
                     "{} failed: undo brings back good revisions only (`kubectl netwave retry {}` \
                      re-arms it)",
                     name(r),
-                    r.spec.sequence
+                    netwave_api::effective_sequence(r)
                 );
             }
             r
         }
-        None => match cluster::last_good(&revs, target.map(|t| t.spec.sequence)) {
+        None => match cluster::last_good(&revs, target.map(netwave_api::effective_sequence)) {
             Some(r) => r,
             None => bail!(
                 "no Complete revision older than the target {}: nothing to go back to (`kubectl \
@@ -465,10 +464,10 @@ pub async fn abort(client: &Client, args: AbortArgs, term: &mut Term<'_>) -> any
             "{} (seq {}) is Complete: nothing is rolling out. `kubectl netwave undo` brings an earlier \
              revision back",
             name(target),
-            target.spec.sequence
+            netwave_api::effective_sequence(target)
         );
     }
-    let Some(to) = cluster::last_good(&revs, Some(target.spec.sequence)) else {
+    let Some(to) = cluster::last_good(&revs, Some(netwave_api::effective_sequence(target))) else {
         bail!(
             "{} is the first rollout: there is no earlier Complete revision to roll back to. `kubectl \
              netwave pause` stops it",

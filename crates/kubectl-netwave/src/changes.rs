@@ -275,7 +275,11 @@ pub async fn run(client: &Client, args: DiffArgs, term: &mut Term<'_>) -> anyhow
     emit(term.out, args.output, &view, |v| {
         let mut s = format!(
             "{} (seq {}) → {} (seq {}), rendered for the {} current Nodes\n",
-            v.from, from.spec.sequence, v.to, to.spec.sequence, v.changes.nodes
+            v.from,
+            netwave_api::effective_sequence(from),
+            v.to,
+            netwave_api::effective_sequence(to),
+            v.changes.nodes
         );
         render_changes(&v.changes, &mut s);
         s

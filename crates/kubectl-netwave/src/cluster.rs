@@ -32,8 +32,14 @@ pub async fn revisions(client: &Client) -> anyhow::Result<Vec<NetworkConfigRevis
 /// Oldest first; ties (which one writer never makes) by name.
 pub fn sort_revisions(list: &mut [NetworkConfigRevision]) {
     list.sort_by(|a, b| {
-        (a.spec.sequence, a.metadata.name.as_deref())
-            .cmp(&(b.spec.sequence, b.metadata.name.as_deref()))
+        (
+            netwave_api::effective_sequence(a),
+            a.metadata.name.as_deref(),
+        )
+            .cmp(&(
+                netwave_api::effective_sequence(b),
+                b.metadata.name.as_deref(),
+            ))
     });
 }
 
@@ -147,7 +153,8 @@ pub fn last_good(
     below: Option<u64>,
 ) -> Option<&NetworkConfigRevision> {
     revs.iter().rev().find(|r| {
-        phase(r) == Some(RevisionPhase::Complete) && below.is_none_or(|s| r.spec.sequence < s)
+        phase(r) == Some(RevisionPhase::Complete)
+            && below.is_none_or(|s| netwave_api::effective_sequence(r) < s)
     })
 }
 
@@ -160,7 +167,9 @@ pub fn resolve<'a>(
         return Ok(r);
     }
     if let Ok(seq) = arg.parse::<u64>()
-        && let Some(r) = revs.iter().find(|r| r.spec.sequence == seq)
+        && let Some(r) = revs
+            .iter()
+            .find(|r| netwave_api::effective_sequence(r) == seq)
     {
         return Ok(r);
     }

@@ -43,7 +43,7 @@ pub fn rows(revs: &[NetworkConfigRevision], now: Timestamp) -> Vec<Row> {
             let i = &r.spec.inputs;
             Row {
                 name: name(r).to_string(),
-                sequence: r.spec.sequence,
+                sequence: netwave_api::effective_sequence(r),
                 phase: cluster::phase_str(r),
                 target: target == Some(name(r)),
                 last_good: last_good == Some(name(r)),

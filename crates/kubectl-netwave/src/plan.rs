@@ -503,7 +503,7 @@ pub async fn run(
             "these manifests equal {}, which failed: the configurator creates nothing for them \
              (`kubectl netwave retry {}` re-arms it)",
             name(s),
-            s.spec.sequence
+            netwave_api::effective_sequence(s)
         )),
         (Some(s), _) => Some(format!(
             "these manifests equal the earlier revision {}: the configurator makes it the target again",

@@ -163,7 +163,8 @@ pub fn build<'a>(
 ) -> StatusView {
     let rname = name(rev).to_string();
     let st = rev.status.clone().unwrap_or_default();
-    let last_good = cluster::last_good(revs, Some(rev.spec.sequence)).map(|r| name(r).to_string());
+    let last_good = cluster::last_good(revs, Some(netwave_api::effective_sequence(rev)))
+        .map(|r| name(r).to_string());
     let mut configs: Vec<&NodeNetworkConfig> = configs.into_iter().collect();
     configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
@@ -233,7 +234,7 @@ pub fn build<'a>(
         .collect();
     StatusView {
         revision: rname,
-        sequence: rev.spec.sequence,
+        sequence: netwave_api::effective_sequence(rev),
         phase: cluster::phase_str(rev),
         target: cluster::target(revs).map(|r| name(r).to_string()),
         last_good,
