@@ -1,7 +1,7 @@
 # Thin wrappers around cargo; the README's two commands are the truth.
 CARGO ?= cargo
 
-.PHONY: build test unit kernel-tier control-plane lint fmt crds demo bench explore images
+.PHONY: build test unit kernel-tier fleet-vm control-plane lint fmt crds demo bench explore images
 
 build:
 	$(CARGO) build --workspace --all-targets
@@ -9,7 +9,7 @@ build:
 # Everything CI runs after lint: the real control plane (built from Go modules on first use), the
 # workspace tests against it, then the kernel tier (VRF/VLAN netlink tests in a Debian kernel under qemu;
 # installs qemu and the kernel package on first use).
-test: control-plane images unit kernel-tier
+test: control-plane images unit kernel-tier fleet-vm
 
 # kube-apiserver, etcd and kubectl from Go modules, cached in ~/.cache/netwave/control-plane/ (cold:
 # ~10 min on 2 cores; nothing when cached). Prints the versions and how long the build took.
@@ -29,6 +29,14 @@ unit:
 kernel-tier:
 	bash tests/kernel-tier/ci-snippet.sh
 
+# The whole fleet (API server, configurators, agents, FRR per node) inside Debian's cloud kernel under
+# qemu: VRFs, L3 VNIs, leaking, a VLAN trunk, a bad VRF rolled back (tests/tests/fleet_vm.rs). Makes the
+# guest root filesystem with mmdebstrap on first use (~2 min, cached a week); the run takes ~4 min.
+fleet-vm:
+	@bash tests/kernel-tier/fleet-vm.sh; rc=$$?; \
+	if [ $$rc = 77 ]; then echo "== full-kernel fleet SKIPPED: its packages could not be installed (banner above)"; \
+	elif [ $$rc != 0 ]; then echo "== full-kernel fleet FAILED (fleet-vm.sh exit $$rc)"; exit $$rc; fi
+
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -41,9 +49,15 @@ crds:
 
 # The demo: 6 nodes in network namespaces, testbed API server, 2 configurators, 6 agents (needs root).
 # REAL=1: on kube-apiserver + etcd built from Go modules instead of the testbed.
+# KERNEL=full: the same demo inside Debian's cloud kernel under qemu (tests/kernel-tier/fleet-vm.sh),
+# with real FRR per node (BGP EVPN), where the samples' VRFs get their L3 VNIs (a few minutes).
 demo:
+ifeq ($(KERNEL),full)
+	bash tests/kernel-tier/fleet-vm.sh --demo
+else
 	$(CARGO) build -q -p netwave-testbed -p netwave-configurator -p netwave-agent -p netwave-e2e --bins
 	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel) $(if $(REAL),--real-control-plane)
+endif
 
 # Benchmarks print figures (release builds). The agent benchmark needs root.
 bench:

@@ -66,8 +66,12 @@ pub fn workspace_root() -> PathBuf {
 
 impl Bins {
     /// Builds the three binaries with cargo (debug profile, the caller's `CARGO_TARGET_DIR`) and returns
-    /// their paths.
+    /// their paths. With `NETWAVE_BIN_DIR` set (the full-kernel VM, which has no cargo), the binaries
+    /// already built in that directory.
     pub fn build() -> Result<Bins> {
+        if let Some(dir) = std::env::var_os("NETWAVE_BIN_DIR") {
+            return Self::in_dir(Path::new(&dir));
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(&cargo)
             .current_dir(workspace_root())
@@ -188,7 +192,14 @@ pub struct FleetOptions {
     /// underlay addresses, VTEP = the node's underlay address. Needs `kernel`, root and FRR installed.
     /// The node set is fixed: [`Fleet::add_node`] refuses to join a node to a full mesh it is not in.
     pub frr: bool,
+    /// Every node gets a trunk `trunk0` (the agent's `--vlan-trunk`: each segment also gets a VLAN
+    /// sub-interface on it), a veth whose other end `eth0` is in a namespace of its own, a host behind
+    /// the trunk ([`Fleet::trunk_host`]). Needs a kernel with 802.1Q.
+    pub vlan_trunk: bool,
 }
+
+/// The trunk interface of every node when [`FleetOptions::vlan_trunk`] is on.
+pub const TRUNK: &str = "trunk0";
 
 /// The fleet's iBGP AS when [`FleetOptions::frr`] is on.
 pub const FRR_ASN: u32 = 65000;
@@ -218,6 +229,7 @@ impl Default for FleetOptions {
             pools: None,
             server: ApiServer::Real,
             frr: false,
+            vlan_trunk: false,
         }
     }
 }
@@ -347,6 +359,11 @@ impl Fleet {
         if opts.frr {
             fleet.start_frr()?;
         }
+        if opts.vlan_trunk {
+            for n in &nodes {
+                fleet.net.add_trunk_host(&n.name, TRUNK)?;
+            }
+        }
         for n in &nodes {
             fleet.create_node(n).await?;
             if opts.kernel {
@@ -402,6 +419,16 @@ impl Fleet {
             )?;
         }
         Ok(())
+    }
+
+    /// The namespace of the host behind `node`'s trunk ([`FleetOptions::vlan_trunk`]): its `eth0` is
+    /// the other end of the node's [`TRUNK`].
+    pub fn trunk_host(&self, node: &str) -> Result<String> {
+        let ns = netns::trunk_host_ns(&self.net.node(node).context("no such node")?.netns);
+        if !self.net.workloads.contains(&ns) {
+            bail!("{node} has no trunk (FleetOptions::vlan_trunk is off)");
+        }
+        Ok(ns)
     }
 
     /// The `--frr-config` file of `node`.
@@ -496,6 +523,9 @@ impl Fleet {
             .env("RUST_LOG", "info");
         if self.frr.contains_key(node) {
             cmd.arg("--frr-config").arg(self.frr_config(node));
+        }
+        if self.opts.vlan_trunk {
+            cmd.args(["--vlan-trunk", TRUNK]);
         }
         let p = Proc::spawn(&format!("agent {node}"), cmd, log)?;
         let pid = p.pid();

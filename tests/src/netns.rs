@@ -310,13 +310,30 @@ impl NetnsFleet {
         cidr: &str,
         gateway: &str,
     ) -> Result<String> {
+        self.add_workload_on(node, 0, bridge, cidr, gateway)
+    }
+
+    /// Like [`NetnsFleet::add_workload`], workload number `k` of `node` (node end `wl<k>`): a node can
+    /// hold workloads on several segments at once.
+    pub fn add_workload_on(
+        &mut self,
+        node: &str,
+        k: u8,
+        bridge: &str,
+        cidr: &str,
+        gateway: &str,
+    ) -> Result<String> {
         let nns = self
             .node(node)
             .with_context(|| format!("no node {node}"))?
             .netns
             .clone();
         let suffix = nns.rsplit("-node").next().unwrap_or_default();
-        let wns = format!("{}-w{suffix}", self.run_id);
+        let wns = match k {
+            0 => format!("{}-w{suffix}", self.run_id),
+            k => format!("{}-w{suffix}-{k}", self.run_id),
+        };
+        let port = format!("wl{k}");
         if self.workloads.contains(&wns) {
             let _ = ip(&["netns", "del", &wns]);
             self.workloads.retain(|w| w != &wns);
@@ -324,16 +341,45 @@ impl NetnsFleet {
         ip(&["netns", "add", &wns])?;
         self.workloads.push(wns.clone());
         ip(&[
-            "-n", &nns, "link", "add", "wl0", "mtu", "9000", "type", "veth", "peer", "name",
+            "-n", &nns, "link", "add", &port, "mtu", "9000", "type", "veth", "peer", "name",
             "eth0", "mtu", "9000", "netns", &wns,
         ])?;
-        ip(&["-n", &nns, "link", "set", "wl0", "master", bridge, "up"])?;
+        ip(&["-n", &nns, "link", "set", &port, "master", bridge, "up"])?;
         ip(&["-n", &wns, "addr", "add", cidr, "dev", "eth0"])?;
         ip(&["-n", &wns, "link", "set", "eth0", "up"])?;
         ip(&["-n", &wns, "link", "set", "lo", "up"])?;
         ip(&["-n", &wns, "route", "add", "default", "via", gateway])?;
         Ok(wns)
     }
+}
+
+impl NetnsFleet {
+    /// A host behind `node`'s trunk: a veth `trunk` in the node (up, no address: the agent puts VLAN
+    /// sub-interfaces on it) whose other end `eth0` is in a namespace of its own, deleted with the fleet.
+    /// Returns that namespace. The host tags its own frames (`ip link add link eth0 … type vlan`).
+    pub fn add_trunk_host(&mut self, node: &str, trunk: &str) -> Result<String> {
+        let nns = self
+            .node(node)
+            .with_context(|| format!("no node {node}"))?
+            .netns
+            .clone();
+        let tns = trunk_host_ns(&nns);
+        ip(&["netns", "add", &tns])?;
+        self.workloads.push(tns.clone());
+        ip(&[
+            "-n", &nns, "link", "add", trunk, "mtu", "9000", "type", "veth", "peer", "name",
+            "eth0", "mtu", "9000", "netns", &tns,
+        ])?;
+        ip(&["-n", &nns, "link", "set", trunk, "up"])?;
+        ip(&["-n", &tns, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &tns, "link", "set", "lo", "up"])?;
+        Ok(tns)
+    }
+}
+
+/// The namespace of the host behind the trunk of the node in namespace `node_ns`.
+pub fn trunk_host_ns(node_ns: &str) -> String {
+    format!("{node_ns}-trunk")
 }
 
 /// Pings `target` once from inside namespace `ns`; true if a reply came back.

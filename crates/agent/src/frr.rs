@@ -28,7 +28,7 @@
 //! kernel objects that work with statically installed flood entries (as the rootless e2e fleet and the
 //! demo do), and with FRR on, `advertise-all-vni` makes every one an EVPN VNI without a line of its own.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -50,6 +50,8 @@ pub const DEFAULT_L3VNI_TIMEOUT_SECONDS: f64 = 10.0;
 pub const DEFAULT_COMMAND_TIMEOUT_SECONDS: f64 = 60.0;
 /// How often `show vrf vni` is polled while waiting (das-schiff polls every 500 ms too).
 const L3VNI_POLL: Duration = Duration::from_millis(500);
+/// How often to ask zebra whether it has learnt the config's VRFs before a reload.
+const VRF_POLL: Duration = Duration::from_millis(100);
 /// Lines of a reload diff or of a tool's output quoted in a status message.
 const QUOTED_LINES: usize = 8;
 
@@ -198,6 +200,10 @@ pub enum FrrApplyError {
     },
     #[error("L3 VNI {vni} not in `show vrf vni` {waited:?} after the reload")]
     L3VniMissing { vni: u32, waited: Duration },
+    #[error("configuring L3 VNIs ({commands}): {output}")]
+    L3VniConfig { commands: String, output: String },
+    #[error("zebra has not learnt VRF {vrf} from the kernel after {waited:?} (`show vrf`)")]
+    VrfUnknown { vrf: String, waited: Duration },
     #[error("bringing VRF bridge {bridge} up: {source}")]
     Bridge {
         bridge: String,
@@ -219,6 +225,8 @@ impl FrrApplyError {
             FrrApplyError::NotConverged { .. } => "not_converged",
             FrrApplyError::Show { .. } => "show",
             FrrApplyError::L3VniMissing { .. } => "l3vni_missing",
+            FrrApplyError::VrfUnknown { .. } => "vrf_unknown",
+            FrrApplyError::L3VniConfig { .. } => "l3vni_config",
             FrrApplyError::Bridge { .. } => "bridge",
         }
     }
@@ -325,6 +333,95 @@ pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
 
 /// The kernel's host name (`uname -n`): FRR's daemons and vtysh show that one whatever frr.conf says,
 /// so the rendered text must carry it.
+/// The VRFs zebra knows from the kernel, from `show vrf` (FRR 8.4: `vrf NAME id 7 table 1001`, or
+/// `vrf NAME inactive` for one that is only configured). Pure.
+pub fn parse_show_vrf(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("vrf"), Some(name), Some("id")) => Some(name.to_string()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Each VRF's configured L3 VNI from `show vrf vni json` (0 = none). Pure.
+pub fn parse_vrf_vni_map(json: &str) -> Result<BTreeMap<String, u32>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("not JSON ({e}): {}", first_line(json)))?;
+    Ok(v.get("vrfs")
+        .and_then(|a| a.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| {
+                    let vrf = e.get("vrf")?.as_str()?;
+                    let vni = u32::try_from(e.get("vni")?.as_u64()?).ok()?;
+                    (vni != 0).then(|| (vrf.to_string(), vni))
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The L3 VNI of each `vrf NAME` block of a rendered FRR config (` vni N` inside it). Pure.
+pub fn config_l3vnis(text: &str) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<&str> = None;
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("vrf ") {
+            current = Some(name.trim());
+        } else if line.starts_with("exit-vrf") || !line.starts_with(' ') {
+            current = None;
+        } else if let (Some(vrf), Some(vni)) = (current, line.trim().strip_prefix("vni "))
+            && let Ok(vni) = vni.trim().parse()
+        {
+            out.insert(vrf.to_string(), vni);
+        }
+    }
+    out
+}
+
+/// vtysh config-mode commands that give every VRF of `want` its L3 VNI, given what zebra has: nothing
+/// for a VRF already mapped to it; `no vni OLD` first when the VNI changes; and `no vni OLD` for a VRF
+/// that leaves: bgpd refuses `no router bgp ASN vrf X` while X has an L3 VNI ("Please unconfigure
+/// l3vni"), and frr-reload.py deletes the BGP instance before the VNI, so a removed VRF's BGP instance
+/// would stay (seen in the full-kernel fleet's rollback). Pure.
+pub fn l3vni_commands(want: &BTreeMap<String, u32>, have: &BTreeMap<String, u32>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (vrf, old) in have {
+        if !want.contains_key(vrf) {
+            out.extend([
+                format!("vrf {vrf}"),
+                format!("no vni {old}"),
+                "exit-vrf".to_string(),
+            ]);
+        }
+    }
+    for (vrf, &vni) in want {
+        let old = have.get(vrf).copied();
+        if old == Some(vni) {
+            continue;
+        }
+        out.push(format!("vrf {vrf}"));
+        if let Some(old) = old {
+            out.push(format!("no vni {old}"));
+        }
+        out.push(format!("vni {vni}"));
+        out.push("exit-vrf".to_string());
+    }
+    out
+}
+
+/// The VRFs a rendered FRR config declares (`vrf NAME` blocks). Pure.
+pub fn config_vrfs(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("vrf "))
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
 pub fn kernel_hostname() -> Result<String, FrrSettingsError> {
     let path = Path::new("/proc/sys/kernel/hostname");
     let h = fs::read_to_string(path).map_err(|source| FrrSettingsError::Read {
@@ -593,33 +690,20 @@ impl Frr {
 
     /// `show bgp summary json` of this node's FRR instance (the health probes' view of the sessions).
     pub async fn bgp_summary(&self) -> Result<String, FrrApplyError> {
-        let command = "show bgp summary json";
-        let mut cmd = Command::new(&self.settings.vtysh);
-        self.vtysh_args(&mut cmd);
-        cmd.arg("-c").arg(command);
-        let out = self.run(&mut cmd, "vtysh").await?;
-        if !out.status.success() {
-            return Err(FrrApplyError::Show {
-                command: command.to_string(),
-                code: out.status.code(),
-                output: quote(
-                    &String::from_utf8_lossy(&out.stderr)
-                        .lines()
-                        .collect::<Vec<_>>(),
-                ),
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        self.show("show bgp summary json", |text| Ok(text.to_string()))
+            .await
     }
 
-    /// L3 VNIs zebra has bound to their VXLAN device (`show vrf vni json`).
-    pub async fn vrf_vnis(&self) -> Result<BTreeSet<u32>, FrrApplyError> {
-        let command = "show vrf vni json";
+    /// `vtysh -c <command>`, then `parse` on its output; a failure names the command.
+    async fn show<T>(
+        &self,
+        command: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<T, FrrApplyError> {
         let mut cmd = Command::new(&self.settings.vtysh);
         self.vtysh_args(&mut cmd);
         cmd.arg("-c").arg(command);
         let out = self.run(&mut cmd, "vtysh").await?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
         let show = |output: String| FrrApplyError::Show {
             command: command.to_string(),
             code: out.status.code(),
@@ -632,7 +716,84 @@ impl Frr {
                     .collect::<Vec<_>>(),
             )));
         }
-        parse_vrf_vnis(&stdout).map_err(show)
+        parse(&String::from_utf8_lossy(&out.stdout)).map_err(show)
+    }
+
+    /// L3 VNIs zebra has bound to their VXLAN device (`show vrf vni json`).
+    pub async fn vrf_vnis(&self) -> Result<BTreeSet<u32>, FrrApplyError> {
+        self.show("show vrf vni json", parse_vrf_vnis).await
+    }
+
+    /// Every VRF's configured L3 VNI as zebra has it (`show vrf vni json`), bound to a device or not.
+    pub async fn vrf_vni_map(&self) -> Result<BTreeMap<String, u32>, FrrApplyError> {
+        self.show("show vrf vni json", parse_vrf_vni_map).await
+    }
+
+    /// Configures the L3 VNI of every VRF in `text` that zebra does not map to it yet, and removes
+    /// that of every VRF `text` no longer has ([`l3vni_commands`]), with one vtysh session before the
+    /// reload. frr-reload.py (8.4) adds a new `vrf X / vni N`
+    /// stanza in a way zebra applies at the global level when bgpd already runs EVPN: the VNI becomes
+    /// the *default* VRF's L3 VNI and the reload's second pass fails ("VNI N is already configured as
+    /// L3-VNI"); seen in the full-kernel fleet. Sent this way, zebra binds it to VRF X, and the reload
+    /// finds the stanza already running.
+    async fn pin_l3vnis(&self, text: &str) -> Result<(), FrrApplyError> {
+        let want = config_l3vnis(text);
+        let commands = l3vni_commands(&want, &self.vrf_vni_map().await?);
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = Command::new(&self.settings.vtysh);
+        self.vtysh_args(&mut cmd);
+        cmd.arg("-c").arg("configure");
+        for c in &commands {
+            cmd.arg("-c").arg(c);
+        }
+        let out = self.run(&mut cmd, "vtysh").await?;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // vtysh exits 0 on some refusals; zebra's refusals start with '%'.
+        if !out.status.success() || said.lines().any(|l| l.trim_start().starts_with('%')) {
+            return Err(FrrApplyError::L3VniConfig {
+                commands: commands.join("; "),
+                output: quote(&said.lines().collect::<Vec<_>>()),
+            });
+        }
+        Ok(())
+    }
+
+    /// VRFs zebra has learnt from the kernel (`show vrf`: those with an id).
+    pub async fn kernel_vrfs(&self) -> Result<BTreeSet<String>, FrrApplyError> {
+        self.show("show vrf", |text| Ok(parse_show_vrf(text))).await
+    }
+
+    /// Waits until zebra has learnt every VRF that `text` configures from the kernel. zebra reads new
+    /// VRF devices from netlink asynchronously; a `vrf X / vni N` reaching it before it knows VRF X binds
+    /// the L3 VNI to the default VRF, and the reload's second pass then fails with "VNI N is already
+    /// configured as L3-VNI" (seen under load in the full-kernel fleet; das-schiff's PR #156 records
+    /// the same race).
+    async fn wait_for_vrfs(&self, text: &str) -> Result<(), FrrApplyError> {
+        let want = config_vrfs(text);
+        if want.is_empty() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        let timeout = Duration::from_secs_f64(self.settings.l3_vni_timeout_seconds);
+        loop {
+            let known = self.kernel_vrfs().await?;
+            let Some(missing) = want.iter().find(|v| !known.contains(*v)) else {
+                return Ok(());
+            };
+            if start.elapsed() >= timeout {
+                return Err(FrrApplyError::VrfUnknown {
+                    vrf: missing.clone(),
+                    waited: start.elapsed(),
+                });
+            }
+            tokio::time::sleep(VRF_POLL).await;
+        }
     }
 
     /// The VRF bridges to hold down across this apply ([`new_l3_vnis`]); asks zebra only when `config`
@@ -695,30 +856,10 @@ impl Frr {
         }
 
         let start = Instant::now();
-        let out = self.frr_reload("--reload").await?;
+        self.wait_for_vrfs(text).await?;
+        self.pin_l3vnis(text).await?;
+        self.reload().await?;
         t.reload = start.elapsed();
-        if !out.status.success() {
-            let said = format!(
-                "{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            // Its log lines are long; the ones that say what failed mention it.
-            let mut lines: Vec<&str> = said
-                .lines()
-                .filter(|l| {
-                    let l = l.to_ascii_lowercase();
-                    l.contains("fail") || l.contains("error") || l.contains('%')
-                })
-                .collect();
-            if lines.is_empty() {
-                lines = said.lines().collect();
-            }
-            return Err(FrrApplyError::Reload {
-                code: out.status.code(),
-                output: quote(&lines),
-            });
-        }
 
         let start = Instant::now();
         if !hold.is_empty() {
@@ -745,11 +886,46 @@ impl Frr {
                     })?;
             }
         }
-        if let Some(diff) = self.diff().await? {
-            return Err(FrrApplyError::NotConverged { diff });
+        if self.diff().await?.is_some() {
+            // frr-reload.py orders some dependent changes so that one pass cannot finish them: it
+            // deletes a removed VRF's BGP instance before the default instance's `import vrf` of it,
+            // so bgpd keeps it as an implicit instance that reappears once the import goes (seen in
+            // the full-kernel fleet's rollback). A second pass converges; a third would not help.
+            self.reload().await?;
+            if let Some(diff) = self.diff().await? {
+                return Err(FrrApplyError::NotConverged { diff });
+            }
         }
         t.converge = start.elapsed();
         Ok(t)
+    }
+
+    /// `frr-reload.py --reload`; a failure quotes the lines of its output that say what failed.
+    async fn reload(&self) -> Result<(), FrrApplyError> {
+        let out = self.frr_reload("--reload").await?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let said = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Its log lines are long; the ones that say what failed mention it.
+        let mut lines: Vec<&str> = said
+            .lines()
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                l.contains("fail") || l.contains("error") || l.contains('%')
+            })
+            .collect();
+        if lines.is_empty() {
+            lines = said.lines().collect();
+        }
+        Err(FrrApplyError::Reload {
+            code: out.status.code(),
+            output: quote(&lines),
+        })
     }
 }
 
@@ -850,6 +1026,47 @@ mod tests {
             [("br.blue".to_string(), 2000)]
         );
         assert!(new_l3_vnis(&c, &BTreeSet::from([1000, 2000])).is_empty());
+    }
+
+    #[test]
+    fn only_vrfs_zebra_learnt_from_the_kernel_count() {
+        let shown = "vrf cluster id 7 table 1001\nvrf storage inactive\nvrf edge id 9 table 1003 (configured)\n";
+        let known = parse_show_vrf(shown);
+        assert_eq!(known, BTreeSet::from(["cluster".into(), "edge".into()]));
+        let text = "frr defaults datacenter\n!\nvrf cluster\n vni 2001000\nexit-vrf\n!\nvrf storage\n vni 2002000\nexit-vrf\n!\nrouter bgp 65000 vrf cluster\nexit\n";
+        assert_eq!(
+            config_vrfs(text),
+            BTreeSet::from(["cluster".into(), "storage".into()])
+        );
+    }
+
+    #[test]
+    fn l3_vnis_zebra_lacks_are_configured_before_the_reload() {
+        let text = "frr defaults datacenter\n!\nvrf cluster\n vni 2001000\nexit-vrf\n!\nvrf storage\n vni 2002000\nexit-vrf\n!\nvrf plain\nexit-vrf\n!\nrouter bgp 65000 vrf cluster\n address-family l2vpn evpn\n  vni 77\nexit\n";
+        let want = config_l3vnis(text);
+        assert_eq!(
+            want,
+            BTreeMap::from([("cluster".into(), 2_001_000), ("storage".into(), 2_002_000)])
+        );
+        let json = r#"{"vrfs":[{"vrf":"cluster","vni":2001000,"vxlanIntf":"vx.cluster"},{"vrf":"storage","vni":1999,"vxlanIntf":"None"},{"vrf":"plain","vni":0}]}"#;
+        let have = parse_vrf_vni_map(json).unwrap();
+        assert_eq!(
+            l3vni_commands(&want, &have),
+            ["vrf storage", "no vni 1999", "vni 2002000", "exit-vrf"]
+        );
+        assert!(l3vni_commands(&want, &want).is_empty());
+        let mut leaving = want.clone();
+        leaving.insert("tenantx".into(), 2_005_000);
+        assert_eq!(
+            l3vni_commands(&want, &leaving),
+            ["vrf tenantx", "no vni 2005000", "exit-vrf"],
+            "a VRF that leaves gives up its L3 VNI before the reload deletes its BGP instance"
+        );
+        assert_eq!(
+            l3vni_commands(&want, &BTreeMap::new()).len(),
+            6,
+            "two new VRFs: vrf, vni, exit-vrf each"
+        );
     }
 
     #[test]

@@ -20,6 +20,11 @@ const NODES: usize = 6;
 const BAD_NODE: &str = "node-3";
 const T: Duration = Duration::from_secs(180);
 
+/// How long a rollout may take: with FRR (the full-kernel VM, under emulation) an apply takes ~1 min.
+fn limit(f: &Fleet) -> Duration {
+    if f.opts.frr { T * 5 } else { T }
+}
+
 fn main() -> Result<()> {
     let no_kernel = std::env::args().any(|a| a == "--no-kernel")
         || std::env::var("NO_KERNEL").is_ok_and(|v| !v.is_empty() && v != "0");
@@ -41,10 +46,16 @@ fn main() -> Result<()> {
     }
     let exe = std::env::current_exe()?;
     let bins = Bins::in_dir(exe.parent().context("exe has a directory")?)?;
+    // --frr: real FRR (zebra + bgpd) per node, BGP EVPN instead of hand-installed flood entries; what
+    // `make demo KERNEL=full` runs inside the full-kernel VM, where the samples' VRFs get L3 VNIs.
+    let frr = std::env::args().any(|a| a == "--frr");
+    if frr && no_kernel {
+        bail!("--frr needs the kernel (real agents in node namespaces)");
+    }
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
         tokio::select! {
-            r = demo(bins, !no_kernel, server) => r,
+            r = demo(bins, !no_kernel, server, frr) => r,
             _ = tokio::signal::ctrl_c() => {
                 // Dropping the demo future dropped the fleet: processes killed, namespaces deleted.
                 println!("\ninterrupted: fleet torn down (processes killed, namespaces deleted)");
@@ -58,7 +69,7 @@ fn step(title: &str) {
     println!("\n\x1b[1m== {title}\x1b[0m");
 }
 
-async fn demo(bins: Bins, kernel: bool, server: ApiServer) -> Result<()> {
+async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<()> {
     let total = Instant::now();
     step("1. a fleet on this machine");
     let t = Instant::now();
@@ -68,6 +79,10 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer) -> Result<()> {
             nodes: NODES,
             kernel,
             server,
+            frr,
+            // Under emulation (the full-kernel VM) FRR reloads take seconds.
+            health_deadline_secs: if frr { 30.0 } else { 8.0 },
+            apply_timeout: Duration::from_secs(if frr { 240 } else { 60 }),
             ..FleetOptions::default()
         },
     )
@@ -133,12 +148,27 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer) -> Result<()> {
     step("3. data plane: VXLAN segment vlan103-monitoring across nodes");
     let t = Instant::now();
     let (mut ok, mut pings) = (0, 0);
-    if kernel {
+    if kernel && frr {
+        println!(
+            "BGP EVPN: every node runs FRR (iBGP full mesh); type-3 routes give each VXLAN its remote \
+             VTEPs, nobody installs flood entries"
+        );
+        if f.vrf {
+            let n0 = &f.node_names()[0];
+            let vnis = f
+                .frr(n0)
+                .context("FRR on node-0")?
+                .vtysh(&["-c", "show vrf vni"])?;
+            println!("{n0}: the VRFs' L3 VNIs in zebra (show vrf vni):\n{vnis}");
+        }
+    } else if kernel {
         let entries = f.install_flood_entries()?;
         println!(
             "installed {entries} VXLAN flooding entries (bridge fdb append 00:00:00:00:00:00 … dst <peer>): \
          they stand in for EVPN type-3 routes, which a BGP control plane would provide"
         );
+    }
+    if kernel {
         let workloads = f.add_workloads()?;
         println!(
             "one workload namespace per node: a veth on bridge l2.{DATA_VLAN}, 10.250.3.(100+i)/24, default \
@@ -158,7 +188,12 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer) -> Result<()> {
                     continue;
                 }
                 pings += 1;
-                let reached = ping_in(ns, peer_addr) || ping_in(ns, peer_addr);
+                // EVPN learns the remote VTEPs within seconds of the rollout; give it up to 30 s.
+                let deadline = Instant::now() + Duration::from_secs(if frr { 30 } else { 0 });
+                let mut reached = ping_in(ns, peer_addr) || ping_in(ns, peer_addr);
+                while !reached && Instant::now() < deadline {
+                    reached = ping_in(ns, peer_addr);
+                }
                 if reached {
                     ok += 1;
                 }
@@ -222,7 +257,7 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer) -> Result<()> {
         }
     }
     println!("rolling the touched nodes back to {good}…");
-    f.wait_all_on(&good, T).await?;
+    f.wait_all_on(&good, limit(&f)).await?;
     let rolled_back = t.elapsed();
     let clean = if kernel {
         let clean = !f.kernel_state(BAD_NODE)?.contains("lookup 300");
@@ -284,7 +319,7 @@ async fn watch(
     let mut wave = 0;
     let mut last_text = String::new();
     let mut current: Option<String> = None;
-    let deadline = Instant::now() + T;
+    let deadline = Instant::now() + limit(f);
     loop {
         let revs = f.revisions().await?;
         let Some(r) = revs.iter().rfind(|r| r.spec.sequence > after) else {

@@ -1,0 +1,418 @@
+//! The VRF path end to end on a full kernel: `tests/kernel-tier/fleet-vm.sh` boots Debian's cloud kernel
+//! under qemu and runs these tests there, with the whole fleet inside the guest — node namespaces, the
+//! API server, two configurators, an agent and FRR (zebra + bgpd, iBGP full mesh) per node. On a kernel
+//! without VRF devices (the host's) they print `SKIPPED` and pass; inside the VM (`NETWAVE_KERNEL_TIER=1`)
+//! a missing feature fails them, so the tier cannot go green by skipping.
+//!
+//! ```text
+//!  node-0 (compute)                         node-1 (storage)                    node-2 (compute)
+//!  vrf cluster (L3 VNI 2001000) ◄─ EVPN type-5 ─► vrf cluster                   vrf cluster
+//!   ├ l2.100 ── w: 10.250.0.100       L2 VNI       ├ l2.100 ── w: 10.250.0.101
+//!   ├ l2.130 ── w: 10.250.30.10     (node-0 only)  ├ l2.131 ── w: 10.250.31.10  (node-1 only)
+//!   └ vlan.101 on trunk0 ── host behind the trunk, tagged 101: 10.250.1.50 ─► l2.101 w on node-1
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use netwave_api::NetworkConfigRevision;
+use netwave_api::manifest::{Manifest, samples};
+use netwave_e2e::fleet::{ApiServer, Bins, Fleet, FleetOptions, provisioned_on};
+use netwave_e2e::netns::{ip, is_root, namespaces_of, ping_in};
+use serde_json::{Value, json};
+
+/// Generous: everything runs under software emulation inside the VM.
+const T: Duration = Duration::from_secs(300);
+const CLUSTER_VNI: u32 = 2_001_000;
+
+fn skip() -> bool {
+    let strict = std::env::var_os("NETWAVE_KERNEL_TIER").is_some_and(|v| v == "1");
+    let why = if !is_root() {
+        Some("needs root (network namespaces, netlink, FRR)".to_string())
+    } else if !netwave_control_plane::frr::installed() {
+        Some(format!(
+            "needs FRR: {}",
+            netwave_control_plane::frr::INSTALL
+        ))
+    } else if !kernel_has_vrf() {
+        Some(
+            "this kernel has no VRF devices (tests/kernel-tier/fleet-vm.sh runs it in a VM)".into(),
+        )
+    } else {
+        None
+    };
+    match why {
+        Some(why) if strict => panic!("the full-kernel fleet cannot run here: {why}"),
+        Some(why) => {
+            eprintln!("SKIPPED: the full-kernel fleet test {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+fn kernel_has_vrf() -> bool {
+    let ns = format!("nwvrfprobe{}", std::process::id());
+    if ip(&["netns", "add", &ns]).is_err() {
+        return false;
+    }
+    let ok = ip(&[
+        "-n", &ns, "link", "add", "v", "type", "vrf", "table", "4242",
+    ])
+    .is_ok();
+    let _ = ip(&["netns", "del", &ns]);
+    ok
+}
+
+fn manifest(v: Value) -> Manifest {
+    match v["kind"].as_str() {
+        Some("Layer2NetworkConfiguration") => Manifest::Layer2(serde_json::from_value(v).unwrap()),
+        Some("VRFRouteConfiguration") => Manifest::Vrf(serde_json::from_value(v).unwrap()),
+        k => panic!("no manifest kind {k:?}"),
+    }
+}
+
+/// A segment of the cluster VRF on one node only: traffic to it from another node must be routed
+/// through the L3 VNI (nothing bridges it there).
+fn single_node_segment(vlan: u16, node: &str) -> Manifest {
+    manifest(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "Layer2NetworkConfiguration",
+        "metadata": {"name": format!("vlan{vlan}-{node}")},
+        "spec": {
+            "id": vlan,
+            "vni": 1_000_000 + u32::from(vlan),
+            "mtu": 9000,
+            "vrf": "cluster",
+            "anycastMac": "02:00:5e:00:01:30",
+            "anycastGateways": [format!("10.250.{}.1/24", vlan - 100)],
+            "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}},
+        }
+    }))
+}
+
+/// `ip -j -d link show <name>` in `ns`, or None when it does not exist.
+fn link(ns: &str, name: &str) -> Option<Value> {
+    let out = ip(&["-n", ns, "-j", "-d", "link", "show", name]).ok()?;
+    let v: Value = serde_json::from_str(&out).ok()?;
+    v.get(0).cloned()
+}
+
+async fn ping_eventually(f: &Fleet, from: &str, to: &str, what: &str) -> Duration {
+    let t = Instant::now();
+    f.eventually(T, what, || async {
+        if ping_in(from, to) {
+            Ok(())
+        } else {
+            Err(format!("no reply from {to}"))
+        }
+    })
+    .await
+    .unwrap();
+    t.elapsed()
+}
+
+fn vrf_routes(f: &Fleet, node: &str, vrf: &str) -> String {
+    f.frr(node)
+        .unwrap()
+        .vtysh(&["-c", &format!("show ip route vrf {vrf}")])
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_and_a_bad_vrf_rolls_back()
+ {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let test_start = Instant::now();
+    let mut f = Fleet::start(
+        Bins::build().expect("netwave binaries"),
+        FleetOptions {
+            nodes: 3,
+            max_unavailable: 1,
+            frr: true,
+            vlan_trunk: true,
+            pools: Some(true),
+            // The testbed starts in a second; kube-apiserver under emulation takes minutes. The API
+            // server is not what this tier proves (tests/tests/rollout.rs runs on the real one).
+            server: ApiServer::Testbed,
+            health_deadline_secs: 30.0,
+            apply_timeout: Duration::from_secs(240),
+            ..FleetOptions::default()
+        },
+    )
+    .await
+    .expect("fleet with FRR starts");
+    let fleet_up = test_start.elapsed();
+    let nodes = f.node_names();
+    let ns: BTreeMap<String, String> = f
+        .net
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.netns.clone()))
+        .collect();
+
+    // 1. The samples' VRFs and segments, plus one cluster segment on node-0 only and one on node-1 only.
+    let t = Instant::now();
+    let mut inputs = samples().unwrap();
+    inputs.push(single_node_segment(130, &nodes[0]));
+    inputs.push(single_node_segment(131, &nodes[1]));
+    f.apply(&inputs).await.unwrap();
+    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    f.wait_all_on(rev1.metadata.name.as_deref().unwrap(), T)
+        .await
+        .unwrap();
+    let rollout1 = t.elapsed();
+    let rev1_name = rev1.metadata.name.clone().unwrap();
+    for n in &nodes {
+        let vrf = link(&ns[n], "cluster").unwrap_or_else(|| panic!("{n}: no VRF device cluster"));
+        assert_eq!(vrf["linkinfo"]["info_kind"], "vrf", "{n}: {vrf}");
+        let l2 = link(&ns[n], "l2.100").unwrap_or_else(|| panic!("{n}: no l2.100"));
+        assert_eq!(
+            l2["master"], "cluster",
+            "{n}: l2.100 is not in VRF cluster: {l2}"
+        );
+        let trunk_vlan = link(&ns[n], "vlan.101").unwrap_or_else(|| panic!("{n}: no vlan.101"));
+        assert_eq!(
+            trunk_vlan["linkinfo"]["info_data"]["id"], 101,
+            "{n}: {trunk_vlan}"
+        );
+        assert_eq!(trunk_vlan["master"], "l2.101", "{n}: {trunk_vlan}");
+    }
+    // zebra knows the L3 VNI of VRF cluster on every node.
+    for n in &nodes {
+        let fr = f.frr(n).unwrap();
+        f.eventually(T, "the cluster VRF's L3 VNI up in zebra", || async {
+            let out = fr
+                .vtysh(&["-c", &format!("show evpn vni {CLUSTER_VNI} json")])
+                .map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+            if v["type"] == "L3" && v["vrf"] == "cluster" && v["state"] == "Up" {
+                Ok(())
+            } else {
+                Err(format!("{n}: {out}"))
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    // 2. L2 VNI inside the VRF: workloads of vlan100 on node-0 and node-1.
+    let w0 = f
+        .net
+        .add_workload_on(&nodes[0], 1, "l2.100", "10.250.0.100/24", "10.250.0.1")
+        .unwrap();
+    let w1 = f
+        .net
+        .add_workload_on(&nodes[1], 1, "l2.100", "10.250.0.101/24", "10.250.0.1")
+        .unwrap();
+    let l2_ping = ping_eventually(&f, &w0, "10.250.0.101", "vlan100: node-0 → node-1").await;
+    ping_eventually(&f, &w1, "10.250.0.100", "vlan100: node-1 → node-0").await;
+
+    // 3. L3 VNI (symmetric IRB): vlan130 exists on node-0 only, vlan131 on node-1 only.
+    let a = f
+        .net
+        .add_workload_on(&nodes[0], 2, "l2.130", "10.250.30.10/24", "10.250.30.1")
+        .unwrap();
+    let b = f
+        .net
+        .add_workload_on(&nodes[1], 2, "l2.131", "10.250.31.10/24", "10.250.31.1")
+        .unwrap();
+    let l3_ping = ping_eventually(
+        &f,
+        &a,
+        "10.250.31.10",
+        "vlan130 on node-0 → vlan131 on node-1",
+    )
+    .await;
+    ping_eventually(
+        &f,
+        &b,
+        "10.250.30.10",
+        "vlan131 on node-1 → vlan130 on node-0",
+    )
+    .await;
+    let routes = vrf_routes(&f, &nodes[0], "cluster");
+    assert!(
+        routes
+            .lines()
+            .any(|l| l.contains("10.250.31.") && l.starts_with('B')),
+        "node-0 learnt node-1's vlan131 through BGP EVPN in VRF cluster:\n{routes}"
+    );
+    assert!(
+        link(&ns[&nodes[0]], "l2.131").is_none(),
+        "vlan131 must not exist on node-0 (the ping would be bridged, not routed)"
+    );
+
+    // 4. Leaking: the cluster VRF's import list lets 10.102.0.0/16 into the default VRF and keeps
+    // everything else out (10.103.7.0/24 matches no item).
+    let table = link(&ns[&nodes[0]], "cluster").unwrap()["linkinfo"]["info_data"]["table"]
+        .as_u64()
+        .expect("VRF table");
+    for prefix in ["10.102.7.0/24", "10.103.7.0/24"] {
+        ip(&[
+            "-n",
+            &ns[&nodes[0]],
+            "route",
+            "add",
+            "blackhole",
+            prefix,
+            "table",
+            &table.to_string(),
+        ])
+        .unwrap();
+    }
+    let fr0 = f.frr(&nodes[0]).unwrap();
+    f.eventually(
+        T,
+        "10.102.7.0/24 leaked from VRF cluster into the default VRF",
+        || async {
+            let out = fr0
+                .vtysh(&["-c", "show ip route 10.102.7.0/24 json"])
+                .map_err(|e| e.to_string())?;
+            if out.contains("10.102.7.0/24") {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let denied = fr0
+        .vtysh(&["-c", "show ip route 10.103.7.0/24 json"])
+        .unwrap();
+    assert!(
+        !denied.contains("10.103.7.0/24"),
+        "10.103.7.0/24 matches no import item, yet leaked: {denied}"
+    );
+
+    // 5. A host behind node-0's trunk tags its frames 101; vlan.101 carries them into segment vlan101,
+    // whose L2 VNI takes them to a workload on node-1.
+    let trunk_host = f.trunk_host(&nodes[0]).unwrap();
+    ip(&[
+        "-n",
+        &trunk_host,
+        "link",
+        "add",
+        "link",
+        "eth0",
+        "name",
+        "eth0.101",
+        "type",
+        "vlan",
+        "id",
+        "101",
+    ])
+    .unwrap();
+    ip(&[
+        "-n",
+        &trunk_host,
+        "addr",
+        "add",
+        "10.250.1.50/24",
+        "dev",
+        "eth0.101",
+    ])
+    .unwrap();
+    ip(&["-n", &trunk_host, "link", "set", "eth0.101", "up"]).unwrap();
+    f.net
+        .add_workload_on(&nodes[1], 3, "l2.101", "10.250.1.101/24", "10.250.1.1")
+        .unwrap();
+    let trunk_ping = ping_eventually(
+        &f,
+        &trunk_host,
+        "10.250.1.101",
+        "host behind node-0's trunk (VLAN 101) → vlan101 workload on node-1",
+    )
+    .await;
+
+    // 6. A bad VRF change: a new VRF whose device name node-1 already uses for a VRF of its own (not
+    // netwave's). Node-1 refuses it, the rollout halts, touched nodes return to the last good revision
+    // (kernel and FRR), and traffic through the L3 VNI still flows.
+    ip(&[
+        "-n",
+        &ns[&nodes[1]],
+        "link",
+        "add",
+        "tenantx",
+        "type",
+        "vrf",
+        "table",
+        "4711",
+    ])
+    .unwrap();
+    let before: BTreeMap<String, String> = nodes
+        .iter()
+        .map(|n| (n.clone(), f.kernel_state(n).unwrap()))
+        .collect();
+    let t = Instant::now();
+    f.apply(&[manifest(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "VRFRouteConfiguration",
+        "metadata": {"name": "tenantx"},
+        "spec": {
+            "vrf": "tenantx",
+            "vni": 2_005_000,
+            "routeTarget": "65188:2005",
+            "seq": 50,
+            "import": [{"cidr": "10.140.0.0/16", "le": 32, "action": "permit"}],
+            "export": [{"cidr": "10.250.40.0/24", "action": "permit"}],
+            "nodeSelector": {"matchExpressions": [{"key": "netwave.dev/pool", "operator": "Exists"}]},
+        }
+    }))])
+    .await
+    .unwrap();
+    let failed: NetworkConfigRevision = f
+        .wait_latest(rev1.spec.sequence, &["Failed"], T)
+        .await
+        .unwrap();
+    let st = failed.status.clone().unwrap();
+    assert_eq!(st.failed_nodes[0].node, nodes[1], "{:?}", st.failed_nodes);
+    assert!(
+        st.failed_nodes[0].message.contains("tenantx"),
+        "the failure names the conflicting device: {:?}",
+        st.failed_nodes[0]
+    );
+    f.wait_all_on(&rev1_name, T).await.unwrap();
+    let halted = t.elapsed();
+    for n in &nodes {
+        assert_eq!(
+            f.kernel_state(n).unwrap(),
+            before[n],
+            "{n}: kernel back to {rev1_name}"
+        );
+        let running = f.frr(n).unwrap().running().unwrap();
+        assert!(
+            !running.contains("vrf tenantx"),
+            "{n}: FRR still runs the failed VRF:\n{running}"
+        );
+    }
+    let configs = f.configs().await.unwrap();
+    for n in &nodes {
+        assert!(
+            provisioned_on(&configs[n], &rev1_name),
+            "{n}: {:?}",
+            configs[n].status
+        );
+    }
+    ping_eventually(&f, &a, "10.250.31.10", "L3 VNI after the rollback").await;
+
+    println!(
+        "full-kernel fleet (3 nodes, FRR per node, testbed API server): fleet up {:.1}s; samples + 2 \
+         segments rolled out in {:.1}s; first ping L2 VNI {:.1}s, L3 VNI {:.1}s, trunk {:.1}s; bad VRF \
+         halted and rolled back in {:.1}s; test {:.1}s",
+        fleet_up.as_secs_f64(),
+        rollout1.as_secs_f64(),
+        l2_ping.as_secs_f64(),
+        l3_ping.as_secs_f64(),
+        trunk_ping.as_secs_f64(),
+        halted.as_secs_f64(),
+        test_start.elapsed().as_secs_f64(),
+    );
+    let run = f.net.run_id.clone();
+    drop(f);
+    assert_eq!(namespaces_of(&run), Vec::<String>::new(), "namespaces left");
+}
