@@ -2,7 +2,6 @@
 //! server, two configurators, one agent per node; roll out `deploy/samples/`, prove the data plane, roll
 //! out a bad change, watch it halt and roll back, print a summary, leave nothing behind.
 
-use std::collections::BTreeSet;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -10,8 +9,7 @@ use anyhow::{Context, Result, bail};
 use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_e2e::fleet::{
-    ApiServer, Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET, phase,
-    provisioned_on,
+    ApiServer, Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET,
 };
 use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
 use serde_json::json;
@@ -315,14 +313,14 @@ async fn watch(
 ) -> Result<(NetworkConfigRevision, String)> {
     let tty = std::io::stdout().is_terminal();
     let mut drawn = 0usize;
-    let mut assigned_seen: BTreeSet<String> = BTreeSet::new();
-    let mut wave = 0;
     let mut last_text = String::new();
-    let mut current: Option<String> = None;
     let deadline = Instant::now() + limit(f);
     loop {
         let revs = f.revisions().await?;
-        let Some(r) = revs.iter().rfind(|r| r.spec.sequence > after) else {
+        let Some(r) = revs
+            .iter()
+            .rfind(|r| netwave_api::effective_sequence(r) > after)
+        else {
             if Instant::now() > deadline {
                 bail!("no new revision:\n{}", f.logs_tail(10));
             }
@@ -330,59 +328,15 @@ async fn watch(
             continue;
         };
         let rev = r.metadata.name.as_deref().unwrap_or_default();
-        if current.as_deref() != Some(rev) {
-            current = Some(rev.to_string());
-            assigned_seen.clear();
-            wave = 0;
-        }
         let configs = f.configs().await?;
-        let assigned: BTreeSet<String> = configs
-            .iter()
-            .filter(|(_, c)| c.spec.revision == rev)
-            .map(|(n, _)| n.clone())
-            .collect();
-        if assigned.difference(&assigned_seen).next().is_some() {
-            wave += 1;
-        }
-        assigned_seen.extend(assigned);
-        let st = r.status.clone().unwrap_or_default();
-        let p = phase(r);
-        let total = st.total.max(configs.len() as u32).max(1);
-        let width = 30;
-        let filled = (st.updated as usize * width) / total as usize;
-        let mut text = format!(
-            "revision {rev} (seq {})  phase {:<11}  wave {wave}  {:>5.1}s\n[{}{}] {}/{} updated  {} in flight  {} failed\n",
-            r.spec.sequence,
-            p,
+        // The view `kubectl netwave status -w` shows, from the plugin's own code.
+        let view = kubectl_netwave::status::build(r, &revs, configs.values(), false);
+        let p = view.phase.clone();
+        let text = format!(
+            "{:>5.1}s  {}",
             t0.elapsed().as_secs_f64(),
-            "#".repeat(filled),
-            "-".repeat(width - filled),
-            st.updated,
-            total,
-            st.in_progress,
-            st.failed
+            kubectl_netwave::status::render(&view, kubectl_netwave::now(), tty)
         );
-        for (n, c) in &configs {
-            let s = c.status.clone().unwrap_or_default();
-            let what = if provisioned_on(c, rev) {
-                "\x1b[32mProvisioned\x1b[0m".to_string()
-            } else if s.phase.as_deref() == Some("Invalid")
-                && s.observed_revision.as_deref() == Some(rev)
-            {
-                format!(
-                    "\x1b[31mInvalid\x1b[0m {} (restored {})",
-                    s.reason.unwrap_or_default(),
-                    s.last_good_revision.unwrap_or_default()
-                )
-            } else if c.spec.revision == rev {
-                "\x1b[33mapplying\x1b[0m".to_string()
-            } else if p == "Failed" && s.phase.as_deref() == Some("Provisioned") {
-                format!("on last good {}", c.spec.revision)
-            } else {
-                format!("waiting (runs {})", s.observed_revision.unwrap_or_default())
-            };
-            text.push_str(&format!("  {n:<8} {what}\n"));
-        }
         if text != last_text {
             if tty && drawn > 0 {
                 print!("\x1b[{drawn}A\x1b[J");
