@@ -18,9 +18,14 @@ const NODES: usize = 6;
 const BAD_NODE: &str = "node-3";
 const T: Duration = Duration::from_secs(180);
 
-/// How long a rollout may take: with FRR (the full-kernel VM, under emulation) an apply takes ~1 min.
-fn limit(f: &Fleet) -> Duration {
-    if f.opts.frr { T * 5 } else { T }
+/// Inside the full-kernel VM (software emulation), where everything is ~10x slower.
+fn emulated() -> bool {
+    std::env::var_os("NETWAVE_KERNEL_TIER").is_some_and(|v| v == "1")
+}
+
+/// How long a rollout may take: in the VM an apply with FRR takes about a minute.
+fn limit() -> Duration {
+    if emulated() { T * 5 } else { T }
 }
 
 fn main() -> Result<()> {
@@ -44,9 +49,13 @@ fn main() -> Result<()> {
     }
     let exe = std::env::current_exe()?;
     let bins = Bins::in_dir(exe.parent().context("exe has a directory")?)?;
-    // --frr: real FRR (zebra + bgpd) per node, BGP EVPN instead of hand-installed flood entries; what
-    // `make demo KERNEL=full` runs inside the full-kernel VM, where the samples' VRFs get L3 VNIs.
-    let frr = std::env::args().any(|a| a == "--frr");
+    // Real FRR (zebra + bgpd) per node when it is installed: BGP EVPN gives every VXLAN its remote
+    // VTEPs. Without it (or with --no-frr) the demo installs the flood entries EVPN would. `make demo
+    // KERNEL=full` runs it inside the full-kernel VM, where the samples' VRFs get L3 VNIs too.
+    let frr = std::env::args().any(|a| a == "--frr")
+        || (!no_kernel
+            && !std::env::args().any(|a| a == "--no-frr")
+            && netwave_control_plane::frr::installed());
     if frr && no_kernel {
         bail!("--frr needs the kernel (real agents in node namespaces)");
     }
@@ -78,9 +87,9 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
             kernel,
             server,
             frr,
-            // Under emulation (the full-kernel VM) FRR reloads take seconds.
-            health_deadline_secs: if frr { 30.0 } else { 8.0 },
-            apply_timeout: Duration::from_secs(if frr { 240 } else { 60 }),
+            // Under emulation (the full-kernel VM) FRR reloads take tens of seconds.
+            health_deadline_secs: if emulated() { 30.0 } else { 8.0 },
+            apply_timeout: Duration::from_secs(if emulated() { 240 } else { 60 }),
             ..FleetOptions::default()
         },
     )
@@ -117,6 +126,18 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
                     .trim()
             );
         }
+    }
+    if kernel {
+        println!(
+            "{}",
+            if frr {
+                "FRR per node (zebra + bgpd, iBGP full mesh over the underlay): the agents configure \
+                 it, BGP EVPN distributes the VXLAN endpoints"
+            } else {
+                "no FRR (not installed, or --no-frr): the demo installs the VXLAN flood entries EVPN \
+                 would provide"
+            }
+        );
     }
     let started = t.elapsed();
     println!("up in {started:.1?}");
@@ -255,7 +276,7 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
         }
     }
     println!("rolling the touched nodes back to {good}…");
-    f.wait_all_on(&good, limit(&f)).await?;
+    f.wait_all_on(&good, limit()).await?;
     let rolled_back = t.elapsed();
     let clean = if kernel {
         let clean = !f.kernel_state(BAD_NODE)?.contains("lookup 300");
@@ -314,7 +335,7 @@ async fn watch(
     let tty = std::io::stdout().is_terminal();
     let mut drawn = 0usize;
     let mut last_text = String::new();
-    let deadline = Instant::now() + limit(f);
+    let deadline = Instant::now() + limit();
     loop {
         let revs = f.revisions().await?;
         let Some(r) = revs
