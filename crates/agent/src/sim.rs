@@ -5,7 +5,7 @@
 //! subresource, field manager `netwave-agent`).
 //!
 //! ```text
-//!  watch NNCs ──► new (revision, retry) not yet reported ──► behaviour(nnc) ──(after delay)──► status apply
+//!  watch NNCs ──► new (revision, retry, configHash) not yet reported ──► behaviour(nnc) ──(after delay)──► status apply
 //!                                                              Provisioned | Invalid | Silent
 //! ```
 
@@ -84,14 +84,34 @@ pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json
     }))
 }
 
+/// One spec a node was answered for: (revision, retry, configHash).
+type SpecKey = (String, u32, String);
+
+/// Whether the status already answers this spec, as the real agent judges it ([`crate::reconcile::decide`]):
+/// `Invalid` for this revision and retry, or `Provisioned` for them *and* this config (a config re-rendered
+/// under the same revision is answered again).
+fn already_reported(nnc: &NodeNetworkConfig) -> bool {
+    let st = nnc.status.clone().unwrap_or_default();
+    let same_attempt = st.observed_revision.as_deref() == Some(nnc.spec.revision.as_str())
+        && st.observed_retry.unwrap_or(0) == nnc.spec.retry;
+    same_attempt
+        && match st.phase.as_deref() {
+            Some(crate::reconcile::INVALID) => true,
+            Some(crate::reconcile::PROVISIONED) => {
+                st.config_hash.as_deref() == Some(nnc.spec.config_hash.as_str())
+            }
+            _ => false,
+        }
+}
+
 /// Simulated agents for every node, until the returned task is aborted (which also aborts every answer
-/// on its way). Each new (revision, retry) of a node is answered once, `delay` after it was seen; write
+/// on its way). Each new (revision, retry, configHash) of a node is answered once, `delay` after it was seen; write
 /// errors are retried like a real agent's (an API server restart is outlasted), never turned into a
 /// verdict.
 pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<NodeNetworkConfig> = Api::all(client);
-        let handled: Arc<Mutex<BTreeMap<String, (String, u32)>>> = Arc::default();
+        let handled: Arc<Mutex<BTreeMap<String, SpecKey>>> = Arc::default();
         let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
         futures::pin_mut!(stream);
         let mut answers = JoinSet::new();
@@ -102,10 +122,12 @@ pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::ta
                 _ => continue,
             };
             let name = nnc.name_any();
-            let key = (nnc.spec.revision.clone(), nnc.spec.retry);
-            let st = nnc.status.clone().unwrap_or_default();
-            let reported = st.observed_revision.as_deref() == Some(key.0.as_str())
-                && st.observed_retry.unwrap_or(0) == key.1;
+            let key = (
+                nnc.spec.revision.clone(),
+                nnc.spec.retry,
+                nnc.spec.config_hash.clone(),
+            );
+            let reported = already_reported(&nnc);
             if reported || handled.lock().unwrap().get(&name) == Some(&key) {
                 continue;
             }

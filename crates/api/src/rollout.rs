@@ -22,6 +22,12 @@ use crate::inputs::{
 /// timeout counts from here, so a dead or brand-new agent also times out.
 pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
 
+/// `status.phase` of a NodeNetworkConfig whose config was re-rendered under the revision its agent reported
+/// `Provisioned` for (a Node label change, say), until the agent reports on the new config. Written by the
+/// configurator right after the new spec, and only if the agent has not written status since; the
+/// agent's next report replaces it. Without it the old `Provisioned` would read as applied.
+pub const NODE_PHASE_PENDING: &str = "Pending";
+
 /// See [`crate::vocab::node_reasons::CONFIG_TAMPERED`].
 pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMPERED;
 
@@ -513,11 +519,27 @@ pub struct RuleConfig {
     pub iif: Option<String>,
 }
 
-/// The agent's report, written by the node's agent only.
+impl NodeNetworkConfig {
+    /// The status reports `Provisioned` for `spec.revision`, but for another config than
+    /// `spec.configHash`: the config was re-rendered under the same revision and the agent has not
+    /// reported on it yet.
+    pub fn reports_older_config(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.phase.as_deref() == Some(crate::vocab::NodePhase::Provisioned.as_str())
+                && s.observed_revision.as_deref() == Some(self.spec.revision.as_str())
+                && s.config_hash
+                    .as_deref()
+                    .is_some_and(|h| h != self.spec.config_hash)
+        })
+    }
+}
+
+/// The agent's report, written by the node's agent (and phase `Pending` by the configurator).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct NodeNetworkConfigStatus {
-    /// `Provisioning`, `Provisioned` or `Invalid`.
+    /// `Provisioning`, `Provisioned` or `Invalid` (the agent's), or `Pending`: the configurator re-rendered
+    /// the config under the same revision and the agent has not reported on it yet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Revision the phase refers to.

@@ -11,9 +11,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
-    ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NetworkConfigRevision,
-    NetworkConfigRevisionSpec, NetworkConfigRevisionStatus, NodeNetworkConfig,
-    NodeNetworkConfigSpec, RevisionInputs, RoutingTable, VRFRouteConfiguration,
+    ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
+    NetworkConfigRevision, NetworkConfigRevisionSpec, NetworkConfigRevisionStatus,
+    NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::render::InputKind;
 use serde_json::json;
@@ -115,6 +115,53 @@ impl Intent {
             Intent::DeleteRevision { .. } | Intent::DeleteNodeConfig { .. } => Verb::delete,
             _ => Verb::patch,
         }
+    }
+}
+
+/// After a re-render under the same revision, `written`'s status still says `Provisioned` for the old
+/// config: mark it `Pending` until the agent reports. Only if nothing wrote the object since our spec
+/// write (the resourceVersion is a precondition), so an agent report that came first is never
+/// overwritten. Only fields every agent report sets (phase, message, transition time) are written, so the
+/// agent's next report (server-side apply) replaces all of them.
+async fn mark_pending(
+    nncs: &Api<NodeNetworkConfig>,
+    written: &NodeNetworkConfig,
+) -> Result<(), kube::Error> {
+    if !written.reports_older_config() {
+        return Ok(());
+    }
+    let patch = json!({
+        "metadata": { "resourceVersion": written.metadata.resource_version },
+        "status": {
+            "phase": NODE_PHASE_PENDING,
+            "message": format!(
+                "config re-rendered under revision {} (configHash {}); waiting for the agent to \
+                 report on it (it runs configHash {})",
+                written.spec.revision,
+                written.spec.config_hash,
+                written
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.config_hash.as_deref())
+                    .unwrap_or_default()
+            ),
+            "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now()
+            ),
+        },
+    });
+    let name = written.metadata.name.as_deref().unwrap_or_default();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    match nncs
+        .patch_status(name, &params, &Patch::Merge(&patch))
+        .await
+    {
+        // The agent (or anyone) wrote since: its report is newer than ours would be.
+        Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
+        r => r.map(drop),
     }
 }
 
@@ -386,9 +433,8 @@ impl Writer {
                     "metadata": { "name": node, "annotations": { ASSIGNED_AT_ANNOTATION: assigned_at } },
                     "spec": spec,
                 });
-                nncs.patch(node, &apply, &Patch::Apply(&patch))
-                    .await
-                    .map(drop)
+                let written = nncs.patch(node, &apply, &Patch::Apply(&patch)).await?;
+                mark_pending(&nncs, &written).await
             }
             Intent::RevisionStatus { name, status } => {
                 let patch = json!({

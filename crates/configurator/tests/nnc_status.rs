@@ -1,0 +1,122 @@
+//! `kubectl get nnc` tells the truth after a config is re-rendered under the same revision (a Node label
+//! change): the node reads `Pending` until its agent reports on the new config, against the real
+//! kube-apiserver.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use netwave_api::NODE_PHASE_PENDING;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+fn kubectl_get_nnc(env: &Env) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig())
+        .args(["get", "nnc"])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
+    let env = env().await;
+    let client = env.client.clone();
+    let names = node_names(2);
+    add_nodes(&client, &names).await;
+    apply_samples(&client).await;
+    let _configurator = Configurator::start(client.clone(), args(&[]));
+    let agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
+    let first = eventually(T, "both nodes Provisioned", || async {
+        let c = configs(&client).await;
+        (c.len() == 2
+            && c.values().all(|n| {
+                let s = n.status.clone().unwrap_or_default();
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.config_hash.as_deref() == Some(n.spec.config_hash.as_str())
+            }))
+        .then_some(c)
+        .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    println!("after the rollout:\n{}", kubectl_get_nnc(&env));
+
+    // The agents stop answering; node-00 gets a label that selects the edge VRF.
+    drop(agents);
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            &names[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"netwave.dev/edge": "true"}}})),
+        )
+        .await
+        .unwrap();
+    let old = &first[&names[0]];
+    let pending = eventually(T, "node-00 re-rendered and Pending", || async {
+        let n = configs(&client).await.remove(&names[0]).unwrap();
+        let phase = n.status.clone().unwrap_or_default().phase;
+        if n.spec.config_hash != old.spec.config_hash
+            && phase.as_deref() == Some(NODE_PHASE_PENDING)
+        {
+            Ok(n)
+        } else {
+            Err(format!("configHash {} phase {phase:?}", n.spec.config_hash))
+        }
+    })
+    .await;
+    assert_eq!(
+        pending.spec.revision, old.spec.revision,
+        "a label change re-renders under the same revision"
+    );
+    let st = pending.status.clone().unwrap();
+    assert_eq!(st.observed_revision, Some(old.spec.revision.clone()));
+    assert_eq!(
+        st.config_hash,
+        Some(old.spec.config_hash.clone()),
+        "it still runs the old config"
+    );
+    let table = kubectl_get_nnc(&env);
+    println!("re-rendered, agent not yet reported:\n{table}");
+    let row = table.lines().find(|l| l.starts_with(&names[0])).unwrap();
+    assert!(row.contains(NODE_PHASE_PENDING), "{row}");
+    assert!(!row.contains("Provisioned"), "{row}");
+    // The other node's config did not change: still Provisioned.
+    let other = &configs(&client).await[&names[1]];
+    assert_eq!(
+        other.status.as_ref().unwrap().phase.as_deref(),
+        Some("Provisioned")
+    );
+    // With no agent answering, it stays Pending (nothing else turns it back to Provisioned).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = &configs(&client).await[&names[0]];
+    assert_eq!(
+        still.status.as_ref().unwrap().phase.as_deref(),
+        Some(NODE_PHASE_PENDING)
+    );
+
+    // The agent reports on the new config: Provisioned, running the new hash.
+    let _agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
+    eventually(T, "node-00 Provisioned with the new config", || async {
+        let n = configs(&client).await.remove(&names[0]).unwrap();
+        let s = n.status.clone().unwrap_or_default();
+        (s.phase.as_deref() == Some("Provisioned")
+            && s.config_hash.as_deref() == Some(n.spec.config_hash.as_str())
+            && n.spec.config_hash == pending.spec.config_hash)
+            .then_some(())
+            .ok_or_else(|| format!("{s:?}"))
+    })
+    .await;
+    println!("after the agent reported:\n{}", kubectl_get_nnc(&env));
+}
