@@ -246,12 +246,12 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
         "vlan131 must not exist on node-0 (the ping would be bridged, not routed)"
     );
 
-    // 4. Leaking: the cluster VRF's import list lets 10.102.0.0/16 into the default VRF and keeps
-    // everything else out (10.103.7.0/24 matches no item).
+    // 4. Leaking: the cluster VRF's import list lets 10.102.0.0/16 into the default VRF, except
+    // 10.102.255.0/24 (a deny with a lower seq), and keeps what matches no item (10.103.7.0/24) out.
     let table = link(&ns[&nodes[0]], "cluster").unwrap()["linkinfo"]["info_data"]["table"]
         .as_u64()
         .expect("VRF table");
-    for prefix in ["10.102.7.0/24", "10.103.7.0/24"] {
+    for prefix in ["10.102.7.0/24", "10.102.255.0/24", "10.103.7.0/24"] {
         ip(&[
             "-n",
             &ns[&nodes[0]],
@@ -281,13 +281,15 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     )
     .await
     .unwrap();
-    let denied = fr0
-        .vtysh(&["-c", "show ip route 10.103.7.0/24 json"])
-        .unwrap();
-    assert!(
-        !denied.contains("10.103.7.0/24"),
-        "10.103.7.0/24 matches no import item, yet leaked: {denied}"
-    );
+    for kept_out in ["10.102.255.0/24", "10.103.7.0/24"] {
+        let shown = fr0
+            .vtysh(&["-c", &format!("show ip route {kept_out} json")])
+            .unwrap();
+        assert!(
+            !shown.contains(kept_out),
+            "{kept_out} must not leak into the default VRF: {shown}"
+        );
+    }
 
     // 5. A host behind node-0's trunk tags its frames 101; vlan.101 carries them into segment vlan101,
     // whose L2 VNI takes them to a workload on node-1.

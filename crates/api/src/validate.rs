@@ -164,6 +164,51 @@ fn first_seen<K: Ord>(seen: &mut BTreeMap<K, usize>, key: K, index: usize) -> Op
     }
 }
 
+/// The prefix lengths an item matches, as FRR reads it: exactly the CIDR's length without `ge`/`le`,
+/// from the length to `le`, from `ge` to the family's maximum, or `ge` to `le`.
+fn length_range(item: &PrefixItem, net: &IpNet) -> (u8, u8) {
+    let len = net.prefix_len();
+    match (item.ge, item.le) {
+        (None, None) => (len, len),
+        (None, Some(le)) => (len, le),
+        (Some(ge), None) => (ge, net.max_prefix_len()),
+        (Some(ge), Some(le)) => (ge, le),
+    }
+}
+
+/// Items of a prefix list that can never match: an item that comes earlier in `seq` order (an item
+/// without `seq` has its position + 1) matches every prefix they match, so it decides first. Returns
+/// `(shadowed, by)` positions. Items that do not parse are left to the per-object checks.
+pub fn shadowed_items(items: &[PrefixItem]) -> Vec<(usize, usize)> {
+    let parsed: Vec<Option<(IpNet, (u8, u8))>> = items
+        .iter()
+        .map(|item| {
+            let net: IpNet = item.cidr.parse().ok()?;
+            Some((net.trunc(), length_range(item, &net)))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (b, item_b) in items.iter().enumerate() {
+        let Some((net_b, (lo_b, hi_b))) = parsed[b] else {
+            continue;
+        };
+        let by = items
+            .iter()
+            .enumerate()
+            .filter(|&(a, item_a)| a != b && item_a.effective_seq(a) < item_b.effective_seq(b))
+            .filter(|&(a, _)| {
+                parsed[a].is_some_and(|(net_a, (lo_a, hi_a))| {
+                    net_a.contains(&net_b) && lo_a <= lo_b && hi_b <= hi_a
+                })
+            })
+            .min_by_key(|&(a, item_a)| item_a.effective_seq(a));
+        if let Some((a, _)) = by {
+            out.push((b, a));
+        }
+    }
+    out
+}
+
 fn family(net: &IpNet) -> &'static str {
     match net {
         IpNet::V4(_) => "IPv4",

@@ -309,3 +309,86 @@ fn rules_use_networks_free_priorities_and_one_family() {
         ]
     );
 }
+
+fn seq(mut i: PrefixItem, seq: u32, action: PrefixAction) -> PrefixItem {
+    i.seq = Some(seq);
+    i.action = action;
+    i
+}
+
+#[test]
+fn an_item_an_earlier_one_covers_never_matches() {
+    use netwave_api::validate::shadowed_items;
+    // What the samples once had: a permit of the /16 at position 1 (seq 1) before a deny of a /24
+    // inside it at seq 5: the deny never decides anything.
+    let list = [
+        item("10.102.0.0/16", None, Some(32)),
+        seq(
+            item("10.102.255.0/24", None, Some(32)),
+            5,
+            PrefixAction::Deny,
+        ),
+    ];
+    assert_eq!(shadowed_items(&list), [(1, 0)]);
+    // The deny first (seq 5 < 10): both can match.
+    let list = [
+        seq(
+            item("10.102.0.0/16", None, Some(32)),
+            10,
+            PrefixAction::Permit,
+        ),
+        seq(
+            item("10.102.255.0/24", None, Some(32)),
+            5,
+            PrefixAction::Deny,
+        ),
+    ];
+    assert_eq!(shadowed_items(&list), []);
+    // Lengths matter: an exact /16 covers no /24; `le 24` does not cover `le 32`; `ge 24` covers
+    // `ge 25`; the other family never.
+    for (earlier, later, covered) in [
+        (
+            item("10.0.0.0/16", None, None),
+            item("10.0.1.0/24", None, None),
+            false,
+        ),
+        (
+            item("10.0.0.0/16", None, Some(24)),
+            item("10.0.1.0/24", None, Some(32)),
+            false,
+        ),
+        (
+            item("10.0.0.0/16", None, Some(24)),
+            item("10.0.1.0/24", None, None),
+            true,
+        ),
+        (
+            item("10.0.0.0/16", Some(24), None),
+            item("10.0.1.0/24", Some(25), None),
+            true,
+        ),
+        (
+            item("0.0.0.0/0", None, Some(32)),
+            item("fd00::/8", None, Some(128)),
+            false,
+        ),
+        (
+            item("10.0.0.0/16", None, Some(32)),
+            item("10.1.0.0/24", None, None),
+            false,
+        ),
+    ] {
+        let got = shadowed_items(&[earlier.clone(), later.clone()]);
+        assert_eq!(
+            !got.is_empty(),
+            covered,
+            "{} ge {:?} le {:?} before {} ge {:?} le {:?}: {got:?}",
+            earlier.cidr,
+            earlier.ge,
+            earlier.le,
+            later.cidr,
+            later.ge,
+            later.le
+        );
+    }
+}

@@ -116,6 +116,8 @@ pub enum Check {
     SharedRoutingTable,
     /// Warning: there are no nodes at all.
     NoNodes,
+    /// Warning: a VRF's import or export item can never match (an earlier item covers it).
+    ShadowedPrefixItem,
 }
 
 impl Check {
@@ -143,6 +145,7 @@ impl Check {
             Check::SelectsNoNode => "SelectsNoNode",
             Check::SharedRoutingTable => "SharedRoutingTable",
             Check::NoNodes => "NoNodes",
+            Check::ShadowedPrefixItem => "ShadowedPrefixItem",
         }
     }
 }
@@ -515,6 +518,32 @@ impl Validator<'_> {
             let mtu = s.vni.and(mtu_problem(s.mtu.unwrap_or(DEFAULT_VRF_MTU)));
             for p in problems {
                 self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+            }
+            for (field, items) in [("import", &s.import), ("export", &s.export)] {
+                for (b, a) in netwave_api::validate::shadowed_items(items) {
+                    let ia = &items[a];
+                    let action = match ia.action {
+                        netwave_api::PrefixAction::Permit => "permit",
+                        netwave_api::PrefixAction::Deny => "deny",
+                    };
+                    let message = format!(
+                        "never matches: {field}[{a}] ({} {} with seq {}) comes first and matches every \
+                         prefix this item does (items apply in seq order; one without seq has its \
+                         position + 1)",
+                        action,
+                        ia.cidr,
+                        ia.effective_seq(a),
+                    );
+                    let nodes = self.nodes_of(&[o]);
+                    self.push(
+                        false,
+                        Check::ShadowedPrefixItem,
+                        &[o],
+                        Some(format!("spec.{field}[{b}]")),
+                        message,
+                        nodes,
+                    );
+                }
             }
             if !too_long.is_empty() {
                 self.object_error(

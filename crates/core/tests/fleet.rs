@@ -703,3 +703,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_vrf_prefix_item_an_earlier_one_covers_is_a_warning() {
+    let mut inputs = sample_inputs();
+    let cluster = inputs
+        .vrfs
+        .iter_mut()
+        .find(|v| v.spec.vrf == "cluster")
+        .unwrap();
+    // The permit of the /16 at its position (seq 1) decides before the deny of the /24 at seq 5.
+    cluster.spec.import[0].seq = None;
+    let v = validate(&inputs, &sample_nodes(), &FleetParams::default());
+    assert_clean(&v);
+    let w: Vec<String> = v.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert_eq!(v.warnings[0].check, Check::ShadowedPrefixItem);
+    assert!(
+        w[0].contains("spec.import[1]")
+            && w[0].contains("never matches: import[0] (permit 10.102.0.0/16 with seq 1)"),
+        "{}",
+        w[0]
+    );
+}

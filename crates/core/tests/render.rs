@@ -204,13 +204,13 @@ fn prefix_lists_get_effective_sequence_numbers_in_evaluation_order() {
         .iter()
         .map(|i| (i.seq.unwrap(), i.cidr.as_str()))
         .collect();
-    // 10.102.255.0/24 was written second with seq 5; the others take their positions 1 and 3.
+    // 10.102.255.0/24 (seq 5) before 10.102.0.0/16 (seq 10); fd00:102::/48 takes its position, 3.
     assert_eq!(
         import,
         [
-            (1, "10.102.0.0/16"),
             (3, "fd00:102::/48"),
-            (5, "10.102.255.0/24")
+            (5, "10.102.255.0/24"),
+            (10, "10.102.0.0/16")
         ]
     );
 }
