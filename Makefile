@@ -64,6 +64,7 @@ bench:
 	$(CARGO) run --release -q -p netwave-core --example bench_render
 	$(CARGO) run --release -q -p netwave-core --example bench_step
 	$(CARGO) run --release -q -p netwave-testbed --example scale
+	$(CARGO) build --release -q -p netwave-configurator -p netwave-testbed --bins && $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
 	$(CARGO) build --release -q -p netwave-agent --bins --examples
 	target/release/examples/bench
 
