@@ -111,7 +111,11 @@ async fn kubectl_applies_gets_describes_and_deletes_netwave_resources() {
     // Printer columns from the CRD, through the server's Table output.
     let out = k.ok(&["get", "vrf"]).await;
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "VRF", "VNI", "TABLE", "AGE"], "{out}");
+    assert_eq!(
+        header,
+        ["NAME", "VRF", "VNI", "TABLE", "ACCEPTED", "NODES", "AGE"],
+        "{out}"
+    );
     let cluster = out
         .lines()
         .find(|l| l.starts_with("cluster "))
