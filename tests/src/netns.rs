@@ -250,20 +250,7 @@ impl NetnsFleet {
 impl NetnsFleet {
     /// Probes VRF support in the fabric namespace (a throwaway VRF device).
     pub fn kernel_has_vrf(&self) -> bool {
-        let ok = ip(&[
-            "-n",
-            &self.fabric,
-            "link",
-            "add",
-            "vrfprobe",
-            "type",
-            "vrf",
-            "table",
-            "4242",
-        ])
-        .is_ok();
-        let _ = ip(&["-n", &self.fabric, "link", "del", "vrfprobe"]);
-        ok
+        vrf_probe(&self.fabric)
     }
 
     /// Wires the root namespace into the fabric bridge: a veth with `host_cidr` on the root side (so
@@ -375,6 +362,28 @@ impl NetnsFleet {
         ip(&["-n", &tns, "link", "set", "lo", "up"])?;
         Ok(tns)
     }
+}
+
+/// Whether the kernel can create VRF devices, probed in a namespace of its own (created and deleted
+/// here), for tests that decide before any fleet exists. Needs root.
+pub fn kernel_has_vrf() -> bool {
+    let ns = format!("nwvrfprobe{}", std::process::id());
+    if ip(&["netns", "add", &ns]).is_err() {
+        return false;
+    }
+    let ok = vrf_probe(&ns);
+    let _ = ip(&["netns", "del", &ns]);
+    ok
+}
+
+/// Creates and deletes a throwaway VRF device in namespace `ns`.
+fn vrf_probe(ns: &str) -> bool {
+    let ok = ip(&[
+        "-n", ns, "link", "add", "vrfprobe", "type", "vrf", "table", "4242",
+    ])
+    .is_ok();
+    let _ = ip(&["-n", ns, "link", "del", "vrfprobe"]);
+    ok
 }
 
 /// The namespace of the host behind the trunk of the node in namespace `node_ns`.

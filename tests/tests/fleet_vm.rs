@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_e2e::fleet::{ApiServer, Bins, Fleet, FleetOptions, provisioned_on};
-use netwave_e2e::netns::{ip, is_root, namespaces_of, ping_in};
+use netwave_e2e::netns::{ip, is_root, kernel_has_vrf, namespaces_of, ping_in};
 use serde_json::{Value, json};
 
 /// Generous: everything runs under software emulation inside the VM.
@@ -49,19 +49,6 @@ fn skip() -> bool {
         }
         None => false,
     }
-}
-
-fn kernel_has_vrf() -> bool {
-    let ns = format!("nwvrfprobe{}", std::process::id());
-    if ip(&["netns", "add", &ns]).is_err() {
-        return false;
-    }
-    let ok = ip(&[
-        "-n", &ns, "link", "add", "v", "type", "vrf", "table", "4242",
-    ])
-    .is_ok();
-    let _ = ip(&["netns", "del", &ns]);
-    ok
 }
 
 fn manifest(v: Value) -> Manifest {
