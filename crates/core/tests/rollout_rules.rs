@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use netwave_api::{Canary, NetworkConfigRevisionStatus, RolloutPolicy};
 use netwave_core::Timestamp;
 use netwave_core::rollout::{
-    AgentPhase, AssignReason, Budget, EventReason, Plan, REASON_APPLY_TIMEOUT, WaitingOn,
-    is_in_flight, reasons, step,
+    AgentPhase, AgentReport, AssignReason, AssignedSpec, Budget, EventReason, NodeConfigState,
+    Plan, REASON_APPLY_TIMEOUT, WaitingOn, is_in_flight, reasons, step,
 };
 use netwave_core::sim::Store;
 
@@ -1051,4 +1051,94 @@ fn a_joining_node_gets_the_last_good_revision_without_waiting_for_the_budget() {
     store.agent_reports("node-01", AgentPhase::Provisioned, None);
     let plan = run(&mut store, at(4));
     assert_eq!(plan.assignments.len(), 1, "one at a time: {plan:#?}");
+}
+
+/// An agent that reported `Invalid` for a spec is at rest (it restored its last good config); a config
+/// re-rendered under the same revision and retry is a new spec it applies, so it is in flight again.
+#[test]
+fn invalid_is_at_rest_only_for_the_config_it_judged() {
+    let config = |hash: &str, observed: Option<&str>| NodeConfigState {
+        name: "node-01".into(),
+        spec: AssignedSpec {
+            revision: "r2".into(),
+            config_hash: hash.into(),
+            ..AssignedSpec::default()
+        },
+        status: AgentReport {
+            phase: Some(AgentPhase::Invalid),
+            observed_revision: Some("r2".into()),
+            observed_retry: Some(0),
+            observed_config_hash: observed.map(Into::into),
+            config_hash: Some("h1".into()),
+            ..AgentReport::default()
+        },
+    };
+    assert!(!is_in_flight(&config("h2", Some("h2"))));
+    // Agents that do not report the judged hash: the revision and retry decide, as before.
+    assert!(!is_in_flight(&config("h2", None)));
+    assert!(is_in_flight(&config("h2b", Some("h2"))));
+}
+
+/// A node whose move to the last good revision can no longer finish — its agent never answered it
+/// within that revision's apply timeout — is not waited on forever: it takes the next target (it is in
+/// flight already, so that costs no budget), where its apply timeout counts as that revision's failure,
+/// and the target completes. Waiting on it left the target `Progressing` with nodes queued for good
+/// (#14: the benchmark's second rollout never finished behind the first rollout's silent nodes).
+#[test]
+fn a_node_silent_on_the_last_good_revision_does_not_hold_up_the_next_target() {
+    // The first rollout: node-01's agent never answers, its apply timeout fails it (under maxFailures)
+    // and r1 completes without it; with no earlier revision there is nowhere to roll it back to.
+    let mut store = Store::with_nodes(&names(3));
+    let r1 = store.add_revision("r1", 1);
+    r1.policy.max_unavailable = Some(IntOrString::Int(3));
+    r1.policy.max_failures = Some(2);
+    r1.policy.apply_timeout_seconds = Some(60);
+    run(&mut store, T0);
+    store.agent_reports("node-02", AgentPhase::Provisioned, None);
+    store.agent_reports("node-03", AgentPhase::Provisioned, None);
+    run(&mut store, at(60));
+    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(status(&store, "r1").failed_nodes[0].node, "node-01");
+    // The second rollout: every node gets r2, node-01 too.
+    let r2 = store.add_revision("r2", 2);
+    r2.policy.max_unavailable = Some(IntOrString::Int(3));
+    r2.policy.max_failures = Some(2);
+    r2.policy.apply_timeout_seconds = Some(60);
+    let plan = run(&mut store, at(100));
+    assert_eq!(on_revision(&store, "r2").len(), 3, "{plan:#?}");
+    store.agent_reports("node-02", AgentPhase::Provisioned, None);
+    store.agent_reports("node-03", AgentPhase::Provisioned, None);
+    run(&mut store, at(160));
+    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(status(&store, "r2").failed_nodes[0].node, "node-01");
+    assert_eq!(status(&store, "r2").queued, 0);
+
+    // A node that joins gets the last good revision and its agent never answers: after r1's apply
+    // timeout it takes the target too; before, it finishes its move to r1 first (a requeue says when).
+    let mut store = fleet_on_r1(2);
+    store.revision("r1").policy.apply_timeout_seconds = Some(60);
+    store.add_node("node-03", BTreeMap::new());
+    let plan = run(&mut store, at(1));
+    assert_eq!(assigned(&plan), [("node-03", "r1", AssignReason::NewNode)]);
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(3));
+    let plan = run(&mut store, at(2));
+    assert_eq!(on_revision(&store, "r2"), ["node-01", "node-02"]);
+    assert_eq!(plan.report.requeue_at, Some(at(61)));
+    agents_succeed_except(&mut store, "node-03");
+    run(&mut store, at(30));
+    let plan = run(&mut store, at(61));
+    assert_eq!(assigned(&plan), [("node-03", "r2", AssignReason::Rollout)]);
+}
+
+/// Like [`agents_succeed`], except `silent`'s agent.
+fn agents_succeed_except(store: &mut Store, silent: &str) {
+    let pending: Vec<String> = store
+        .configs
+        .values()
+        .filter(|c| c.name != silent && is_in_flight(c))
+        .map(|c| c.name.clone())
+        .collect();
+    for n in pending {
+        store.agent_reports(&n, AgentPhase::Provisioned, None);
+    }
 }

@@ -85,13 +85,25 @@ pub(super) fn target_rollout_intents(w: &mut World) {
             continue; // new nodes were handled before
         }
         // A move to the last good revision (rollback, new node) finishes before the node moves on to
-        // the target.
+        // the target — unless it cannot finish any more: its agent did not answer within that
+        // revision's apply timeout (a node whose first rollout timed out stays on it, in flight, for
+        // good). Waiting on such a node would keep every later target from completing; taking the
+        // target costs no budget (it is in flight already) and its timeout there is a failure on record.
         if let (Some(s), Some(lg)) = (n.spec, w.last_good)
             && s.revision == w.revs[lg].name()
             && lg != t
             && n.in_flight
         {
-            continue;
+            let timeout = w.revs[lg].policy.apply_timeout_seconds as u64;
+            match s.assigned_at.map(|at| at.plus_secs(timeout)) {
+                Some(over) if w.now >= over => {}
+                over => {
+                    if let Some(over) = over {
+                        w.requeue.wake(over);
+                    }
+                    continue;
+                }
+            }
         }
         let Some(reason) = target_move(n, target, w.hashes.get(t, i)) else {
             continue;
