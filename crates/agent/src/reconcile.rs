@@ -168,6 +168,9 @@ pub enum Decision {
     Tampered { actual: String },
     /// Already reported as tampered for this revision and retry: nothing to do until the spec changes.
     StillTampered,
+    /// A placeholder (no revision assigned yet, the node is queued): nothing to apply or report; the
+    /// node keeps what it runs.
+    Unassigned,
 }
 
 pub fn decide(
@@ -175,9 +178,19 @@ pub fn decide(
     status: Option<&NodeNetworkConfigStatus>,
     running_hash: Option<&str>,
 ) -> Decision {
+    if spec.is_placeholder() {
+        return Decision::Unassigned;
+    }
     let same_attempt = status.is_some_and(|s| {
         s.observed_revision.as_deref() == Some(spec.revision.as_str())
             && s.observed_retry.unwrap_or(0) == spec.retry
+    });
+    // The verdict was on this very config: one re-rendered under the same revision and retry (a Node
+    // label change) is judged afresh. Statuses without the field answer the revision and retry.
+    let same_config = status.is_some_and(|s| {
+        s.observed_config_hash
+            .as_deref()
+            .is_none_or(|h| h == spec.config_hash)
     });
     let phase = status.and_then(|s| s.phase.as_deref());
     // A refusal as tampered is no verdict on the revision: once the spec is put back, it is applied.
@@ -193,7 +206,9 @@ pub fn decide(
         };
     }
     match phase {
-        Some(INVALID) if same_attempt && !refused_as_tampered => return Decision::SkipInvalid,
+        Some(INVALID) if same_attempt && same_config && !refused_as_tampered => {
+            return Decision::SkipInvalid;
+        }
         Some(PROVISIONED) if same_attempt && running_hash == Some(spec.config_hash.as_str()) => {
             return Decision::UpToDate;
         }
@@ -846,6 +861,33 @@ mod tests {
         assert_eq!(
             decide(&spec("r3", 0, "h3"), Some(&st), Some(h("h1").as_str())),
             Decision::Apply
+        );
+    }
+
+    #[test]
+    fn a_config_re_rendered_under_an_invalid_revision_is_applied() {
+        // Judged Invalid for r2's config h2; a Node label change re-renders r2 as h2b, same retry.
+        let st = NodeNetworkConfigStatus {
+            observed_config_hash: Some(h("h2")),
+            ..status(INVALID, "r2", 0)
+        };
+        assert_eq!(
+            decide(&spec("r2", 0, "h2"), Some(&st), Some(h("h1").as_str())),
+            Decision::SkipInvalid
+        );
+        assert_eq!(
+            decide(&spec("r2", 0, "h2b"), Some(&st), Some(h("h1").as_str())),
+            Decision::Apply
+        );
+    }
+
+    #[test]
+    fn a_placeholder_is_never_applied() {
+        let queued = NodeNetworkConfigSpec::placeholder();
+        assert_eq!(decide(&queued, None, None), Decision::Unassigned);
+        assert_eq!(
+            decide(&queued, None, Some(h("h1").as_str())),
+            Decision::Unassigned
         );
     }
 

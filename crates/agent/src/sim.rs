@@ -76,7 +76,10 @@ pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json
         ),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let st = status::from_outcome(&o, Some(&prev), &Default::default(), now);
+    let st = status::answering(
+        status::from_outcome(&o, Some(&prev), &Default::default(), now),
+        &nnc.spec,
+    );
     Some(json!({
         "apiVersion": "netwave.dev/v1alpha1",
         "kind": "NodeNetworkConfig",
@@ -94,9 +97,13 @@ fn already_reported(nnc: &NodeNetworkConfig) -> bool {
     let st = nnc.status.clone().unwrap_or_default();
     let same_attempt = st.observed_revision.as_deref() == Some(nnc.spec.revision.as_str())
         && st.observed_retry.unwrap_or(0) == nnc.spec.retry;
+    let same_config = st
+        .observed_config_hash
+        .as_deref()
+        .is_none_or(|h| h == nnc.spec.config_hash);
     same_attempt
         && match st.phase.as_deref() {
-            Some(crate::reconcile::INVALID) => true,
+            Some(crate::reconcile::INVALID) => same_config,
             Some(crate::reconcile::PROVISIONED) => {
                 st.config_hash.as_deref() == Some(nnc.spec.config_hash.as_str())
             }
@@ -121,6 +128,10 @@ pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::ta
                 Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
                 _ => continue,
             };
+            // A placeholder: nothing assigned, nothing to answer (as the real agent).
+            if nnc.spec.is_placeholder() {
+                continue;
+            }
             let name = nnc.name_any();
             let key = (
                 nnc.spec.revision.clone(),

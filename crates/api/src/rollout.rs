@@ -28,6 +28,11 @@ pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
 /// agent's next report replaces it. Without it the old `Provisioned` would read as applied.
 pub const NODE_PHASE_PENDING: &str = "Pending";
 
+/// `status.phase` of a NodeNetworkConfig that holds no assignment yet (a placeholder, `spec.revision`
+/// empty): the node waits for its first config in a rollout; `status.message` says what for. Written by
+/// the configurator, so `kubectl get nnc` lists every node of the fleet, queued ones too.
+pub const NODE_PHASE_QUEUED: &str = "Queued";
+
 /// See [`crate::vocab::node_reasons::CONFIG_TAMPERED`].
 pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMPERED;
 
@@ -264,7 +269,8 @@ pub struct NetworkConfigRevisionStatus {
     pub phase: Option<String>,
     /// `Validated`, `Progressing`, `Available`, `Degraded`, `Paused`.
     pub conditions: Vec<Condition>,
-    /// Nodes this revision applies to.
+    /// Nodes in the fleet. Every revision counts against the whole fleet, so an older revision's
+    /// `updated` says how many nodes still run it.
     pub total: u32,
     /// Nodes whose agent reports `Provisioned` for this revision.
     pub updated: u32,
@@ -378,7 +384,9 @@ pub struct ValidationResult {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeNetworkConfigSpec {
-    /// Name of the NetworkConfigRevision this config was rendered from.
+    /// Name of the NetworkConfigRevision this config was rendered from. Empty in a placeholder: the
+    /// node has not been assigned anything yet (it is queued in its first rollout, see `status`), and
+    /// its agent changes nothing.
     pub revision: String,
     /// That revision's sequence.
     pub sequence: u64,
@@ -519,7 +527,34 @@ pub struct RuleConfig {
     pub iif: Option<String>,
 }
 
+impl NodeNetworkConfigSpec {
+    /// A placeholder for a node that has not been assigned anything yet (see [`NODE_PHASE_QUEUED`]).
+    pub fn placeholder() -> Self {
+        NodeNetworkConfigSpec {
+            revision: String::new(),
+            sequence: 0,
+            config_hash: String::new(),
+            retry: 0,
+            config: NodeConfig::default(),
+        }
+    }
+
+    /// No revision is assigned: a placeholder, which nobody applies.
+    pub fn is_placeholder(&self) -> bool {
+        self.revision.is_empty()
+    }
+}
+
 impl NodeNetworkConfig {
+    /// The status still says the node is queued although the spec now holds an assignment.
+    pub fn reports_queued(&self) -> bool {
+        !self.spec.is_placeholder()
+            && self
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase.as_deref() == Some(NODE_PHASE_QUEUED))
+    }
+
     /// The status reports `Provisioned` for `spec.revision`, but for another config than
     /// `spec.configHash`: the config was re-rendered under the same revision and the agent has not
     /// reported on it yet.
@@ -538,8 +573,9 @@ impl NodeNetworkConfig {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct NodeNetworkConfigStatus {
-    /// `Provisioning`, `Provisioned` or `Invalid` (the agent's), or `Pending`: the configurator re-rendered
-    /// the config under the same revision and the agent has not reported on it yet.
+    /// `Provisioning`, `Provisioned` or `Invalid` (the agent's); or the configurator's: `Queued` (a
+    /// placeholder: nothing assigned yet) and `Pending` (assigned, or re-rendered under the same
+    /// revision, and the agent has not reported on it yet).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Revision the phase refers to.
@@ -548,6 +584,10 @@ pub struct NodeNetworkConfigStatus {
     /// `spec.retry` the phase refers to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_retry: Option<u32>,
+    /// `spec.configHash` the phase refers to: a config re-rendered under the same revision and retry
+    /// (a Node label change) is a new config, judged afresh even where the earlier one was `Invalid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_config_hash: Option<String>,
     /// `configHash` of the config the kernel is running now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,

@@ -119,7 +119,11 @@ impl IntegrityCache {
                 &mut self.node_configs,
                 name,
                 spec_version(c.as_ref()),
-                || render::config_hash(&c.spec.config) != c.spec.config_hash,
+                // A placeholder holds no config to guard (and no agent applies one).
+                || {
+                    !c.spec.is_placeholder()
+                        && render::config_hash(&c.spec.config) != c.spec.config_hash
+                },
             );
             if *tampered {
                 out.node_configs.insert(name.to_string());

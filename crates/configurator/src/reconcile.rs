@@ -361,9 +361,11 @@ pub fn compute(
         }
         h.finish()
     };
+    // A placeholder holds no assignment: to the step, its node has no config yet.
     let configs: Vec<NodeConfigState> = s
         .node_configs
         .iter()
+        .filter(|c| !c.spec.is_placeholder())
         .filter_map(|c| NodeConfigState::from_api(c).ok())
         .collect();
     let revisions: Vec<&Arc<NetworkConfigRevision>> =
@@ -513,6 +515,7 @@ pub fn compute(
         .flatten()
         .min();
     intents.extend(unrestorable_revision_events(s, &tampered));
+    intents.extend(placeholders(s, &node_infos_eligible(s), &plan));
     // Last: the input objects' status never holds up a rollout write.
     intents.extend(statuses);
     Outcome {
@@ -523,6 +526,96 @@ pub fn compute(
         inputs_pending: settle_until.is_some(),
         tampered,
     }
+}
+
+/// Most placeholder writes one reconcile makes: a first rollout of 5,000 nodes creates them in batches
+/// behind the rollout's own writes, so an agent's report never waits behind thousands of them.
+const PLACEHOLDER_WRITES_PER_RECONCILE: usize = 250;
+
+/// Live nodes by name, and whether each is eligible (Ready and not cordoned).
+fn node_infos_eligible(s: &Snapshot) -> BTreeMap<&str, bool> {
+    s.nodes
+        .iter()
+        .filter(|n| live(n.as_ref()))
+        .filter_map(|n| {
+            let st = NodeState::from_api(n).ok()?;
+            Some((n.metadata.name.as_deref()?, st.eligible()))
+        })
+        .collect()
+}
+
+/// What a node without an assignment waits for, in words; `None` when there is nothing to wait for
+/// (no revision exists yet).
+fn queued_message(plan: &Plan, eligible: bool) -> Option<String> {
+    if let Some(target) = &plan.report.target {
+        return Some(if eligible {
+            format!(
+                "queued for revision {target}: the node gets its first config when its turn in the                  rollout comes (the revision's status says what the rollout waits on)"
+            )
+        } else {
+            format!(
+                "not Ready or cordoned: the node gets revision {target} once it is Ready and                  schedulable"
+            )
+        });
+    }
+    plan.report.waiting.iter().find_map(|w| match w {
+        rollout::WaitingOn::NoLastGood { failed } => Some(format!(
+            "nothing to roll out: {failed} failed and no revision has completed yet; fix the              inputs, or bump {failed}'s spec.retry"
+        )),
+        _ => None,
+    })
+}
+
+/// Every node of the fleet has a NodeNetworkConfig, so `kubectl get nnc` lists it: a node the plan
+/// leaves without an assignment (queued in a first rollout, or not Ready) gets a placeholder whose
+/// status says what it waits for. Placeholders of nodes that left are deleted. At most
+/// [`PLACEHOLDER_WRITES_PER_RECONCILE`] writes; the next reconcile makes the rest.
+fn placeholders(s: &Snapshot, nodes: &BTreeMap<&str, bool>, plan: &Plan) -> Vec<Intent> {
+    let assigned: BTreeSet<&str> = plan.assignments.iter().map(|a| a.node.as_str()).collect();
+    let existing: BTreeMap<&str, &NodeNetworkConfig> = s
+        .node_configs
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, c.as_ref())))
+        .collect();
+    let mut out = Vec::new();
+    for (name, c) in &existing {
+        if c.spec.is_placeholder()
+            && !nodes.contains_key(name)
+            && c.metadata.deletion_timestamp.is_none()
+        {
+            out.push(Intent::DeleteNodeConfig {
+                name: name.to_string(),
+            });
+        }
+    }
+    for (&node, &eligible) in nodes {
+        if out.len() >= PLACEHOLDER_WRITES_PER_RECONCILE {
+            break;
+        }
+        if assigned.contains(node) {
+            continue;
+        }
+        let current = existing.get(node);
+        if current.is_some_and(|c| !c.spec.is_placeholder()) {
+            continue;
+        }
+        let Some(message) = queued_message(plan, eligible) else {
+            continue;
+        };
+        let status = current.and_then(|c| c.status.as_ref());
+        if status.is_some_and(|st| {
+            st.phase.as_deref() == Some(netwave_api::NODE_PHASE_QUEUED)
+                && st.message.as_deref() == Some(message.as_str())
+        }) {
+            continue;
+        }
+        out.push(Intent::QueueNode {
+            node: node.to_string(),
+            message,
+            resource_version: current.and_then(|c| c.metadata.resource_version.clone()),
+        });
+    }
+    out
 }
 
 /// The status each live input object should carry, for the ones whose stored status differs: a status

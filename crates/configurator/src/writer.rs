@@ -12,8 +12,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
-    NetworkConfigRevision, NetworkConfigRevisionSpec, NetworkConfigRevisionStatus,
-    NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs, RoutingTable, VRFRouteConfiguration,
+    NODE_PHASE_QUEUED, NetworkConfigRevision, NetworkConfigRevisionSpec,
+    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
+    RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::render::InputKind;
 use serde_json::json;
@@ -72,6 +73,15 @@ pub enum Intent {
         name: String,
         status: Box<InputStatus>,
     },
+    /// A placeholder NodeNetworkConfig for a node without an assignment (created when
+    /// `resource_version` is `None`), and its `Queued` status saying what the node waits for. The
+    /// status is written only over the placeholder as read (its resourceVersion), never over an
+    /// assignment that came in between.
+    QueueNode {
+        node: String,
+        message: String,
+        resource_version: Option<String>,
+    },
     /// The node left the cluster.
     DeleteNodeConfig {
         name: String,
@@ -95,7 +105,9 @@ impl Intent {
             Intent::ReactivateRevision { name, .. } => format!("ncr-status/{name}"),
             Intent::RevisionStatus { name, .. } => format!("ncr-status/{name}"),
             Intent::InputStatus { kind, name, .. } => format!("{}-status/{name}", kind.as_str()),
-            Intent::ApplyNodeConfig { node: name, .. } | Intent::DeleteNodeConfig { name } => {
+            Intent::ApplyNodeConfig { node: name, .. }
+            | Intent::QueueNode { node: name, .. }
+            | Intent::DeleteNodeConfig { name } => {
                 format!("nnc/{name}")
             }
             Intent::Event {
@@ -111,46 +123,71 @@ impl Intent {
 
     fn verb(&self) -> Verb {
         match self {
-            Intent::CreateRevision { .. } | Intent::Event { .. } => Verb::create,
+            Intent::CreateRevision { .. }
+            | Intent::Event { .. }
+            | Intent::QueueNode {
+                resource_version: None,
+                ..
+            } => Verb::create,
             Intent::DeleteRevision { .. } | Intent::DeleteNodeConfig { .. } => Verb::delete,
             _ => Verb::patch,
         }
     }
 }
 
-/// After a re-render under the same revision, `written`'s status still says `Provisioned` for the old
-/// config: mark it `Pending` until the agent reports. Only if nothing wrote the object since our spec
-/// write (the resourceVersion is a precondition), so an agent report that came first is never
-/// overwritten. Only fields every agent report sets (phase, message, transition time) are written, so the
-/// agent's next report (server-side apply) replaces all of them.
+/// After a spec write, `written`'s status may still describe something else: `Provisioned` for the
+/// config before a re-render under the same revision, or `Queued` from the placeholder the assignment
+/// replaced. Mark it `Pending` until the agent reports.
 async fn mark_pending(
     nncs: &Api<NodeNetworkConfig>,
     written: &NodeNetworkConfig,
 ) -> Result<(), kube::Error> {
-    if !written.reports_older_config() {
+    let message = if written.reports_older_config() {
+        format!(
+            "config re-rendered under revision {} (configHash {}); waiting for the agent to report \
+             on it (it runs configHash {})",
+            written.spec.revision,
+            written.spec.config_hash,
+            written
+                .status
+                .as_ref()
+                .and_then(|s| s.config_hash.as_deref())
+                .unwrap_or_default()
+        )
+    } else if written.reports_queued() {
+        format!(
+            "assigned revision {} (configHash {}); waiting for the agent to report on it",
+            written.spec.revision, written.spec.config_hash
+        )
+    } else {
         return Ok(());
-    }
+    };
+    let name = written.metadata.name.as_deref().unwrap_or_default();
+    let rv = written.metadata.resource_version.as_deref();
+    write_node_phase(nncs, name, rv, NODE_PHASE_PENDING, &message).await
+}
+
+/// Writes a NodeNetworkConfig's phase and message (and transition time) over the object as read: its
+/// resourceVersion is a precondition, so an agent report that came first is never overwritten (that
+/// conflict is no failure: the newer report stands). Only fields every agent report sets are written,
+/// so the agent's next report (server-side apply) replaces all of them.
+async fn write_node_phase(
+    nncs: &Api<NodeNetworkConfig>,
+    name: &str,
+    resource_version: Option<&str>,
+    phase: &str,
+    message: &str,
+) -> Result<(), kube::Error> {
     let patch = json!({
-        "metadata": { "resourceVersion": written.metadata.resource_version },
+        "metadata": { "resourceVersion": resource_version },
         "status": {
-            "phase": NODE_PHASE_PENDING,
-            "message": format!(
-                "config re-rendered under revision {} (configHash {}); waiting for the agent to \
-                 report on it (it runs configHash {})",
-                written.spec.revision,
-                written.spec.config_hash,
-                written
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.config_hash.as_deref())
-                    .unwrap_or_default()
-            ),
+            "phase": phase,
+            "message": message,
             "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::now()
             ),
         },
     });
-    let name = written.metadata.name.as_deref().unwrap_or_default();
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
@@ -159,10 +196,45 @@ async fn mark_pending(
         .patch_status(name, &params, &Patch::Merge(&patch))
         .await
     {
-        // The agent (or anyone) wrote since: its report is newer than ours would be.
         Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
         r => r.map(drop),
     }
+}
+
+/// Creates a node's placeholder if `resource_version` is `None` (one a previous attempt created is
+/// reused; an assignment that beat us is left alone) and marks it `Queued` with `message`.
+async fn queue_node(
+    nncs: &Api<NodeNetworkConfig>,
+    node: &str,
+    message: &str,
+    resource_version: Option<&str>,
+) -> Result<(), kube::Error> {
+    let rv = match resource_version {
+        Some(rv) => rv.to_string(),
+        None => {
+            let mut nnc = NodeNetworkConfig::new(node, NodeNetworkConfigSpec::placeholder());
+            nnc.meta_mut().labels = Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    FIELD_MANAGER.to_string(),
+                )]
+                .into(),
+            );
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..PostParams::default()
+            };
+            let created = match nncs.create(&pp, &nnc).await {
+                Err(kube::Error::Api(ae)) if ae.code == 409 => nncs.get(node).await?,
+                other => other?,
+            };
+            if !created.spec.is_placeholder() {
+                return Ok(());
+            }
+            created.metadata.resource_version.unwrap_or_default()
+        }
+    };
+    write_node_phase(nncs, node, Some(&rv), NODE_PHASE_QUEUED, message).await
 }
 
 /// One line for a person, written by the replica that did it, once it is done. Per-node writes stay at
@@ -203,6 +275,7 @@ fn log_done(intent: &Intent) {
         | Intent::ApplyNodeConfig { .. }
         | Intent::RevisionStatus { .. }
         | Intent::InputStatus { .. }
+        | Intent::QueueNode { .. }
         | Intent::DeleteNodeConfig { .. } => debug!(object = %intent.key(), "written"),
     }
 }
@@ -475,6 +548,14 @@ impl Writer {
                     Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
                     other => other.map(drop),
                 }
+            }
+            Intent::QueueNode {
+                node,
+                message,
+                resource_version,
+            } => {
+                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
+                queue_node(&nncs, node, message, resource_version.as_deref()).await
             }
             Intent::DeleteNodeConfig { name } => {
                 let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());

@@ -120,3 +120,126 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
     .await;
     println!("after the agent reported:\n{}", kubectl_get_nnc(&env));
 }
+
+/// `kubectl get nnc` lists every node of the fleet during a first rollout: a node that waits for its
+/// turn has a placeholder reading `Queued` with what it waits for (a cordoned node says so), no agent
+/// applies a placeholder, an assignment replaces it (`Pending` until the agent reports), and a node that
+/// leaves takes its placeholder with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
+    let env = env().await;
+    let client = env.client.clone();
+    let names = node_names(4);
+    add_nodes(&client, &names[..3]).await;
+    let mut cordoned = node("node-03", &[]);
+    cordoned.spec.get_or_insert_default().unschedulable = Some(true);
+    create_node(&client, &cordoned).await;
+    apply_samples(&client).await;
+    // One node at a time; the agents answer after 2 s, and one of them (node-02) never does.
+    let _configurator = Configurator::start(client.clone(), args(&["--max-unavailable", "1"]));
+    let silent = names[2].clone();
+    let behaviour: Behaviour = std::sync::Arc::new(move |node: &str, _revision: &str| {
+        if node == silent {
+            Answer::Silent
+        } else {
+            Answer::Provisioned
+        }
+    });
+    let _agents = spawn_agents(client.clone(), behaviour, Duration::from_secs(2));
+
+    let queued = eventually(T, "four configs, queued ones saying so", || async {
+        let c = configs(&client).await;
+        let queued: Vec<&str> = c
+            .iter()
+            .filter(|(_, n)| {
+                n.spec.is_placeholder()
+                    && n.status.as_ref().and_then(|s| s.phase.as_deref())
+                        == Some(netwave_api::NODE_PHASE_QUEUED)
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let placeholders = c.values().filter(|n| n.spec.is_placeholder()).count();
+        (c.len() == 4 && queued.len() >= 2 && queued.len() == placeholders)
+            .then(|| c.clone())
+            .ok_or_else(|| format!("{} configs, queued {queued:?}", c.len()))
+    })
+    .await;
+    let table = kubectl_get_nnc(&env);
+    println!("during the first rollout:\n{table}");
+    for n in &names {
+        assert!(
+            table.lines().any(|l| l.starts_with(n.as_str())),
+            "{n} missing:\n{table}"
+        );
+    }
+    let revision = revisions(&client)
+        .await
+        .pop()
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
+    let waiting = queued
+        .values()
+        .find(|n| n.spec.is_placeholder() && n.metadata.name.as_deref() != Some("node-03"))
+        .unwrap();
+    let message = waiting.status.clone().unwrap().message.unwrap();
+    assert!(
+        message.contains(&format!("queued for revision {revision}")),
+        "{message}"
+    );
+    let message = queued["node-03"].status.clone().unwrap().message.unwrap();
+    assert!(message.contains("not Ready or cordoned"), "{message}");
+    // A placeholder is no assignment: no agent reported on one.
+    assert!(
+        queued
+            .values()
+            .filter(|n| n.spec.is_placeholder())
+            .all(|n| n
+                .status
+                .as_ref()
+                .is_some_and(|s| s.observed_revision.is_none()))
+    );
+
+    // The rollout reaches every schedulable node: each placeholder was replaced by its assignment; the
+    // silent node reads Pending (assigned, its agent never reported), not Queued.
+    let done = eventually(
+        T,
+        "node-00, node-01 Provisioned; node-02 assigned",
+        || async {
+            let c = configs(&client).await;
+            let ok = |n: &str| {
+                c[n].status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned")
+                    && c[n].spec.revision == revision
+            };
+            (ok("node-00") && ok("node-01") && c["node-02"].spec.revision == revision)
+                .then(|| c.clone())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    let silent = done["node-02"].status.clone().unwrap_or_default();
+    assert_eq!(
+        silent.phase.as_deref(),
+        Some(NODE_PHASE_PENDING),
+        "{silent:?}"
+    );
+    assert!(
+        done["node-03"].spec.is_placeholder(),
+        "a cordoned node is not assigned"
+    );
+    println!("after the rollout:\n{}", kubectl_get_nnc(&env));
+
+    // node-03 leaves the cluster: its placeholder goes with it.
+    Api::<Node>::all(client.clone())
+        .delete("node-03", &Default::default())
+        .await
+        .unwrap();
+    eventually(T, "node-03's placeholder deleted", || async {
+        let c = configs(&client).await;
+        (!c.contains_key("node-03"))
+            .then_some(())
+            .ok_or_else(|| "still there".to_string())
+    })
+    .await;
+}

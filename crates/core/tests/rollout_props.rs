@@ -287,6 +287,7 @@ fn build(g: &WorldGen) -> Store {
                     phase,
                     observed_revision: c.observed_rev.map(|r| rev_name(r % (revs + 1))),
                     observed_retry: Some(c.observed_retry as u32),
+                    observed_config_hash: None,
                     config_hash: c.status_hash.map(|h| format!("h{h}")),
                     last_good_revision: c.last_good.map(|r| rev_name(r % (revs + 1))),
                     reason: None,

@@ -103,6 +103,10 @@ pub struct NodeLine {
 /// A node's state relative to the revision shown.
 fn node_state(c: &NodeNetworkConfig, rev: &str, last_good: Option<&str>) -> (String, String) {
     let st = c.status.clone().unwrap_or_default();
+    if c.spec.is_placeholder() {
+        // Nothing assigned yet: the configurator's status says what the node waits for.
+        return ("queued".into(), st.message.unwrap_or_default());
+    }
     let on_rev = NodeConfigState::from_api(c).is_ok_and(|s| is_updated(&s, rev));
     if on_rev {
         return (NodePhase::Provisioned.as_str().into(), String::new());

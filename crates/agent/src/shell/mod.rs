@@ -269,7 +269,7 @@ impl Shell {
                 Decision::UpToDate => self.reporter.network_ready(true),
                 Decision::SkipInvalid => self.reporter.network_ready(false),
                 // The running config is untouched, so the node's readiness is too.
-                Decision::StillTampered => {}
+                Decision::StillTampered | Decision::Unassigned => {}
                 Decision::Tampered { actual } => {
                     let last_good = self.agent.last_good().ok().flatten();
                     let outcome = Outcome {
@@ -361,7 +361,10 @@ impl Shell {
             })
             .inc();
         let prev = self.reported.clone().or_else(|| nnc.status.clone());
-        let st = status::from_outcome(o, prev.as_ref(), &self.agent.caps, now());
+        let st = status::answering(
+            status::from_outcome(o, prev.as_ref(), &self.agent.caps, now()),
+            &nnc.spec,
+        );
         self.reported = Some(st.clone());
         self.reporter.status(&nnc.name_any(), st);
         if let Some(reason) = o.reason {

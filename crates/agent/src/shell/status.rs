@@ -35,6 +35,8 @@ pub fn from_outcome(
         phase: Some(phase.to_string()),
         observed_revision: Some(o.revision.clone()),
         observed_retry: Some(o.retry),
+        // The caller, who knows which spec `o` answers, sets it (see `answering`).
+        observed_config_hash: None,
         config_hash: o.running_hash.clone(),
         last_good_revision: o.last_good_revision.clone(),
         reason: o.reason.map(|r| r.as_str().to_string()),
@@ -44,6 +46,19 @@ pub fn from_outcome(
         agent_version: Some(AGENT_VERSION.to_string()),
         kernel_capabilities: caps_map(caps),
     }
+}
+
+/// `st`, saying which config it answers: `spec`'s, when `st` reports on `spec`'s revision and retry.
+pub fn answering(
+    mut st: NodeNetworkConfigStatus,
+    spec: &netwave_api::NodeNetworkConfigSpec,
+) -> NodeNetworkConfigStatus {
+    if st.observed_revision.as_deref() == Some(spec.revision.as_str())
+        && st.observed_retry == Some(spec.retry)
+    {
+        st.observed_config_hash = Some(spec.config_hash.clone());
+    }
+    st
 }
 
 /// Status while `t` is being applied: the running config and last good revision stay what they were.
@@ -57,6 +72,7 @@ pub fn provisioning(
         phase: Some(PROVISIONING.to_string()),
         observed_revision: Some(t.revision.clone()),
         observed_retry: Some(t.retry),
+        observed_config_hash: Some(t.config_hash.clone()),
         config_hash: prev.and_then(|p| p.config_hash.clone()),
         last_good_revision: prev.and_then(|p| p.last_good_revision.clone()),
         reason: None,

@@ -417,6 +417,10 @@ impl Drop for History {
 }
 
 pub fn in_flight(c: &NodeNetworkConfig) -> bool {
+    // A placeholder holds no assignment: nothing is being applied there.
+    if c.spec.is_placeholder() {
+        return false;
+    }
     let st = c.status.clone().unwrap_or_default();
     !(st.phase.as_deref() == Some("Provisioned")
         && st.observed_revision.as_deref() == Some(c.spec.revision.as_str()))

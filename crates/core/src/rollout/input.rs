@@ -100,6 +100,8 @@ pub struct AgentReport {
     pub phase: Option<AgentPhase>,
     pub observed_revision: Option<String>,
     pub observed_retry: Option<u32>,
+    /// `spec.configHash` the phase refers to (`None` from agents that do not report it).
+    pub observed_config_hash: Option<String>,
     /// Hash of the config the kernel runs now.
     pub config_hash: Option<String>,
     pub last_good_revision: Option<String>,
@@ -264,6 +266,7 @@ impl NodeConfigState {
                 phase: status.phase.as_deref().map(AgentPhase::parse),
                 observed_revision: status.observed_revision,
                 observed_retry: status.observed_retry,
+                observed_config_hash: status.observed_config_hash,
                 config_hash: status.config_hash,
                 last_good_revision: status.last_good_revision,
                 reason: status.reason,

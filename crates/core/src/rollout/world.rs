@@ -28,7 +28,7 @@ use crate::types::Timestamp;
 /// either is. "What it runs" is the reported `configHash` when the agent reports one (so a fast-path
 /// assignment, same config under a new revision, never counts, and a re-rendered config for the same
 /// revision does), else the observed revision. Two refinements for agents that reported `Invalid`: one
-/// that did so for exactly this spec (revision and retry) has restored its last good config and stopped;
+/// that did so for exactly this spec (revision, retry and, when reported, configHash) has restored its last good config and stopped;
 /// it is at rest, not in flight (counting it would let failed nodes hold budget slots forever when there
 /// is no last good revision to move them to, and deadlock a fail-forward rollout behind them). And the
 /// hash it reports is the restored config's, so rolling it back to that config is free too.
@@ -56,7 +56,8 @@ pub fn is_updated(config: &NodeConfigState, revision: &str) -> bool {
 pub(super) fn in_flight_of(revision: &str, retry: u32, hash: &str, st: &AgentReport) -> bool {
     let gave_up = st.phase == Some(AgentPhase::Invalid)
         && st.observed_revision.as_deref() == Some(revision)
-        && st.observed_retry == Some(retry);
+        && st.observed_retry == Some(retry)
+        && st.observed_config_hash.as_deref().is_none_or(|h| h == hash);
     // An agent that reported Invalid restored its last good config and reports that config's hash.
     let runs_it = match (&st.phase, &st.config_hash) {
         (Some(AgentPhase::Provisioned | AgentPhase::Invalid), Some(h)) => h == hash,
@@ -188,6 +189,7 @@ pub(super) static NO_REPORT: AgentReport = AgentReport {
     phase: None,
     observed_revision: None,
     observed_retry: None,
+    observed_config_hash: None,
     config_hash: None,
     last_good_revision: None,
     reason: None,
@@ -425,6 +427,9 @@ pub(super) struct Context<'a, 'b> {
     pub target: Option<&'b TargetView>,
     pub last_good: Option<usize>,
     pub counts: &'b BTreeMap<&'a str, Counts>,
+    /// Nodes in the fleet: every revision's `total`, so each revision's counters read against the
+    /// whole fleet (an older revision's `updated` is how many nodes still run it).
+    pub fleet: u32,
 }
 
 impl Context<'_, '_> {

@@ -195,8 +195,9 @@ struct Agent {
     /// Revision of the durable backup.
     last_good: Option<String>,
     down_until: Option<Timestamp>,
-    /// (revision, retry) reported Invalid: not re-applied unless the retry changes.
-    invalid: BTreeSet<(String, u32)>,
+    /// (revision, retry, hash) reported Invalid: not re-applied unless the retry (or the config)
+    /// changes.
+    invalid: BTreeSet<(String, u32, String)>,
 }
 
 /// A simulated cluster.
@@ -530,17 +531,18 @@ impl Fleet {
                 continue;
             };
             let spec = cfg.spec.clone();
-            let key = (spec.revision.clone(), spec.retry, spec.config_hash.clone());
+            let key = key_of(&spec);
             if agent.handled.as_ref() != Some(&key) {
-                agent.handled = Some(key);
+                agent.handled = Some(key.clone());
                 agent.pending = None;
                 let report_base = AgentReport {
                     observed_revision: Some(spec.revision.clone()),
                     observed_retry: Some(spec.retry),
+                    observed_config_hash: Some(spec.config_hash.clone()),
                     last_good_revision: agent.last_good.clone(),
                     ..AgentReport::default()
                 };
-                if agent.invalid.contains(&(spec.revision.clone(), spec.retry)) {
+                if agent.invalid.contains(&key) {
                     self.report(
                         &name,
                         AgentReport {
@@ -590,7 +592,7 @@ impl Fleet {
                 let fail = p.fail;
                 agent.pending = None;
                 if fail {
-                    agent.invalid.insert((spec.revision.clone(), spec.retry));
+                    agent.invalid.insert(key_of(&spec));
                     agent.running = agent
                         .last_good
                         .as_ref()
@@ -609,6 +611,7 @@ impl Fleet {
                         }),
                         observed_revision: Some(spec.revision.clone()),
                         observed_retry: Some(spec.retry),
+                        observed_config_hash: Some(spec.config_hash.clone()),
                         config_hash: agent.running.clone(),
                         last_good_revision: agent.last_good.clone(),
                         reason: fail.then(|| "ApplyFailed".to_string()),
@@ -913,4 +916,9 @@ fn summary(plan: &Plan) -> String {
 /// Runs one seed (random config, `nodes` nodes).
 pub fn run_seed(seed: u64, nodes: usize) -> Result<Outcome, Violation> {
     Fleet::new(SimConfig::random(seed, nodes)).run()
+}
+
+/// What an agent judges a spec by: (revision, retry, configHash).
+fn key_of(spec: &crate::rollout::AssignedSpec) -> (String, u32, String) {
+    (spec.revision.clone(), spec.retry, spec.config_hash.clone())
 }

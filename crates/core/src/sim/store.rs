@@ -123,6 +123,7 @@ impl Store {
                     phase: Some(AgentPhase::Provisioned),
                     observed_revision: Some(revision.to_string()),
                     observed_retry: Some(rev.retry),
+                    observed_config_hash: Some(hash.clone()),
                     config_hash: Some(hash),
                     last_good_revision: Some(revision.to_string()),
                     reason: None,
