@@ -278,10 +278,13 @@ fn combine(d: Decision, a: Action) -> Decision {
     }
 }
 
-/// Requests served, per verb and resource.
+/// Requests served, per verb and resource, and per client as well.
 #[derive(Debug, Default)]
 pub struct Counters {
     map: Mutex<BTreeMap<(String, String), u64>>,
+    /// client → counts; a client is its bearer token, else its user agent (replicas of one program
+    /// share a user agent; a benchmark gives each its own token to tell them apart).
+    by_client: Mutex<BTreeMap<String, RequestCounts>>,
 }
 
 impl Counters {
@@ -291,12 +294,32 @@ impl Counters {
             .or_default() += 1;
     }
 
+    /// [`record`](Self::record), and the same under `client`.
+    pub fn record_for(&self, client: &str, verb: &str, resource: &str) {
+        self.record(verb, resource);
+        let mut by_client = lock(&self.by_client);
+        let counts = match by_client.get_mut(client) {
+            Some(c) => c,
+            None => by_client.entry(client.to_string()).or_default(),
+        };
+        *counts
+            .0
+            .entry((verb.to_string(), resource.to_string()))
+            .or_default() += 1;
+    }
+
     pub fn snapshot(&self) -> RequestCounts {
         RequestCounts(lock(&self.map).clone())
     }
 
+    /// Counts per client (see [`record_for`](Self::record_for)).
+    pub fn by_client(&self) -> BTreeMap<String, RequestCounts> {
+        lock(&self.by_client).clone()
+    }
+
     pub fn reset(&self) {
         lock(&self.map).clear();
+        lock(&self.by_client).clear();
     }
 }
 
@@ -355,6 +378,21 @@ mod tests {
             user_agent: "kube-rs/5",
             token: "",
         }
+    }
+
+    #[test]
+    fn counters_per_client_add_up_to_the_totals() {
+        let c = Counters::default();
+        c.record_for("configurator-0", "patch", "nodenetworkconfigs");
+        c.record_for("configurator-0", "patch", "nodenetworkconfigs");
+        c.record_for("agents", "patch", "nodenetworkconfigs/status");
+        c.record_for("agents", "patch", "nodenetworkconfigs");
+        assert_eq!(c.snapshot().get("patch", "nodenetworkconfigs"), 3);
+        let by = c.by_client();
+        assert_eq!(by["configurator-0"].get("patch", "nodenetworkconfigs"), 2);
+        assert_eq!(by["agents"].total(), 2);
+        c.reset();
+        assert!(c.by_client().is_empty());
     }
 
     #[test]

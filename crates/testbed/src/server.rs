@@ -498,7 +498,12 @@ async fn resource_request(
     } else {
         target.rt.plural.clone()
     };
-    shared.counters.record(verb, &resource);
+    let who = if client.token.is_empty() {
+        &client.user_agent
+    } else {
+        &client.token
+    };
+    shared.counters.record_for(who, verb, &resource);
     let info = RequestInfo {
         verb,
         resource: &resource,
@@ -765,6 +770,15 @@ async fn admin(
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
     match (method.as_str(), rest.as_slice()) {
         ("GET", ["counters"]) => Ok(json_response(200, &shared.counters.snapshot().to_json())),
+        // `{"<client>": {"patch nodes": 3, ...}}`: a client is its bearer token, else its user agent.
+        ("GET", ["counters", "clients"]) => {
+            let by_client = shared.counters.by_client();
+            let body: serde_json::Map<String, serde_json::Value> = by_client
+                .iter()
+                .map(|(c, counts)| (c.clone(), counts.to_json()))
+                .collect();
+            Ok(json_response(200, &serde_json::Value::Object(body)))
+        }
         ("DELETE", ["counters"]) => {
             shared.counters.reset();
             Ok(json_response(200, &json!({})))
