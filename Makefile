@@ -59,14 +59,18 @@ else
 	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel) $(if $(REAL),--real-control-plane)
 endif
 
-# Benchmarks print figures (release builds). The agent benchmark needs root.
+# Benchmarks print figures (release builds). The agent benchmark needs root. The fleet benchmark runs
+# six rollouts per size and das-schiff's rules as a baseline (about 12 min for 1,000 and 5,000 nodes on 2
+# cores); BENCH_FLEET_SIZES="1000" (comma-separated) picks other sizes.
+BENCH_FLEET_SIZES ?= 1000,5000
 bench:
 	$(CARGO) run --release -q -p netwave-core --example bench_render
 	$(CARGO) run --release -q -p netwave-core --example bench_step
 	$(CARGO) run --release -q -p netwave-testbed --example scale
-	$(CARGO) build --release -q -p netwave-configurator -p netwave-testbed --bins && $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
+	$(CARGO) build --release -q -p netwave-configurator -p netwave-testbed --bins && \
+		BENCH_FLEET_SIZES="$(BENCH_FLEET_SIZES)" $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
 	$(CARGO) build --release -q -p netwave-agent --bins --examples
-	target/release/examples/bench
+	"$${CARGO_TARGET_DIR:-target}/release/examples/bench"
 
 # Core properties and simulator on fresh random seeds (EXPLORE_CASES per property, EXPLORE_SIM_SEEDS
 # runs, EXPLORE_SEED replays a run); prints any counterexample and its regression line.

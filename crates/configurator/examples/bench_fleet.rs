@@ -1,27 +1,41 @@
 //! Fleet rollout benchmark (#14): the real configurator binary (two replicas, leader election on)
 //! against the testbed API server (`netwave-testbed`, its own process) with N simulated agents in this
-//! process.
+//! process, and das-schiff-network-operator's rollout rules simulated as a baseline.
 //!
 //! `cargo build --release -p netwave-configurator -p netwave-testbed --bins &&
-//!  cargo run --release -p netwave-configurator --example bench_fleet [N...]` (default N = 1000)
+//!  cargo run --release -p netwave-configurator --example bench_fleet [N...]`
+//! (sizes from the arguments, else `BENCH_FLEET_SIZES=1000,5000`, else 1000)
 //!
 //! ```text
 //!  this process: N simulated agents (one NNC watch) ──► status after 1–3 s (seeded) ──┐
 //!                  ▲ spec (revision) observed, timestamped                             ▼
-//!  netwave-configurator ×2 (Lease) ◄──────────────── netwave-testbed (request counters)
+//!  netwave-configurator ×2 (Lease) ◄──────────────── netwave-testbed (request counters per client)
 //! ```
 //!
 //! Each agent answers its NodeNetworkConfig after an apply delay drawn uniformly from 1–3 s; 0.5% of
-//! the nodes report `Invalid`, 0.2% never answer. One rollout per size: the samples (first rollout of
-//! an empty fleet). (A second rollout, one RoutingTable added, assigned every node but its revision was
-//! not seen terminal within minutes: left out until that is understood.) Prints per rollout: wall time
-//! (first assignment → last answer, and → revision terminal), the ideal ⌈N / budget⌉ × mean(delay),
-//! their ratio, the reaction latency (an agent's status observed → the next assignment observed, both
-//! from this process's watch), API requests and writes per node by verb and resource (the testbed's
-//! counters; the agents' own status patches and watch included), and peak RSS and CPU seconds of the
-//! configurator leader and standby, the testbed and this process (from /proc).
+//! the nodes report `Invalid`, 0.2% never answer (the same nodes in every rollout). One fleet per
+//! size goes through these rollouts, one after the other:
+//!
+//! 1. the samples (first rollout of an empty fleet), maxUnavailable 10% (the configurator's default);
+//! 2. one RoutingTable added, 10%;
+//! 3. 5%; 4. a canary (1% of the nodes) with a 5 s bake, then 10%; 5. ten failure domains
+//!    (`topology.kubernetes.io/zone`), maxUnavailable 10% and maxUnavailablePerDomain 10%;
+//! 6. 10%, and the leader is killed (SIGKILL) once 40% of the nodes are updated: the writes of the
+//!    first minute after that show whether the new leader storms.
+//!
+//! Rollouts 3–6 swap one RoutingTable for another: the configurators run with
+//! `--destructive-threshold 0`, so the new revision is created paused (`DestructiveChange`) and this
+//! benchmark sets its `spec.rollout` and resumes it, as an admin would — the policy is in place before
+//! any node is assigned. Per rollout it prints wall time (first assignment → last answer, and →
+//! revision terminal), the ideal ⌈N / budget⌉ × mean(delay) (plus the canary wave and bake), their
+//! ratio, the reaction latency (an agent's status observed → the next assignment observed, both from
+//! this process's watch), API requests and writes per node by verb and resource and per client (the
+//! testbed's counters; each configurator, the agents and this benchmark use their own bearer token),
+//! and peak RSS and CPU seconds of the configurator leader and standby, the testbed and this process
+//! (from /proc). A table per size closes, with das-schiff's rules (one node per pass, 1 s debounce,
+//! `netwave_core::sim::das_schiff`) on the same agents as the baseline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,23 +46,31 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use netwave_agent::reconcile::Reason;
 use netwave_agent::sim::{Answer, status_for};
-use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use netwave_api::{NetworkConfigRevision, NodeNetworkConfig, RoutingTable};
+use netwave_core::sim::das_schiff;
 use serde_json::{Value, json};
 
 const SEED: u64 = 14;
-const MAX_UNAVAILABLE_PERCENT: usize = 10;
+/// The configurators' `--max-unavailable`.
+const DEFAULT_PERCENT: u32 = 10;
 /// Per mille of nodes whose agent reports `Invalid` / never answers.
 const FAIL_PER_MILLE: usize = 5;
 const SILENT_PER_MILLE: usize = 2;
 const DELAY_MS: (u64, u64) = (1000, 3000);
 const APPLY_TIMEOUT_S: u64 = 10;
 const LEASE: (&str, &str) = ("netwave-system", "netwave-configurator");
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+const ZONES: usize = 10;
+/// Writes counted after the leader is killed.
+const FAILOVER_WINDOW: Duration = Duration::from_secs(60);
+/// A rollout not terminal after this long fails the benchmark.
+const ROLLOUT_LIMIT: Duration = Duration::from_secs(300);
 
 /// SplitMix64: a seeded, dependency-free generator (the figures must be reproducible).
 fn mix(mut z: u64) -> u64 {
@@ -77,6 +99,10 @@ fn fate(i: usize, n: usize, r: u64) -> (Answer, Duration) {
         Answer::Provisioned
     };
     (answer, Duration::from_millis(delay))
+}
+
+fn mean_delay_s() -> f64 {
+    (DELAY_MS.0 + DELAY_MS.1) as f64 / 2000.0
 }
 
 /// A process this benchmark started; SIGKILLed and reaped on drop.
@@ -118,14 +144,35 @@ fn clock_tick() -> f64 {
 /// What this process's watch saw, timestamped on arrival.
 #[derive(Default)]
 struct Observed {
-    /// (when, node, revision): a node's spec got a new (revision, retry).
+    /// (when, node, revision): a node's spec got a new (revision, retry, configHash).
     assigned: Vec<(Instant, String, String)>,
     /// (when, node, revision, phase): a node's status reported on its current spec.
     reported: Vec<(Instant, String, String, String)>,
     events: u64,
 }
 
-/// The simulated agents: one NNC watch; each new (revision, retry) is answered per [`fate`].
+/// Whether the status already answers this spec, as the real agent judges it
+/// (`netwave_agent::reconcile::decide`): `Invalid` for this revision, retry (and config, when the
+/// agent says which it judged), or `Provisioned` for them and this config.
+fn already_answered(nnc: &NodeNetworkConfig) -> bool {
+    let Some(st) = &nnc.status else {
+        return false;
+    };
+    let same_attempt = st.observed_revision.as_deref() == Some(nnc.spec.revision.as_str())
+        && st.observed_retry.unwrap_or(0) == nnc.spec.retry;
+    same_attempt
+        && match st.phase.as_deref() {
+            Some("Invalid") => st
+                .observed_config_hash
+                .as_deref()
+                .is_none_or(|h| h == nnc.spec.config_hash),
+            Some("Provisioned") => st.config_hash.as_deref() == Some(nnc.spec.config_hash.as_str()),
+            _ => false,
+        }
+}
+
+/// The simulated agents: one NNC watch; each new (revision, retry, configHash) is answered per
+/// [`fate`]. A placeholder (no revision assigned yet) is not answered, as by the real agent.
 fn spawn_agents(
     client: Client,
     n: usize,
@@ -134,7 +181,7 @@ fn spawn_agents(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<NodeNetworkConfig> = Api::all(client);
-        let mut specs: BTreeMap<String, (String, u32)> = BTreeMap::new();
+        let mut specs: BTreeMap<String, (String, u32, String)> = BTreeMap::new();
         let mut statuses: BTreeMap<String, (String, String)> = BTreeMap::new();
         let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
         futures::pin_mut!(stream);
@@ -144,13 +191,21 @@ fn spawn_agents(
                 Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
                 _ => continue,
             };
-            let name = nnc.name_any();
-            let key = (nnc.spec.revision.clone(), nnc.spec.retry);
-            let st = nnc.status.clone().unwrap_or_default();
             let mut obs = seen.lock().unwrap();
             obs.events += 1;
+            if nnc.spec.revision.is_empty() {
+                continue;
+            }
+            let name = nnc.name_any();
+            let key = (
+                nnc.spec.revision.clone(),
+                nnc.spec.retry,
+                nnc.spec.config_hash.clone(),
+            );
+            let st = nnc.status.clone().unwrap_or_default();
             if let (Some(rev), Some(phase)) = (&st.observed_revision, &st.phase)
                 && *rev == key.0
+                && matches!(phase.as_str(), "Provisioned" | "Invalid")
                 && statuses.get(&name) != Some(&(rev.clone(), phase.clone()))
             {
                 statuses.insert(name.clone(), (rev.clone(), phase.clone()));
@@ -161,6 +216,9 @@ fn spawn_agents(
                 continue;
             }
             specs.insert(name.clone(), key.clone());
+            if already_answered(&nnc) {
+                continue;
+            }
             obs.assigned.push((now, name.clone(), key.0.clone()));
             drop(obs);
             let i: usize = name
@@ -210,7 +268,7 @@ fn bin_dir() -> Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
-async fn start_testbed(bins: &Path, dir: &Path) -> Result<(Proc, Client)> {
+async fn start_testbed(bins: &Path, dir: &Path) -> Result<Proc> {
     let kubeconfig = dir.join("kubeconfig");
     let mut child = Command::new(bins.join("netwave-testbed"))
         .args(["--bind", "127.0.0.1", "--port", "0", "--kubeconfig"])
@@ -235,13 +293,35 @@ async fn start_testbed(bins: &Path, dir: &Path) -> Result<(Proc, Client)> {
             dir.join("testbed.log").display()
         );
     }
-    let kc = Kubeconfig::read_from(&kubeconfig)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok((p, Client::try_from(config)?))
+    Ok(p)
 }
 
-fn start_configurator(bins: &Path, dir: &Path, i: usize, max_failures: usize) -> Result<Proc> {
-    let identity = format!("configurator-{i}");
+/// The testbed's kubeconfig with bearer token `who`: the testbed counts requests per token.
+fn kubeconfig_for(dir: &Path, who: &str) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("kubeconfig"))?;
+    if !text.contains("token: testbed") {
+        bail!("the testbed's kubeconfig has no token to replace");
+    }
+    let path = dir.join(format!("kubeconfig-{who}"));
+    std::fs::write(
+        &path,
+        text.replace("token: testbed", &format!("token: {who}")),
+    )?;
+    Ok(path)
+}
+
+async fn client_for(dir: &Path, who: &str) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig_for(dir, who)?)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+fn start_configurator(
+    bins: &Path,
+    dir: &Path,
+    identity: &str,
+    max_failures: usize,
+) -> Result<Proc> {
     let log = std::fs::File::create(dir.join(format!("{identity}.log")))?;
     let port = || -> Result<String> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -250,14 +330,17 @@ fn start_configurator(bins: &Path, dir: &Path, i: usize, max_failures: usize) ->
     };
     let child = Command::new(bins.join("netwave-configurator"))
         .arg("--kubeconfig")
-        .arg(dir.join("kubeconfig"))
+        .arg(kubeconfig_for(dir, identity)?)
         .args(["--lease-namespace", LEASE.0, "--lease-name", LEASE.1])
-        .args(["--identity", &identity])
+        .args(["--identity", identity])
         .args(["--lease-duration", "3s", "--renew-deadline", "2s"])
         .args(["--retry-period", "300ms", "--input-settle", "500ms"])
-        .args(["--max-unavailable", &format!("{MAX_UNAVAILABLE_PERCENT}%")])
+        .args(["--max-unavailable", &format!("{DEFAULT_PERCENT}%")])
         .args(["--max-failures", &max_failures.to_string()])
         .args(["--apply-timeout", &format!("{APPLY_TIMEOUT_S}s")])
+        // Every revision that removes an input object is created paused: the benchmark sets its
+        // policy before resuming it.
+        .args(["--destructive-threshold", "0"])
         .args(["--metrics-addr", &port()?])
         .args(["--health-addr", &port()?])
         .args(["--log-format", "text"])
@@ -278,6 +361,33 @@ async fn admin(client: &Client, method: &str, path: &str) -> Result<String> {
     Ok(client.request_text(req).await?)
 }
 
+type Counts = BTreeMap<String, u64>;
+
+async fn counters(client: &Client) -> Result<(Counts, BTreeMap<String, Counts>)> {
+    let total = serde_json::from_str(&admin(client, "GET", "/testbed/counters").await?)?;
+    let by_client =
+        serde_json::from_str(&admin(client, "GET", "/testbed/counters/clients").await?)?;
+    Ok((total, by_client))
+}
+
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+fn writes(c: &Counts) -> u64 {
+    c.iter()
+        .filter(|(k, _)| WRITE_VERBS.iter().any(|w| k.starts_with(&format!("{w} "))))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// `after - before`, per key.
+fn minus(after: &Counts, before: &Counts) -> Counts {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0).min(*v)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -285,38 +395,250 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-struct Run<'a> {
-    client: &'a Client,
+/// A RoutingTable the benchmark adds (one blackhole route, on every node).
+fn table(k: u32) -> Result<RoutingTable> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "netwave.dev/v1alpha1", "kind": "RoutingTable",
+        "metadata": {"name": format!("bench-{k}")},
+        "spec": {"tableId": 300 + k, "routes": [{"prefix": format!("10.{}.0.0/16", 200 + k), "type": "blackhole"}]},
+    }))?)
+}
+
+enum Trigger {
+    Samples,
+    Add(u32),
+    /// Remove table `.0`, add table `.1`: the new revision is created paused.
+    Swap(u32, u32),
+}
+
+struct Scenario {
+    label: &'static str,
+    trigger: Trigger,
+    /// `spec.rollout` set on the (paused) new revision before it is resumed.
+    policy: Option<Value>,
+    percent: u32,
+    /// Canary count and bake seconds.
+    canary: Option<(usize, u64)>,
+    per_domain_percent: Option<u32>,
+    /// Kill the leader once this share of the nodes is updated.
+    kill_leader_at: Option<f64>,
+}
+
+impl Scenario {
+    fn budget(&self, n: usize) -> usize {
+        (n * self.percent as usize / 100).max(1)
+    }
+
+    /// Nodes in flight at once at best: the budget, or the domains' budgets together if smaller.
+    fn concurrency(&self, n: usize) -> usize {
+        let budget = self.budget(n);
+        match self.per_domain_percent {
+            Some(p) => budget.min(ZONES * (n / ZONES * p as usize / 100).max(1)),
+            None => budget,
+        }
+    }
+
+    /// ⌈N / concurrency⌉ × mean(delay); with a canary, its wave (⌈canaries / budget⌉ × mean) and
+    /// bake first.
+    fn ideal(&self, n: usize) -> f64 {
+        let c = self.concurrency(n);
+        match self.canary {
+            Some((k, bake)) => {
+                k.div_ceil(c) as f64 * mean_delay_s()
+                    + bake as f64
+                    + (n - k).div_ceil(c) as f64 * mean_delay_s()
+            }
+            None => n.div_ceil(c) as f64 * mean_delay_s(),
+        }
+    }
+}
+
+fn scenarios(n: usize) -> Vec<Scenario> {
+    let canaries = (n / 100).max(1);
+    vec![
+        Scenario {
+            label: "1 samples (first rollout)",
+            trigger: Trigger::Samples,
+            policy: None,
+            percent: DEFAULT_PERCENT,
+            canary: None,
+            per_domain_percent: None,
+            kill_leader_at: None,
+        },
+        Scenario {
+            label: "2 +1 RoutingTable",
+            trigger: Trigger::Add(2),
+            policy: None,
+            percent: DEFAULT_PERCENT,
+            canary: None,
+            per_domain_percent: None,
+            kill_leader_at: None,
+        },
+        Scenario {
+            label: "3 maxUnavailable 5%",
+            trigger: Trigger::Swap(2, 3),
+            policy: Some(json!({"maxUnavailable": "5%"})),
+            percent: 5,
+            canary: None,
+            per_domain_percent: None,
+            kill_leader_at: None,
+        },
+        Scenario {
+            label: "4 canary 1% + bake 5 s",
+            trigger: Trigger::Swap(3, 4),
+            policy: Some(
+                json!({"maxUnavailable": "10%", "canary": {"count": canaries, "bakeSeconds": 5}}),
+            ),
+            percent: 10,
+            canary: Some((canaries, 5)),
+            per_domain_percent: None,
+            kill_leader_at: None,
+        },
+        Scenario {
+            label: "5 10 domains, 10%/domain",
+            trigger: Trigger::Swap(4, 5),
+            policy: Some(json!({"maxUnavailable": "10%", "topologyKey": ZONE_LABEL,
+                "maxUnavailablePerDomain": "10%"})),
+            percent: 10,
+            canary: None,
+            per_domain_percent: Some(10),
+            kill_leader_at: None,
+        },
+        Scenario {
+            label: "6 leader killed at 40%",
+            trigger: Trigger::Swap(5, 6),
+            policy: Some(json!({"maxUnavailable": "10%"})),
+            percent: 10,
+            canary: None,
+            per_domain_percent: None,
+            kill_leader_at: Some(0.4),
+        },
+    ]
+}
+
+/// One line of the closing table.
+struct Row {
+    label: String,
+    wall: f64,
+    ideal: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// Writes per node: all (the agents' status patches included), the configurators'.
+    writes: f64,
+    configurator_writes: f64,
+    leader_rss: Option<f64>,
+    leader_cpu: Option<f64>,
+    standby_cpu: Option<f64>,
+    note: String,
+}
+
+fn print_table(n: usize, rows: &[Row]) {
+    println!(
+        "\n#### N={n}: targets wall <= 1.05 x ideal, reaction p99 <= 100 ms, <= 2 writes/node, \
+         configurator RSS <= 150 MiB (5,000 nodes)"
+    );
+    println!(
+        "{:<28} {:>7} {:>7} {:>6} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8}  note",
+        "rollout",
+        "wall s",
+        "ideal s",
+        "ratio",
+        "p50 ms",
+        "p99 ms",
+        "wr/node",
+        "cfg wr",
+        "RSS MiB",
+        "CPU s",
+        "stby CPU"
+    );
+    let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
+    for r in rows {
+        println!(
+            "{:<28} {:>7.1} {:>7.1} {:>6.2} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>8} {:>8} {:>8}  {}",
+            r.label,
+            r.wall,
+            r.ideal,
+            r.wall / r.ideal,
+            r.p50_ms,
+            r.p99_ms,
+            r.writes,
+            r.configurator_writes,
+            opt(r.leader_rss, 1),
+            opt(r.leader_cpu, 2),
+            opt(r.standby_cpu, 2),
+            r.note
+        );
+    }
+}
+
+/// One fleet: the testbed, two configurators, N agents.
+struct Fleet {
+    client: Client,
+    dir: PathBuf,
     n: usize,
-    seen: &'a Arc<Mutex<Observed>>,
-    rollout: &'a Arc<Mutex<u64>>,
-    pids: [(String, u32); 4],
+    seen: Arc<Mutex<Observed>>,
+    rollout: Arc<Mutex<u64>>,
+    /// identity → process (None once killed).
+    configurators: Mutex<BTreeMap<String, Option<Proc>>>,
+    testbed_pid: u32,
     tick: f64,
 }
 
-impl Run<'_> {
-    /// Triggers a change with `trigger`, waits for its revision to finish, prints the figures.
-    async fn measure(&self, label: &str, r: u64, trigger: Value) -> Result<()> {
-        *self.rollout.lock().unwrap() = r;
-        let revs: Api<NetworkConfigRevision> = Api::all(self.client.clone());
-        let before = revs.list(&ListParams::default()).await?.items.len();
-        let mark = {
-            let o = self.seen.lock().unwrap();
-            (o.assigned.len(), o.reported.len(), o.events)
-        };
-        admin(self.client, "DELETE", "/testbed/counters").await?;
-        let cpu0 = self.cpu()?;
-        let kind = trigger["kind"].as_str().unwrap_or_default().to_string();
-        match kind.as_str() {
-            "RoutingTable" => {
-                Api::<netwave_api::RoutingTable>::all(self.client.clone())
-                    .create(&PostParams::default(), &serde_json::from_value(trigger)?)
-                    .await?;
+impl Fleet {
+    async fn leader(&self) -> Result<String> {
+        let leases = Api::<Lease>::namespaced(self.client.clone(), LEASE.0);
+        let started = Instant::now();
+        loop {
+            if let Some(h) = leases
+                .get_opt(LEASE.1)
+                .await?
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity)
+                .filter(|h| !h.is_empty())
+                && self
+                    .configurators
+                    .lock()
+                    .unwrap()
+                    .get(&h)
+                    .is_some_and(Option::is_some)
+            {
+                return Ok(h);
             }
-            _ => {
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!("no live configurator holds the lease");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// (who, pid) of every process measured: configurators (by identity), the testbed, this process.
+    fn pids(&self) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = self
+            .configurators
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(id, p)| p.as_ref().map(|p| (id.clone(), p.0.id())))
+            .collect();
+        out.push(("netwave-testbed".into(), self.testbed_pid));
+        out.push(("this process (agents)".into(), std::process::id()));
+        out
+    }
+
+    fn usage(&self) -> BTreeMap<String, (f64, f64)> {
+        self.pids()
+            .into_iter()
+            .filter_map(|(who, pid)| usage(pid, self.tick).ok().map(|u| (who, u)))
+            .collect()
+    }
+
+    async fn trigger(&self, t: &Trigger) -> Result<()> {
+        let tables = Api::<RoutingTable>::all(self.client.clone());
+        let pp = PostParams::default();
+        match t {
+            Trigger::Samples => {
                 for m in netwave_api::manifest::samples()? {
                     use netwave_api::manifest::Manifest;
-                    let pp = PostParams::default();
                     match m {
                         Manifest::Vrf(o) => {
                             drop(Api::all(self.client.clone()).create(&pp, &o).await?)
@@ -324,141 +646,376 @@ impl Run<'_> {
                         Manifest::Layer2(o) => {
                             drop(Api::all(self.client.clone()).create(&pp, &o).await?)
                         }
-                        Manifest::RoutingTable(o) => {
-                            drop(Api::all(self.client.clone()).create(&pp, &o).await?)
-                        }
+                        Manifest::RoutingTable(o) => drop(tables.create(&pp, &o).await?),
                         _ => {}
                     }
                 }
             }
-        }
-        let started = Instant::now();
-        // The newest revision, once terminal (Complete or Failed, or nothing left in flight or queued), or
-        // 10 minutes.
-        let (rev, done) = loop {
-            let mut list = revs.list(&ListParams::default()).await?.items;
-            list.sort_by_key(|r| r.spec.sequence);
-            if list.len() > before
-                && let Some(last) = list.last()
-                && let Some(st) = &last.status
-                && (matches!(st.phase.as_deref(), Some("Complete" | "Failed"))
-                    || (st.in_progress == 0 && st.queued == 0 && st.updated > 0))
-            {
-                break (last.clone(), Instant::now());
+            Trigger::Add(k) => drop(tables.create(&pp, &table(*k)?).await?),
+            Trigger::Swap(old, new) => {
+                drop(
+                    tables
+                        .delete(&format!("bench-{old}"), &DeleteParams::default())
+                        .await?,
+                );
+                drop(tables.create(&pp, &table(*new)?).await?);
             }
-            if started.elapsed() > Duration::from_secs(600) {
-                bail!("{label}: no terminal revision after 10 minutes");
+        }
+        Ok(())
+    }
+
+    /// Triggers `sc`'s change, waits for its revision to be terminal, prints the figures.
+    async fn measure(&self, sc: &Scenario, r: u64) -> Result<Row> {
+        *self.rollout.lock().unwrap() = r;
+        let revs: Api<NetworkConfigRevision> = Api::all(self.client.clone());
+        let before: BTreeSet<String> = revs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|r| r.name_any())
+            .collect();
+        let mark = {
+            let o = self.seen.lock().unwrap();
+            (o.assigned.len(), o.reported.len(), o.events)
+        };
+        admin(&self.client, "DELETE", "/testbed/counters").await?;
+        let use0 = self.usage();
+        self.trigger(&sc.trigger).await?;
+        let started = Instant::now();
+        let new_revision = || async {
+            let list = revs.list(&ListParams::default()).await?.items;
+            anyhow::Ok(list.into_iter().find(|r| !before.contains(&r.name_any())))
+        };
+        let mut note = String::new();
+        if let Some(policy) = &sc.policy {
+            let rev = loop {
+                if let Some(rev) = new_revision().await? {
+                    break rev;
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    bail!("{}: no new revision within 30 s", sc.label);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            if !rev.spec.paused {
+                note.push_str("revision was not created paused; ");
+            }
+            revs.patch(
+                &rev.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": false, "rollout": policy}})),
+            )
+            .await?;
+        }
+        let mut killed: Option<(Instant, Counts, BTreeMap<String, Counts>, String)> = None;
+        let (rev, done) = loop {
+            let rev = new_revision().await?;
+            if let Some(rev) = &rev
+                && let Some(st) = &rev.status
+                && matches!(st.phase.as_deref(), Some("Complete" | "Failed"))
+            {
+                break (rev.clone(), Instant::now());
+            }
+            if let (Some(share), None, Some(rev)) = (sc.kill_leader_at, &killed, &rev) {
+                let name = rev.name_any();
+                let updated = self.seen.lock().unwrap().reported[mark.1..]
+                    .iter()
+                    .filter(|a| a.2 == name && a.3 == "Provisioned")
+                    .count();
+                if updated as f64 >= share * self.n as f64 {
+                    let leader = self.leader().await?;
+                    let (c, by) = counters(&self.client).await?;
+                    // SIGKILL and reap: no graceful Lease release, the standby waits it out.
+                    drop(
+                        self.configurators
+                            .lock()
+                            .unwrap()
+                            .insert(leader.clone(), None),
+                    );
+                    killed = Some((Instant::now(), c, by, leader));
+                }
+            }
+            if started.elapsed() > ROLLOUT_LIMIT {
+                let st = rev.and_then(|r| r.status).unwrap_or_default();
+                bail!(
+                    "{}: revision not terminal after {} s: phase {:?}, updated {}, inProgress {}, queued {}, \
+                     failed {}: {}",
+                    sc.label,
+                    ROLLOUT_LIMIT.as_secs(),
+                    st.phase,
+                    st.updated,
+                    st.in_progress,
+                    st.queued,
+                    st.failed,
+                    st.message.unwrap_or_default()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let counts: BTreeMap<String, u64> =
-            serde_json::from_str(&admin(self.client, "GET", "/testbed/counters").await?)?;
-        let cpu1 = self.cpu()?;
+        let (counts, by_client) = counters(&self.client).await?;
+        let use1 = self.usage();
+        let leader = self.leader().await?;
         let name = rev.name_any();
         let st = rev.status.clone().unwrap_or_default();
-        let o = self.seen.lock().unwrap();
-        let assigned: Vec<Instant> = o.assigned[mark.0..]
-            .iter()
-            .filter(|a| a.2 == name)
-            .map(|a| a.0)
-            .collect();
-        let reported: Vec<(Instant, &str)> = o.reported[mark.1..]
-            .iter()
-            .filter(|a| a.2 == name)
-            .map(|a| (a.0, a.3.as_str()))
-            .collect();
-        let (Some(&first), Some(&last_assigned)) = (assigned.first(), assigned.last()) else {
-            bail!("{label}: revision {name} was assigned to no node");
+        let (assigned, reported, events) = {
+            let o = self.seen.lock().unwrap();
+            let assigned: Vec<Instant> = o.assigned[mark.0..]
+                .iter()
+                .filter(|a| a.2 == name)
+                .map(|a| a.0)
+                .collect();
+            let reported: Vec<Instant> = o.reported[mark.1..]
+                .iter()
+                .filter(|a| a.2 == name)
+                .map(|a| a.0)
+                .collect();
+            (assigned, reported, o.events - mark.2)
         };
-        let last_answer = reported.iter().map(|r| r.0).max().unwrap_or(first);
-        // Reaction: each status observed while nodes still wait → the next assignment observed.
+        let (Some(&first), Some(&last_assigned)) = (assigned.first(), assigned.last()) else {
+            bail!("{}: revision {name} was assigned to no node", sc.label);
+        };
+        let last_answer = reported.iter().copied().max().unwrap_or(first);
+        // Reaction: each status observed while nodes still wait → the next assignment observed. Not
+        // counted: reports while nothing may move by design — the canary wave and bake (until the
+        // first node after the canaries is assigned) and the failover (leader killed → the new
+        // leader's first assignment).
+        let canary_gate = sc.canary.and_then(|(k, _)| assigned.get(k).copied());
+        let failover_gate = killed
+            .as_ref()
+            .and_then(|k| Some((k.0, *assigned.iter().find(|a| **a > k.0)?)));
+        let gated = |t: Instant| {
+            canary_gate.is_some_and(|g| t < g)
+                || failover_gate.is_some_and(|(from, to)| t >= from && t < to)
+        };
         let mut reaction: Vec<Duration> = reported
             .iter()
-            .filter(|r| r.0 < last_assigned)
-            .filter_map(|r| assigned.iter().find(|a| **a >= r.0).map(|a| *a - r.0))
+            .filter(|r| **r < last_assigned && !gated(**r))
+            .filter_map(|r| assigned.iter().find(|a| *a >= r).map(|a| *a - *r))
             .collect();
         reaction.sort();
-        let budget = (self.n * MAX_UNAVAILABLE_PERCENT / 100).max(1);
-        let mean_delay = (DELAY_MS.0 + DELAY_MS.1) as f64 / 2000.0;
-        let ideal = self.n.div_ceil(budget) as f64 * mean_delay;
+        let excluded = reported
+            .iter()
+            .filter(|r| **r < last_assigned && gated(**r))
+            .count();
+        let n = self.n as f64;
+        let ideal = sc.ideal(self.n);
         let wall = (last_answer - first).as_secs_f64();
         let wall_done = (done - first).as_secs_f64();
-        let n = self.n as f64;
+        let phase = st.phase.as_deref().unwrap_or("?");
         println!(
-            "\n== {label}: N={} maxUnavailable {MAX_UNAVAILABLE_PERCENT}% (budget {budget}), revision {name} {}: \
-             updated {} failed {} of {}",
+            "\n== rollout {}: N={} maxUnavailable {}% (budget {}, at most {} in flight), revision {name} \
+             {phase}: updated {} failed {} of {}",
+            sc.label,
             self.n,
-            st.phase.as_deref().unwrap_or("?"),
+            sc.percent,
+            sc.budget(self.n),
+            sc.concurrency(self.n),
             st.updated,
             st.failed,
             st.total
         );
         println!(
-            "wall: first assignment -> last answer {wall:.1} s, -> revision {} {wall_done:.1} s \
+            "wall: first assignment -> last answer {wall:.1} s, -> revision {phase} {wall_done:.1} s \
              (silent nodes wait out applyTimeout {APPLY_TIMEOUT_S} s); input -> first assignment {:.2} s",
-            st.phase.as_deref().unwrap_or("?"),
             (first - started).as_secs_f64()
         );
         println!(
-            "ideal: ceil({}/{budget}) x {mean_delay:.1} s = {ideal:.1} s; ratio {:.3} (to last answer), {:.3} (to terminal)",
-            self.n,
+            "ideal: {ideal:.1} s; ratio {:.3} (to last answer), {:.3} (to terminal)",
             wall / ideal,
             wall_done / ideal
         );
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "reaction (status observed -> next assignment observed, {} samples): median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            "reaction (status observed -> next assignment observed, {} samples; {excluded} during the \
+             canary wave and bake or the failover not counted): median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             reaction.len(),
-            percentile(&reaction, 0.5).as_secs_f64() * 1e3,
-            percentile(&reaction, 0.99).as_secs_f64() * 1e3,
-            reaction.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+            ms(percentile(&reaction, 0.5)),
+            ms(percentile(&reaction, 0.99)),
+            ms(reaction.last().copied().unwrap_or_default())
         );
         println!(
-            "watch events received by the agents' watch: {} ({:.2} per node)",
-            o.events - mark.2,
-            (o.events - mark.2) as f64 / n
+            "watch events received by the agents' watch: {events} ({:.2} per node)",
+            events as f64 / n
         );
-        drop(o);
-        let writes = ["create", "update", "patch", "delete", "deletecollection"];
         let total: u64 = counts.values().sum();
-        let written: u64 = counts
-            .iter()
-            .filter(|(k, _)| writes.iter().any(|w| k.starts_with(&format!("{w} "))))
-            .map(|(_, v)| v)
-            .sum();
+        let written = writes(&counts);
         println!(
-            "API requests {total} ({:.2}/node), writes {written} ({:.2}/node; the agents' status patches are 1/node of them):",
+            "API requests {total} ({:.2}/node), writes {written} ({:.2}/node; the agents' status patches \
+             are about 1/node of them):",
             total as f64 / n,
             written as f64 / n
         );
         for (k, v) in &counts {
             println!("  {k:<40} {v:>8} {:>8.3}/node", *v as f64 / n);
         }
-        for ((who, rss, cpu), (_, _, cpu_before)) in cpu1.iter().zip(&cpu0) {
+        let mut cfg_writes = 0;
+        println!("per client (requests, writes per node):");
+        for (who, c) in &by_client {
+            let (t, w) = (c.values().sum::<u64>(), writes(c));
+            if who.starts_with("configurator-") {
+                cfg_writes += w;
+            }
+            let role = if *who == leader {
+                " (leader at the end)"
+            } else {
+                ""
+            };
             println!(
-                "  {who:<28} peak RSS {rss:>7.1} MiB, CPU {:>6.2} s this rollout",
-                cpu - cpu_before
+                "  {:<40} {t:>8} {:>8.3}/node, writes {w:>8} {:>8.3}/node",
+                format!("{who}{role}"),
+                t as f64 / n,
+                w as f64 / n
             );
         }
-        Ok(())
+        for (who, (rss, cpu)) in &use1 {
+            let before = use0.get(who).map_or(0.0, |u| u.1);
+            println!(
+                "  {who:<40} peak RSS {rss:>7.1} MiB, CPU {:>6.2} s this rollout",
+                cpu - before
+            );
+        }
+        let standby = use1
+            .keys()
+            .find(|k| k.starts_with("configurator-") && **k != leader)
+            .cloned();
+        let cpu_of = |who: &str| {
+            use1.get(who)
+                .map(|u| u.1 - use0.get(who).map_or(0.0, |b| b.1))
+        };
+        if let Some((at, c0, by0, old)) = killed {
+            let until = at + FAILOVER_WINDOW;
+            if let Some(wait) = until.checked_duration_since(Instant::now()) {
+                tokio::time::sleep(wait).await;
+            }
+            let (c1, by1) = counters(&self.client).await?;
+            let d = minus(&c1, &c0);
+            let taken = assigned.iter().find(|a| **a > at).map(|a| *a - at);
+            println!(
+                "leader {old} killed at {:.1} s into the rollout; first assignment after it {}; in the \
+                 {} s after it: {} requests, {} writes ({:.3}/node):",
+                (at - first).as_secs_f64(),
+                taken.map_or("none".into(), |t| format!("{:.2} s later", t.as_secs_f64())),
+                FAILOVER_WINDOW.as_secs(),
+                d.values().sum::<u64>(),
+                writes(&d),
+                writes(&d) as f64 / n
+            );
+            for (k, v) in &d {
+                println!("  {k:<40} {v:>8}");
+            }
+            let left = assigned.iter().filter(|a| **a > at).count();
+            println!(
+                "  (the rollout assigned {left} nodes after the kill: a new leader that rewrote what is \
+                 done would patch far more nodeconfigs than that)"
+            );
+            for (who, c) in &by1 {
+                let dc = minus(c, by0.get(who).unwrap_or(&Counts::new()));
+                println!(
+                    "  by {who:<37} {:>8} requests, {:>8} writes",
+                    dc.values().sum::<u64>(),
+                    writes(&dc)
+                );
+            }
+            note = format!(
+                "{note}failover: {} writes in {} s ({:.3}/node)",
+                writes(&d),
+                FAILOVER_WINDOW.as_secs(),
+                writes(&d) as f64 / n
+            );
+        }
+        Ok(Row {
+            label: sc.label.to_string(),
+            wall,
+            ideal,
+            p50_ms: ms(percentile(&reaction, 0.5)),
+            p99_ms: ms(percentile(&reaction, 0.99)),
+            writes: written as f64 / n,
+            configurator_writes: cfg_writes as f64 / n,
+            leader_rss: use1.get(&leader).map(|u| u.0),
+            leader_cpu: cpu_of(&leader),
+            standby_cpu: standby.as_deref().and_then(cpu_of),
+            note,
+        })
     }
+}
 
-    /// (who, peak RSS MiB, CPU s) of the configurator leader and standby, the testbed and this process.
-    fn cpu(&self) -> Result<Vec<(String, f64, f64)>> {
-        self.pids
-            .iter()
-            .map(|(who, pid)| {
-                let (rss, cpu) = usage(*pid, self.tick)?;
-                Ok((who.clone(), rss, cpu))
+/// das-schiff's rules over the same agents as rollout 2 (`fate(_, n, 2)`): rows for the table.
+fn das_schiff_rows(n: usize) -> Vec<Row> {
+    let budget = (n * DEFAULT_PERCENT as usize / 100).max(1);
+    let ideal = n.div_ceil(budget) as f64 * mean_delay_s();
+    let agents = |healthy: bool| -> Vec<das_schiff::Agent> {
+        (0..n)
+            .map(|i| {
+                let (answer, delay) = fate(i, n, 2);
+                das_schiff::Agent {
+                    delay_ms: delay.as_millis() as u64,
+                    answer: match answer {
+                        _ if healthy => das_schiff::Answer::Provisioned,
+                        Answer::Provisioned => das_schiff::Answer::Provisioned,
+                        Answer::Invalid { .. } => das_schiff::Answer::Invalid,
+                        Answer::Silent => das_schiff::Answer::Silent,
+                    },
+                }
             })
             .collect()
+    };
+    let mut rows = Vec::new();
+    for (max_updating, healthy) in [(1, true), (budget, true), (budget, false)] {
+        let o = das_schiff::run(
+            &agents(healthy),
+            &das_schiff::Params {
+                max_updating,
+                debounce_ms: 1000,
+                revisions: 2,
+                limit_ms: 24 * 3600 * 1000,
+            },
+        );
+        let reaction = o.reactions_ms();
+        let pct = |p: f64| {
+            if reaction.is_empty() {
+                0.0
+            } else {
+                reaction[((reaction.len() - 1) as f64 * p).round() as usize] as f64
+            }
+        };
+        let end = match o.end {
+            das_schiff::End::Complete => "complete".to_string(),
+            das_schiff::End::Invalidated { node } => format!(
+                "revision invalidated by node-{node}'s Invalid after {} of {n} nodes",
+                o.updated
+            ),
+            das_schiff::End::Stuck => {
+                format!("stuck behind silent nodes after {} nodes", o.updated)
+            }
+            das_schiff::End::TimeLimit => "time limit".to_string(),
+        };
+        rows.push(Row {
+            label: format!(
+                "das-schiff maxUpdating {max_updating}{}",
+                if healthy { "" } else { ", bench fates" }
+            ),
+            wall: o.wall_ms().unwrap_or(0) as f64 / 1000.0,
+            ideal,
+            p50_ms: pct(0.5),
+            p99_ms: pct(0.99),
+            writes: (o.writes() + o.reports_ms.len() as u64) as f64 / n as f64,
+            configurator_writes: o.writes() as f64 / n as f64,
+            leader_rss: None,
+            leader_cpu: None,
+            standby_cpu: None,
+            note: format!("{end}; {} passes (simulated)", o.passes),
+        });
     }
+    rows
 }
 
 async fn bench(bins: &Path, n: usize) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("netwave-bench-fleet-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let (testbed, client) = start_testbed(bins, &dir).await?;
+    let testbed = start_testbed(bins, &dir).await?;
+    let client = client_for(&dir, "bench").await?;
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -474,7 +1031,8 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
                 let name = format!("node-{i}");
                 let pool = if i % 2 == 0 { "compute" } else { "storage" };
                 let node: Node = serde_json::from_value(json!({
-                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "netwave.dev/pool": pool}},
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                        "netwave.dev/pool": pool, ZONE_LABEL: format!("zone-{}", i % ZONES)}},
                     "spec": {},
                 }))?;
                 nodes.create(&PostParams::default(), &node).await?;
@@ -495,7 +1053,12 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let seen: Arc<Mutex<Observed>> = Arc::default();
     let rollout = Arc::new(Mutex::new(0));
-    let agents = spawn_agents(client.clone(), n, rollout.clone(), seen.clone());
+    let agents = spawn_agents(
+        client_for(&dir, "agents").await?,
+        n,
+        rollout.clone(),
+        seen.clone(),
+    );
     let silent = (0..n)
         .filter(|&i| fate(i, n, 0).0 == Answer::Silent)
         .count();
@@ -503,52 +1066,44 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         .filter(|&i| matches!(fate(i, n, 0).0, Answer::Invalid { .. }))
         .count();
     let max_failures = 2 * (silent + failing) + 1;
-    let c0 = start_configurator(bins, &dir, 0, max_failures)?;
-    let c1 = start_configurator(bins, &dir, 1, max_failures)?;
-    // The leader, once elected.
-    let leases = Api::<Lease>::namespaced(client.clone(), LEASE.0);
-    let leader = loop {
-        if let Some(h) = leases
-            .get_opt(LEASE.1)
-            .await?
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .filter(|h| !h.is_empty())
-        {
-            break h;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut configurators = BTreeMap::new();
+    for i in 0..2 {
+        let id = format!("configurator-{i}");
+        configurators.insert(
+            id.clone(),
+            Some(start_configurator(bins, &dir, &id, max_failures)?),
+        );
+    }
+    let fleet = Fleet {
+        client,
+        dir,
+        n,
+        seen,
+        rollout,
+        configurators: Mutex::new(configurators),
+        testbed_pid: testbed.0.id(),
+        tick: clock_tick(),
     };
-    let (lp, sp) = if leader == "configurator-0" {
-        (c0.0.id(), c1.0.id())
-    } else {
-        (c1.0.id(), c0.0.id())
-    };
+    let leader = fleet.leader().await?;
     println!(
         "\n#### fleet rollout benchmark: N={n}, {silent} silent and {failing} failing agents, \
-         apply delay uniform {}-{} ms (seed {SEED}), maxFailures {max_failures}; setup {:.1} s; logs in {}",
+         apply delay uniform {}-{} ms (seed {SEED}), maxFailures {max_failures}, {ZONES} zones; setup \
+         {:.1} s; leader {leader}; logs in {}",
         DELAY_MS.0,
         DELAY_MS.1,
         setup.elapsed().as_secs_f64(),
-        dir.display()
+        fleet.dir.display()
     );
-    let run = Run {
-        client: &client,
-        n,
-        seen: &seen,
-        rollout: &rollout,
-        pids: [
-            (format!("configurator leader ({leader})"), lp),
-            ("configurator standby".into(), sp),
-            ("netwave-testbed".into(), testbed.0.id()),
-            ("this process (agents)".into(), std::process::id()),
-        ],
-        tick: clock_tick(),
-    };
-    run.measure("rollout 1 (samples, first rollout)", 1, Value::Null)
-        .await?;
+    let mut rows = Vec::new();
+    for (r, sc) in scenarios(n).iter().enumerate() {
+        rows.push(fleet.measure(sc, r as u64 + 1).await?);
+    }
+    rows.extend(das_schiff_rows(n));
+    print_table(n, &rows);
     agents.abort();
-    drop((c0, c1, testbed));
+    let dir = fleet.dir.clone();
+    drop(fleet);
+    drop(testbed);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -556,17 +1111,21 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let bins = bin_dir()?;
-    let sizes: Vec<usize> = match std::env::args().skip(1).collect::<Vec<_>>() {
-        a if a.is_empty() => vec![1000],
-        a => a
-            .iter()
-            .map(|s| {
-                s.parse()
-                    .with_context(|| format!("bench_fleet: size {s:?} is not a count"))
-            })
-            .collect::<Result<_>>()?,
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let sizes: Vec<String> = if !args.is_empty() {
+        args
+    } else if let Ok(v) = std::env::var("BENCH_FLEET_SIZES") {
+        v.split([',', ' '])
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    } else {
+        vec!["1000".into()]
     };
-    for n in sizes {
+    for s in sizes {
+        let n = s
+            .parse()
+            .with_context(|| format!("bench_fleet: size {s:?} is not a count"))?;
         bench(&bins, n).await?;
     }
     Ok(())

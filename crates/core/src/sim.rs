@@ -7,11 +7,15 @@
 //!   ├── world: nodes flap Ready, get cordoned, join, leave; admins create revisions, pause, retry
 //!   └── leader: input = Store → step(input, now) → apply writes one at a time; may be killed
 //!       between any two writes or skip a step; invariants are checked after every write
+//!
+//!   das_schiff: das-schiff-network-operator's rollout rules on a virtual clock (the fleet
+//!   benchmark's baseline; no rollout::step)
 //! ```
 //!
 //! The leader keeps nothing between steps, so "killing" it is dropping the rest of its plan: the next
 //! leader rebuilds its input from the store alone. Identical seeds give identical histories.
 
+pub mod das_schiff;
 mod fleet;
 mod store;
 
