@@ -129,8 +129,10 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
             last_updated = st.updated;
         }
     }
+    // Counter moves are written at most once a second (COUNTERS_STATUS_INTERVAL) and this rollout
+    // takes about half a second: at least the start and the completion.
     assert!(
-        statuses >= 3,
+        statuses >= 2,
         "status is written as the rollout progresses ({statuses} writes)"
     );
     let conditions = status
