@@ -119,9 +119,16 @@ impl IntegrityCache {
                 &mut self.node_configs,
                 name,
                 spec_version(c.as_ref()),
-                // A placeholder holds no config to guard (and no agent applies one).
+                // A placeholder holds no config to guard (and no agent applies one); a config the
+                // cache verified on arrival was dropped from it (`watch::slim_node_config`).
                 || {
+                    let verified = c
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(crate::watch::CONFIG_VERIFIED));
                     !c.spec.is_placeholder()
+                        && !verified
                         && render::config_hash(&c.spec.config) != c.spec.config_hash
                 },
             );

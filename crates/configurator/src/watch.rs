@@ -47,7 +47,7 @@ pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
         layer2s: reflect(Api::all(client.clone()), changed.clone()),
         routing_tables: reflect(Api::all(client.clone()), changed.clone()),
         nodes: reflect_with(Api::all(client.clone()), changed.clone(), slim_node),
-        node_configs: reflect(Api::all(client.clone()), changed.clone()),
+        node_configs: reflect_with(Api::all(client.clone()), changed.clone(), slim_node_config),
         revisions: reflect(Api::all(client.clone()), changed),
     }
 }
@@ -61,6 +61,29 @@ fn slim_node(node: &mut Node) {
         status.images = None;
         status.volumes_attached = None;
         status.volumes_in_use = None;
+    }
+}
+
+/// Marks a cached NodeNetworkConfig whose `spec.config` was dropped because it hashes to
+/// `spec.configHash` (set in this process's cache only, never written to the API).
+pub const CONFIG_VERIFIED: &str = "netwave.dev/cached-config-verified";
+
+/// Keeps of a NodeNetworkConfig what the configurator reads: its spec's revision, hash, retry, the
+/// assignment time and the agent's report. The config itself (about 4 KB of JSON per node with the
+/// samples, several times that in memory) is only needed to check that it still hashes to its
+/// `configHash` (tamper detection, [`crate::integrity`]): that is checked here, and a config that
+/// passes is dropped and marked [`CONFIG_VERIFIED`]; one that fails stays for the integrity check.
+/// At 5,000 nodes this is most of the cache (#14).
+fn slim_node_config(nnc: &mut NodeNetworkConfig) {
+    nnc.metadata.managed_fields = None;
+    if !nnc.spec.is_placeholder()
+        && netwave_core::render::config_hash(&nnc.spec.config) == nnc.spec.config_hash
+    {
+        nnc.spec.config = Default::default();
+        nnc.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(CONFIG_VERIFIED.to_string(), "true".to_string());
     }
 }
 
@@ -107,4 +130,59 @@ where
         .instrument(info_span!("watch", %kind)),
     );
     reader
+}
+
+#[cfg(test)]
+mod tests {
+    use netwave_api::{NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RuleConfig};
+
+    use super::{CONFIG_VERIFIED, slim_node_config};
+
+    fn rule(priority: u32) -> RuleConfig {
+        serde_json::from_value(serde_json::json!({"priority": priority, "table": 100}))
+            .expect("a rule")
+    }
+
+    fn nnc(config: NodeConfig, hash: String) -> NodeNetworkConfig {
+        NodeNetworkConfig::new(
+            "node-1",
+            NodeNetworkConfigSpec {
+                revision: "rev-1".into(),
+                sequence: 1,
+                config_hash: hash,
+                retry: 0,
+                config,
+            },
+        )
+    }
+
+    /// The cache keeps a config only when it does not hash to its configHash: the integrity check
+    /// still sees what was edited, and everything verified costs no memory.
+    #[test]
+    fn a_verified_config_is_dropped_from_the_cache_a_tampered_one_kept() {
+        let config = NodeConfig {
+            rules: vec![rule(1000)],
+            ..NodeConfig::default()
+        };
+        let hash = netwave_core::render::config_hash(&config);
+        let mut ok = nnc(config.clone(), hash.clone());
+        slim_node_config(&mut ok);
+        assert_eq!(ok.spec.config, NodeConfig::default());
+        assert_eq!(ok.spec.config_hash, hash);
+        assert!(
+            ok.metadata
+                .annotations
+                .unwrap()
+                .contains_key(CONFIG_VERIFIED)
+        );
+
+        let edited = NodeConfig {
+            rules: vec![rule(1000), rule(1)],
+            ..NodeConfig::default()
+        };
+        let mut tampered = nnc(edited.clone(), hash);
+        slim_node_config(&mut tampered);
+        assert_eq!(tampered.spec.config, edited);
+        assert!(tampered.metadata.annotations.is_none());
+    }
 }
