@@ -269,8 +269,7 @@ pub struct NetworkConfigRevisionStatus {
     pub phase: Option<String>,
     /// `Validated`, `Progressing`, `Available`, `Degraded`, `Paused`.
     pub conditions: Vec<Condition>,
-    /// Nodes in the fleet. Every revision counts against the whole fleet, so an older revision's
-    /// `updated` says how many nodes still run it.
+    /// Nodes this revision applies to.
     pub total: u32,
     /// Nodes whose agent reports `Provisioned` for this revision.
     pub updated: u32,
