@@ -269,7 +269,8 @@ pub struct NetworkConfigRevisionStatus {
     pub phase: Option<String>,
     /// `Validated`, `Progressing`, `Available`, `Degraded`, `Paused`.
     pub conditions: Vec<Condition>,
-    /// Nodes this revision applies to.
+    /// Nodes in the fleet. Every revision counts against the whole fleet, so an older revision's
+    /// `updated` says how many nodes still run it.
     pub total: u32,
     /// Nodes whose agent reports `Provisioned` for this revision.
     pub updated: u32,

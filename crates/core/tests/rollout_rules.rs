@@ -968,9 +968,10 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
     let (_, reason) = condition(&store, "r1", "Progressing");
     assert_eq!(reason, reasons::SUPERSEDED);
     assert!(status(&store, "r1").completed_at.is_some());
+    // Counted against the whole fleet: no node of the 3 runs it any more.
     assert_eq!(
         (status(&store, "r1").total, status(&store, "r1").updated),
-        (0, 0)
+        (3, 0)
     );
 
     // What the configurator's reactivation writes (Intent::ReactivateRevision).

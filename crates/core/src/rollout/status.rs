@@ -193,9 +193,10 @@ impl<'c> Draft<'c> {
         self.set(ConditionType::Paused, c);
     }
 
-    /// Node counts of a revision that is not the target: nothing is queued for it.
+    /// Node counts of a revision that is not the target: out of the whole fleet, how many nodes run it
+    /// (`updated`) and are being moved to it (`inProgress`); nothing is queued for it.
     fn set_counts(&mut self, counts: Counts) {
-        self.s.total = counts.assigned;
+        self.s.total = self.ctx.fleet;
         self.s.updated = counts.updated;
         self.s.in_progress = counts.assigned - counts.updated;
         self.s.queued = 0;

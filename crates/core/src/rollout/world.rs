@@ -427,6 +427,9 @@ pub(super) struct Context<'a, 'b> {
     pub target: Option<&'b TargetView>,
     pub last_good: Option<usize>,
     pub counts: &'b BTreeMap<&'a str, Counts>,
+    /// Nodes in the fleet: every revision's `total`, so each revision's counters read against the
+    /// whole fleet (an older revision's `updated` is how many nodes still run it).
+    pub fleet: u32,
 }
 
 impl Context<'_, '_> {

@@ -73,11 +73,13 @@ impl Store {
         self.revisions.get_mut(name).expect("just inserted")
     }
 
-    /// A joining node given a proven revision: its agent never reported, and its spec names a revision
-    /// that is or was complete (the last good one when it was assigned). The budget does not count it.
+    /// A joining node given a proven revision: nothing of ours ran there yet (no last good revision,
+    /// not judged Invalid), and its spec names a revision that is or was complete (the last good one
+    /// when it was assigned). It took no budget slot, also once its agent reports `Provisioning` on
+    /// the way to its first config, so the budget invariant does not count it.
     pub fn joining(&self, config: &crate::rollout::NodeConfigState) -> bool {
-        config.status.phase.is_none()
-            && config.status.observed_revision.is_none()
+        config.status.last_good_revision.is_none()
+            && config.status.phase != Some(crate::rollout::AgentPhase::Invalid)
             && self.revisions.get(&config.spec.revision).is_some_and(|r| {
                 r.status.completed_at.is_some()
                     || r.status.phase.as_deref() == Some(crate::rollout::Phase::Complete.as_str())

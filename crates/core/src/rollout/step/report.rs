@@ -28,6 +28,7 @@ impl<'a> AfterPlan<'a> {
             target: self.target.as_ref(),
             last_good: w.last_good,
             counts: &self.counts,
+            fleet: w.nodes.len() as u32,
         }
     }
 }
