@@ -69,8 +69,9 @@ bench:
 	$(CARGO) run --release -q -p netwave-testbed --example scale
 	$(CARGO) build --release -q -p netwave-configurator -p netwave-testbed --bins && \
 		BENCH_FLEET_SIZES="$(BENCH_FLEET_SIZES)" $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
-	$(CARGO) build --release -q -p netwave-agent --bins --examples
-	"$${CARGO_TARGET_DIR:-target}/release/examples/bench"
+	$(CARGO) build --release -q -p netwave-agent --bins
+	$(CARGO) build --profile agent-release -q -p netwave-agent --bins --examples
+	"$${CARGO_TARGET_DIR:-target}/agent-release/examples/bench"
 
 # Core properties and simulator on fresh random seeds (EXPLORE_CASES per property, EXPLORE_SIM_SEEDS
 # runs, EXPLORE_SEED replays a run); prints any counterexample and its regression line.

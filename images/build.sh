@@ -39,12 +39,17 @@ done
 # target cannot be installed here, and glibc's static link is supported for what these binaries use: no
 # user lookups, host names (none in-cluster) only through glibc's built-in files/dns backends, no dlopen.
 RUSTFLAGS="-C target-feature=+crt-static" "${CARGO:-cargo}" build --release --locked --target "$triple" \
-    -p netwave-configurator -p netwave-agent --bins
+    -p netwave-configurator --bins
+# The agent with its own profile (Cargo.toml: agent-release, built for size; #14 idle RSS).
+RUSTFLAGS="-C target-feature=+crt-static" "${CARGO:-cargo}" build --profile agent-release --locked \
+    --target "$triple" -p netwave-agent --bins
 bin_dir=$cargo_target/$triple/release
+agent_dir=$cargo_target/$triple/agent-release
+bin_of() { if [ "$1" = configurator ]; then echo "$bin_dir/netwave-$1"; else echo "$agent_dir/netwave-$1"; fi; }
 
 version=""
 for component in configurator agent; do
-    bin=$bin_dir/netwave-$component
+    bin=$(bin_of "$component")
     # A static binary has no program interpreter (PT_INTERP); the test checks it again in the image.
     headers=$(LC_ALL=C readelf -l "$bin")
     if grep -q 'Requesting program interpreter' <<<"$headers"; then
@@ -88,7 +93,7 @@ for component in configurator agent agent-frr; do
     name=netwave-$component
     context=$out/.context/$name
     rm -rf "$context" && mkdir -p "$context"
-    cp "$bin_dir/netwave-${component%-frr}" "$context/"
+    cp "$(bin_of "${component%-frr}")" "$context/"
     if [ "$component" = agent-frr ]; then ln "$frr_rootfs" "$context/rootfs.tar"; fi
     "${buildah[@]}" build --quiet --isolation chroot --timestamp "$created" --identity-label=false \
         --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \

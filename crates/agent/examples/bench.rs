@@ -5,11 +5,14 @@
 //! - no-op reconcile (observe + diff, nothing to do): time and netlink write count (must be 0);
 //! - with a real zebra + bgpd in the namespace (FRR installed), the agent's whole apply of that config
 //!   split into its netlink part and its FRR part (render → check → write → reload → converged);
-//! - idle RSS of the real `netwave-agent` binary running that config against the API testbed.
+//! - idle RSS of the real `netwave-agent` binary running that config against the API testbed, split into
+//!   binary code and data, libraries, malloc heap and arenas, against the 16 MiB target (#14); and of the
+//!   same code built with the plain `release` profile, in the same run, when that binary exists.
 //!
 //! ```sh
-//! cargo build --release -p netwave-agent --bins --examples
-//! sudo target/release/examples/bench
+//! cargo build --release -p netwave-agent --bins     # the comparison build (optional)
+//! cargo build --profile agent-release -p netwave-agent --bins --examples
+//! sudo target/agent-release/examples/bench [dataplane] [frr] [rss]   # default: all
 //! ```
 
 use std::fmt::Write as _;
@@ -320,29 +323,145 @@ fn frr_apply() -> Result<()> {
     })
 }
 
-fn rss_kib(pid: u32) -> Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS")
+/// Where a process's resident memory is, from /proc/<pid>/smaps (KiB).
+#[derive(Debug, Default)]
+struct RssBreakdown {
+    total: u64,
+    /// The executable's own mappings: code, then relocated data and .data/.bss.
+    bin_text: u64,
+    bin_data: u64,
+    /// Shared libraries (libc, libgcc, ld.so).
+    libs: u64,
+    /// The main malloc arena (`[heap]`, brk).
+    heap: u64,
+    /// Other anonymous mappings: malloc's per-thread arenas, thread stacks, large allocations.
+    anon: u64,
+    /// The main thread's stack and the kernel's vdso/vvar.
+    other: u64,
+    threads: u64,
 }
 
-/// Runs the real binary against an in-process testbed with the benchmark config, then reads its RSS.
+impl RssBreakdown {
+    fn read(pid: u32, bin: &std::path::Path) -> Result<RssBreakdown> {
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+        let bin = std::fs::canonicalize(bin)?;
+        let mut b = RssBreakdown::default();
+        // Each mapping: a header line `start-end perms offset dev inode [path]`, then `Key: value kB`.
+        let mut current: Option<(String, String)> = None;
+        for line in smaps.lines() {
+            let mut f = line.split_whitespace();
+            let first = f.next().unwrap_or_default();
+            if first.contains('-') && !first.ends_with(':') {
+                let perms = f.next().unwrap_or_default().to_string();
+                let path = f.nth(3).unwrap_or_default().to_string();
+                current = Some((perms, path));
+            } else if first == "Rss:" {
+                let kib: u64 = f.next().unwrap_or_default().parse()?;
+                let (perms, path) = current.as_ref().context("smaps: Rss before a mapping")?;
+                b.total += kib;
+                let slot = if !path.is_empty() && std::path::Path::new(path) == bin {
+                    if perms.contains('x') {
+                        &mut b.bin_text
+                    } else {
+                        &mut b.bin_data
+                    }
+                } else if path.starts_with('/') {
+                    &mut b.libs
+                } else if path == "[heap]" {
+                    &mut b.heap
+                } else if path.is_empty() {
+                    &mut b.anon
+                } else {
+                    &mut b.other
+                };
+                *slot += kib;
+            }
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        b.threads = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .context("no Threads in /proc/<pid>/status")?;
+        Ok(b)
+    }
+
+    fn mib(&self) -> f64 {
+        self.total as f64 / 1024.0
+    }
+}
+
+impl std::fmt::Display for RssBreakdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = |k: u64| k as f64 / 1024.0;
+        write!(
+            f,
+            "{:.1} MiB = binary code {:.1} + binary data {:.1} + libraries {:.1} + heap {:.1} + \
+             other anonymous (arenas, stacks) {:.1} + stack/vdso {:.1}; {} threads",
+            m(self.total),
+            m(self.bin_text),
+            m(self.bin_data),
+            m(self.libs),
+            m(self.heap),
+            m(self.anon),
+            m(self.other),
+            self.threads
+        )
+    }
+}
+
+/// The idle RSS target of #14, and the figure measured before that work (ce5257d, release profile).
+const RSS_TARGET_MIB: f64 = 16.0;
+const RSS_BEFORE_MIB: f64 = 18.8;
+
+/// Idle RSS of the real `netwave-agent` binary built with the profile this benchmark was built with
+/// (`make bench`: `agent-release`, the one the image ships) and, when it is there too, of the same code
+/// built with the plain `release` profile: the agent's build before #14, measured in the same run.
 fn idle_rss() -> Result<()> {
     let exe = std::env::current_exe()?;
-    let bin = exe
+    // target/<profile>/examples/bench → target/<profile>/netwave-agent
+    let profile_dir = exe
         .parent()
         .and_then(|d| d.parent())
-        .map(|d| d.join("netwave-agent"))
-        .context("locating the netwave-agent binary")?;
+        .context("locating the target directory")?;
+    let bin = profile_dir.join("netwave-agent");
     if !bin.exists() {
         println!(
-            "idle RSS: skipped ({} not built; cargo build --release -p netwave-agent --bins)",
+            "idle RSS: skipped ({} not built; cargo build --profile agent-release -p netwave-agent --bins)",
             bin.display()
         );
         return Ok(());
     }
+    let profile = profile_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // Each run in a fresh network namespace: both agents apply the config from an empty node.
+    let rss = in_netns(move || agent_idle_rss(bin))?;
+    let verdict = if rss.mib() <= RSS_TARGET_MIB {
+        "met"
+    } else {
+        "MISSED"
+    };
+    println!(
+        "idle RSS of netwave-agent running that config (profile {profile}): {rss}\n  target <= \
+         {RSS_TARGET_MIB} MiB: {verdict}; before #14 (ce5257d, release profile): {RSS_BEFORE_MIB} MiB"
+    );
+    let plain = profile_dir.with_file_name("release").join("netwave-agent");
+    if profile != "release" && plain.exists() {
+        let base = in_netns(move || agent_idle_rss(plain))?;
+        println!(
+            "  the same code built with the release profile, this run: {base}\n  the {profile} \
+             profile saves {:.1} MiB",
+            base.mib() - rss.mib()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `bin` against an in-process testbed with the benchmark config until it reports Provisioned,
+/// lets it idle for 3 s, and reads where its resident memory is.
+fn agent_idle_rss(bin: std::path::PathBuf) -> Result<RssBreakdown> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -395,27 +514,27 @@ fn idle_rss() -> Result<()> {
             ])
             .env("RUST_LOG", "warn")
             .spawn()?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let phase = nncs.get("n1").await?.status.and_then(|s| s.phase);
-            if phase.as_deref() == Some("Provisioned") {
-                break;
+        let pid = child.id();
+        let measured = async {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let phase = nncs.get("n1").await?.status.and_then(|s| s.phase);
+                if phase.as_deref() == Some("Provisioned") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("agent did not provision in time (phase {phase:?})");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                bail!("agent did not provision in time (phase {phase:?})");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            RssBreakdown::read(pid, &bin)
         }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let rss = rss_kib(child.id())?;
+        .await;
+        // Killed by pid on every path: an agent left behind would keep applying in a dead namespace.
         let _ = child.kill();
         let _ = child.wait();
-        println!(
-            "idle RSS of netwave-agent running that config: {:.1} MiB (target < 20 MiB)",
-            rss as f64 / 1024.0
-        );
-        Ok(())
+        measured
     })
 }
 
@@ -423,8 +542,23 @@ fn main() -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         bail!("the benchmark needs root (it creates network namespaces)");
     }
-    in_netns(dataplane)?;
-    in_netns(frr_apply)?;
-    in_netns(idle_rss)?;
+    // `bench [dataplane] [frr] [rss]`: only those parts (default: all).
+    let parts: Vec<String> = std::env::args().skip(1).collect();
+    let run = |p: &str| parts.is_empty() || parts.iter().any(|a| a == p);
+    if let Some(bad) = parts
+        .iter()
+        .find(|a| !["dataplane", "frr", "rss"].contains(&a.as_str()))
+    {
+        bail!("unknown part {bad:?} (dataplane, frr, rss)");
+    }
+    if run("dataplane") {
+        in_netns(dataplane)?;
+    }
+    if run("frr") {
+        in_netns(frr_apply)?;
+    }
+    if run("rss") {
+        idle_rss()?;
+    }
     Ok(())
 }
