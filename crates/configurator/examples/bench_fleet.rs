@@ -33,7 +33,10 @@
 //! testbed's counters; each configurator, the agents and this benchmark use their own bearer token),
 //! and peak RSS and CPU seconds of the configurator leader and standby, the testbed and this process
 //! (from /proc). A table per size closes, with das-schiff's rules (one node per pass, 1 s debounce,
-//! `netwave_core::sim::das_schiff`) on the same agents as the baseline.
+//! `netwave_core::sim::das_schiff`) on the same agents as the baseline: "+fails" with the failing and
+//! silent agents, the others with every agent healthy (one failure ends a das-schiff rollout). Column
+//! "/instnt" is wall time over that of a scheduler reacting instantly over the same agents
+//! ([`perfect_wall`]): the configurator's own share of the distance to the ideal.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -103,6 +106,63 @@ fn fate(i: usize, n: usize, r: u64) -> (Answer, Duration) {
 
 fn mean_delay_s() -> f64 {
     (DELAY_MS.0 + DELAY_MS.1) as f64 / 2000.0
+}
+
+/// First assignment → last answer of a scheduler that reacts instantly (every freed slot is refilled
+/// the moment the agent answers) over the same agents of rollout `r`, in the configurator's order
+/// (node name): what no configurator can beat, given the spread of the apply delays and the silent
+/// nodes holding a slot until their apply timeout. A canary wave (all at once) and its bake go first.
+fn perfect_wall(n: usize, r: u64, sc: &Scenario) -> f64 {
+    if let Some(p) = sc.per_domain_percent {
+        // Each failure domain is a pipeline of its own with its own budget (their sum is within
+        // maxUnavailable here): the slowest domain decides.
+        let slots = (n / ZONES * p as usize / 100).max(1);
+        return (0..ZONES)
+            .map(|z| pipeline(n, r, slots, None, |i| i % ZONES == z))
+            .fold(0.0, f64::max);
+    }
+    pipeline(n, r, sc.concurrency(n), sc.canary, |_| true)
+}
+
+/// [`perfect_wall`] of the nodes `member` picks, with `concurrency` slots.
+fn pipeline(
+    n: usize,
+    r: u64,
+    concurrency: usize,
+    canary: Option<(usize, u64)>,
+    member: impl Fn(usize) -> bool,
+) -> f64 {
+    let mut order: Vec<usize> = (0..n).filter(|&i| member(i)).collect();
+    order.sort_by_key(|i| format!("node-{i}"));
+    let busy = |i: usize| match fate(i, n, r) {
+        (Answer::Silent, _) => (Duration::from_secs(APPLY_TIMEOUT_S), false),
+        (_, d) => (d, true),
+    };
+    let mut start = Duration::ZERO;
+    let mut last = Duration::ZERO;
+    let mut rest = &order[..];
+    if let Some((k, bake)) = canary {
+        let (canaries, others) = order.split_at(k.min(order.len()));
+        let wave = canaries
+            .iter()
+            .map(|&i| busy(i).0)
+            .max()
+            .unwrap_or_default();
+        last = wave;
+        start = wave + Duration::from_secs(bake);
+        rest = others;
+    }
+    let mut free: std::collections::BinaryHeap<std::cmp::Reverse<Duration>> =
+        (0..concurrency).map(|_| std::cmp::Reverse(start)).collect();
+    for &i in rest {
+        let std::cmp::Reverse(t) = free.pop().unwrap_or(std::cmp::Reverse(start));
+        let (d, answers) = busy(i);
+        if answers {
+            last = last.max(t + d);
+        }
+        free.push(std::cmp::Reverse(t + d));
+    }
+    last.as_secs_f64()
 }
 
 /// A process this benchmark started; SIGKILLed and reaped on drop.
@@ -321,13 +381,14 @@ fn start_configurator(
     dir: &Path,
     identity: &str,
     max_failures: usize,
-) -> Result<Proc> {
+) -> Result<(Proc, String)> {
     let log = std::fs::File::create(dir.join(format!("{identity}.log")))?;
     let port = || -> Result<String> {
         Ok(std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .to_string())
     };
+    let metrics = port()?;
     let child = Command::new(bins.join("netwave-configurator"))
         .arg("--kubeconfig")
         .arg(kubeconfig_for(dir, identity)?)
@@ -341,7 +402,7 @@ fn start_configurator(
         // Every revision that removes an input object is created paused: the benchmark sets its
         // policy before resuming it.
         .args(["--destructive-threshold", "0"])
-        .args(["--metrics-addr", &port()?])
+        .args(["--metrics-addr", &metrics])
         .args(["--health-addr", &port()?])
         .args(["--log-format", "text"])
         .env("RUST_LOG", "info")
@@ -350,7 +411,63 @@ fn start_configurator(
         .stdin(Stdio::null())
         .spawn()
         .context("starting netwave-configurator")?;
-    Ok(Proc(child))
+    Ok((Proc(child), metrics))
+}
+
+/// The reconcile-duration histogram of a configurator's /metrics: (upper bound, cumulative count)
+/// per bucket, then the sum of seconds.
+async fn reconcile_histogram(addr: &str) -> Option<(Vec<(f64, u64)>, f64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.ok()?;
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+        .await
+        .ok()?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.ok()?;
+    let mut buckets = Vec::new();
+    let mut sum = 0.0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("netwave_reconcile_duration_seconds_") else {
+            continue;
+        };
+        let (key, value) = rest.rsplit_once(' ')?;
+        if let Some(le) = key.strip_prefix("bucket{le=\"") {
+            let le = le.trim_end_matches("\"}");
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            buckets.push((le, value.parse().ok()?));
+        } else if key == "sum" {
+            sum = value.parse().ok()?;
+        }
+    }
+    Some((buckets, sum))
+}
+
+/// Reconciles between two histograms: count, mean seconds, and the bucket bound under which 50% and
+/// 99% of them fell.
+fn reconcile_delta(a: &(Vec<(f64, u64)>, f64), b: &(Vec<(f64, u64)>, f64)) -> (u64, f64, f64, f64) {
+    let d: Vec<(f64, u64)> =
+        b.0.iter()
+            .map(|(le, c)| {
+                let before = a.0.iter().find(|x| x.0 == *le).map_or(0, |x| x.1);
+                (*le, c.saturating_sub(before))
+            })
+            .collect();
+    let count = d.last().map_or(0, |x| x.1);
+    let bound = |p: f64| {
+        d.iter()
+            .find(|(_, c)| *c as f64 >= p * count as f64)
+            .map_or(f64::NAN, |x| x.0)
+    };
+    let mean = if count > 0 {
+        (b.1 - a.1) / count as f64
+    } else {
+        0.0
+    };
+    (count, mean, bound(0.5), bound(0.99))
 }
 
 async fn admin(client: &Client, method: &str, path: &str) -> Result<String> {
@@ -521,6 +638,8 @@ struct Row {
     label: String,
     wall: f64,
     ideal: f64,
+    /// [`perfect_wall`], if it applies.
+    perfect: Option<f64>,
     p50_ms: f64,
     p99_ms: f64,
     /// Writes per node: all (the agents' status patches included), the configurators'.
@@ -538,11 +657,12 @@ fn print_table(n: usize, rows: &[Row]) {
          configurator RSS <= 150 MiB (5,000 nodes)"
     );
     println!(
-        "{:<28} {:>7} {:>7} {:>6} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8}  note",
+        "{:<28} {:>7} {:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8}  note",
         "rollout",
         "wall s",
         "ideal s",
         "ratio",
+        "/instnt",
         "p50 ms",
         "p99 ms",
         "wr/node",
@@ -554,11 +674,12 @@ fn print_table(n: usize, rows: &[Row]) {
     let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
     for r in rows {
         println!(
-            "{:<28} {:>7.1} {:>7.1} {:>6.2} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>8} {:>8} {:>8}  {}",
+            "{:<28} {:>7.1} {:>7.1} {:>6.2} {:>7} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>8} {:>8} {:>8}  {}",
             r.label,
             r.wall,
             r.ideal,
             r.wall / r.ideal,
+            opt(r.perfect.map(|p| r.wall / p), 2),
             r.p50_ms,
             r.p99_ms,
             r.writes,
@@ -580,6 +701,8 @@ struct Fleet {
     rollout: Arc<Mutex<u64>>,
     /// identity → process (None once killed).
     configurators: Mutex<BTreeMap<String, Option<Proc>>>,
+    /// identity → /metrics address.
+    metrics: BTreeMap<String, String>,
     testbed_pid: u32,
     tick: f64,
 }
@@ -681,6 +804,8 @@ impl Fleet {
         };
         admin(&self.client, "DELETE", "/testbed/counters").await?;
         let use0 = self.usage();
+        let leader0 = self.leader().await?;
+        let hist0 = reconcile_histogram(&self.metrics[&leader0]).await;
         self.trigger(&sc.trigger).await?;
         let started = Instant::now();
         let new_revision = || async {
@@ -756,6 +881,7 @@ impl Fleet {
         let (counts, by_client) = counters(&self.client).await?;
         let use1 = self.usage();
         let leader = self.leader().await?;
+        let hist1 = reconcile_histogram(&self.metrics[&leader]).await;
         let name = rev.name_any();
         let st = rev.status.clone().unwrap_or_default();
         let (assigned, reported, events) = {
@@ -781,9 +907,16 @@ impl Fleet {
         // first node after the canaries is assigned) and the failover (leader killed → the new
         // leader's first assignment).
         let canary_gate = sc.canary.and_then(|(k, _)| assigned.get(k).copied());
-        let failover_gate = killed
-            .as_ref()
-            .and_then(|k| Some((k.0, *assigned.iter().find(|a| **a > k.0)?)));
+        // The failover: from the old leader's last assignment to the new leader's first.
+        let failover_gate = killed.as_ref().and_then(|k| {
+            let from = assigned
+                .iter()
+                .rev()
+                .find(|a| **a <= k.0)
+                .copied()
+                .unwrap_or(k.0);
+            Some((from, *assigned.iter().find(|a| **a > k.0)?))
+        });
         let gated = |t: Instant| {
             canary_gate.is_some_and(|g| t < g)
                 || failover_gate.is_some_and(|(from, to)| t >= from && t < to)
@@ -820,10 +953,15 @@ impl Fleet {
              (silent nodes wait out applyTimeout {APPLY_TIMEOUT_S} s); input -> first assignment {:.2} s",
             (first - started).as_secs_f64()
         );
+        let perfect = perfect_wall(self.n, r, sc);
         println!(
-            "ideal: {ideal:.1} s; ratio {:.3} (to last answer), {:.3} (to terminal)",
+            "ideal: {ideal:.1} s; ratio {:.3} (to last answer), {:.3} (to terminal); an instant \
+             scheduler over the same agents: {perfect:.1} s (ratio {:.3}), so the configurator's own \
+             share is {:.3}",
             wall / ideal,
-            wall_done / ideal
+            wall_done / ideal,
+            perfect / ideal,
+            wall / perfect
         );
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
@@ -835,8 +973,15 @@ impl Fleet {
             ms(reaction.last().copied().unwrap_or_default())
         );
         println!(
-            "watch events received by the agents' watch: {events} ({:.2} per node)",
-            events as f64 / n
+            "watch events received by the agents' watch: {events} ({:.2} per node); load average \
+             (1, 5 min) now {} (2 cores, shared with whatever else runs)",
+            events as f64 / n,
+            std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split(' ')
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         let total: u64 = counts.values().sum();
         let written = writes(&counts);
@@ -866,6 +1011,20 @@ impl Fleet {
                 format!("{who}{role}"),
                 t as f64 / n,
                 w as f64 / n
+            );
+        }
+        if let (Some(a), Some(b)) = (&hist0, &hist1)
+            && leader == leader0
+        {
+            let (count, mean, p50, p99) = reconcile_delta(a, b);
+            println!(
+                "leader reconciles: {count} ({:.1}/s of wall), mean {:.1} ms, 50% under {:.1} ms, 99% \
+                 under {:.1} ms (histogram bounds; a report waits for the reconcile in progress and \
+                 then its own)",
+                count as f64 / wall_done.max(0.001),
+                mean * 1e3,
+                p50 * 1e3,
+                p99 * 1e3
             );
         }
         for (who, (rss, cpu)) in &use1 {
@@ -928,6 +1087,7 @@ impl Fleet {
             label: sc.label.to_string(),
             wall,
             ideal,
+            perfect: Some(perfect),
             p50_ms: ms(percentile(&reaction, 0.5)),
             p99_ms: ms(percentile(&reaction, 0.99)),
             writes: written as f64 / n,
@@ -992,11 +1152,12 @@ fn das_schiff_rows(n: usize) -> Vec<Row> {
         };
         rows.push(Row {
             label: format!(
-                "das-schiff maxUpdating {max_updating}{}",
-                if healthy { "" } else { ", bench fates" }
+                "das-schiff maxUpd {max_updating}{}",
+                if healthy { "" } else { " +fails" }
             ),
             wall: o.wall_ms().unwrap_or(0) as f64 / 1000.0,
             ideal,
+            perfect: None,
             p50_ms: pct(0.5),
             p99_ms: pct(0.99),
             writes: (o.writes() + o.reports_ms.len() as u64) as f64 / n as f64,
@@ -1067,12 +1228,12 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         .count();
     let max_failures = 2 * (silent + failing) + 1;
     let mut configurators = BTreeMap::new();
+    let mut metrics = BTreeMap::new();
     for i in 0..2 {
         let id = format!("configurator-{i}");
-        configurators.insert(
-            id.clone(),
-            Some(start_configurator(bins, &dir, &id, max_failures)?),
-        );
+        let (p, addr) = start_configurator(bins, &dir, &id, max_failures)?;
+        configurators.insert(id.clone(), Some(p));
+        metrics.insert(id, addr);
     }
     let fleet = Fleet {
         client,
@@ -1081,6 +1242,7 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         seen,
         rollout,
         configurators: Mutex::new(configurators),
+        metrics,
         testbed_pid: testbed.0.id(),
         tick: clock_tick(),
     };
