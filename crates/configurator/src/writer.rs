@@ -27,6 +27,11 @@ use crate::metrics::{ApiErrorLabels, Metrics, Verb};
 /// Events that failed to send are retried with the next batch, up to this many.
 const MAX_PENDING_EVENTS: usize = 200;
 
+/// Node config assignments of one plan sent at once: they are independent of each other (any subset
+/// of a plan's assignments is within its budget), and one at a time they made a reconcile of a
+/// 5,000-node rollout wait ~4 ms per node for the API server (#14). Everything else stays in order.
+const CONCURRENT_NODE_WRITES: usize = 32;
+
 /// Field manager of every configurator write (server-side apply ownership).
 pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::CONFIGURATOR;
 
@@ -350,27 +355,58 @@ impl Writer {
             .into_iter()
             .partition(|i| matches!(i, Intent::Event { .. }));
         let total = writes.len();
-        for (i, intent) in writes.into_iter().enumerate() {
+        let mut i = 0;
+        'writes: while i < total {
             if !self.gate.is_leader() {
                 out.dropped = total - i;
                 metrics.writes_dropped.inc_by(out.dropped as u64);
                 return out;
             }
-            let key = intent.key();
-            if let Some(b) = self.backoff.get(&key)
-                && b.next > Instant::now()
-            {
-                out.deferred = total - i;
-                out.retry_at = Some(b.next);
-                break;
+            // A run of node config assignments goes out together, up to the first one backing off.
+            let node_config = |x: &Intent| matches!(x, Intent::ApplyNodeConfig { .. });
+            let mut end = i + 1;
+            if node_config(&writes[i]) {
+                while end < total && end - i < CONCURRENT_NODE_WRITES && node_config(&writes[end]) {
+                    end += 1;
+                }
             }
-            if let Err(next) = self.attempt(&intent, key, metrics).await {
-                out.failed += 1;
-                out.deferred = total - i - 1;
-                out.retry_at = Some(next);
-                break;
+            let now = Instant::now();
+            if let Some(k) = (i..end).find(|&k| {
+                self.backoff
+                    .get(&writes[k].key())
+                    .is_some_and(|b| b.next > now)
+            }) {
+                if k == i {
+                    out.deferred = total - i;
+                    out.retry_at = self.backoff.get(&writes[i].key()).map(|b| b.next);
+                    break;
+                }
+                end = k;
             }
-            out.written += 1;
+            let results =
+                futures::future::join_all(writes[i..end].iter().map(|w| self.send(w))).await;
+            let mut failed = false;
+            for (intent, result) in writes[i..end].iter().zip(results) {
+                let key = intent.key();
+                match result {
+                    Ok(()) => {
+                        self.backoff.remove(&key);
+                        log_done(intent);
+                        out.written += 1;
+                    }
+                    Err(e) => {
+                        let next = self.failed(intent, key, &e, metrics);
+                        out.failed += 1;
+                        out.retry_at = Some(out.retry_at.map_or(next, |t| t.min(next)));
+                        failed = true;
+                    }
+                }
+            }
+            i = end;
+            if failed {
+                out.deferred = total - end;
+                break 'writes;
+            }
         }
         let mut events: Vec<Intent> = std::mem::take(&mut self.pending_events)
             .into_iter()
@@ -407,26 +443,35 @@ impl Writer {
                 log_done(intent);
                 Ok(())
             }
-            Err(e) => {
-                let category = category(&e);
-                metrics
-                    .api_errors
-                    .get_or_create(&ApiErrorLabels {
-                        verb: intent.verb(),
-                        category,
-                    })
-                    .inc();
-                let failures = self.backoff.get(&key).map_or(0, |b| b.failures) + 1;
-                let delay = self
-                    .base
-                    .saturating_mul(1 << failures.min(16))
-                    .min(self.max);
-                let next = Instant::now() + delay;
-                warn!(object = %key, category, error = %e, retry_in = ?delay, "write failed; will retry");
-                self.backoff.insert(key, Backoff { failures, next });
-                Err(next)
-            }
+            Err(e) => Err(self.failed(intent, key, &e, metrics)),
         }
+    }
+
+    /// Counts a failed write and records its backoff; returns when it may be retried.
+    fn failed(
+        &mut self,
+        intent: &Intent,
+        key: String,
+        e: &kube::Error,
+        metrics: &Metrics,
+    ) -> Instant {
+        let category = category(e);
+        metrics
+            .api_errors
+            .get_or_create(&ApiErrorLabels {
+                verb: intent.verb(),
+                category,
+            })
+            .inc();
+        let failures = self.backoff.get(&key).map_or(0, |b| b.failures) + 1;
+        let delay = self
+            .base
+            .saturating_mul(1 << failures.min(16))
+            .min(self.max);
+        let next = Instant::now() + delay;
+        warn!(object = %key, category, error = %e, retry_in = ?delay, "write failed; will retry");
+        self.backoff.insert(key, Backoff { failures, next });
+        next
     }
 
     async fn send(&self, intent: &Intent) -> Result<(), kube::Error> {
