@@ -362,8 +362,10 @@ impl Writer {
                 metrics.writes_dropped.inc_by(out.dropped as u64);
                 return out;
             }
-            // A run of node config assignments goes out together, up to the first one backing off.
-            let node_config = |x: &Intent| matches!(x, Intent::ApplyNodeConfig { .. });
+            // A run of node config writes goes out together, up to the first one backing off:
+            // assignments, and placeholders (each for a node the plan does not assign).
+            let node_config =
+                |x: &Intent| matches!(x, Intent::ApplyNodeConfig { .. } | Intent::QueueNode { .. });
             let mut end = i + 1;
             if node_config(&writes[i]) {
                 while end < total && end - i < CONCURRENT_NODE_WRITES && node_config(&writes[end]) {

@@ -212,17 +212,24 @@ async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
                 c[n].status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned")
                     && c[n].spec.revision == revision
             };
-            (ok("node-00") && ok("node-01") && c["node-02"].spec.revision == revision)
+            // The Pending mark is the write right after the assignment: wait for both.
+            let pending = c["node-02"]
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                == Some(NODE_PHASE_PENDING);
+            (ok("node-00") && ok("node-01") && c["node-02"].spec.revision == revision && pending)
                 .then(|| c.clone())
                 .ok_or_else(|| "not yet".to_string())
         },
     )
     .await;
     let silent = done["node-02"].status.clone().unwrap_or_default();
-    assert_eq!(
-        silent.phase.as_deref(),
-        Some(NODE_PHASE_PENDING),
-        "{silent:?}"
+    assert!(
+        silent
+            .message
+            .is_some_and(|m| m.contains(&format!("assigned revision {revision}"))),
+        "node-02 says it was assigned"
     );
     assert!(
         done["node-03"].spec.is_placeholder(),
