@@ -88,7 +88,16 @@ pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json
 }
 
 /// One spec a node was answered for: (revision, retry, configHash).
-type SpecKey = (String, u32, String);
+pub type SpecKey = (String, u32, String);
+
+/// What an agent judges `nnc`'s spec by: a new key is a new spec to answer.
+pub fn spec_key(nnc: &NodeNetworkConfig) -> SpecKey {
+    (
+        nnc.spec.revision.clone(),
+        nnc.spec.retry,
+        nnc.spec.config_hash.clone(),
+    )
+}
 
 /// Whether the status already answers this spec, as the real agent judges it ([`crate::reconcile::decide`]):
 /// `Invalid` for this revision and retry, or `Provisioned` for them *and* this config (a config re-rendered
@@ -133,11 +142,7 @@ pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::ta
                 continue;
             }
             let name = nnc.name_any();
-            let key = (
-                nnc.spec.revision.clone(),
-                nnc.spec.retry,
-                nnc.spec.config_hash.clone(),
-            );
+            let key = spec_key(&nnc);
             let reported = already_reported(&nnc);
             if reported || handled.lock().unwrap().get(&name) == Some(&key) {
                 continue;

@@ -253,15 +253,11 @@ fn spawn_agents(
             };
             let mut obs = seen.lock().unwrap();
             obs.events += 1;
-            if nnc.spec.revision.is_empty() {
+            if nnc.spec.is_placeholder() {
                 continue;
             }
             let name = nnc.name_any();
-            let key = (
-                nnc.spec.revision.clone(),
-                nnc.spec.retry,
-                nnc.spec.config_hash.clone(),
-            );
+            let key = netwave_agent::sim::spec_key(&nnc);
             let st = nnc.status.clone().unwrap_or_default();
             if let (Some(rev), Some(phase)) = (&st.observed_revision, &st.phase)
                 && *rev == key.0

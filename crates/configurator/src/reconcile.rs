@@ -544,28 +544,6 @@ fn node_infos_eligible(s: &Snapshot) -> BTreeMap<&str, bool> {
         .collect()
 }
 
-/// What a node without an assignment waits for, in words; `None` when there is nothing to wait for
-/// (no revision exists yet).
-fn queued_message(plan: &Plan, eligible: bool) -> Option<String> {
-    if let Some(target) = &plan.report.target {
-        return Some(if eligible {
-            format!(
-                "queued for revision {target}: the node gets its first config when its turn in the                  rollout comes (the revision's status says what the rollout waits on)"
-            )
-        } else {
-            format!(
-                "not Ready or cordoned: the node gets revision {target} once it is Ready and                  schedulable"
-            )
-        });
-    }
-    plan.report.waiting.iter().find_map(|w| match w {
-        rollout::WaitingOn::NoLastGood { failed } => Some(format!(
-            "nothing to roll out: {failed} failed and no revision has completed yet; fix the              inputs, or bump {failed}'s spec.retry"
-        )),
-        _ => None,
-    })
-}
-
 /// Every node of the fleet has a NodeNetworkConfig, so `kubectl get nnc` lists it: a node the plan
 /// leaves without an assignment (queued in a first rollout, or not Ready) gets a placeholder whose
 /// status says what it waits for. Placeholders of nodes that left are deleted. At most
@@ -599,7 +577,7 @@ fn placeholders(s: &Snapshot, nodes: &BTreeMap<&str, bool>, plan: &Plan) -> Vec<
         if current.is_some_and(|c| !c.spec.is_placeholder()) {
             continue;
         }
-        let Some(message) = queued_message(plan, eligible) else {
+        let Some(message) = plan.report.queued_message(eligible) else {
             continue;
         };
         let status = current.and_then(|c| c.status.as_ref());

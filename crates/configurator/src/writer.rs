@@ -206,6 +206,23 @@ async fn write_node_phase(
     }
 }
 
+/// The label on every object the configurator creates.
+fn managed_by() -> std::collections::BTreeMap<String, String> {
+    [(
+        "app.kubernetes.io/managed-by".to_string(),
+        FIELD_MANAGER.to_string(),
+    )]
+    .into()
+}
+
+/// A create by the configurator's field manager.
+fn create_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    }
+}
+
 /// Creates a node's placeholder if `resource_version` is `None` (one a previous attempt created is
 /// reused; an assignment that beat us is left alone) and marks it `Queued` with `message`.
 async fn queue_node(
@@ -218,17 +235,8 @@ async fn queue_node(
         Some(rv) => rv.to_string(),
         None => {
             let mut nnc = NodeNetworkConfig::new(node, NodeNetworkConfigSpec::placeholder());
-            nnc.meta_mut().labels = Some(
-                [(
-                    "app.kubernetes.io/managed-by".to_string(),
-                    FIELD_MANAGER.to_string(),
-                )]
-                .into(),
-            );
-            let pp = PostParams {
-                field_manager: Some(FIELD_MANAGER.to_string()),
-                ..PostParams::default()
-            };
+            nnc.meta_mut().labels = Some(managed_by());
+            let pp = create_params();
             let created = match nncs.create(&pp, &nnc).await {
                 Err(kube::Error::Api(ae)) if ae.code == 409 => nncs.get(node).await?,
                 other => other?,
@@ -495,17 +503,8 @@ impl Writer {
                         .into(),
                     );
                 }
-                ncr.meta_mut().labels = Some(
-                    [(
-                        "app.kubernetes.io/managed-by".to_string(),
-                        FIELD_MANAGER.to_string(),
-                    )]
-                    .into(),
-                );
-                let pp = PostParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..PostParams::default()
-                };
+                ncr.meta_mut().labels = Some(managed_by());
+                let pp = create_params();
                 match revisions.create(&pp, &ncr).await {
                     // Created by us before a crash or by the previous leader: the content is the same.
                     Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),

@@ -256,6 +256,33 @@ pub struct Report {
     pub requeue_at: Option<Timestamp>,
 }
 
+impl Report {
+    /// What a node without an assignment waits for, in words (the status of its placeholder
+    /// NodeNetworkConfig); `None` when there is nothing to wait for (no revision exists yet).
+    pub fn queued_message(&self, eligible: bool) -> Option<String> {
+        if let Some(target) = &self.target {
+            return Some(if eligible {
+                format!(
+                    "queued for revision {target}: the node gets its first config when its turn in \
+                     the rollout comes (the revision's status says what the rollout waits on)"
+                )
+            } else {
+                format!(
+                    "not Ready or cordoned: the node gets revision {target} once it is Ready and \
+                     schedulable"
+                )
+            });
+        }
+        self.waiting.iter().find_map(|w| match w {
+            WaitingOn::NoLastGood { failed } => Some(format!(
+                "nothing to roll out: {failed} failed and no revision has completed yet; fix the \
+                 inputs, or bump {failed}'s spec.retry"
+            )),
+            _ => None,
+        })
+    }
+}
+
 /// One thing the rollout waits on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WaitingOn {
@@ -356,5 +383,41 @@ impl fmt::Display for WaitingOn {
                  nodes keep what their agents restored locally"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_node_is_told_what_it_waits_for() {
+        let mut report = Report {
+            target: Some("rev-b".into()),
+            ..Report::default()
+        };
+        assert!(
+            report
+                .queued_message(true)
+                .unwrap()
+                .starts_with("queued for revision rev-b")
+        );
+        assert!(
+            report
+                .queued_message(false)
+                .unwrap()
+                .starts_with("not Ready or cordoned")
+        );
+        report.target = None;
+        assert_eq!(
+            report.queued_message(true),
+            None,
+            "no revision: nothing to wait for"
+        );
+        report.waiting = vec![WaitingOn::NoLastGood {
+            failed: "rev-a".into(),
+        }];
+        let m = report.queued_message(true).unwrap();
+        assert!(m.contains("rev-a failed"), "{m}");
     }
 }
