@@ -241,10 +241,20 @@ async fn leader_killed_mid_rollout_the_standby_resumes_and_completes() {
     // The samples' revision: the one whose configs carry the routing table oob (created last).
     let name = f
         .eventually(T, "the full samples revision", || async {
+            let inputs: kube::Api<netwave_api::NetworkConfigInputs> =
+                kube::Api::all(f.client.clone());
+            let inputs = inputs
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
             let revs = f.revisions().await.map_err(|e| e.to_string())?;
             revs.into_iter()
                 .rfind(|r| {
-                    r.spec.inputs.routing_tables.len() == 2 && r.spec.inputs.layer2s.len() == 12
+                    inputs.items.iter().any(|i| {
+                        i.metadata.name == r.metadata.name
+                            && i.spec.routing_tables.len() == 2
+                            && i.spec.layer2s.len() == 12
+                    })
                 })
                 .and_then(|r| r.metadata.name)
                 .ok_or_else(|| "not yet".to_string())

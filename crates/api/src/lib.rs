@@ -4,8 +4,10 @@
 //!  admins edit                      configurator writes                agent writes
 //!  VRFRouteConfiguration ┐
 //!  Layer2NetworkConfig.  ├─ fold ─► NetworkConfigRevision ─ render ─► NodeNetworkConfig.spec
-//!  RoutingTable          ┘          (immutable snapshot,              NodeNetworkConfig.status
+//!  RoutingTable          ┘          (content hash,                    NodeNetworkConfig.status
 //!                                    rollout status)
+//!                                   + NetworkConfigInputs, same name
+//!                                    (the immutable snapshot)
 //! ```
 //!
 //! This crate holds the types, the CRDs generated from them ([`crds`]) and the per-object semantic
@@ -43,6 +45,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ),
         ("routingtables.yaml", RoutingTable::crd()),
         ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
+        ("networkconfiginputs.yaml", NetworkConfigInputs::crd()),
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),
     ];
     crds.into_iter()

@@ -1,6 +1,7 @@
-//! The two rollout kinds: `NetworkConfigRevision` (one immutable, content-addressed snapshot of all inputs,
-//! plus the admin knobs and rollout status) and `NodeNetworkConfig` (one per node; the configurator writes
-//! `spec`, the node's agent writes `status`).
+//! The rollout kinds: `NetworkConfigRevision` (one immutable, content-addressed snapshot of all inputs,
+//! plus the admin knobs and rollout status), `NetworkConfigInputs` (that snapshot, stored apart under the
+//! revision's name) and `NodeNetworkConfig` (one per node; the configurator writes `spec`, the node's
+//! agent writes `status`).
 //!
 //! Status schemas are deliberately permissive (strings, not enums): a rollback of netwave itself must
 //! never make stored status invalid against an older CRD.
@@ -47,7 +48,7 @@ pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMP
     category = "netwave",
     status = "NetworkConfigRevisionStatus",
     derive = "PartialEq",
-    doc = "An immutable, content-addressed snapshot of all netwave inputs and the state of its rollout.",
+    doc = "An immutable, content-addressed snapshot of all netwave inputs and the state of its rollout. The inputs themselves are in the NetworkConfigInputs object of the same name (kubectl get nci NAME -o yaml).",
     printcolumn(name = "Seq", type_ = "integer", json_path = ".spec.sequence"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Updated", type_ = "integer", json_path = ".status.updated"),
@@ -78,7 +79,8 @@ pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMP
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkConfigRevisionSpec {
-    /// Hex sha256 of the canonical serialization of `inputs`. Never changes.
+    /// Hex sha256 of the canonical serialization of the inputs (the `NetworkConfigInputs` object of the
+    /// same name). Never changes.
     // Enforced by the API server (CEL): whoever may pause a rollout (patch on revisions) must not be able
     // to change what the revision is.
     #[schemars(extend("x-kubernetes-validations" = [{
@@ -88,12 +90,6 @@ pub struct NetworkConfigRevisionSpec {
     pub hash: String,
     /// Monotonic revision number; the newest revision that is not `Failed` is the rollout target.
     pub sequence: u64,
-    /// The folded, sorted snapshot of every input object. Never changes.
-    #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "self == oldSelf",
-        "message": "spec.inputs is immutable: edit the VRF, layer-2 or routing-table objects instead; the configurator cuts a new revision from them"
-    }]))]
-    pub inputs: RevisionInputs,
     /// How the rollout proceeds. Admins may edit these while it runs.
     #[serde(default)]
     pub rollout: RolloutPolicy,
@@ -105,8 +101,37 @@ pub struct NetworkConfigRevisionSpec {
     pub retry: u32,
 }
 
-/// Every input object at the time of the snapshot, each list sorted by name.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// Every input object at the time of the snapshot, each list sorted by name: the spec of the
+/// `NetworkConfigInputs` object named after its revision. Stored apart from the revision so that the
+/// revision stays small: `kubectl describe ncr` shows its status and Events without the inputs in front,
+/// and every status write and watch event of a revision does not carry them.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "NetworkConfigInputs",
+    plural = "networkconfiginputs",
+    shortname = "nci",
+    category = "netwave",
+    derive = "PartialEq",
+    doc = "The folded inputs of the NetworkConfigRevision of the same name (every VRF, layer-2 and routing-table spec when it was cut). Written once by the configurator, owned by its revision, never changed.",
+    printcolumn(
+        name = "VRFs",
+        type_ = "string",
+        json_path = ".spec.vrfs[*].name",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+// Enforced by the API server (CEL), like the revision's spec.hash: the inputs are what the hash says.
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self == oldSelf",
+    "message": "the inputs of a revision are immutable: edit the VRF, layer-2 or routing-table objects instead; the configurator cuts a new revision from them"
+}]))]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionInputs {
     #[serde(default)]

@@ -2,13 +2,15 @@
 //! content-addressed; a node's spec is the configurator's alone).
 //!
 //! ```text
-//!  NetworkConfigRevision ─ core::revision::verify(name, spec.hash, spec.inputs) ─┐
-//!  NodeNetworkConfig ───── core::render::config_hash(spec.config) == configHash ─┴─► Findings
+//!  NetworkConfigRevision ─┬ core::revision::verify(name, spec.hash, inputs) ──────┐
+//!  NetworkConfigInputs ───┘ (same name; gone for longer than INPUTS_GRACE: gone) ─┤
+//!  NodeNetworkConfig ───── core::render::config_hash(spec.config) == configHash ───┴─► Findings
 //! ```
 //!
-//! The CRD's CEL rule refuses edits of a revision's `spec.hash` and `spec.inputs` where the API server
-//! enforces it; nothing refuses an edit of a NodeNetworkConfig's spec. What the reconcile does with the
-//! findings (put back, never render, report) is in `reconcile::compute`.
+//! The CRDs' CEL rules refuse edits of a revision's `spec.hash` and of its inputs where the API server
+//! enforces them; nothing refuses a deletion of the inputs or an edit of a NodeNetworkConfig's spec.
+//! What the reconcile does with the findings (put back, never render, report) is in
+//! `reconcile::compute`.
 //!
 //! Hashing every spec on every reconcile would cost a fleet-sized sha256 per reconcile, so verdicts are
 //! kept per object and recomputed only when its `metadata.generation` (bumped on every spec change) or
@@ -17,14 +19,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::Resource;
-use netwave_core::render;
 use netwave_core::revision::{self, Tampered};
+use netwave_core::{Timestamp, render};
 
 use crate::reconcile::Snapshot;
+
+/// How long a revision may be seen without its inputs before they count as gone: the configurator
+/// writes the inputs right after the revision, and the two watches may deliver them in either order.
+pub const INPUTS_GRACE_MS: i64 = 10_000;
 
 /// What identifies one version of an object's spec: uid, generation, and the resourceVersion where the
 /// server keeps no generation.
 type SpecVersion = (Option<String>, Option<i64>, Option<String>);
+
+/// A revision's spec version and its inputs' (`None`: gone).
+type RevisionVersion = (SpecVersion, Option<SpecVersion>);
 
 fn spec_version<K: Resource>(o: &K) -> SpecVersion {
     let m = o.meta();
@@ -36,8 +45,8 @@ fn spec_version<K: Resource>(o: &K) -> SpecVersion {
     (m.uid.clone(), m.generation, rv)
 }
 
-struct Verdict<T> {
-    version: SpecVersion,
+struct Verdict<T, V = SpecVersion> {
+    version: V,
     verdict: T,
     /// An Event was emitted for this version of the spec.
     reported: bool,
@@ -46,7 +55,8 @@ struct Verdict<T> {
 /// Verdicts per object name, kept between reconciles.
 #[derive(Default)]
 pub struct IntegrityCache {
-    revisions: BTreeMap<String, Verdict<Option<Tampered>>>,
+    /// Keyed by the revision's spec version and its inputs' (`None`: gone).
+    revisions: BTreeMap<String, Verdict<Option<Tampered>, RevisionVersion>>,
     /// `true`: `spec.config` does not hash to `spec.configHash`.
     node_configs: BTreeMap<String, Verdict<bool>>,
 }
@@ -55,6 +65,9 @@ pub struct IntegrityCache {
 #[derive(Debug, Default, PartialEq)]
 pub struct Findings {
     pub revisions: BTreeMap<String, Tampered>,
+    /// Revisions younger than [`INPUTS_GRACE_MS`] whose inputs have not arrived yet: neither tampered
+    /// nor renderable until they do.
+    pub awaiting_inputs: BTreeSet<String>,
     /// NodeNetworkConfigs whose `spec.config` does not hash to their `spec.configHash`.
     pub node_configs: BTreeSet<String>,
     /// Of `revisions`, the ones not reported yet for their current spec (an Event is due).
@@ -65,10 +78,10 @@ pub struct Findings {
 
 /// The verdict on `name`'s current spec, computed only when the spec changed since the last check, and
 /// whether the caller has not reported it yet (it is marked reported now).
-fn check_one<'a, T>(
-    cache: &'a mut BTreeMap<String, Verdict<T>>,
+fn check_one<'a, T, V: PartialEq>(
+    cache: &'a mut BTreeMap<String, Verdict<T, V>>,
     name: &str,
-    version: SpecVersion,
+    version: V,
     compute: impl FnOnce() -> T,
 ) -> (&'a T, bool) {
     if cache.get(name).is_none_or(|e| e.version != version) {
@@ -87,9 +100,10 @@ fn check_one<'a, T>(
 }
 
 impl IntegrityCache {
-    /// Checks every revision and node config in `s`, rehashing only specs that changed. What it returns
-    /// as unreported counts as reported from now on: the caller emits the Events.
-    pub fn check(&mut self, s: &Snapshot) -> Findings {
+    /// Checks every revision (with its inputs) and node config in `s`, rehashing only specs that
+    /// changed. What it returns as unreported counts as reported from now on: the caller emits the
+    /// Events.
+    pub fn check(&mut self, s: &Snapshot, now: Timestamp) -> Findings {
         let mut out = Findings::default();
         let mut seen = BTreeSet::new();
         for r in &s.revisions {
@@ -97,10 +111,18 @@ impl IntegrityCache {
                 continue;
             };
             seen.insert(name);
-            let (verdict, due) =
-                check_one(&mut self.revisions, name, spec_version(r.as_ref()), || {
-                    revision::verify(name, &r.spec.hash, &r.spec.inputs).err()
-                });
+            let inputs = s.inputs_object(name);
+            if inputs.is_none() && !inputs_overdue(r.as_ref(), now) {
+                out.awaiting_inputs.insert(name.to_string());
+                continue;
+            }
+            let version = (spec_version(r.as_ref()), inputs.map(spec_version));
+            let (verdict, due) = check_one(&mut self.revisions, name, version, || match inputs {
+                Some(i) => revision::verify(name, &r.spec.hash, &i.spec).err(),
+                None => Some(Tampered::InputsGone {
+                    name: name.to_string(),
+                }),
+            });
             if let Some(t) = verdict {
                 out.revisions.insert(name.to_string(), t.clone());
                 if due {
@@ -142,4 +164,13 @@ impl IntegrityCache {
         self.node_configs.retain(|n, _| seen.contains(n.as_str()));
         out
     }
+}
+
+/// Whether a revision has been without its inputs for longer than [`INPUTS_GRACE_MS`] (counted from
+/// its creation; one without a creation time is judged at once).
+fn inputs_overdue(r: &netwave_api::NetworkConfigRevision, now: Timestamp) -> bool {
+    r.metadata
+        .creation_timestamp
+        .as_ref()
+        .is_none_or(|t| now.0 - t.0.as_millisecond() > INPUTS_GRACE_MS)
 }

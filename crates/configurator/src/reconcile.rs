@@ -14,8 +14,9 @@ use kube::Resource;
 use kube::runtime::events::EventType as KubeEventType;
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision, NetworkConfigRevisionSpec,
-    NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy, ValidationResult,
+    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigInputs, NetworkConfigRevision,
+    NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
+    RolloutPolicy, ValidationResult,
 };
 use netwave_core::Timestamp;
 use netwave_core::fleet::{self, FleetParams};
@@ -42,6 +43,8 @@ pub struct Snapshot {
     pub nodes: Vec<Arc<Node>>,
     pub node_configs: Vec<Arc<NodeNetworkConfig>>,
     pub revisions: Vec<Arc<NetworkConfigRevision>>,
+    /// The revisions' inputs, each under its revision's name.
+    pub revision_inputs: Vec<Arc<NetworkConfigInputs>>,
 }
 
 impl Snapshot {
@@ -53,7 +56,21 @@ impl Snapshot {
             nodes: stores.nodes.state(),
             node_configs: stores.node_configs.state(),
             revisions: stores.revisions.state(),
+            revision_inputs: stores.revision_inputs.state(),
         }
+    }
+
+    /// The inputs object of the revision `name`, if it is there.
+    pub fn inputs_object(&self, name: &str) -> Option<&NetworkConfigInputs> {
+        self.revision_inputs
+            .iter()
+            .find(|i| i.metadata.name.as_deref() == Some(name) && live(i.as_ref()))
+            .map(AsRef::as_ref)
+    }
+
+    /// The inputs of the revision `name`, if they are there.
+    pub fn inputs_of(&self, name: &str) -> Option<&RevisionInputs> {
+        self.inputs_object(name).map(|i| &i.spec)
     }
 }
 
@@ -208,7 +225,7 @@ pub fn compute(
 ) -> Outcome {
     // 0. Specs someone edited. A revision that the current inputs can put back is put back before
     //    anything else is decided; the others are never rendered again.
-    let tampered = cache.integrity.check(s);
+    let tampered = cache.integrity.check(s, now);
     // 1. Does the current input set need a new revision (or an old one back)?
     let inputs = fold_inputs(s);
     let hash = revision::inputs_hash(&inputs);
@@ -218,6 +235,18 @@ pub fn compute(
             intents: restores,
             plan: None,
             requeue_at: None,
+            equals_failed: None,
+            inputs_pending: false,
+            tampered,
+        };
+    }
+    if !tampered.awaiting_inputs.is_empty() {
+        // A revision without its inputs yet (they are written right after it): nothing is decided
+        // on a partial view. Their watch event wakes the loop; the requeue ends the grace.
+        return Outcome {
+            intents: Vec::new(),
+            plan: None,
+            requeue_at: Some(Timestamp(now.0 + 1000)),
             equals_failed: None,
             inputs_pending: false,
             tampered,
@@ -258,13 +287,14 @@ pub fn compute(
             sequence,
             hash,
         } => {
-            let removal = current_target(s).and_then(|t| {
-                revision::destructive(&t.spec.inputs, &inputs, settings.destructive_threshold)
-            });
+            let removal = current_target(s)
+                .and_then(|t| s.inputs_of(t.metadata.name.as_deref()?))
+                .and_then(|current| {
+                    revision::destructive(current, &inputs, settings.destructive_threshold)
+                });
             let spec = NetworkConfigRevisionSpec {
                 hash,
                 sequence,
-                inputs,
                 rollout: RolloutPolicy::default(),
                 paused: removal.is_some(),
                 retry: 0,
@@ -272,6 +302,7 @@ pub fn compute(
             let mut intents = vec![Intent::CreateRevision {
                 name: name.clone(),
                 spec: Box::new(spec),
+                inputs: Box::new(inputs),
                 destructive: removal.as_ref().map(ToString::to_string),
             }];
             if let Some(r) = &removal {
@@ -409,9 +440,12 @@ pub fn compute(
             }
             continue;
         }
+        let Some(rev_inputs) = s.inputs_of(&name) else {
+            continue;
+        };
         let r = cache.get(
             &rev.spec.hash,
-            &rev.spec.inputs,
+            rev_inputs,
             &node_infos,
             fingerprint,
             &settings.fleet,

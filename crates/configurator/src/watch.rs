@@ -10,8 +10,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use netwave_api::{
-    Layer2NetworkConfiguration, NetworkConfigRevision, NodeNetworkConfig, RoutingTable,
-    VRFRouteConfiguration,
+    Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
+    RoutingTable, VRFRouteConfiguration,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -26,6 +26,8 @@ pub struct Stores {
     pub nodes: Store<Node>,
     pub node_configs: Store<NodeNetworkConfig>,
     pub revisions: Store<NetworkConfigRevision>,
+    /// The revisions' inputs, one object per revision under its name.
+    pub revision_inputs: Store<NetworkConfigInputs>,
 }
 
 impl Stores {
@@ -37,6 +39,7 @@ impl Stores {
             && self.nodes.wait_until_ready().await.is_ok()
             && self.node_configs.wait_until_ready().await.is_ok()
             && self.revisions.wait_until_ready().await.is_ok()
+            && self.revision_inputs.wait_until_ready().await.is_ok()
     }
 }
 
@@ -48,7 +51,10 @@ pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
         routing_tables: reflect(Api::all(client.clone()), changed.clone()),
         nodes: reflect_with(Api::all(client.clone()), changed.clone(), slim_node),
         node_configs: reflect_with(Api::all(client.clone()), changed.clone(), slim_node_config),
-        revisions: reflect(Api::all(client.clone()), changed),
+        revisions: reflect(Api::all(client.clone()), changed.clone()),
+        revision_inputs: reflect_with(Api::all(client.clone()), changed, |i| {
+            i.metadata.managed_fields = None
+        }),
     }
 }
 

@@ -12,7 +12,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
-    NODE_PHASE_QUEUED, NetworkConfigRevision, NetworkConfigRevisionSpec,
+    NODE_PHASE_QUEUED, NetworkConfigInputs, NetworkConfigRevision, NetworkConfigRevisionSpec,
     NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
     RoutingTable, VRFRouteConfiguration,
 };
@@ -38,13 +38,16 @@ pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::CONFIGURATOR;
 /// One write the reconcile wants done.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Intent {
+    /// A revision, then its inputs (a `NetworkConfigInputs` of the same name, owned by it).
     CreateRevision {
         name: String,
         spec: Box<NetworkConfigRevisionSpec>,
+        inputs: Box<RevisionInputs>,
         /// Created paused by the destructive-change guard: what it removes (an annotation).
         destructive: Option<String>,
     },
-    /// Put back a revision's immutable spec fields someone edited (see `integrity`).
+    /// Put back a revision's `spec.hash` and its inputs, which someone edited or deleted (see
+    /// `integrity`).
     RestoreRevisionSpec {
         name: String,
         hash: String,
@@ -69,9 +72,8 @@ pub enum Intent {
         name: String,
         status: Box<NetworkConfigRevisionStatus>,
     },
-    DeleteRevision {
-        name: String,
-    },
+    /// A revision and its inputs.
+    DeleteRevision { name: String },
     /// Server-side apply of an input object's whole status (its verdict, nodes, table).
     InputStatus {
         kind: InputKind,
@@ -88,9 +90,7 @@ pub enum Intent {
         resource_version: Option<String>,
     },
     /// The node left the cluster.
-    DeleteNodeConfig {
-        name: String,
-    },
+    DeleteNodeConfig { name: String },
     Event {
         regarding: ObjectReference,
         type_: EventType,
@@ -223,6 +223,44 @@ fn create_params() -> PostParams {
     }
 }
 
+/// Makes the `NetworkConfigInputs` of `revision` hold `inputs`: created owned by the revision; one
+/// already there with the same inputs (a previous attempt's) is kept; one with other inputs (edited, or
+/// left over from a deleted revision of the same name) is replaced. Inputs are immutable on the API
+/// server, so replacing is delete and create, the delete conditional on the uid read.
+async fn put_inputs(
+    client: &Client,
+    revision: &NetworkConfigRevision,
+    inputs: &RevisionInputs,
+) -> Result<(), kube::Error> {
+    let api: Api<NetworkConfigInputs> = Api::all(client.clone());
+    let name = revision.metadata.name.as_deref().unwrap_or_default();
+    let mut object = NetworkConfigInputs::new(name, inputs.clone());
+    object.meta_mut().labels = Some(managed_by());
+    // Not blockOwnerDeletion: that needs rights on the revision's finalizers where the admission
+    // plugin that checks them runs, and nothing needs the inputs to outlive the revision's deletion.
+    object.meta_mut().owner_references = revision.owner_ref(&()).map(|o| vec![o]);
+    let pp = create_params();
+    let existing = match api.create(&pp, &object).await {
+        Err(kube::Error::Api(ae)) if ae.code == 409 => api.get(name).await?,
+        other => return other.map(drop),
+    };
+    if existing.spec == *inputs {
+        return Ok(());
+    }
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: existing.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &dp).await {
+        Err(kube::Error::Api(ae)) if ae.code == 404 => {}
+        other => drop(other?),
+    }
+    api.create(&pp, &object).await.map(drop)
+}
+
 /// Creates a node's placeholder if `resource_version` is `None` (one a previous attempt created is
 /// reused; an assignment that beat us is left alone) and marks it `Queued` with `message`.
 async fn queue_node(
@@ -258,6 +296,7 @@ fn log_done(intent: &Intent) {
             name,
             spec,
             destructive,
+            ..
         } => match destructive {
             Some(what) => {
                 warn!(revision = %name, sequence = spec.sequence, "created revision paused: it {what}")
@@ -491,6 +530,7 @@ impl Writer {
             Intent::CreateRevision {
                 name,
                 spec,
+                inputs,
                 destructive,
             } => {
                 let mut ncr = NetworkConfigRevision::new(name, (**spec).clone());
@@ -505,19 +545,19 @@ impl Writer {
                 }
                 ncr.meta_mut().labels = Some(managed_by());
                 let pp = create_params();
-                match revisions.create(&pp, &ncr).await {
+                let created = match revisions.create(&pp, &ncr).await {
                     // Created by us before a crash or by the previous leader: the content is the same.
-                    Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
-                    other => other.map(drop),
-                }
+                    Err(kube::Error::Api(ae)) if ae.code == 409 => revisions.get(name).await?,
+                    other => other?,
+                };
+                put_inputs(&self.client, &created, inputs).await
             }
             Intent::RestoreRevisionSpec { name, hash, inputs } => {
-                // A merge patch replaces each input list whole, so nothing an editor added survives.
-                let patch = json!({ "spec": { "hash": hash, "inputs": inputs } });
-                revisions
+                let patch = json!({ "spec": { "hash": hash } });
+                let revision = revisions
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
+                    .await?;
+                put_inputs(&self.client, &revision, inputs).await
             }
             Intent::ReactivateRevision { name, sequence, at } => {
                 let patch = json!({ "status": {
@@ -590,10 +630,25 @@ impl Writer {
                 }
             }
             Intent::DeleteRevision { name } => {
-                match revisions.delete(name, &DeleteParams::default()).await {
-                    Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
-                    other => other.map(drop),
+                // The inputs go with it: by garbage collection where a controller manager runs (they
+                // are owned by the revision), and here for where none does.
+                let inputs: Api<NetworkConfigInputs> = Api::all(self.client.clone());
+                for deleted in [
+                    revisions
+                        .delete(name, &DeleteParams::default())
+                        .await
+                        .map(drop),
+                    inputs
+                        .delete(name, &DeleteParams::default())
+                        .await
+                        .map(drop),
+                ] {
+                    match deleted {
+                        Err(kube::Error::Api(ae)) if ae.code == 404 => {}
+                        other => other?,
+                    }
                 }
+                Ok(())
             }
             Intent::QueueNode {
                 node,

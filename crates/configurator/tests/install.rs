@@ -193,6 +193,28 @@ async fn the_shipped_rbac_is_enough_for_the_configurator() {
     );
     let (described, _) = kubectl(env.cp(), &["describe", "ncr", &name]);
     assert!(described.contains("Events:"), "{described}");
+    // Status and Events come without scrolling: the folded inputs (about 400 lines with the samples)
+    // are not in front of them, they are in the NetworkConfigInputs of the same name.
+    let status_line = described.lines().position(|l| l.starts_with("Status:"));
+    assert!(
+        status_line.is_some_and(|l| l < 30) && !described.contains("Routing Tables"),
+        "{described}"
+    );
+    let (inputs, _) = kubectl(
+        env.cp(),
+        &[
+            "get",
+            "nci",
+            &name,
+            "-o",
+            "jsonpath={.spec.routingTables[*].name} {.metadata.ownerReferences[0].name}",
+        ],
+    );
+    assert_eq!(
+        inputs,
+        format!("edge-uplink oob {name}"),
+        "the inputs, sorted by name and owned by their revision"
+    );
     let (events, _) = kubectl(
         env.cp(),
         &[

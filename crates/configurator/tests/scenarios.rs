@@ -299,8 +299,14 @@ async fn manifests_applied_one_by_one_become_one_revision() {
         "the settling shows in metrics"
     );
     let done = only_revision(&env, "Complete").await;
-    assert_eq!(done.spec.inputs.layer2s.len(), 12, "the whole directory");
-    assert_eq!(done.spec.inputs.routing_tables.len(), 2);
+    let inputs: Api<netwave_api::NetworkConfigInputs> = Api::all(env.client.clone());
+    let inputs = inputs
+        .get(done.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap()
+        .spec;
+    assert_eq!(inputs.layer2s.len(), 12, "the whole directory");
+    assert_eq!(inputs.routing_tables.len(), 2);
     assert_eq!(done.status.unwrap().updated, 4);
     assert_eq!(pending().await.as_deref(), Some("0"));
     c.stop().await;

@@ -1,6 +1,6 @@
 //! Specs edited by hand, where the API server does not refuse the edit (the testbed has no CEL; the real
-//! server's refusal is in `crates/api/tests/apiserver.rs`): a revision is what its hash says, and a
-//! node's spec is what the configurator wrote.
+//! server's refusal is in `crates/api/tests/apiserver.rs`), and inputs deleted: a revision is what its
+//! hash says, and a node's spec is what the configurator wrote.
 
 mod common;
 
@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -45,7 +45,7 @@ fn tamper_route() -> Patch<json_patch::Patch> {
     Patch::Json(
         serde_json::from_value(json!([{
             "op": "replace",
-            "path": "/spec/inputs/routingTables/0/spec/routes/0/via",
+            "path": "/spec/routingTables/0/spec/routes/0/via",
             "value": "10.0.0.99",
         }]))
         .unwrap(),
@@ -82,6 +82,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
         args(&["--max-unavailable", "1", "--metrics-addr", &m]),
     );
     let revs: Api<NetworkConfigRevision> = Api::all(env.client.clone());
+    let inputs: Api<NetworkConfigInputs> = Api::all(env.client.clone());
     let r1 = eventually(T, "the first revision to complete", || async {
         match revisions(&env.client).await.as_slice() {
             [r] if phase(r) == "Complete" => Ok(r.clone()),
@@ -90,18 +91,21 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     })
     .await;
     let r1_name = r1.metadata.name.clone().unwrap();
+    let r1_inputs = inputs.get(&r1_name).await.unwrap().spec;
     let before = specs(&configs(&env.client).await);
 
     // 1. A node's spec edited by hand (the config, not its hash) is put back and reported.
     node_spec_edit_is_put_back(&env.client, &before).await;
 
-    // 2. The issue's edit of the current revision: put back from the current inputs, nothing re-rendered.
-    revs.patch(&r1_name, &PatchParams::default(), &tamper_route())
+    // 2. The issue's edit of the current revision's inputs: put back from the current inputs, nothing
+    //    re-rendered.
+    inputs
+        .patch(&r1_name, &PatchParams::default(), &tamper_route())
         .await
         .unwrap();
     eventually(T, "the revision's inputs to be put back", || async {
-        let now = revs.get(&r1_name).await.unwrap();
-        (now.spec == r1.spec)
+        let now = inputs.get(&r1_name).await.map_err(|e| e.to_string())?;
+        (now.spec == r1_inputs)
             .then_some(())
             .ok_or_else(|| "still edited".to_string())
     })
@@ -114,7 +118,8 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     })
     .await;
     assert!(
-        notes[0].starts_with("spec.inputs: hash to") && notes[0].contains("put back"),
+        notes[0].starts_with(&format!("inputs: NetworkConfigInputs {r1_name} hashes to"))
+            && notes[0].contains("put back"),
         "{notes:?}"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -142,7 +147,8 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     })
     .await;
     let before = specs(&configs(&env.client).await);
-    revs.patch(&r1_name, &PatchParams::default(), &tamper_route())
+    inputs
+        .patch(&r1_name, &PatchParams::default(), &tamper_route())
         .await
         .unwrap();
     let notes = eventually(
@@ -156,7 +162,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
         },
     )
     .await;
-    assert!(notes.starts_with("spec.inputs: hash to"), "{notes}");
+    assert!(notes.starts_with("inputs: NetworkConfigInputs"), "{notes}");
     let validated = eventually(T, "the Validated condition to say why", || async {
         let r = revs.get(&r1_name).await.unwrap();
         r.status
@@ -166,7 +172,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     })
     .await;
     assert!(
-        validated.message.starts_with("spec.inputs: hash to"),
+        validated.message.starts_with("inputs: NetworkConfigInputs"),
         "{validated:?}"
     );
     let series = r#"netwave_tampered_specs{kind="NetworkConfigRevision"}"#;
@@ -187,6 +193,36 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
             .iter()
             .all(|(_, s)| s.revision == r1_name || s.revision == r2_name),
         "{after:?}"
+    );
+
+    // 4. The current target's inputs deleted (by hand, or lost between the two creates): once the grace
+    //    for inputs on their way is over, they are put back from the current inputs and reported.
+    let r2_inputs = inputs.get(&r2_name).await.unwrap().spec;
+    inputs
+        .delete(&r2_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let notes = eventually(
+        Duration::from_secs(40),
+        "a SpecTampered Event saying the inputs are gone",
+        || async {
+            let n = event_notes(&env.client, &r2_name, "SpecTampered").await;
+            n.into_iter()
+                .find(|n| n.contains("is gone") && n.contains("put back"))
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await;
+    assert!(notes.starts_with("inputs: NetworkConfigInputs"), "{notes}");
+    let back = eventually(T, "the deleted inputs to be put back", || async {
+        inputs.get(&r2_name).await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert_eq!(back.spec, r2_inputs);
+    assert_eq!(
+        specs(&configs(&env.client).await),
+        before,
+        "no node was assigned anything while the inputs were gone"
     );
     c.stop().await;
 }

@@ -65,7 +65,7 @@ impl<'a> CanonicalInputs<'a> {
     }
 }
 
-/// The snapshot to store in `NetworkConfigRevision.spec.inputs`: every list sorted canonically.
+/// The snapshot to store as a revision's `NetworkConfigInputs`: every list sorted canonically.
 pub fn canonical_inputs(inputs: &RevisionInputs) -> RevisionInputs {
     let c = CanonicalInputs::new(inputs);
     RevisionInputs {
@@ -100,17 +100,27 @@ fn name_with_len(hash: &str, len: usize) -> String {
     format!("{REVISION_NAME_PREFIX}{hex}")
 }
 
-/// Why a revision's spec is not what its creator wrote: its inputs no longer hash to `spec.hash`, or its
-/// name no longer belongs to that hash. Revision specs are immutable (a CEL rule on the CRD refuses the
-/// edit where the API server enforces it); this is the check for where it does not.
+/// Why a revision is not what its creator wrote: its inputs (the `NetworkConfigInputs` object of its name)
+/// no longer hash to `spec.hash` or are gone, or its name no longer belongs to that hash. Both objects are
+/// immutable (CEL rules on the CRDs refuse the edit where the API server enforces them); this is the
+/// check for where it does not, and for a deletion.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Tampered {
     #[error(
-        "spec.inputs: hash to {actual}, not to spec.hash {recorded}: the inputs were edited after the \
-         revision was created (revision specs are immutable; edit the VRF, layer-2 and routing-table \
-         objects instead)"
+        "inputs: NetworkConfigInputs {name} hashes to {actual}, not to spec.hash {recorded}: the inputs \
+         were edited after the revision was created (they are immutable; edit the VRF, layer-2 and \
+         routing-table objects instead)"
     )]
-    Inputs { recorded: String, actual: String },
+    Inputs {
+        name: String,
+        recorded: String,
+        actual: String,
+    },
+    #[error(
+        "inputs: NetworkConfigInputs {name}, which holds the revision's inputs, is gone (deleted after \
+         the revision was created)"
+    )]
+    InputsGone { name: String },
     #[error(
         "spec.hash: {hash} does not belong to the name {name} (a revision is named rev- and the first \
          hex digits of its hash): spec.hash was edited after the revision was created"
@@ -118,7 +128,7 @@ pub enum Tampered {
     Name { name: String, hash: String },
 }
 
-/// Checks that a revision is what its name and hash say: `spec.inputs` hash to `spec.hash`, and the name
+/// Checks that a revision is what its name and hash say: its inputs hash to `spec.hash`, and the name
 /// is `rev-` with at least [`REVISION_NAME_HEX`] leading hex digits of that hash (what [`decide`] names
 /// it, lengthened or not).
 pub fn verify(name: &str, hash: &str, inputs: &RevisionInputs) -> Result<(), Tampered> {
@@ -131,6 +141,7 @@ pub fn verify(name: &str, hash: &str, inputs: &RevisionInputs) -> Result<(), Tam
     let actual = inputs_hash(inputs);
     if actual != hash {
         return Err(Tampered::Inputs {
+            name: name.to_string(),
             recorded: hash.to_string(),
             actual,
         });

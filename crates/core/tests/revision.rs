@@ -207,7 +207,6 @@ fn from_object_reads_phase_sequence_hash_and_retry() {
         netwave_api::NetworkConfigRevisionSpec {
             hash: H1.into(),
             sequence: 5,
-            inputs: RevisionInputs::default(),
             rollout: Default::default(),
             paused: false,
             retry: 2,
@@ -337,7 +336,10 @@ fn edited_inputs_do_not_verify_and_the_error_says_what_to_edit_instead() {
     let err = verify(&name, &hash, &inputs).unwrap_err();
     assert!(matches!(err, Tampered::Inputs { ref recorded, .. } if recorded == &hash));
     let msg = err.to_string();
-    assert!(msg.starts_with("spec.inputs: "), "{msg}");
+    assert!(
+        msg.starts_with(&format!("inputs: NetworkConfigInputs {name} hashes to")),
+        "{msg}"
+    );
     assert!(
         msg.contains("edit the VRF, layer-2 and routing-table objects"),
         "{msg}"

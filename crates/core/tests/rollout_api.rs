@@ -107,7 +107,6 @@ fn a_revision_keeps_its_knobs_status_and_validation() {
         NetworkConfigRevisionSpec {
             hash: "h".into(),
             sequence: 9,
-            inputs: Default::default(),
             rollout: Default::default(),
             paused: true,
             retry: 1,

@@ -378,7 +378,8 @@ async fn undo_to(
     term: &mut Term<'_>,
 ) -> anyhow::Result<Exit> {
     let live = cluster::live_inputs(client).await?;
-    let changes = input_changes(&live, &to.spec.inputs);
+    let to_inputs = cluster::inputs_of(client, name(to)).await?;
+    let changes = input_changes(&live, &to_inputs);
     let mut view = UndoView {
         pause: pause.map(|p| format!("{} (seq {})", name(p), netwave_api::effective_sequence(p))),
         to: name(to).to_string(),
@@ -399,7 +400,7 @@ async fn undo_to(
         {
             set_paused(client, name(p), true).await?;
         }
-        apply_inputs(client, &to.spec.inputs, &view.changes).await?;
+        apply_inputs(client, &to_inputs, &view.changes).await?;
         (
             format!(
                 "done: the configurator makes {} the target again and moves the nodes back to it \

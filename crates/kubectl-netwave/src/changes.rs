@@ -265,8 +265,16 @@ pub async fn run(client: &Client, args: DiffArgs, term: &mut Term<'_>) -> anyhow
     let from = cluster::resolve(&revs, &args.from)?;
     let to = cluster::resolve(&revs, &args.to)?;
     let nodes = cluster::node_infos(&cluster::nodes(client).await?);
-    let before = render_for(&from.spec.inputs, &nodes, name(from))?;
-    let after = render_for(&to.spec.inputs, &nodes, name(to))?;
+    let before = render_for(
+        &cluster::inputs_of(client, name(from)).await?,
+        &nodes,
+        name(from),
+    )?;
+    let after = render_for(
+        &cluster::inputs_of(client, name(to)).await?,
+        &nodes,
+        name(to),
+    )?;
     let view = DiffView {
         from: name(from).to_string(),
         to: name(to).to_string(),

@@ -7,8 +7,8 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    Layer2NetworkConfiguration, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
-    NodeNetworkConfig, RevisionInputs, RoutingTable, VRFRouteConfiguration,
+    Layer2NetworkConfiguration, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigInputs,
+    NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::render::NodeInfo;
 use netwave_core::revision::{ExistingRevision, canonical_inputs};
@@ -27,6 +27,29 @@ pub async fn revisions(client: &Client) -> anyhow::Result<Vec<NetworkConfigRevis
         .items;
     sort_revisions(&mut list);
     Ok(list)
+}
+
+/// The inputs of the revision `name` (its `NetworkConfigInputs`).
+pub async fn inputs_of(client: &Client, name: &str) -> anyhow::Result<RevisionInputs> {
+    Api::<NetworkConfigInputs>::all(client.clone())
+        .get(name)
+        .await
+        .map(|i| i.spec)
+        .with_context(|| format!("reading the inputs of {name} (NetworkConfigInputs {name})"))
+}
+
+/// The inputs of every revision, by revision name.
+pub async fn all_inputs(
+    client: &Client,
+) -> anyhow::Result<std::collections::BTreeMap<String, RevisionInputs>> {
+    Ok(Api::<NetworkConfigInputs>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing NetworkConfigInputs (may you list them?)")?
+        .items
+        .into_iter()
+        .map(|i| (i.name_any(), i.spec))
+        .collect())
 }
 
 /// Oldest first; ties (which one writer never makes) by name.

@@ -1,8 +1,10 @@
 //! `history`: every revision, oldest first, with its phase, counts, age and which one is the target and
 //! which the last good one.
 
+use std::collections::BTreeMap;
+
 use kube::Client;
-use netwave_api::NetworkConfigRevision;
+use netwave_api::{NetworkConfigRevision, RevisionInputs};
 use netwave_core::Timestamp;
 use serde::Serialize;
 
@@ -33,14 +35,17 @@ pub struct Row {
     pub inputs: String,
 }
 
-/// The rows for every revision, oldest first. Pure.
-pub fn rows(revs: &[NetworkConfigRevision], now: Timestamp) -> Vec<Row> {
+/// The rows for every revision, oldest first, with `inputs` by revision name. Pure.
+pub fn rows(
+    revs: &[NetworkConfigRevision],
+    inputs: &BTreeMap<String, RevisionInputs>,
+    now: Timestamp,
+) -> Vec<Row> {
     let target = cluster::target(revs).map(name);
     let last_good = cluster::last_good(revs, None).map(name);
     revs.iter()
         .map(|r| {
             let st = r.status.clone().unwrap_or_default();
-            let i = &r.spec.inputs;
             Row {
                 name: name(r).to_string(),
                 sequence: netwave_api::effective_sequence(r),
@@ -57,11 +62,16 @@ pub fn rows(revs: &[NetworkConfigRevision], now: Timestamp) -> Vec<Row> {
                     .creation_timestamp
                     .as_ref()
                     .map(|t| cluster::secs_since(t, now)),
-                inputs: format!(
-                    "{} vrf, {} l2, {} rt",
-                    i.vrfs.len(),
-                    i.layer2s.len(),
-                    i.routing_tables.len()
+                inputs: inputs.get(name(r)).map_or_else(
+                    || "inputs gone".to_string(),
+                    |i| {
+                        format!(
+                            "{} vrf, {} l2, {} rt",
+                            i.vrfs.len(),
+                            i.layer2s.len(),
+                            i.routing_tables.len()
+                        )
+                    },
                 ),
             }
         })
@@ -128,7 +138,8 @@ pub fn render(rows: &[Row]) -> String {
 
 pub async fn run(client: &Client, args: HistoryArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
     let revs = cluster::revisions(client).await?;
-    let rows = rows(&revs, crate::now());
+    let inputs = cluster::all_inputs(client).await?;
+    let rows = rows(&revs, &inputs, crate::now());
     emit(term.out, args.output, &rows, |r| render(r))?;
     Ok(Exit::Success)
 }

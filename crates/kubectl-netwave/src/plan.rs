@@ -512,7 +512,10 @@ pub async fn run(
         _ => None,
     };
     let before: BTreeMap<String, RenderedNode> = match target {
-        Some(t) => crate::changes::render_for(&t.spec.inputs, &infos, name(t))?,
+        Some(t) => {
+            let c = client.context("a target revision without a cluster")?;
+            crate::changes::render_for(&cluster::inputs_of(c, name(t)).await?, &infos, name(t))?
+        }
         None => BTreeMap::new(),
     };
     let changes = node_changes(&before, &checked.nodes, args.max_groups);

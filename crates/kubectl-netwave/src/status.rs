@@ -575,7 +575,7 @@ mod tests {
         serde_json::from_value(json!({
             "apiVersion": "netwave.dev/v1alpha1", "kind": "NetworkConfigRevision",
             "metadata": {"name": name},
-            "spec": {"hash": name, "sequence": seq, "inputs": {}},
+            "spec": {"hash": name, "sequence": seq},
             "status": status,
         }))
         .unwrap()

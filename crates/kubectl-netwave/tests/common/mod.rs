@@ -11,8 +11,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubectl_netwave::{Cli, Exit, Term};
 use netwave_api::{
-    Layer2NetworkConfiguration, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs,
-    RoutingTable, VRFRouteConfiguration,
+    Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
+    RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::revision::{canonical_inputs, inputs_hash, revision_name};
 use serde_json::{Value, json};
@@ -187,10 +187,17 @@ pub async fn create_revision(
         "apiVersion": "netwave.dev/v1alpha1",
         "kind": "NetworkConfigRevision",
         "metadata": {"name": name},
-        "spec": {"hash": hash, "sequence": sequence, "inputs": inputs},
+        "spec": {"hash": hash, "sequence": sequence},
     }))
     .unwrap();
     api.create(&PostParams::default(), &rev).await.unwrap();
+    Api::<NetworkConfigInputs>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &NetworkConfigInputs::new(&name, inputs),
+        )
+        .await
+        .unwrap();
     set_revision_status(client, &name, status).await;
     name
 }
