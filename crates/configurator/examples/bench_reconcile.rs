@@ -1,0 +1,356 @@
+//! The leader's reconcile without the API server (#14): [`reconcile::compute`] on an in-memory fleet of
+//! N nodes, fed back its own writes, to tell the reconcile's compute time from its write time in the
+//! fleet benchmark's "reconcile duration".
+//!
+//! `cargo run --release -p netwave-configurator --example bench_reconcile [N...]` (default 1000 5000)
+//!
+//! ```text
+//!  snapshot (samples, N Ready nodes, their NodeNetworkConfigs as the watch cache holds them)
+//!      │  compute() ──► intents ──► applied to the snapshot (what the watches would deliver)
+//!      └─ agents answer ◄────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Two rollouts per size, with the configurator's defaults (maxUnavailable 10%):
+//! 1. the first rollout of an empty fleet, every in-flight node answering `Provisioned` between two
+//!    reconciles (a reconcile per wave);
+//! 2. one layer-2 MTU changed: one agent answers between two reconciles, as when each status event
+//!    wakes the reconcile — the reconciles behind the reaction latency.
+//!
+//! Printed per rollout: reconciles, the time per reconcile before its writes (compute, plus the metrics
+//! the leader records: what `netwave_reconcile_compute_duration_seconds` measures) as median, p99 and
+//! max, and the one-node baseline (the same rollouts on 1 node) so the ratio says what grows with the
+//! fleet.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ObjectMeta;
+use netwave_agent::sim::{Answer, status_for};
+use netwave_api::manifest::{Manifest, samples};
+use netwave_api::{
+    ASSIGNED_AT_ANNOTATION, NODE_PHASE_QUEUED, NetworkConfigInputs, NetworkConfigRevision,
+    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
+};
+use netwave_configurator::metrics::Metrics;
+use netwave_configurator::reconcile::{self, ApplyTimes, RenderCache, Settings, Snapshot};
+use netwave_configurator::writer::Intent;
+use netwave_core::Timestamp;
+use netwave_core::render::InputKind;
+use netwave_core::revision::InputSettle;
+
+/// Seconds between two reconciles in simulated time (an agent's apply delay).
+const STEP_MS: i64 = 2_000;
+
+fn node(name: &str) -> Arc<Node> {
+    Arc::new(Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            labels: Some(
+                [
+                    ("kubernetes.io/hostname".to_string(), name.to_string()),
+                    ("node-role.kubernetes.io/worker".to_string(), String::new()),
+                ]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        },
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        }),
+        ..Node::default()
+    })
+}
+
+fn time(now: Timestamp) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_millisecond(now.0).expect("a valid time"))
+}
+
+/// The snapshot as the watches would hold it after `intents` were written at `now`.
+fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
+    fn upsert<K: kube::Resource>(list: &mut Vec<Arc<K>>, o: K) {
+        let name = o.meta().name.clone();
+        match list.iter_mut().find(|x| x.meta().name == name) {
+            Some(slot) => *slot = Arc::new(o),
+            None => list.push(Arc::new(o)),
+        }
+    }
+    let mut generation = 0;
+    for intent in intents {
+        generation += 1;
+        match intent {
+            Intent::CreateRevision {
+                name, spec, inputs, ..
+            } => {
+                let mut r = NetworkConfigRevision::new(&name, *spec);
+                r.metadata.uid = Some(format!("uid-{name}"));
+                r.metadata.generation = Some(1);
+                r.metadata.creation_timestamp = Some(time(now));
+                upsert(&mut s.revisions, r);
+                let mut i = NetworkConfigInputs::new(&name, *inputs);
+                i.metadata.uid = Some(format!("uid-inputs-{name}"));
+                i.metadata.generation = Some(1);
+                upsert(&mut s.revision_inputs, i);
+            }
+            Intent::RevisionStatus { name, status } => {
+                let Some(r) = s
+                    .revisions
+                    .iter_mut()
+                    .find(|r| r.metadata.name.as_deref() == Some(&name))
+                else {
+                    continue;
+                };
+                Arc::make_mut(r).status = Some(*status);
+            }
+            Intent::ApplyNodeConfig {
+                node,
+                spec,
+                assigned_at,
+            } => {
+                let status = s
+                    .node_configs
+                    .iter()
+                    .find(|c| c.metadata.name.as_deref() == Some(&node))
+                    .and_then(|c| c.status.clone());
+                let mut c = NodeNetworkConfig::new(&node, *spec);
+                c.metadata.uid = Some(format!("uid-nnc-{node}"));
+                c.metadata.generation = Some(generation);
+                // As the configurator's cache keeps it: the verified config dropped.
+                c.spec.config = Default::default();
+                c.metadata.annotations = Some(
+                    [
+                        (ASSIGNED_AT_ANNOTATION.to_string(), assigned_at),
+                        (
+                            netwave_configurator::watch::CONFIG_VERIFIED.to_string(),
+                            "true".into(),
+                        ),
+                    ]
+                    .into(),
+                );
+                c.status = status;
+                upsert(&mut s.node_configs, c);
+            }
+            Intent::QueueNode { node, message, .. } => {
+                let mut c = NodeNetworkConfig::new(&node, NodeNetworkConfigSpec::placeholder());
+                c.metadata.uid = Some(format!("uid-nnc-{node}"));
+                c.status = Some(NodeNetworkConfigStatus {
+                    phase: Some(NODE_PHASE_QUEUED.into()),
+                    message: Some(message),
+                    ..NodeNetworkConfigStatus::default()
+                });
+                upsert(&mut s.node_configs, c);
+            }
+            Intent::DeleteNodeConfig { name } => s
+                .node_configs
+                .retain(|c| c.metadata.name.as_deref() != Some(&name)),
+            Intent::DeleteRevision { name } => {
+                s.revisions
+                    .retain(|c| c.metadata.name.as_deref() != Some(&name));
+                s.revision_inputs
+                    .retain(|c| c.metadata.name.as_deref() != Some(&name));
+            }
+            Intent::InputStatus { kind, name, status } => {
+                fn set<K: kube::Resource + Clone>(
+                    list: &mut [Arc<K>],
+                    name: &str,
+                    f: impl FnOnce(&mut K),
+                ) {
+                    if let Some(o) = list
+                        .iter_mut()
+                        .find(|o| o.meta().name.as_deref() == Some(name))
+                    {
+                        f(Arc::make_mut(o));
+                    }
+                }
+                let st = Some(*status);
+                match kind {
+                    InputKind::Vrf => set(&mut s.vrfs, &name, |o| o.status = st),
+                    InputKind::Layer2 => set(&mut s.layer2s, &name, |o| o.status = st),
+                    InputKind::RoutingTable => set(&mut s.routing_tables, &name, |o| o.status = st),
+                }
+            }
+            Intent::RestoreRevisionSpec { .. }
+            | Intent::ReactivateRevision { .. }
+            | Intent::Event { .. } => {}
+        }
+    }
+}
+
+/// Lets up to `max` agents whose spec is not answered yet report `Provisioned`; how many did.
+fn answer(s: &mut Snapshot, max: usize) -> usize {
+    let mut done = 0;
+    for c in s.node_configs.iter_mut() {
+        if done == max {
+            break;
+        }
+        if c.spec.is_placeholder() {
+            continue;
+        }
+        let st = c.status.clone().unwrap_or_default();
+        if st.observed_revision.as_deref() == Some(c.spec.revision.as_str())
+            && st.config_hash.as_deref() == Some(c.spec.config_hash.as_str())
+        {
+            continue;
+        }
+        let Some(v) = status_for(c, &Answer::Provisioned) else {
+            continue;
+        };
+        let status: NodeNetworkConfigStatus = serde_json::from_value(v["status"].clone())
+            .expect("the simulated agent's status parses");
+        Arc::make_mut(c).status = Some(status);
+        done += 1;
+    }
+    done
+}
+
+/// The rollout is over: the revision of the current inputs reads Complete.
+fn complete(s: &Snapshot) -> bool {
+    let hash = netwave_core::revision::inputs_hash(&reconcile::fold_inputs(s));
+    s.revisions
+        .iter()
+        .find(|r| r.spec.hash == hash)
+        .and_then(|r| r.status.as_ref())
+        .and_then(|st| st.phase.as_deref())
+        == Some("Complete")
+}
+
+struct Run {
+    reconciles: usize,
+    compute: Vec<Duration>,
+}
+
+/// What the leader keeps between reconciles.
+struct Leader {
+    settings: Settings,
+    cache: RenderCache,
+    settle: InputSettle,
+    metrics: Metrics,
+    apply_times: ApplyTimes,
+}
+
+/// Reconciles until the current inputs' revision is Complete, letting `per_step` agents answer
+/// between two reconciles.
+fn roll_out(s: &mut Snapshot, l: &mut Leader, now: &mut Timestamp, per_step: usize) -> Run {
+    let mut run = Run {
+        reconciles: 0,
+        compute: Vec::new(),
+    };
+    for _ in 0..200_000 {
+        // What the leader does before its writes (`netwave_reconcile_compute_duration_seconds`).
+        let t = Instant::now();
+        let outcome = reconcile::compute(s, &l.settings, &mut l.cache, &mut l.settle, *now);
+        if let Some(plan) = &outcome.plan {
+            reconcile::record(&l.metrics, s, plan);
+            l.apply_times.observe(&outcome.configs, *now, &l.metrics);
+        }
+        run.compute.push(t.elapsed());
+        run.reconciles += 1;
+        apply(s, outcome.intents, *now);
+        if complete(s) {
+            return run;
+        }
+        answer(s, per_step);
+        *now = Timestamp(now.0 + if per_step == usize::MAX { STEP_MS } else { 10 });
+    }
+    panic!("the rollout did not complete in 200,000 reconciles");
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
+/// Both rollouts on `n` nodes: (first, second).
+fn fleet(n: usize) -> (Run, Run) {
+    // The configurator's own defaults, as its command line gives them.
+    let mut settings = netwave_configurator::runtime::settings(
+        &<netwave_configurator::args::Args as clap::Parser>::parse_from(["netwave-configurator"]),
+    );
+    // Simulated time moves by reconciles: the settle window would only add idle ones.
+    settings.input_settle = Duration::ZERO;
+    let mut s = Snapshot::default();
+    for m in samples().expect("the samples parse") {
+        match m {
+            Manifest::Vrf(o) => s.vrfs.push(Arc::new(o)),
+            Manifest::Layer2(o) => s.layer2s.push(Arc::new(o)),
+            Manifest::RoutingTable(o) => s.routing_tables.push(Arc::new(o)),
+            _ => {}
+        }
+    }
+    s.nodes = (0..n).map(|i| node(&format!("node-{i:05}"))).collect();
+    let mut leader = Leader {
+        settings,
+        cache: RenderCache::default(),
+        settle: InputSettle::default(),
+        metrics: Metrics::default(),
+        apply_times: ApplyTimes::default(),
+    };
+    let mut now = Timestamp(1_800_000_000_000);
+    let first = roll_out(&mut s, &mut leader, &mut now, usize::MAX);
+    let l2 = Arc::make_mut(&mut s.layer2s[0]);
+    l2.spec.mtu -= 100;
+    let second = roll_out(&mut s, &mut leader, &mut now, 1);
+    (first, second)
+}
+
+fn main() {
+    let sizes: Vec<usize> = {
+        let args: Vec<usize> = std::env::args()
+            .skip(1)
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        if args.is_empty() {
+            vec![1000, 5000]
+        } else {
+            args
+        }
+    };
+    let (_, base) = fleet(1);
+    let mut base = base.compute;
+    base.sort();
+    let base_median = quantile(&base, 0.5);
+    println!(
+        "reconcile compute (no API server), samples, maxUnavailable 10%; baseline: 1 node, median {} ms",
+        ms(base_median)
+    );
+    println!(
+        "{:>6}  {:<36}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9}",
+        "nodes", "rollout", "reconciles", "p50 ms", "p99 ms", "max ms", "p50/base"
+    );
+    let mut seen: BTreeMap<usize, ()> = BTreeMap::new();
+    for n in sizes {
+        if seen.insert(n, ()).is_some() {
+            continue;
+        }
+        let (first, second) = fleet(n);
+        for (what, run) in [
+            ("first rollout (a reconcile per wave)", first),
+            ("MTU change (one report per reconcile)", second),
+        ] {
+            let mut c = run.compute;
+            c.sort();
+            let p50 = quantile(&c, 0.5);
+            println!(
+                "{:>6}  {:<36}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9.0}",
+                n,
+                what,
+                run.reconciles,
+                ms(p50),
+                ms(quantile(&c, 0.99)),
+                ms(*c.last().expect("at least one reconcile")),
+                p50.as_secs_f64() / base_median.as_secs_f64()
+            );
+        }
+    }
+}
