@@ -1049,6 +1049,9 @@ impl ApplyTimes {
     }
 }
 
+/// How long the loop waits after a change before it reconciles, for the rest of a burst.
+const COALESCE: Duration = Duration::from_millis(5);
+
 /// The reconcile loop: waits for a change or a requeue time, computes, writes when leader.
 pub struct Reconciler {
     pub stores: Stores,
@@ -1166,8 +1169,10 @@ impl Reconciler {
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = self.changed.notified() => {
-                    // Coalesce bursts (a watch relist delivers many events at once).
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    // Coalesce bursts (a watch relist delivers many events at once). Events during a
+                    // reconcile coalesce anyway (one stored wake-up); this window only adds to the
+                    // reaction to an agent's report, so it is short.
+                    tokio::time::sleep(COALESCE).await;
                     let until = tokio::time::Instant::now() + STANDBY_INTERVAL;
                     while !self.writer.is_leader() && tokio::time::Instant::now() < until {
                         tokio::time::sleep(Duration::from_millis(20)).await;
