@@ -67,6 +67,7 @@ bench:
 	$(CARGO) run --release -q -p netwave-core --example bench_render
 	$(CARGO) run --release -q -p netwave-core --example bench_step
 	$(CARGO) run --release -q -p netwave-testbed --example scale
+	$(CARGO) run --release -q -p netwave-configurator --example bench_reconcile
 	$(CARGO) build --release -q -p netwave-configurator -p netwave-testbed --bins && \
 		BENCH_FLEET_SIZES="$(BENCH_FLEET_SIZES)" $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
 	$(CARGO) build --release -q -p netwave-agent --bins
