@@ -60,16 +60,19 @@ else
 endif
 
 # Benchmarks print figures (release builds). The agent benchmark needs root. The fleet benchmark runs
-# six rollouts per size and das-schiff's rules as a baseline (about 12 min for 1,000 and 5,000 nodes on 2
-# cores); BENCH_FLEET_SIZES="1000" (comma-separated) picks other sizes.
+# six rollouts per size and das-schiff's rules as a baseline, on the testbed and then on the real
+# kube-apiserver + etcd (built from Go modules on first use, cached outside the repo); about 25 min for
+# 1,000 and 5,000 nodes on both servers on 2 cores. BENCH_FLEET_SIZES="1000" and
+# BENCH_FLEET_SERVERS="apiserver" (comma-separated) pick other sizes and servers.
 BENCH_FLEET_SIZES ?= 1000,5000
+BENCH_FLEET_SERVERS ?= testbed,apiserver
 bench:
 	$(CARGO) run --release -q -p netwave-core --example bench_render
 	$(CARGO) run --release -q -p netwave-core --example bench_step
 	$(CARGO) run --release -q -p netwave-testbed --example scale
 	$(CARGO) run --release -q -p netwave-configurator --example bench_reconcile
 	$(CARGO) build --release -q -p netwave-configurator -p netwave-testbed --bins && \
-		BENCH_FLEET_SIZES="$(BENCH_FLEET_SIZES)" $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
+		BENCH_FLEET_SIZES="$(BENCH_FLEET_SIZES)" BENCH_FLEET_SERVERS="$(BENCH_FLEET_SERVERS)" $(CARGO) run --release -q -p netwave-configurator --example bench_fleet
 	$(CARGO) build --release -q -p netwave-agent --bins
 	$(CARGO) build --profile agent-release -q -p netwave-agent --bins --examples
 	"$${CARGO_TARGET_DIR:-target}/agent-release/examples/bench"

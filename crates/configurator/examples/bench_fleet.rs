@@ -1,16 +1,31 @@
 //! Fleet rollout benchmark (#14): the real configurator binary (two replicas, leader election on)
-//! against the testbed API server (`netwave-testbed`, its own process) with N simulated agents in this
-//! process, and das-schiff-network-operator's rollout rules simulated as a baseline.
+//! with N simulated agents in this process, against each API server in turn — the testbed
+//! (`netwave-testbed`, its own process) and the real kube-apiserver + etcd (`netwave-control-plane`,
+//! built from Go modules) — and das-schiff-network-operator's rollout rules simulated as a baseline.
 //!
 //! `cargo build --release -p netwave-configurator -p netwave-testbed --bins &&
 //!  cargo run --release -p netwave-configurator --example bench_fleet [N...]`
-//! (sizes from the arguments, else `BENCH_FLEET_SIZES=1000,5000`, else 1000)
+//! (sizes from the arguments, else `BENCH_FLEET_SIZES=1000,5000`, else 1000; servers from
+//! `BENCH_FLEET_SERVERS=testbed,apiserver`, the default, in that order)
 //!
 //! ```text
 //!  this process: N simulated agents (one NNC watch) ──► status after 1–3 s (seeded) ──┐
 //!                  ▲ spec (revision) observed, timestamped                             ▼
-//!  netwave-configurator ×2 (Lease) ◄──────────────── netwave-testbed (request counters per client)
+//!  netwave-configurator ×2 (Lease) ◄──── netwave-testbed (request counters per bearer token)
+//!                                    or  kube-apiserver + etcd (audit log: one event per request,
+//!                                        user per client, tallied here)
 //! ```
+//!
+//! On the real server every client (each configurator, the agents, this benchmark) is a static-token
+//! user in group `system:masters`: no RBAC rule is evaluated and API Priority and Fairness exempts the
+//! group, so neither throttles the rollout (the testbed has neither). Requests are counted from the
+//! audit log (level Metadata, stage RequestReceived, our four users only): at arrival, as the testbed
+//! counts, so a watch counts when it is opened; requests without an object (discovery) and the API
+//! server's own traffic are left out on both servers, and the Lease renewals are in both. The audit log
+//! itself costs the API server some CPU. RSS and CPU are measured for kube-apiserver and etcd where the
+//! testbed's are for the testbed. A size a server cannot carry (a rollout past its limit, a server
+//! process gone, under 256 MiB of memory left) is reported as FAILED with the servers' RSS and the
+//! machine's available memory, and the run goes on.
 //!
 //! Each agent answers its NodeNetworkConfig after an apply delay drawn uniformly from 1–3 s; 0.5% of
 //! the nodes report `Invalid`, 0.2% never answer (the same nodes in every rollout). One fleet per
@@ -30,9 +45,10 @@
 //! revision terminal), the ideal ⌈N / budget⌉ × mean(delay) (plus the canary wave and bake), their
 //! ratio, the reaction latency (an agent's status observed → the next assignment observed, both from
 //! this process's watch), API requests and writes per node by verb and resource and per client (the
-//! testbed's counters; each configurator, the agents and this benchmark use their own bearer token),
-//! and peak RSS and CPU seconds of the configurator leader and standby, the testbed and this process
-//! (from /proc). A table per size closes, with das-schiff's rules (one node per pass, 1 s debounce,
+//! testbed's counters or the audit log; each configurator, the agents and this benchmark use their
+//! own bearer token),
+//! and peak RSS and CPU seconds of the configurator leader and standby, the server's processes and
+//! this process (from /proc). A table per size closes, with das-schiff's rules (one node per pass, 1 s debounce,
 //! `netwave_core::sim::das_schiff`) on the same agents as the baseline: "+fails" with the failing and
 //! silent agents, the others with every agent healthy (one failure ends a das-schiff rollout). Column
 //! "/instnt" is wall time over that of a scheduler reacting instantly over the same agents
@@ -189,6 +205,61 @@ fn usage(pid: u32, tick: f64) -> Result<(f64, f64)> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let cpu = (f[11].parse::<f64>()? + f[12].parse::<f64>()?) / tick;
     Ok((hwm_kb / 1024.0, cpu))
+}
+
+/// A rollout stops when the machine has less memory available than this (MiB).
+const LOW_MEMORY_MIB: f64 = 256.0;
+
+/// `MemAvailable` of /proc/meminfo, MiB.
+fn mem_available_mib() -> Option<f64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|kb| kb / 1024.0)
+}
+
+/// The 1 and 5 minute load averages.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split(' ')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Current and peak RSS of `pids`, and the machine's available memory: what a failure message says
+/// about what limited the run.
+fn resources(pids: &[(String, u32)]) -> String {
+    let mut parts: Vec<String> = pids
+        .iter()
+        .map(|(who, pid)| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let field = |f: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(f))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                    .map_or("?".to_string(), |kb| format!("{:.0}", kb / 1024.0))
+            };
+            format!(
+                "{who} RSS {} MiB (peak {})",
+                field("VmRSS:"),
+                field("VmHWM:")
+            )
+        })
+        .collect();
+    parts.push(format!(
+        "MemAvailable {} MiB",
+        mem_available_mib().map_or("?".into(), |m| format!("{m:.0}"))
+    ));
+    parts.join(", ")
 }
 
 fn clock_tick() -> f64 {
@@ -353,7 +424,7 @@ async fn start_testbed(bins: &Path, dir: &Path) -> Result<Proc> {
 }
 
 /// The testbed's kubeconfig with bearer token `who`: the testbed counts requests per token.
-fn kubeconfig_for(dir: &Path, who: &str) -> Result<PathBuf> {
+fn testbed_kubeconfig(dir: &Path, who: &str) -> Result<PathBuf> {
     let text = std::fs::read_to_string(dir.join("kubeconfig"))?;
     if !text.contains("token: testbed") {
         bail!("the testbed's kubeconfig has no token to replace");
@@ -366,14 +437,345 @@ fn kubeconfig_for(dir: &Path, who: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-async fn client_for(dir: &Path, who: &str) -> Result<Client> {
-    let kc = Kubeconfig::read_from(kubeconfig_for(dir, who)?)?;
+async fn client_from(kubeconfig: &Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
 }
 
+/// Which API server a fleet runs against (`BENCH_FLEET_SERVERS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServerKind {
+    Testbed,
+    Apiserver,
+}
+
+impl ServerKind {
+    fn name(self) -> &'static str {
+        match self {
+            ServerKind::Testbed => "testbed",
+            ServerKind::Apiserver => "apiserver",
+        }
+    }
+
+    fn parse(s: &str) -> Result<ServerKind> {
+        match s {
+            "testbed" => Ok(ServerKind::Testbed),
+            "apiserver" => Ok(ServerKind::Apiserver),
+            _ => bail!("bench_fleet: server {s:?} is neither `testbed` nor `apiserver`"),
+        }
+    }
+}
+
+/// Every client of a fleet, each with its own bearer token (testbed) or token user (kube-apiserver), so
+/// requests are counted per client.
+const CLIENTS: [&str; 4] = ["bench", "agents", "configurator-0", "configurator-1"];
+
+/// The API server of one fleet and how its requests are counted.
+enum Server {
+    /// `netwave-testbed`: its admin endpoints count requests per bearer token.
+    Testbed { proc: Proc, dir: PathBuf },
+    /// kube-apiserver + etcd (`netwave-control-plane`): every client is a `system:masters` token user
+    /// and the API server's audit log (level Metadata, stage RequestReceived, our users only) is
+    /// tallied by this process.
+    Apiserver {
+        cp: Box<netwave_control_plane::ControlPlane>,
+        dir: PathBuf,
+        audit: Mutex<AuditTally>,
+    },
+}
+
+fn token_of(who: &str) -> String {
+    format!("netwave-bench-{who}")
+}
+
+/// The audit policy: one event per request of our clients, at arrival (stage RequestReceived) — where
+/// the testbed counts too, so a watch counts when opened — and none for the API server's own loopback
+/// traffic, which the testbed does not have.
+fn audit_policy() -> String {
+    let users = CLIENTS
+        .iter()
+        .map(|c| format!("\"{c}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\n\
+         omitStages: [\"ResponseStarted\", \"ResponseComplete\", \"Panic\"]\n\
+         rules:\n- level: Metadata\n  users: [{users}]\n- level: None\n"
+    )
+}
+
+impl Server {
+    async fn start(kind: ServerKind, bins: &Path, dir: &Path) -> Result<Server> {
+        match kind {
+            ServerKind::Testbed => Ok(Server::Testbed {
+                proc: start_testbed(bins, dir).await?,
+                dir: dir.to_path_buf(),
+            }),
+            ServerKind::Apiserver => {
+                let policy = dir.join("audit-policy.yaml");
+                std::fs::write(&policy, audit_policy())?;
+                let log = dir.join("audit.log");
+                std::fs::write(&log, "")?;
+                let opts = netwave_control_plane::Options {
+                    tokens: CLIENTS
+                        .iter()
+                        .map(|c| netwave_control_plane::TokenUser {
+                            token: token_of(c),
+                            user: c.to_string(),
+                            groups: vec!["system:masters".into()],
+                        })
+                        .collect(),
+                    apiserver_args: vec![
+                        format!("--audit-policy-file={}", policy.display()),
+                        format!("--audit-log-path={}", log.display()),
+                        // Blocking: an event is in the file before its request is served, so reading
+                        // the file to its end counts every request made so far.
+                        "--audit-log-mode=blocking".into(),
+                        "--audit-log-format=json".into(),
+                        "--audit-log-maxsize=0".into(),
+                    ],
+                    ..Default::default()
+                };
+                let cp = netwave_control_plane::ControlPlane::start(opts).await?;
+                install_crds(&cp)?;
+                Ok(Server::Apiserver {
+                    cp: Box::new(cp),
+                    dir: dir.to_path_buf(),
+                    audit: Mutex::new(AuditTally::new(log)),
+                })
+            }
+        }
+    }
+
+    fn kind(&self) -> ServerKind {
+        match self {
+            Server::Testbed { .. } => ServerKind::Testbed,
+            Server::Apiserver { .. } => ServerKind::Apiserver,
+        }
+    }
+
+    fn kubeconfig(&self, who: &str) -> Result<PathBuf> {
+        match self {
+            Server::Testbed { dir, .. } => testbed_kubeconfig(dir, who),
+            Server::Apiserver { cp, dir, .. } => {
+                let path = dir.join(format!("kubeconfig-{who}"));
+                cp.write_kubeconfig(&path, &token_of(who))?;
+                Ok(path)
+            }
+        }
+    }
+
+    async fn client(&self, who: &str) -> Result<Client> {
+        client_from(&self.kubeconfig(who)?).await
+    }
+
+    async fn reset_counters(&self, client: &Client) -> Result<()> {
+        match self {
+            Server::Testbed { .. } => {
+                admin(client, "DELETE", "/testbed/counters").await?;
+            }
+            Server::Apiserver { audit, .. } => audit.lock().unwrap().reset()?,
+        }
+        Ok(())
+    }
+
+    /// Requests since the last reset, by "verb resource[/subresource]", in all and per client.
+    async fn counters(&self, client: &Client) -> Result<(Counts, BTreeMap<String, Counts>)> {
+        match self {
+            Server::Testbed { .. } => {
+                let total =
+                    serde_json::from_str(&admin(client, "GET", "/testbed/counters").await?)?;
+                let by_client = serde_json::from_str(
+                    &admin(client, "GET", "/testbed/counters/clients").await?,
+                )?;
+                Ok((total, by_client))
+            }
+            Server::Apiserver { audit, .. } => {
+                let mut a = audit.lock().unwrap();
+                a.advance()?;
+                Ok((a.total.clone(), a.by_client.clone()))
+            }
+        }
+    }
+
+    /// (name, pid) of the server's processes.
+    fn pids(&self) -> Vec<(String, u32)> {
+        match self {
+            Server::Testbed { proc, .. } => vec![("netwave-testbed".into(), proc.0.id())],
+            Server::Apiserver { cp, .. } => [
+                ("kube-apiserver", cp.apiserver_pid()),
+                ("etcd", cp.etcd_pid()),
+            ]
+            .into_iter()
+            .filter_map(|(n, p)| Some((n.to_string(), p?)))
+            .collect(),
+        }
+    }
+
+    /// How the clients are authorized, for the heading.
+    fn auth(&self) -> &'static str {
+        match self {
+            Server::Testbed { .. } => "the testbed has no authorization",
+            Server::Apiserver { .. } => {
+                "every client a token user in group system:masters (no RBAC rule evaluated, exempt \
+                 from API Priority and Fairness); requests counted from the API server's audit log"
+            }
+        }
+    }
+}
+
+/// Applies every CRD file of `crds/` (not a fixed list: new kinds come with their files) and waits
+/// until each is Established.
+fn install_crds(cp: &netwave_control_plane::ControlPlane) -> Result<()> {
+    let dir = workspace_root().join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "yaml")
+                && std::fs::read_to_string(p)
+                    .is_ok_and(|t| t.contains("kind: CustomResourceDefinition"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("no CRD files in {}", dir.display());
+    }
+    let mut apply = cp.kubectl();
+    apply.args(["apply", "--server-side", "--force-conflicts"]);
+    for f in &files {
+        apply.arg("-f").arg(f);
+    }
+    let mut wait = cp.kubectl();
+    wait.args(["wait", "--for=condition=Established", "crd", "--all"]);
+    wait.arg("--timeout=60s");
+    for mut c in [apply, wait] {
+        let out = c.output().context("running kubectl")?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {:?} failed: {}",
+                c.get_args().collect::<Vec<_>>(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Lists every netwave.dev kind once. kube-apiserver builds a custom resource's serving state (its
+/// schema and CEL validation compiled) on the kind's first request, which takes up to a second: in
+/// the first rollout that pause fell between two of the samples' creates, longer than the
+/// configurators' input settle, and they cut a revision of half the samples. Done on both servers.
+async fn warm_up(client: &Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let crds = Api::<CustomResourceDefinition>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    for crd in crds.items.iter().filter(|c| c.spec.group == "netwave.dev") {
+        let Some(v) = crd.spec.versions.iter().find(|v| v.served) else {
+            continue;
+        };
+        let gvk = GroupVersionKind::gvk(&crd.spec.group, &v.name, &crd.spec.names.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+        Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .list(&ListParams::default().limit(1))
+            .await
+            .with_context(|| format!("listing {}", ar.kind))?;
+    }
+    Ok(())
+}
+
+/// Requests per verb and resource tallied from kube-apiserver's audit log (JSON lines), read
+/// incrementally from where the last read stopped.
+struct AuditTally {
+    path: PathBuf,
+    offset: u64,
+    total: Counts,
+    by_client: BTreeMap<String, Counts>,
+}
+
+/// The fields of an audit event the tally reads.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEvent {
+    stage: String,
+    verb: String,
+    user: AuditUser,
+    object_ref: Option<AuditObject>,
+}
+
+#[derive(serde::Deserialize)]
+struct AuditUser {
+    username: String,
+}
+
+#[derive(serde::Deserialize)]
+struct AuditObject {
+    resource: Option<String>,
+    subresource: Option<String>,
+}
+
+impl AuditTally {
+    fn new(path: PathBuf) -> AuditTally {
+        AuditTally {
+            path,
+            offset: 0,
+            total: Counts::new(),
+            by_client: BTreeMap::new(),
+        }
+    }
+
+    /// Tallies the events written since the last read (whole lines only: the server may be writing one).
+    fn advance(&mut self) -> Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(&self.path)
+            .with_context(|| format!("opening {}", self.path.display()))?;
+        f.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf)?;
+        let end = buf.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+        for line in buf[..end].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let ev: AuditEvent = serde_json::from_slice(line)
+                .with_context(|| format!("parsing an event of {}", self.path.display()))?;
+            // Requests without an object (discovery, /version) are not counted by the testbed either.
+            // The policy logs the arrival stage only; the filter keeps the count right if that changes.
+            let Some((resource, sub)) = ev
+                .object_ref
+                .and_then(|o| Some((o.resource?, o.subresource)))
+                .filter(|_| ev.stage == "RequestReceived")
+            else {
+                continue;
+            };
+            let key = match sub {
+                Some(sub) => format!("{} {resource}/{sub}", ev.verb),
+                None => format!("{} {resource}", ev.verb),
+            };
+            *self.total.entry(key.clone()).or_default() += 1;
+            *self
+                .by_client
+                .entry(ev.user.username)
+                .or_default()
+                .entry(key)
+                .or_default() += 1;
+        }
+        self.offset += end as u64;
+        Ok(())
+    }
+
+    /// Counts from now on only.
+    fn reset(&mut self) -> Result<()> {
+        self.advance()?;
+        self.total.clear();
+        self.by_client.clear();
+        Ok(())
+    }
+}
+
 fn start_configurator(
     bins: &Path,
+    server: &Server,
     dir: &Path,
     identity: &str,
     max_failures: usize,
@@ -387,7 +789,7 @@ fn start_configurator(
     let metrics = port()?;
     let child = Command::new(bins.join("netwave-configurator"))
         .arg("--kubeconfig")
-        .arg(kubeconfig_for(dir, identity)?)
+        .arg(server.kubeconfig(identity)?)
         .args(["--lease-namespace", LEASE.0, "--lease-name", LEASE.1])
         .args(["--identity", identity])
         .args(["--lease-duration", "3s", "--renew-deadline", "2s"])
@@ -486,13 +888,6 @@ async fn admin(client: &Client, method: &str, path: &str) -> Result<String> {
 }
 
 type Counts = BTreeMap<String, u64>;
-
-async fn counters(client: &Client) -> Result<(Counts, BTreeMap<String, Counts>)> {
-    let total = serde_json::from_str(&admin(client, "GET", "/testbed/counters").await?)?;
-    let by_client =
-        serde_json::from_str(&admin(client, "GET", "/testbed/counters/clients").await?)?;
-    Ok((total, by_client))
-}
 
 const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
@@ -658,10 +1053,11 @@ struct Row {
     note: String,
 }
 
-fn print_table(n: usize, rows: &[Row]) {
+fn print_table(kind: ServerKind, n: usize, rows: &[Row]) {
     println!(
-        "\n#### N={n}: targets wall <= 1.05 x ideal, reaction p99 <= 100 ms, <= 2 writes/node, \
-         configurator RSS <= 150 MiB (5,000 nodes)"
+        "\n#### {}, N={n}: targets wall <= 1.05 x ideal, reaction p99 <= 100 ms, <= 2 writes/node, \
+         configurator RSS <= 150 MiB (5,000 nodes)",
+        kind.name()
     );
     println!(
         "{:<28} {:>7} {:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8}  note",
@@ -710,8 +1106,9 @@ struct Fleet {
     configurators: Mutex<BTreeMap<String, Option<Proc>>>,
     /// identity → /metrics address.
     metrics: BTreeMap<String, String>,
-    testbed_pid: u32,
     tick: f64,
+    /// Last: dropped after the configurators.
+    server: Server,
 }
 
 impl Fleet {
@@ -741,7 +1138,7 @@ impl Fleet {
         }
     }
 
-    /// (who, pid) of every process measured: configurators (by identity), the testbed, this process.
+    /// (who, pid) of every process measured: configurators (by identity), the server's, this process.
     fn pids(&self) -> Vec<(String, u32)> {
         let mut out: Vec<(String, u32)> = self
             .configurators
@@ -750,7 +1147,7 @@ impl Fleet {
             .iter()
             .filter_map(|(id, p)| p.as_ref().map(|p| (id.clone(), p.0.id())))
             .collect();
-        out.push(("netwave-testbed".into(), self.testbed_pid));
+        out.extend(self.server.pids());
         out.push(("this process (agents)".into(), std::process::id()));
         out
     }
@@ -760,6 +1157,38 @@ impl Fleet {
             .into_iter()
             .filter_map(|(who, pid)| usage(pid, self.tick).ok().map(|u| (who, u)))
             .collect()
+    }
+
+    /// Fails the rollout, saying why, if a server process is gone or the machine is nearly out of
+    /// memory, rather than waiting for a rollout that cannot finish.
+    fn check_alive(&self) -> Result<()> {
+        let want = match self.server.kind() {
+            ServerKind::Testbed => 1,
+            ServerKind::Apiserver => 2,
+        };
+        let pids = self.server.pids();
+        let alive = pids
+            .iter()
+            .filter(|(_, p)| usage(*p, self.tick).is_ok())
+            .count();
+        if alive < want {
+            bail!(
+                "a server process is gone (alive: {:?}; see its log under {}); {}",
+                pids,
+                self.dir.display(),
+                resources(&self.pids())
+            );
+        }
+        if let Some(avail) = mem_available_mib()
+            && avail < LOW_MEMORY_MIB
+        {
+            bail!(
+                "the machine is nearly out of memory ({avail:.0} MiB available, under {LOW_MEMORY_MIB} \
+                 MiB); {}",
+                resources(&self.pids())
+            );
+        }
+        Ok(())
     }
 
     async fn trigger(&self, t: &Trigger) -> Result<()> {
@@ -809,7 +1238,7 @@ impl Fleet {
             let o = self.seen.lock().unwrap();
             (o.assigned.len(), o.reported.len(), o.events)
         };
-        admin(&self.client, "DELETE", "/testbed/counters").await?;
+        self.server.reset_counters(&self.client).await?;
         let use0 = self.usage();
         let leader0 = self.leader().await?;
         let hist0 = reconcile_histogram(&self.metrics[&leader0]).await;
@@ -857,7 +1286,7 @@ impl Fleet {
                     .count();
                 if updated as f64 >= share * self.n as f64 {
                     let leader = self.leader().await?;
-                    let (c, by) = counters(&self.client).await?;
+                    let (c, by) = self.server.counters(&self.client).await?;
                     // SIGKILL and reap: no graceful Lease release, the standby waits it out.
                     drop(
                         self.configurators
@@ -868,11 +1297,12 @@ impl Fleet {
                     killed = Some((Instant::now(), c, by, leader));
                 }
             }
+            self.check_alive()?;
             if started.elapsed() > ROLLOUT_LIMIT {
                 let st = rev.and_then(|r| r.status).unwrap_or_default();
                 bail!(
                     "{}: revision not terminal after {} s: phase {:?}, updated {}, inProgress {}, queued {}, \
-                     failed {}: {}",
+                     failed {}: {}; {}",
                     sc.label,
                     ROLLOUT_LIMIT.as_secs(),
                     st.phase,
@@ -880,12 +1310,13 @@ impl Fleet {
                     st.in_progress,
                     st.queued,
                     st.failed,
-                    st.message.unwrap_or_default()
+                    st.message.unwrap_or_default(),
+                    resources(&self.pids())
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let (counts, by_client) = counters(&self.client).await?;
+        let (counts, by_client) = self.server.counters(&self.client).await?;
         let use1 = self.usage();
         let leader = self.leader().await?;
         let hist1 = reconcile_histogram(&self.metrics[&leader]).await;
@@ -944,8 +1375,9 @@ impl Fleet {
         let wall_done = (done - first).as_secs_f64();
         let phase = st.phase.as_deref().unwrap_or("?");
         println!(
-            "\n== rollout {}: N={} maxUnavailable {}% (budget {}, at most {} in flight), revision {name} \
+            "\n== {}: rollout {}: N={} maxUnavailable {}% (budget {}, at most {} in flight), revision {name} \
              {phase}: updated {} failed {} of {}",
+            self.server.kind().name(),
             sc.label,
             self.n,
             sc.percent,
@@ -983,12 +1415,7 @@ impl Fleet {
             "watch events received by the agents' watch: {events} ({:.2} per node); load average \
              (1, 5 min) now {} (2 cores, shared with whatever else runs)",
             events as f64 / n,
-            std::fs::read_to_string("/proc/loadavg")
-                .unwrap_or_default()
-                .split(' ')
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(", ")
+            loadavg()
         );
         let total: u64 = counts.values().sum();
         let written = writes(&counts);
@@ -1059,7 +1486,7 @@ impl Fleet {
             if let Some(wait) = until.checked_duration_since(Instant::now()) {
                 tokio::time::sleep(wait).await;
             }
-            let (c1, by1) = counters(&self.client).await?;
+            let (c1, by1) = self.server.counters(&self.client).await?;
             let d = minus(&c1, &c0);
             let taken = assigned.iter().find(|a| **a > at).map(|a| *a - at);
             println!(
@@ -1183,12 +1610,16 @@ fn das_schiff_rows(n: usize) -> Vec<Row> {
     rows
 }
 
-async fn bench(bins: &Path, n: usize) -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("netwave-bench-fleet-{}-{n}", std::process::id()));
+async fn bench(bins: &Path, kind: ServerKind, n: usize) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!(
+        "netwave-bench-fleet-{}-{}-{n}",
+        std::process::id(),
+        kind.name()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let testbed = start_testbed(bins, &dir).await?;
-    let client = client_for(&dir, "bench").await?;
+    let server = Server::start(kind, bins, &dir).await?;
+    let client = server.client("bench").await?;
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -1196,6 +1627,7 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         )
         .await?;
     let setup = Instant::now();
+    warm_up(&client).await?;
     let nodes = Api::<Node>::all(client.clone());
     futures::stream::iter(0..n)
         .map(|i| {
@@ -1223,11 +1655,18 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         .collect::<Vec<_>>()
         .await
         .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .with_context(|| {
+            format!(
+                "creating {n} Nodes on the {}: {}",
+                kind.name(),
+                resources(&server.pids())
+            )
+        })?;
     let seen: Arc<Mutex<Observed>> = Arc::default();
     let rollout = Arc::new(Mutex::new(0));
     let agents = spawn_agents(
-        client_for(&dir, "agents").await?,
+        server.client("agents").await?,
         n,
         rollout.clone(),
         seen.clone(),
@@ -1243,7 +1682,7 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
     let mut metrics = BTreeMap::new();
     for i in 0..2 {
         let id = format!("configurator-{i}");
-        let (p, addr) = start_configurator(bins, &dir, &id, max_failures)?;
+        let (p, addr) = start_configurator(bins, &server, &dir, &id, max_failures)?;
         configurators.insert(id.clone(), Some(p));
         metrics.insert(id, addr);
     }
@@ -1255,17 +1694,19 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         rollout,
         configurators: Mutex::new(configurators),
         metrics,
-        testbed_pid: testbed.0.id(),
         tick: clock_tick(),
+        server,
     };
     let leader = fleet.leader().await?;
     println!(
-        "\n#### fleet rollout benchmark: N={n}, {silent} silent and {failing} failing agents, \
+        "\n#### fleet rollout benchmark on the {}: N={n}, {silent} silent and {failing} failing agents, \
          apply delay uniform {}-{} ms (seed {SEED}), maxFailures {max_failures}, {ZONES} zones; setup \
-         {:.1} s; leader {leader}; logs in {}",
+         {:.1} s; leader {leader}; {}; logs in {}",
+        kind.name(),
         DELAY_MS.0,
         DELAY_MS.1,
         setup.elapsed().as_secs_f64(),
+        fleet.server.auth(),
         fleet.dir.display()
     );
     let mut rows = Vec::new();
@@ -1273,11 +1714,10 @@ async fn bench(bins: &Path, n: usize) -> Result<()> {
         rows.push(fleet.measure(sc, r as u64 + 1).await?);
     }
     rows.extend(das_schiff_rows(n));
-    print_table(n, &rows);
+    print_table(kind, n, &rows);
     agents.abort();
     let dir = fleet.dir.clone();
     drop(fleet);
-    drop(testbed);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -1296,11 +1736,32 @@ async fn main() -> Result<()> {
     } else {
         vec!["1000".into()]
     };
+    let servers = std::env::var("BENCH_FLEET_SERVERS")
+        .unwrap_or_else(|_| "testbed,apiserver".into())
+        .split([',', ' '])
+        .filter(|s| !s.is_empty())
+        .map(ServerKind::parse)
+        .collect::<Result<Vec<_>>>()?;
+    let mut failed = Vec::new();
     for s in sizes {
         let n = s
             .parse()
             .with_context(|| format!("bench_fleet: size {s:?} is not a count"))?;
-        bench(&bins, n).await?;
+        for &kind in &servers {
+            // A size one server cannot carry (a rollout past its limit, memory exhausted) is reported
+            // and the run goes on with the next.
+            if let Err(e) = bench(&bins, kind, n).await {
+                println!(
+                    "\n#### {}, N={n}: FAILED: {e:#}\n(load average now {})",
+                    kind.name(),
+                    loadavg()
+                );
+                failed.push(format!("{} N={n}", kind.name()));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("bench_fleet: failed: {}", failed.join(", "));
     }
     Ok(())
 }

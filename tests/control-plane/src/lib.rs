@@ -113,6 +113,19 @@ pub struct Options {
     pub bind: IpAddr,
     /// How long to wait for `/readyz`.
     pub start_timeout: Duration,
+    /// Token users beside the admin, one `tokens.csv` line each (a benchmark tells its clients apart by
+    /// user, in the audit log). Default: none.
+    pub tokens: Vec<TokenUser>,
+    /// Extra kube-apiserver flags, after the ones this crate sets (an audit policy, say). Default: none.
+    pub apiserver_args: Vec<String>,
+}
+
+/// A static-token user of the API server (`--token-auth-file`).
+#[derive(Debug, Clone)]
+pub struct TokenUser {
+    pub token: String,
+    pub user: String,
+    pub groups: Vec<String>,
 }
 
 impl Default for Options {
@@ -120,6 +133,8 @@ impl Default for Options {
         Options {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             start_timeout: Duration::from_secs(90),
+            tokens: Vec::new(),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -154,10 +169,27 @@ impl ControlPlane {
             .tempdir()
             .context("creating the control plane's directory")?;
         write_pki(dir.path(), opts.bind)?;
-        std::fs::write(
-            dir.path().join("tokens.csv"),
-            format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n"),
-        )?;
+        let mut tokens = format!("{ADMIN_TOKEN},admin,admin,\"system:masters\"\n");
+        for t in &opts.tokens {
+            if [&t.token, &t.user]
+                .iter()
+                .any(|f| f.is_empty() || f.contains([',', '"', '\n']))
+            {
+                bail!(
+                    "token user {:?}: token and user must be non-empty, without commas or quotes",
+                    t.user
+                );
+            }
+            // token,user,uid,"group1,group2"
+            tokens.push_str(&format!(
+                "{},{},{},\"{}\"\n",
+                t.token,
+                t.user,
+                t.user,
+                t.groups.join(",")
+            ));
+        }
+        std::fs::write(dir.path().join("tokens.csv"), tokens)?;
         let mut cp = ControlPlane {
             dir,
             bin,
@@ -222,7 +254,7 @@ impl ControlPlane {
     fn apiserver_args(&self) -> Vec<String> {
         let d = self.dir.path();
         let p = |f: &str| d.join(f).display().to_string();
-        vec![
+        let mut args = vec![
             format!("--etcd-servers={}", self.etcd_url),
             format!("--bind-address={}", self.addr.ip()),
             format!("--secure-port={}", self.addr.port()),
@@ -241,7 +273,9 @@ impl ControlPlane {
             // The address must not land in Endpoints (and a loopback one is refused by the lease reconciler).
             "--endpoint-reconciler-type=none".into(),
             "--profiling=false".into(),
-        ]
+        ];
+        args.extend(self.opts.apiserver_args.iter().cloned());
+        args
     }
 
     async fn start_apiserver(&mut self) -> Result<()> {
@@ -298,6 +332,16 @@ impl ControlPlane {
     pub async fn restart_apiserver(&mut self) -> Result<()> {
         self.stop_apiserver();
         self.start_apiserver().await
+    }
+
+    /// The kube-apiserver process's id (not its watchdog's), while it runs: for its RSS and CPU time.
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        self.apiserver.as_ref()?.server_pid("kube-apiserver")
+    }
+
+    /// The etcd process's id, while it runs.
+    pub fn etcd_pid(&self) -> Option<u32> {
+        self.etcd.as_ref()?.server_pid("etcd")
     }
 
     /// The API server's address.
@@ -595,6 +639,21 @@ impl Supervised {
             .with_context(|| format!("starting {}", bin.display()))?;
         let stdin = watchdog.stdin.take();
         Ok(Supervised { watchdog, stdin })
+    }
+
+    /// The server's process id: the watchdog's child whose command name is `comm` (its other child is a
+    /// bash reading the pipe).
+    fn server_pid(&self, comm: &str) -> Option<u32> {
+        let parent = self.watchdog.id().to_string();
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let name = head.split_once('(')?.1;
+            let ppid = rest.split_whitespace().nth(1)?;
+            (ppid == parent && name == comm).then_some(pid)
+        })
     }
 
     /// The watchdog's exit status once the server (and so the watchdog) has gone.
