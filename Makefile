@@ -61,7 +61,7 @@ endif
 
 # Benchmarks print figures (release builds). The agent benchmark needs root. The fleet benchmark runs
 # six rollouts per size and das-schiff's rules as a baseline, on the testbed and then on the real
-# kube-apiserver + etcd (built from Go modules on first use, cached outside the repo); about 25 min for
+# kube-apiserver + etcd (built from Go modules on first use, cached outside the repo); about 20 min for
 # 1,000 and 5,000 nodes on both servers on 2 cores. BENCH_FLEET_SIZES="1000" and
 # BENCH_FLEET_SERVERS="apiserver" (comma-separated) pick other sizes and servers.
 BENCH_FLEET_SIZES ?= 1000,5000

@@ -799,3 +799,56 @@ pub async fn shared() -> Result<Shared> {
         .context("resetting the shared control plane")?;
     Ok(shared)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Options::tokens` and `Options::apiserver_args` reach the API server: a request of the extra user
+    /// lands in the audit log the extra flags ask for, under that user's name; the pids found are the
+    /// servers'.
+    #[tokio::test]
+    async fn extra_token_users_and_flags_reach_the_api_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let (policy, log) = (dir.path().join("policy.yaml"), dir.path().join("audit.log"));
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  users: [\"alice\"]\n- level: None\n",
+        )
+        .unwrap();
+        let cp = ControlPlane::start(Options {
+            tokens: vec![TokenUser {
+                token: "alice-token".into(),
+                user: "alice".into(),
+                groups: vec!["system:masters".into()],
+            }],
+            apiserver_args: vec![
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", log.display()),
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let alice = cp.client_with_token("alice-token").await.unwrap();
+        Api::<k8s_openapi::api::core::v1::Node>::all(alice)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        let audit = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            audit
+                .lines()
+                .any(|l| l.contains(r#""username":"alice""#) && l.contains(r#""resource":"nodes""#)),
+            "no audit event of alice listing nodes:\n{audit}"
+        );
+        for (pid, comm) in [
+            (cp.apiserver_pid(), "kube-apiserver"),
+            (cp.etcd_pid(), "etcd"),
+        ] {
+            let pid = pid.unwrap_or_else(|| panic!("no pid for {comm}"));
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+            assert_eq!(name.trim(), comm);
+        }
+    }
+}
