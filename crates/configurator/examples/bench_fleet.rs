@@ -1138,6 +1138,16 @@ impl Fleet {
         }
     }
 
+    /// The Lease's holder now, if any.
+    async fn holder(&self) -> Result<Option<String>> {
+        Ok(Api::<Lease>::namespaced(self.client.clone(), LEASE.0)
+            .get_opt(LEASE.1)
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty()))
+    }
+
     /// (who, pid) of every process measured: configurators (by identity), the server's, this process.
     fn pids(&self) -> Vec<(String, u32)> {
         let mut out: Vec<(String, u32)> = self
@@ -1270,6 +1280,8 @@ impl Fleet {
             .await?;
         }
         let mut killed: Option<(Instant, Counts, BTreeMap<String, Counts>, String)> = None;
+        // When the standby was first seen holding the Lease after the kill.
+        let mut took_over: Option<Instant> = None;
         let (rev, done) = loop {
             let rev = new_revision().await?;
             if let Some(rev) = &rev
@@ -1296,6 +1308,11 @@ impl Fleet {
                     );
                     killed = Some((Instant::now(), c, by, leader));
                 }
+            }
+            if let (Some(k), None) = (&killed, took_over)
+                && self.holder().await?.is_some_and(|h| h != k.3)
+            {
+                took_over = Some(Instant::now());
             }
             self.check_alive()?;
             if started.elapsed() > ROLLOUT_LIMIT {
@@ -1345,15 +1362,18 @@ impl Fleet {
         // first node after the canaries is assigned) and the failover (leader killed → the new
         // leader's first assignment).
         let canary_gate = sc.canary.and_then(|(k, _)| assigned.get(k).copied());
-        // The failover: from the old leader's last assignment to the new leader's first.
-        let failover_gate = killed.as_ref().and_then(|k| {
+        // The failover: from the old leader's last assignment to the new leader's first — the first
+        // seen after the standby holds the Lease: the old leader's last writes may still be on their
+        // way after the kill (a loaded API server).
+        let takeover = killed.as_ref().map(|k| took_over.unwrap_or(k.0).max(k.0));
+        let failover_gate = killed.as_ref().zip(takeover).and_then(|(k, after)| {
             let from = assigned
                 .iter()
                 .rev()
                 .find(|a| **a <= k.0)
                 .copied()
                 .unwrap_or(k.0);
-            Some((from, *assigned.iter().find(|a| **a > k.0)?))
+            Some((from, *assigned.iter().find(|a| **a > after)?))
         });
         let gated = |t: Instant| {
             canary_gate.is_some_and(|g| t < g)
@@ -1488,11 +1508,14 @@ impl Fleet {
             }
             let (c1, by1) = self.server.counters(&self.client).await?;
             let d = minus(&c1, &c0);
-            let taken = assigned.iter().find(|a| **a > at).map(|a| *a - at);
+            let after = takeover.unwrap_or(at);
+            let taken = assigned.iter().find(|a| **a > after).map(|a| *a - at);
             println!(
-                "leader {old} killed at {:.1} s into the rollout; first assignment after it {}; in the \
-                 {} s after it: {} requests, {} writes ({:.3}/node):",
+                "leader {old} killed at {:.1} s into the rollout; standby seen holding the Lease {:.2} s \
+                 later, its first assignment {}; in the {} s after the kill: {} requests, {} writes \
+                 ({:.3}/node):",
                 (at - first).as_secs_f64(),
+                (after - at).as_secs_f64(),
                 taken.map_or("none".into(), |t| format!("{:.2} s later", t.as_secs_f64())),
                 FAILOVER_WINDOW.as_secs(),
                 d.values().sum::<u64>(),
