@@ -292,17 +292,9 @@ async fn queue_node(
 /// debug level (a 5,000-node wave is one line from the reconcile, not 5,000).
 fn log_done(intent: &Intent) {
     match intent {
-        Intent::CreateRevision {
-            name,
-            spec,
-            destructive,
-            ..
-        } => match destructive {
-            Some(what) => {
-                warn!(revision = %name, sequence = spec.sequence, "created revision paused: it {what}")
-            }
-            None => info!(revision = %name, sequence = spec.sequence, "created revision"),
-        },
+        // Logged where it is created (`send`): the same intent comes again while the watch has not
+        // delivered the revision yet, and finding it there is no creation.
+        Intent::CreateRevision { .. } => debug!(object = %intent.key(), "written"),
         Intent::ReactivateRevision { name, sequence, .. } => info!(
             revision = %name, sequence,
             "the inputs equal this earlier good revision: it is the target again"
@@ -546,9 +538,22 @@ impl Writer {
                 ncr.meta_mut().labels = Some(managed_by());
                 let pp = create_params();
                 let created = match revisions.create(&pp, &ncr).await {
-                    // Created by us before a crash or by the previous leader: the content is the same.
+                    // Created by us earlier (the watch has not shown it yet, or before a crash) or by
+                    // the previous leader: the content is the same.
                     Err(kube::Error::Api(ae)) if ae.code == 409 => revisions.get(name).await?,
-                    other => other?,
+                    other => {
+                        let created = other?;
+                        match destructive {
+                            Some(what) => warn!(
+                                revision = %name, sequence = spec.sequence,
+                                "created revision paused: it {what}"
+                            ),
+                            None => {
+                                info!(revision = %name, sequence = spec.sequence, "created revision")
+                            }
+                        }
+                        created
+                    }
                 };
                 put_inputs(&self.client, &created, inputs).await
             }
