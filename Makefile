@@ -23,8 +23,9 @@ control-plane:
 images:
 	CARGO="$(CARGO)" bash images/build.sh
 
+# The workspace tests, several test binaries at once (tests/run-suites.sh says why and how).
 unit:
-	$(CARGO) test --workspace
+	CARGO="$(CARGO)" bash tests/run-suites.sh
 
 kernel-tier:
 	bash tests/kernel-tier/ci-snippet.sh

@@ -15,7 +15,8 @@
 //!
 //! Dropping a [`Fleet`] kills every process it started (by its own child handles), then deletes its
 //! namespaces (which deletes their links and the root-side veth) and its temporary directory. Tests hold
-//! [`Fleet::lock`] so that fleets of one process never overlap (they share the host address).
+//! [`Fleet::lock`] so that no two fleets overlap, in one process or across test binaries run at once
+//! (they share the host address and the fabric's subnet in the root namespace).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -66,8 +67,8 @@ pub fn workspace_root() -> PathBuf {
 
 impl Bins {
     /// Builds the three binaries with cargo (debug profile, the caller's `CARGO_TARGET_DIR`) and returns
-    /// their paths. With `NETWAVE_BIN_DIR` set (the full-kernel VM, which has no cargo), the binaries
-    /// already built in that directory.
+    /// their paths. With `NETWAVE_BIN_DIR` set, the binaries already built in that directory: the
+    /// full-kernel VM has no cargo, and `tests/run-suites.sh` built them with the workspace's tests.
     pub fn build() -> Result<Bins> {
         if let Some(dir) = std::env::var_os("NETWAVE_BIN_DIR") {
             return Self::in_dir(Path::new(&dir));
@@ -236,6 +237,16 @@ impl Default for FleetOptions {
 
 static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Held while a fleet may exist: the process's own turn ([`LOCK`]) and the machine's (an exclusive lock
+/// on [`MACHINE_LOCK`], which the kernel releases when the process ends, however it ends).
+pub struct FleetLock {
+    _machine: fs::File,
+    _process: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// The file whose lock serialises fleets across processes (test binaries run in parallel lanes).
+pub const MACHINE_LOCK: &str = "netwave-e2e-fleet.lock";
+
 /// Everything of one run.
 pub struct Fleet {
     pub opts: FleetOptions,
@@ -266,10 +277,35 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Serialises fleets within one process (they share the host address). A failed test releases it
-    /// like a passing one (no poisoning).
-    pub async fn lock() -> tokio::sync::MutexGuard<'static, ()> {
-        LOCK.lock().await
+    /// Serialises fleets within one process and across processes (they share the host address). A
+    /// failed test releases it like a passing one (no poisoning); a process that dies releases it too.
+    pub async fn lock() -> FleetLock {
+        let process = LOCK.lock().await;
+        let path = std::env::temp_dir().join(MACHINE_LOCK);
+        let machine = tokio::task::spawn_blocking(move || -> Result<fs::File> {
+            let file = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            if file.try_lock().is_err() {
+                eprintln!(
+                    "fleet: waiting for another process's fleet to end (lock {})",
+                    path.display()
+                );
+                file.lock()
+                    .with_context(|| format!("locking {}", path.display()))?;
+            }
+            Ok(file)
+        })
+        .await
+        .expect("the lock task does not panic")
+        .expect("the fleet lock file can be opened and locked");
+        FleetLock {
+            _machine: machine,
+            _process: process,
+        }
     }
 
     /// Builds namespaces, starts the API server, creates Nodes, starts agents and configurators.

@@ -1,6 +1,7 @@
 //! The harness itself: nodes reach each other over the fabric, and nothing is left behind — not after a
 //! normal drop, not after a panic.
 
+use netwave_e2e::fleet::{Fleet, MACHINE_LOCK};
 use netwave_e2e::netns::{NetnsFleet, is_root, namespaces_of};
 
 #[test]
@@ -44,4 +45,23 @@ fn a_panicking_test_still_cleans_up() {
     .unwrap_err();
     let run = run.downcast::<String>().unwrap();
     assert_eq!(namespaces_of(&run), Vec::<String>::new());
+}
+
+/// Fleets wire the same host address into the root namespace, so test binaries run side by side
+/// (`tests/run-suites.sh`) must not build theirs at once: [`Fleet::lock`] holds a machine-wide lock that
+/// another open of the lock file (as another process makes) cannot take until the guard is dropped.
+#[tokio::test]
+async fn the_fleet_lock_keeps_other_processes_out_until_released() {
+    let path = std::env::temp_dir().join(MACHINE_LOCK);
+    let guard = Fleet::lock().await;
+    let other = std::fs::File::open(&path).unwrap();
+    assert!(
+        matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+        "another process could take {} while a fleet holds it",
+        path.display()
+    );
+    drop(guard);
+    other
+        .try_lock()
+        .expect("the lock is free once the guard is dropped");
 }
