@@ -200,11 +200,37 @@ impl ControlPlane {
             apiserver: None,
             kubeconfig: PathBuf::new(),
         };
-        cp.start_etcd().await?;
-        cp.addr = SocketAddr::new(cp.opts.bind, free_port(cp.opts.bind)?);
         cp.kubeconfig = cp.dir.path().join("kubeconfig");
-        cp.write_kubeconfig(&cp.kubeconfig, ADMIN_TOKEN)?;
-        cp.start_apiserver().await?;
+        // Ports come from `free_port`: bound, released, then bound again by the server. Another process
+        // (test binaries run in parallel lanes) may take one in between; the server then exits at once,
+        // and new ports are tried.
+        for attempt in 1..=PORT_ATTEMPTS {
+            match cp.start_etcd().await {
+                Err(e) if attempt < PORT_ATTEMPTS && port_taken(&e) => {
+                    eprintln!(
+                        "control plane: etcd's port was taken before it bound it; other ports"
+                    );
+                    let _ = std::fs::remove_dir_all(cp.dir.path().join("etcd"));
+                }
+                r => {
+                    r?;
+                    break;
+                }
+            }
+        }
+        for attempt in 1..=PORT_ATTEMPTS {
+            cp.addr = SocketAddr::new(cp.opts.bind, free_port(cp.opts.bind)?);
+            cp.write_kubeconfig(&cp.kubeconfig, ADMIN_TOKEN)?;
+            match cp.start_apiserver().await {
+                Err(e) if attempt < PORT_ATTEMPTS && port_taken(&e) => eprintln!(
+                    "control plane: kube-apiserver's port was taken before it bound it; another port"
+                ),
+                r => {
+                    r?;
+                    break;
+                }
+            }
+        }
         Ok(cp)
     }
 
@@ -667,6 +693,14 @@ impl Supervised {
         }
         let _ = self.watchdog.wait();
     }
+}
+
+/// How often a control plane tries fresh ports when a server finds its port taken.
+const PORT_ATTEMPTS: u32 = 3;
+
+/// Whether a server failed to start only because its port was taken (its log tail is in the error).
+fn port_taken(e: &anyhow::Error) -> bool {
+    format!("{e:#}").contains("address already in use")
 }
 
 /// A free TCP port on `ip` (bound and released; a race with another process is possible but rare).

@@ -55,6 +55,8 @@ async fn dropping_a_control_plane_stops_both_servers() {
 #[tokio::test]
 async fn a_killed_owner_takes_its_servers_with_it() {
     let exe = std::env::current_exe().unwrap();
+    let output = std::env::temp_dir().join(format!("owner-{}.log", std::process::id()));
+    let log = std::fs::File::create(&output).unwrap();
     let mut child = std::process::Command::new(exe)
         .args([
             "--exact",
@@ -66,19 +68,28 @@ async fn a_killed_owner_takes_its_servers_with_it() {
             "NETWAVE_OWNER_DIR_FILE",
             std::env::temp_dir().join(format!("owner-{}", std::process::id())),
         )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
         .spawn()
         .unwrap();
     let marker = std::env::temp_dir().join(format!("owner-{}", std::process::id()));
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // Longer than the owner's own limits (etcd 30 s, kube-apiserver 90 s), so that it reports first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let said = || std::fs::read_to_string(&output).unwrap_or_default();
     let dir = loop {
         if let Ok(d) = std::fs::read_to_string(&marker) {
             break std::path::PathBuf::from(d);
         }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "the owner exited ({status}) before starting its control plane:\n{}",
+                said()
+            );
+        }
         assert!(
             std::time::Instant::now() < deadline,
-            "owner never started its control plane"
+            "owner never started its control plane:\n{}",
+            said()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
@@ -87,6 +98,7 @@ async fn a_killed_owner_takes_its_servers_with_it() {
     child.kill().unwrap();
     child.wait().unwrap();
     let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&output);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     for pid in pids {
         while std::path::Path::new(&format!("/proc/{pid}")).exists() {
