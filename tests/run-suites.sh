@@ -30,20 +30,15 @@ start=$(date +%s)
 "$cargo" test --workspace --no-run --message-format=json-render-diagnostics >"$logs/build.json"
 python3 - "$logs/build.json" >"$logs/jobs.tsv" <<'EOF'
 import json, os, sys
-seen = set()
 for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or not m["profile"]["test"] or not m.get("executable"):
         continue
-    if m["executable"] in seen:
-        continue
-    seen.add(m["executable"])
     # path+file:///…/dir#name@0.1.0, or path+file:///…/name#0.1.0 for a package named like its directory
     url, _, frag = m["package_id"].partition("#")
     pkg = frag.split("@")[0] if "@" in frag else url.rstrip("/").rsplit("/", 1)[-1]
-    kind = m["target"]["kind"][0]
-    name = f"{pkg} {kind} {m['target']['name']}"
-    print("\t".join([name.replace(" ", ":"), os.path.dirname(m["manifest_path"]), pkg, m["executable"]]))
+    name = f"{pkg}:{m['target']['kind'][0]}:{m['target']['name']}"
+    print("\t".join([name, os.path.dirname(m["manifest_path"]), pkg, m["executable"]]))
 EOF
 echo "test binaries built in $(($(date +%s) - start)) s: $(wc -l <"$logs/jobs.tsv") binaries, $lanes lanes"
 # The e2e fleets run the netwave binaries this build put in target/debug (built for the integration
@@ -56,7 +51,7 @@ export NETWAVE_BIN_DIR=$target_dir/debug
 # with Fleet::lock; as one job they do not hold lanes while they wait for it).
 fleet_group=netwave-e2e:test:
 # Slowest first (longest-processing-time order keeps the lanes even). Measured on 2 cores: the fleet
-# group ~300 s, failover 132 s, scenarios 32 s, frr_root 26 s; most binaries take under 15 s. Jobs not
+# group 231-277 s, failover 137-147 s, scenarios 38-42 s, frr_root 27 s; most binaries under 25 s. Jobs not
 # named here follow in build order.
 slow=(
     fleet-group

@@ -190,6 +190,7 @@ impl ControlPlane {
             ));
         }
         std::fs::write(dir.path().join("tokens.csv"), tokens)?;
+        let kubeconfig = dir.path().join("kubeconfig");
         let mut cp = ControlPlane {
             dir,
             bin,
@@ -198,40 +199,42 @@ impl ControlPlane {
             addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
             etcd: None,
             apiserver: None,
-            kubeconfig: PathBuf::new(),
+            kubeconfig,
         };
-        cp.kubeconfig = cp.dir.path().join("kubeconfig");
-        // Ports come from `free_port`: bound, released, then bound again by the server. Another process
-        // (test binaries run in parallel lanes) may take one in between; the server then exits at once,
-        // and new ports are tried.
-        for attempt in 1..=PORT_ATTEMPTS {
-            match cp.start_etcd().await {
-                Err(e) if attempt < PORT_ATTEMPTS && port_taken(&e) => {
-                    eprintln!(
-                        "control plane: etcd's port was taken before it bound it; other ports"
-                    );
-                    let _ = std::fs::remove_dir_all(cp.dir.path().join("etcd"));
-                }
-                r => {
-                    r?;
-                    break;
-                }
-            }
-        }
-        for attempt in 1..=PORT_ATTEMPTS {
+        cp.on_fresh_ports("etcd", async |cp| {
+            let _ = std::fs::remove_dir_all(cp.dir.path().join("etcd"));
+            cp.start_etcd().await
+        })
+        .await?;
+        cp.on_fresh_ports("kube-apiserver", async |cp| {
             cp.addr = SocketAddr::new(cp.opts.bind, free_port(cp.opts.bind)?);
             cp.write_kubeconfig(&cp.kubeconfig, ADMIN_TOKEN)?;
-            match cp.start_apiserver().await {
-                Err(e) if attempt < PORT_ATTEMPTS && port_taken(&e) => eprintln!(
-                    "control plane: kube-apiserver's port was taken before it bound it; another port"
-                ),
-                r => {
-                    r?;
-                    break;
+            cp.start_apiserver().await
+        })
+        .await?;
+        Ok(cp)
+    }
+
+    /// Runs `start`, which picks its ports with [`free_port`]: bound, released, then bound again by the
+    /// server. Another process (test binaries run in parallel lanes) may take one in between; the server
+    /// then exits at once, and `start` runs again on fresh ports, up to [`PORT_ATTEMPTS`] times.
+    async fn on_fresh_ports(
+        &mut self,
+        server: &str,
+        mut start: impl AsyncFnMut(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let mut attempt = 1;
+        loop {
+            match start(self).await {
+                Err(e) if attempt < PORT_ATTEMPTS && port_taken(&e) => {
+                    eprintln!(
+                        "control plane: {server}'s port was taken before it bound it; fresh ports"
+                    );
+                    attempt += 1;
                 }
+                r => return r,
             }
         }
-        Ok(cp)
     }
 
     async fn start_etcd(&mut self) -> Result<()> {
