@@ -1,15 +1,24 @@
 # Thin wrappers around cargo; the README's two commands are the truth.
 CARGO ?= cargo
 
-.PHONY: build test unit kernel-tier fleet-vm control-plane lint fmt crds demo bench explore images
+.PHONY: build deps test unit kernel-tier fleet-vm control-plane lint fmt crds demo bench explore images
 
 build:
 	$(CARGO) build --workspace --all-targets
 
-# Everything CI runs after lint: the real control plane (built from Go modules on first use), the
-# workspace tests against it, then the kernel tier (VRF/VLAN netlink tests in a Debian kernel under qemu;
-# installs qemu and the kernel package on first use).
-test: control-plane images unit kernel-tier fleet-vm
+# Every tool the demo and the tests run (tools/deps.sh says which and why): as root on Debian it installs
+# what is missing (FRR, ping, buildah, mmdebstrap, Prometheus, qemu, busybox-static; ~1-2 min once),
+# otherwise it names each missing tool and how to install it. DEPS=demo|demo-nokernel|vm|test.
+DEPS ?= test
+deps:
+	@bash tools/deps.sh $(DEPS)
+
+# Everything CI runs after lint: the tools (make deps), the real control plane (built from Go modules on
+# first use), the workspace tests against it, then the kernel tier (VRF/VLAN netlink tests in a Debian
+# kernel under qemu; downloads the kernel package on first use).
+test:
+	@bash tools/deps.sh test
+	$(MAKE) --no-print-directory control-plane images unit kernel-tier fleet-vm
 
 # kube-apiserver, etcd and kubectl from Go modules, cached in ~/.cache/netwave/control-plane/ (cold:
 # ~10 min on 2 cores; nothing when cached). Prints the versions and how long the build took.
@@ -54,8 +63,10 @@ crds:
 # with real FRR per node (BGP EVPN), where the samples' VRFs get their L3 VNIs (a few minutes).
 demo:
 ifeq ($(KERNEL),full)
+	@bash tools/deps.sh vm
 	bash tests/kernel-tier/fleet-vm.sh --demo
 else
+	@bash tools/deps.sh $(if $(NO_KERNEL),demo-nokernel,demo)
 	$(CARGO) build -q -p netwave-testbed -p netwave-configurator -p netwave-agent -p netwave-e2e --bins
 	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel) $(if $(REAL),--real-control-plane)
 endif

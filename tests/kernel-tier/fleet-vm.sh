@@ -68,17 +68,6 @@ skip() {
 # shellcheck source=tests/kernel-tier/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-ensure_fleet_packages() {
-    local missing=() pkg
-    for pkg in mmdebstrap e2fsprogs; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    log "installing ${missing[*]}"
-    { apt_update && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >&2 ||
-        skip "apt-get could not install ${missing[*]}"
-}
-
 # Debian bookworm with FRR as an ext4 image, made once a week (security updates) or when the package list
 # changes. Prints its path.
 rootfs_image() {
@@ -254,8 +243,7 @@ main() {
         trap "rm -rf '$work'" EXIT
     fi
     ensure_packages
-    ensure_fleet_packages
-    exec 9>"$CACHE/.lock"
+        exec 9>"$CACHE/.lock"
     flock 9
     rm -rf "$CACHE"/.fetch.* "$CACHE"/.rootfs.*
     t=$(now)

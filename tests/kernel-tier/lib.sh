@@ -12,22 +12,8 @@ apt_update() {
 }
 
 # --- 1. host packages -----------------------------------------------------------------------------------
-ensure_packages() {
-    local missing=() pkg
-    for pkg in qemu-system-x86 busybox-static iproute2 xz-utils zstd lz4; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    [ "$(id -u)" = 0 ] || skip "${missing[*]} not installed and not root to install them"
-    log "installing ${missing[*]}"
-    local start
-    start=$(now)
-    if ! { apt_update && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$CACHE/.apt.log" 2>&1
-    then
-        tail -n 20 "$CACHE/.apt.log" >&2
-        skip "apt-get could not install ${missing[*]}"
-    fi
-    log "installed in $(secs "$start" "$(now)") s"
+ensure_packages() { # qemu, a static busybox, mmdebstrap…: tools/deps.sh is the one list (profile vm)
+    bash "$ROOT/tools/deps.sh" vm >&2 || skip "tools/deps.sh could not provide the full-kernel tier's tools (above)"
 }
 
 # --- 2. kernel: resolve through linux-image-cloud-amd64, download, extract, cache -------------------------

@@ -230,8 +230,10 @@ impl NetnsFleet {
         ip(&full)
     }
 
-    /// Pings `target` once from inside `node`'s namespace; true if a reply came back.
+    /// Pings `target` once from inside `node`'s namespace; true if a reply came back. A missing `ping`
+    /// is an error, never an unanswered ping.
     pub fn ping(&self, node: &str, target: &str) -> Result<bool> {
+        require_ping()?;
         let ns = &self
             .node(node)
             .with_context(|| format!("no node {node}"))?
@@ -391,8 +393,25 @@ pub fn trunk_host_ns(node_ns: &str) -> String {
     format!("{node_ns}-trunk")
 }
 
-/// Pings `target` once from inside namespace `ns`; true if a reply came back.
+/// `ping` is on the PATH, or an error saying how to install it: without it every data-plane check
+/// would read as a dead data plane.
+pub fn require_ping() -> Result<()> {
+    let found = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join("ping").is_file())
+    });
+    if found {
+        Ok(())
+    } else {
+        bail!("ping is not installed, so the data plane cannot be checked: apt-get install iputils-ping (or make deps)")
+    }
+}
+
+/// Pings `target` once from inside namespace `ns`; true if a reply came back. Panics when `ping` is not
+/// installed (a missing tool is not an unanswered ping).
 pub fn ping_in(ns: &str, target: &str) -> bool {
+    if let Err(e) = require_ping() {
+        panic!("{e:#}");
+    }
     Command::new("ip")
         .args([
             "netns", "exec", ns, "ping", "-c", "1", "-W", "1", "-q", target,

@@ -10,7 +10,7 @@ fn main() -> std::io::Result<()> {
         std::fs::write(&path, netwave_api::crd_yaml(&crd))?;
         println!("wrote {}", path.display());
     }
-    let path = dir.join("kustomization.yaml");
+    let path = dir.join(netwave_api::CRDS_KUSTOMIZATION);
     std::fs::write(&path, netwave_api::crds_kustomization())?;
     println!("wrote {}", path.display());
     Ok(())

@@ -80,8 +80,13 @@ fn kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition
 }
 
 /// The YAML committed for a CRD: a generated-file header, then the object.
-/// `crds/kustomization.yaml`: the CRDs as a kustomize resource directory, so the install (`deploy/`)
-/// includes them and `kubectl apply -k crds/` installs them alone.
+/// The file name of [`crds_kustomization`] in `crds/`.
+pub const CRDS_KUSTOMIZATION: &str = "Kustomization";
+
+/// `crds/Kustomization`: the CRDs as a kustomize resource directory, so the install (`deploy/`) includes
+/// them and `kubectl apply -k crds/` installs them alone. Named `Kustomization` (a name kustomize reads)
+/// rather than `kustomization.yaml` so that `kubectl apply -f crds/`, which reads every `.yaml` file,
+/// finds only CRDs and exits 0.
 pub fn crds_kustomization() -> String {
     let mut out = String::from(
         "# Generated from crates/api by `make crds`. Do not edit.\n\

@@ -18,9 +18,22 @@ fn committed_crds_match_the_rust_types() {
             ));
         }
     }
-    let have = std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap_or_default();
+    let have =
+        std::fs::read_to_string(dir.join(netwave_api::CRDS_KUSTOMIZATION)).unwrap_or_default();
     if have != netwave_api::crds_kustomization() {
-        drifted.push("crds/kustomization.yaml does not list the generated CRDs".to_string());
+        drifted.push("crds/Kustomization does not list the generated CRDs".to_string());
+    }
+    // `kubectl apply -f crds/` reads every .yaml, .yml and .json file there: each must be a CRD we
+    // generate, or the command fails after creating the others (a kustomization.yaml did).
+    let generated: Vec<&str> = netwave_api::crds().iter().map(|(f, _)| *f).collect();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        let read_by_apply = [".yaml", ".yml", ".json"].iter().any(|x| name.ends_with(x));
+        if read_by_apply && !generated.contains(&name.as_str()) {
+            drifted.push(format!(
+                "crds/{name} is not a generated CRD, so `kubectl apply -f crds/` fails on it"
+            ));
+        }
     }
     assert!(
         drifted.is_empty(),

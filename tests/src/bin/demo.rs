@@ -47,6 +47,10 @@ fn main() -> Result<()> {
         );
         std::process::exit(2);
     }
+    if !no_kernel {
+        // Before anything starts: a missing ping would otherwise read as a dead data plane at the end.
+        netwave_e2e::netns::require_ping()?;
+    }
     let exe = std::env::current_exe()?;
     let bins = Bins::in_dir(exe.parent().context("exe has a directory")?)?;
     // Real FRR (zebra + bgpd) per node when it is installed: BGP EVPN gives every VXLAN its remote
