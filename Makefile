@@ -8,7 +8,7 @@ build:
 
 # Every tool the demo and the tests run (tools/deps.sh says which and why): as root on Debian it installs
 # what is missing (FRR, ping, buildah, mmdebstrap, Prometheus, qemu, busybox-static; ~1-2 min once),
-# otherwise it names each missing tool and how to install it. DEPS=demo|demo-nokernel|vm|test.
+# otherwise it names each missing tool and how to install it. DEPS=demo|demo-nokernel|vm|cluster|test.
 DEPS ?= test
 deps:
 	@bash tools/deps.sh $(DEPS)

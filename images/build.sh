@@ -29,7 +29,7 @@ if [ "$(uname -m)" != x86_64 ]; then
 fi
 for tool in buildah mmdebstrap; do
     if ! command -v $tool >/dev/null 2>&1; then
-        echo "images: $tool is missing (apt-get install $tool; .ci/run installs it)" >&2
+        echo "images: $tool is missing (apt-get install $tool; tools/deps.sh installs it)" >&2
         exit 1
     fi
 done

@@ -7,6 +7,7 @@
 #   tools/deps.sh demo-nokernel   make demo NO_KERNEL=1: the Rust toolchain only
 #   tools/deps.sh vm              make demo KERNEL=full, make fleet-vm / kernel-tier: qemu, a static busybox,
 #                                 mmdebstrap for the guest's root filesystem
+#   tools/deps.sh cluster         make cluster: a real node (containerd, runc, CNI plugins, nftables, iptables)
 #   tools/deps.sh test            make test: all of the above, Go, buildah, Prometheus
 #
 # As root on Debian (apt-get) it installs what is missing, says what and how long it took, and is silent
@@ -28,26 +29,33 @@ declare -A PACKAGE_OF=(
     [prometheus]=prometheus [promtool]=prometheus
     [qemu-system-x86_64]=qemu-system-x86 [/bin/busybox]=busybox-static
     [xz]=xz-utils [zstd]=zstd [lz4]=lz4
+    [containerd]=containerd [ctr]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
+    [nft]=nftables [iptables]=iptables [nsenter]=util-linux
 )
 # What each profile needs, and why (the why is printed when a tool cannot be installed).
 demo_tools=(make ip bridge ping /usr/lib/frr/zebra /usr/lib/frr/bgpd vtysh /usr/lib/frr/frr-reload.py)
 vm_tools=(make ip bridge python3 qemu-system-x86_64 /bin/busybox mmdebstrap mkfs.ext4 xz zstd lz4)
-test_tools=("${demo_tools[@]}" "${vm_tools[@]}" bash update-ca-certificates buildah prometheus promtool)
+cluster_tools=(ip nsenter containerd ctr runc /usr/lib/cni/bridge nft iptables /bin/busybox)
+test_tools=("${demo_tools[@]}" "${vm_tools[@]}" "${cluster_tools[@]}" bash update-ca-certificates buildah prometheus promtool)
 declare -A WHY=(
     [ping]="the demo's and the e2e tests' data-plane checks"
     [/usr/lib/frr/zebra]="BGP EVPN per node (FRR)" [/usr/lib/frr/bgpd]="BGP EVPN per node (FRR)"
     [vtysh]="BGP EVPN per node (FRR)" [/usr/lib/frr/frr-reload.py]="the agent's FRR reloads"
     [buildah]="make images" [mmdebstrap]="the FRR image and the full-kernel guest's root filesystem"
     [prometheus]="the alert and dashboard tests" [promtool]="the alert rule tests"
-    [qemu-system-x86_64]="the full-kernel tier" [/bin/busybox]="the full-kernel tier's initramfs"
+    [qemu-system-x86_64]="the full-kernel tier" [/bin/busybox]="the full-kernel tier's initramfs, the real node's sandbox image"
+    [containerd]="the real node's container runtime" [ctr]="importing images into the real node"
+    [runc]="the real node's container runtime" [/usr/lib/cni/bridge]="the real node's pod network"
+    [nft]="kube-proxy (nftables mode) on the real node" [iptables]="the CNI bridge's masquerading on the real node"
 )
 
 case $profile in
     demo) tools=("${demo_tools[@]}") ;;
     demo-nokernel) tools=() ;;
     vm) tools=("${vm_tools[@]}") ;;
+    cluster) tools=("${cluster_tools[@]}") ;;
     test) tools=("${test_tools[@]}") ;;
-    *) echo "deps: unknown profile '$profile' (demo, demo-nokernel, vm, test)" >&2; exit 2 ;;
+    *) echo "deps: unknown profile '$profile' (demo, demo-nokernel, vm, cluster, test)" >&2; exit 2 ;;
 esac
 
 have() {
@@ -63,12 +71,12 @@ problems=()
 if ! command -v cargo >/dev/null 2>&1; then
     problems+=("cargo: the Rust toolchain (https://rustup.rs; rust-toolchain.toml pins the version)")
 fi
-if [ "$profile" = test ]; then
+if [ "$profile" = test ] || [ "$profile" = cluster ]; then
     if ! command -v go >/dev/null 2>&1; then
         problems+=("go: Go 1.26 builds kube-apiserver and etcd for the API tests (https://go.dev/dl)")
     fi
     if ! command -v kubectl >/dev/null 2>&1; then
-        problems+=("kubectl: the tests run it against the real API server (apt-get install kubernetes-client, or put ~/.cache/netwave/control-plane/*/bin on the PATH after make control-plane)")
+        problems+=('kubectl: the tests run it against the real API server (apt-get install kubernetes-client, or put the directory that tests/control-plane/build.sh prints on the PATH)')
     fi
 fi
 

@@ -396,13 +396,14 @@ pub fn trunk_host_ns(node_ns: &str) -> String {
 /// `ping` is on the PATH, or an error saying how to install it: without it every data-plane check
 /// would read as a dead data plane.
 pub fn require_ping() -> Result<()> {
-    let found = std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join("ping").is_file())
-    });
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("ping").is_file()));
     if found {
         Ok(())
     } else {
-        bail!("ping is not installed, so the data plane cannot be checked: apt-get install iputils-ping (or make deps)")
+        bail!(
+            "ping is not installed, so the data plane cannot be checked: apt-get install iputils-ping (or make deps)"
+        )
     }
 }
 

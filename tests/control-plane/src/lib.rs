@@ -18,8 +18,11 @@
 //! or needs it on another address, starts its own ([`ControlPlane::start`]).
 //!
 //! [`frr`]: a real FRR (zebra + bgpd) per network namespace, for the agent's FRR tests and the e2e fleet.
+//! [`node`]: a real node (containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler) beside
+//! it, for the install tier.
 
 pub mod frr;
+pub mod node;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -733,6 +736,14 @@ fn write_pki(dir: &Path, bind: IpAddr) -> Result<()> {
         .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     if !bind.is_loopback() {
         leaf.subject_alt_names.push(SanType::IpAddress(bind));
+    }
+    // The `kubernetes` Service (first address of --service-cluster-ip-range), as pods on a real node
+    // reach the API server: in-cluster clients check the certificate against it.
+    leaf.subject_alt_names
+        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
+    for name in ["kubernetes", "kubernetes.default", "kubernetes.default.svc"] {
+        leaf.subject_alt_names
+            .push(SanType::DnsName(name.try_into()?));
     }
     let cert = leaf.signed_by(&key, &issuer)?;
 

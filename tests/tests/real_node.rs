@@ -1,0 +1,472 @@
+//! netwave installed as users install it (DESIGN §7, tier 5): `kubectl apply -k deploy/base` on a real
+//! cluster (kube-apiserver with NodeRestriction and the Node authorizer, kube-controller-manager,
+//! kube-scheduler, a kubelet on containerd, kube-proxy: `netwave_control_plane::node`), its own images
+//! from `make images` imported into containerd, every component under its own identity.
+//!
+//! ```text
+//!  admin: kubectl apply -k <overlay of deploy/base> ──► configurator Deployment (2 pods, pod network,
+//!         kubectl apply -f deploy/samples/               in-cluster token, Lease) ──► NodeNetworkConfig
+//!                                                     agent DaemonSet (hostNetwork in the node's
+//!                                                     namespace, kubelet-mounted pod-bound token,
+//!                                                     the admission policy on) ──► kernel + status
+//! ```
+//!
+//! The test overlay changes only what a test must: images are never pulled (`imagePullPolicy: Never`),
+//! the agent's state hostPath lives in the cluster's temporary directory instead of the host's
+//! /var/lib/netwave, and pods stop in 2 s instead of 30.
+//!
+//! Needs root, the images (`make images`; `make test` builds them first) and the node's tools
+//! (`tools/deps.sh cluster`); without them it fails saying which is missing.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use netwave_control_plane::node::{Cluster, ClusterOptions, NETNS, NODE_ADDR, OciImage};
+use netwave_e2e::fleet::workspace_root;
+use netwave_e2e::netns::is_root;
+
+const NS: &str = "netwave-system";
+const TAINT: &str = "netwave.dev/network-unavailable";
+
+fn images_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("images")
+}
+
+/// The configurator's and the plain agent's image layouts, or an error saying to build them.
+fn images() -> Result<Vec<OciImage>> {
+    ["netwave-configurator", "netwave-agent"]
+        .into_iter()
+        .map(|name| {
+            let layout = images_dir().join(name);
+            if !layout.join("index.json").is_file() {
+                bail!(
+                    "{} has no OCI layout: run `make images` (make test builds them first)",
+                    layout.display()
+                );
+            }
+            Ok(OciImage {
+                layout,
+                name: format!("ghcr.io/netwave/{name}"),
+            })
+        })
+        .collect()
+}
+
+/// The test overlay over deploy/base, written where kustomize may load deploy/base from (a relative
+/// path inside the repository), with the agent's state directory at `state`.
+fn write_overlay(state: &Path) -> Result<PathBuf> {
+    let dir = workspace_root()
+        .join("target")
+        .join(format!("real-node-overlay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let base = pathdiff(&workspace_root().join("deploy/base"), &dir);
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            r#"apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - {base}
+patches:
+  - target: {{kind: Deployment, name: netwave-configurator}}
+    patch: |
+      - {{op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}}
+      - {{op: replace, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2}}
+  - target: {{kind: DaemonSet, name: netwave-agent}}
+    patch: |
+      - {{op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}}
+      - {{op: add, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2}}
+      - {{op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: {state}}}
+"#,
+            state = state.display()
+        ),
+    )?;
+    Ok(dir)
+}
+
+/// `to` relative to `from` (both absolute, `to` inside the repository).
+fn pathdiff(to: &Path, from: &Path) -> String {
+    let root = workspace_root();
+    let up = from
+        .strip_prefix(&root)
+        .map(|p| p.components().count())
+        .unwrap_or(0);
+    let rel = to.strip_prefix(&root).unwrap_or(to);
+    format!("{}{}", "../".repeat(up), rel.display())
+}
+
+/// `kubectl …` as the admin, from the repository root; fails with its output.
+fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
+    let out = cluster
+        .cp
+        .kubectl()
+        .args(args)
+        .current_dir(workspace_root())
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "kubectl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Polls `f` every 250 ms until it returns `Some`, or fails after `timeout` with `what` and the cluster's
+/// logs.
+async fn until<T, F, Fut>(cluster: &Cluster, what: &str, timeout: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) | Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            r => bail!(
+                "{what}: not within {timeout:?} ({:?})\n{}\n{}",
+                r.err(),
+                pods_summary(cluster).await,
+                cluster.logs_tail(10)
+            ),
+        }
+    }
+}
+
+async fn pods_summary(cluster: &Cluster) -> String {
+    let Ok(client) = cluster.admin().await else {
+        return String::new();
+    };
+    let Ok(pods) = Api::<Pod>::namespaced(client, NS)
+        .list(&ListParams::default())
+        .await
+    else {
+        return String::new();
+    };
+    let mut out = String::from("pods:\n");
+    for p in pods.items {
+        let st = p.status.clone().unwrap_or_default();
+        out.push_str(&format!(
+            "  {} {:?} {:?}\n",
+            p.name_any(),
+            st.phase,
+            st.container_statuses
+                .unwrap_or_default()
+                .iter()
+                .map(|c| (c.ready, c.restart_count, c.state.clone()))
+                .collect::<Vec<_>>()
+        ));
+        for c in ["configurator", "agent"] {
+            let log = cluster.container_log(NS, &p.name_any(), c);
+            let lines: Vec<&str> = log.lines().collect();
+            for l in &lines[lines.len().saturating_sub(8)..] {
+                out.push_str(&format!("    {l}\n"));
+            }
+        }
+    }
+    out
+}
+
+/// Ready pods of a workload (by its `app.kubernetes.io/name`), sorted by name.
+async fn ready_pods(client: &Client, app: &str) -> Result<Vec<String>> {
+    let pods = Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={app}")))
+        .await?;
+    let mut ready: Vec<String> = pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .map(|p| p.name_any())
+        .collect();
+    ready.sort();
+    Ok(ready)
+}
+
+async fn leader(client: &Client) -> Result<Option<String>> {
+    let lease = Api::<Lease>::namespaced(client.clone(), NS)
+        .get_opt("netwave-configurator")
+        .await?;
+    Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity))
+}
+
+/// The agent's counter `name` from its /metrics (hostNetwork: the node's address).
+async fn agent_metric(name: &str) -> Result<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect((NODE_ADDR, 9091)).await?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+        .await?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).await?;
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .filter(|r| r.starts_with(' '))
+                .and_then(|r| r.trim().parse().ok())
+        })
+        .with_context(|| format!("no {name} in the agent's metrics"))
+}
+
+/// What every netwave component logged that says a write was refused (a 403 of RBAC or the admission
+/// policy): none is the only right count.
+fn refusals(cluster: &Cluster, pods: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in pods {
+        for c in ["configurator", "agent"] {
+            for l in cluster.container_log(NS, p, c).lines() {
+                if l.contains("forbidden") || l.contains("Forbidden") || l.contains(" 403") {
+                    out.push(format!("{p}/{c}: {l}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_install_runs_on_a_real_node_under_its_own_identities() {
+    if !is_root() {
+        panic!("the real-node tier needs root (it runs a kubelet and containerd)");
+    }
+    let images = images().unwrap_or_else(|e| panic!("{e:#}"));
+    let t0 = Instant::now();
+    // Every node of a fleet registers tainted until its network is configured: the install must
+    // converge anyway (the configurator tolerates the taint; the agent removes it once healthy).
+    let cluster = Cluster::start(ClusterOptions {
+        taints: vec![format!("{TAINT}=:NoSchedule")],
+        images,
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let r = run(&cluster).await;
+    if let Err(e) = &r {
+        eprintln!("{e:#}");
+    }
+    cluster.stop().await;
+    // The host is as it was: no namespace, veth or pod cgroup left.
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&netns.stdout).contains(NETNS),
+        "the node's namespace is gone after teardown"
+    );
+    assert!(
+        std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .flatten()
+            .all(|h| !h.path().join("kubepods").exists()),
+        "no kubepods cgroup is left after teardown"
+    );
+    r.unwrap();
+    eprintln!("real node tier: {:.1} s in all", t0.elapsed().as_secs_f64());
+}
+
+async fn run(cluster: &Cluster) -> Result<()> {
+    let admin = cluster.admin().await?;
+    let node = cluster.node().to_string();
+    let state =
+        std::env::temp_dir().join(format!("netwave-real-node-state-{}", std::process::id()));
+    let overlay = write_overlay(&state)?;
+    let rel = pathdiff(&overlay, &workspace_root());
+
+    // 1. Install as the README says, then the samples.
+    let t = Instant::now();
+    let applied = kubectl(cluster, &["apply", "-k", &rel])?;
+    eprintln!("installed ({} objects)", applied.lines().count());
+    let configurators = until(
+        cluster,
+        "2 configurator pods Ready",
+        Duration::from_secs(120),
+        || {
+            let admin = admin.clone();
+            async move {
+                let r = ready_pods(&admin, "netwave-configurator").await?;
+                Ok((r.len() == 2).then_some(r))
+            }
+        },
+    )
+    .await?;
+    let first_leader = until(
+        cluster,
+        "a configurator leader",
+        Duration::from_secs(60),
+        || {
+            let admin = admin.clone();
+            async move { leader(&admin).await }
+        },
+    )
+    .await?;
+    assert!(
+        configurators.contains(&first_leader),
+        "the Lease holder {first_leader} is one of the configurator pods {configurators:?}"
+    );
+    let agents = until(
+        cluster,
+        "the agent pod Ready",
+        Duration::from_secs(120),
+        || {
+            let admin = admin.clone();
+            async move {
+                let r = ready_pods(&admin, "netwave-agent").await?;
+                Ok((r.len() == 1).then_some(r))
+            }
+        },
+    )
+    .await?;
+    eprintln!(
+        "configurators {configurators:?} (leader {first_leader}) and agent {agents:?} Ready in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let t = Instant::now();
+    kubectl(cluster, &["apply", "-f", "deploy/samples/"])?;
+    let nnc: Api<NodeNetworkConfig> = Api::all(admin.clone());
+    let revisions: Api<NetworkConfigRevision> = Api::all(admin.clone());
+    let provisioned = until(
+        cluster,
+        "the samples Provisioned on the real node",
+        Duration::from_secs(180),
+        || {
+            let (nnc, revisions, node) = (nnc.clone(), revisions.clone(), node.clone());
+            async move {
+                let Some(n) = nnc.get_opt(&node).await? else {
+                    return Ok(None);
+                };
+                let newest = revisions
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .max_by_key(|r| r.spec.sequence);
+                let Some(newest) = newest else {
+                    return Ok(None);
+                };
+                let st = n.status.clone().unwrap_or_default();
+                let on_it = n.spec.revision == newest.name_any()
+                    && st.observed_revision.as_deref() == Some(newest.name_any().as_str())
+                    && st.phase.as_deref() == Some("Provisioned");
+                Ok(on_it.then_some(newest.name_any()))
+            }
+        },
+    )
+    .await?;
+    eprintln!(
+        "samples: revision {provisioned} Provisioned on {node} in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    // The kernel of the node's namespace holds what the config says (the default-VRF segment every node
+    // gets), and the agent took the bootstrap taint off once healthy.
+    let links = String::from_utf8_lossy(
+        &std::process::Command::new("ip")
+            .args(["-n", NETNS, "-br", "link"])
+            .output()?
+            .stdout,
+    )
+    .into_owned();
+    assert!(
+        links.lines().any(|l| l.starts_with("l2.103")),
+        "bridge l2.103 of segment vlan103-monitoring in the node's namespace:\n{links}"
+    );
+    let tainted = Api::<Node>::all(admin.clone())
+        .get(&node)
+        .await?
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == TAINT);
+    assert!(!tainted, "the agent removed {TAINT} from its healthy node");
+
+    // 2. Leader failover: the leader pod is deleted; the other takes the Lease.
+    let t = Instant::now();
+    Api::<Pod>::namespaced(admin.clone(), NS)
+        .delete(&first_leader, &DeleteParams::default())
+        .await?;
+    let second = until(cluster, "a new leader", Duration::from_secs(90), || {
+        let (admin, old) = (admin.clone(), first_leader.clone());
+        async move { Ok(leader(&admin).await?.filter(|l| *l != old)) }
+    })
+    .await?;
+    eprintln!(
+        "leader {first_leader} deleted: {second} leads after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // 3. The agent pod is deleted; the DaemonSet makes a new one, which finds its backup on the hostPath
+    // and writes nothing to the kernel for the config it already runs.
+    let t = Instant::now();
+    Api::<Pod>::namespaced(admin.clone(), NS)
+        .delete(&agents[0], &DeleteParams::default())
+        .await?;
+    let new_agent = until(
+        cluster,
+        "a new agent pod Ready",
+        Duration::from_secs(120),
+        || {
+            let (admin, old) = (admin.clone(), agents[0].clone());
+            async move {
+                let r = ready_pods(&admin, "netwave-agent").await?;
+                Ok(r.into_iter().find(|p| *p != old))
+            }
+        },
+    )
+    .await?;
+    let writes = agent_metric("netwave_agent_netlink_writes_total").await?;
+    eprintln!(
+        "agent pod {} replaced by {new_agent} in {:.1} s; its netlink writes: {writes}",
+        agents[0],
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        writes, 0.0,
+        "the restarted agent found its backup and wrote nothing to the kernel"
+    );
+
+    // 4. Nothing any netwave component did was refused.
+    let mut pods: Vec<String> = configurators.clone();
+    pods.extend(agents.iter().cloned());
+    pods.push(second);
+    pods.push(new_agent);
+    let refused = refusals(cluster, &pods);
+    assert!(
+        refused.is_empty(),
+        "netwave's components were refused:\n{}",
+        refused.join("\n")
+    );
+    let ds = Api::<DaemonSet>::namespaced(admin.clone(), NS)
+        .get("netwave-agent")
+        .await?;
+    let deploy = Api::<Deployment>::namespaced(admin.clone(), NS)
+        .get("netwave-configurator")
+        .await?;
+    eprintln!(
+        "agent DaemonSet {:?} ready, configurator Deployment {:?} ready",
+        ds.status.map(|s| s.number_ready),
+        deploy.status.and_then(|s| s.ready_replicas)
+    );
+    let _ = std::fs::remove_dir_all(&overlay);
+    let _ = std::fs::remove_dir_all(&state);
+    Ok(())
+}
