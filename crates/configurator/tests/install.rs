@@ -445,9 +445,12 @@ async fn an_agent_cannot_relabel_its_own_node() {
     let agent = installed_agent(&env).await;
     let nodes: Api<Node> = Api::all(agent);
     let pp = PatchParams::default();
+    // The two, and the labels the samples select on (which no kubelet may set either).
     for (key, value) in [
         ("netwave.dev/pool", "storage"),
         ("netwave.dev/edge", "true"),
+        ("node-restriction.kubernetes.io/netwave-pool", "storage"),
+        ("node-restriction.kubernetes.io/netwave-edge", "true"),
     ] {
         let relabel = merge(json!({"metadata": {"labels": {key: value}}}));
         let msg = refused(nodes.patch("node-a", &pp, &relabel).await, key);
