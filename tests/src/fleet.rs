@@ -502,7 +502,7 @@ impl Fleet {
     async fn create_node(&self, n: &NodeNs) -> Result<()> {
         let mut labels = json!({"kubernetes.io/hostname": n.name});
         if let Some(pool) = self.pool_of(&n.name) {
-            labels["netwave.dev/pool"] = json!(pool);
+            labels["node-restriction.kubernetes.io/netwave-pool"] = json!(pool);
         }
         let node: Node = serde_json::from_value(json!({
             "metadata": {"name": n.name, "labels": labels},

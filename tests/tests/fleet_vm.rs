@@ -349,7 +349,8 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
             "seq": 50,
             "import": [{"cidr": "10.140.0.0/16", "le": 32, "action": "permit"}],
             "export": [{"cidr": "10.250.40.0/24", "action": "permit"}],
-            "nodeSelector": {"matchExpressions": [{"key": "netwave.dev/pool", "operator": "Exists"}]},
+            "nodeSelector": {"matchExpressions": [
+                {"key": "node-restriction.kubernetes.io/netwave-pool", "operator": "Exists"}]},
         }
     }))])
     .await

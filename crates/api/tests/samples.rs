@@ -109,3 +109,39 @@ fn wrong_api_version_and_unknown_kind_are_errors() {
         "{err}"
     );
 }
+
+/// Node labels decide which tenant networks a node gets, so the samples select nodes only by labels
+/// under `node-restriction.kubernetes.io/`: the NodeRestriction admission plugin keeps a kubelet from
+/// setting those on its own Node (most other labels it may set), and netwave's admission policy keeps
+/// the agent from changing any label.
+#[test]
+fn the_samples_select_nodes_only_by_labels_a_node_cannot_set_on_itself() {
+    let restricted = |key: &str| {
+        key.split_once('/').is_some_and(|(prefix, _)| {
+            prefix == "node-restriction.kubernetes.io"
+                || prefix.ends_with(".node-restriction.kubernetes.io")
+        })
+    };
+    let mut keys = Vec::new();
+    for m in samples().unwrap() {
+        let selector = match &m {
+            Manifest::Vrf(o) => o.spec.node_selector.clone(),
+            Manifest::Layer2(o) => o.spec.node_selector.clone(),
+            Manifest::RoutingTable(o) => o.spec.node_selector.clone(),
+            _ => None,
+        };
+        let Some(s) = selector else { continue };
+        for k in s.match_labels.unwrap_or_default().into_keys() {
+            keys.push((m.name().to_string(), k));
+        }
+        for e in s.match_expressions.unwrap_or_default() {
+            keys.push((m.name().to_string(), e.key));
+        }
+    }
+    assert!(keys.len() >= 3, "{keys:?}");
+    let open: Vec<_> = keys.iter().filter(|(_, k)| !restricted(k)).collect();
+    assert!(
+        open.is_empty(),
+        "selected by labels a node can set on itself: {open:?}"
+    );
+}

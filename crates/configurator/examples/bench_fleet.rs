@@ -1660,7 +1660,7 @@ async fn bench(bins: &Path, kind: ServerKind, n: usize) -> Result<()> {
                 let pool = if i % 2 == 0 { "compute" } else { "storage" };
                 let node: Node = serde_json::from_value(json!({
                     "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                        "netwave.dev/pool": pool, ZONE_LABEL: format!("zone-{}", i % ZONES)}},
+                        "node-restriction.kubernetes.io/netwave-pool": pool, ZONE_LABEL: format!("zone-{}", i % ZONES)}},
                     "spec": {},
                 }))?;
                 nodes.create(&PostParams::default(), &node).await?;

@@ -14,7 +14,19 @@
 //!
 //! Hashing every spec on every reconcile would cost a fleet-sized sha256 per reconcile, so verdicts are
 //! kept per object and recomputed only when its `metadata.generation` (bumped on every spec change) or
-//! uid changes.
+//! uid changes. Node configs are hashed once as they arrive instead (`watch::slim_node_config`), and
+//! one that passes is marked in this process's cache only: the mark is removed from whatever the API
+//! delivers, so no write to the API can switch the check off.
+//!
+//! What the checksums protect against, and what not. They are no signature: `configHash` is a sha256
+//! of `spec.config` anyone can recompute, and a revision's name and hash are computed from its inputs
+//! the same way. They catch a spec changed without its hash: a hand edit (`kubectl edit`, a merge
+//! patch of one field), a tool or an older configurator writing part of an object, an object restored
+//! from a stale backup. An edit that also rewrites the hash is not seen here: for a node on the target
+//! revision the rollout sees a hash other than its render's and assigns the render again (`Rerender`),
+//! but its agent may apply the edited config first. What keeps anyone else from writing a node's spec
+//! is RBAC: only the configurator's service account (and cluster admins) may; the agent's may write
+//! its own node config's status and nothing else (deploy/base).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -71,7 +71,10 @@ fn slim_node(node: &mut Node) {
 }
 
 /// Marks a cached NodeNetworkConfig whose `spec.config` was dropped because it hashes to
-/// `spec.configHash` (set in this process's cache only, never written to the API).
+/// `spec.configHash` (set in this process's cache only, never written to the API). The integrity check
+/// skips configs carrying it, so it must never come from outside: [`slim_node_config`] removes it from
+/// every object the watch delivers before deciding whether to set it (anyone who can write a spec can
+/// write an annotation of this name too, and would otherwise switch the check off for their edit).
 pub const CONFIG_VERIFIED: &str = "netwave.dev/cached-config-verified";
 
 /// Keeps of a NodeNetworkConfig what the configurator reads: its spec's revision, hash, retry, the
@@ -82,6 +85,9 @@ pub const CONFIG_VERIFIED: &str = "netwave.dev/cached-config-verified";
 /// At 5,000 nodes this is most of the cache (#14).
 fn slim_node_config(nnc: &mut NodeNetworkConfig) {
     nnc.metadata.managed_fields = None;
+    if let Some(a) = nnc.metadata.annotations.as_mut() {
+        a.remove(CONFIG_VERIFIED);
+    }
     if !nnc.spec.is_placeholder()
         && netwave_core::render::config_hash(&nnc.spec.config) == nnc.spec.config_hash
     {
@@ -190,5 +196,35 @@ mod tests {
         slim_node_config(&mut tampered);
         assert_eq!(tampered.spec.config, edited);
         assert!(tampered.metadata.annotations.is_none());
+    }
+
+    /// Whoever edits a spec can add any annotation: one naming the cache's own marker is dropped on
+    /// arrival, so the edited config stays in the cache and the integrity check still sees it.
+    #[test]
+    fn a_verified_mark_written_to_the_api_does_not_skip_the_tamper_check() {
+        let config = NodeConfig {
+            rules: vec![rule(1000)],
+            ..NodeConfig::default()
+        };
+        let hash = netwave_core::render::config_hash(&config);
+        let edited = NodeConfig {
+            rules: vec![rule(1000), rule(1)],
+            ..NodeConfig::default()
+        };
+        let mut forged = nnc(edited.clone(), hash);
+        forged.metadata.annotations = Some(
+            [
+                (CONFIG_VERIFIED.to_string(), "true".to_string()),
+                ("other".to_string(), "kept".to_string()),
+            ]
+            .into(),
+        );
+        slim_node_config(&mut forged);
+        assert_eq!(forged.spec.config, edited, "the edited config is kept");
+        assert_eq!(
+            forged.metadata.annotations,
+            Some([("other".to_string(), "kept".to_string())].into()),
+            "only the forged mark is gone"
+        );
     }
 }

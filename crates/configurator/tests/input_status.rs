@@ -220,7 +220,10 @@ async fn input_status_writes_only_on_change() {
     // A node joins: only the objects whose selector matches it change (their node count).
     create_node(
         &env.client,
-        &node("node-late", &[("netwave.dev/pool", "compute")]),
+        &node(
+            "node-late",
+            &[("node-restriction.kubernetes.io/netwave-pool", "compute")],
+        ),
     )
     .await;
     tokio::time::sleep(Duration::from_secs(5)).await;

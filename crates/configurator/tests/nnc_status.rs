@@ -59,7 +59,7 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
         .patch(
             &names[0],
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"netwave.dev/edge": "true"}}})),
+            &Patch::Merge(json!({"metadata": {"labels": {"node-restriction.kubernetes.io/netwave-edge": "true"}}})),
         )
         .await
         .unwrap();

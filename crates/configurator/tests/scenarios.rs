@@ -171,7 +171,10 @@ async fn nodes_joining_and_leaving_mid_rollout() {
     let nodes: Api<Node> = Api::all(env.client.clone());
     create_node(
         &env.client,
-        &node("node-late", &[("netwave.dev/pool", "compute")]),
+        &node(
+            "node-late",
+            &[("node-restriction.kubernetes.io/netwave-pool", "compute")],
+        ),
     )
     .await;
     nodes

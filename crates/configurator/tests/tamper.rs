@@ -95,7 +95,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     let before = specs(&configs(&env.client).await);
 
     // 1. A node's spec edited by hand (the config, not its hash) is put back and reported.
-    node_spec_edit_is_put_back(&env.client, &before).await;
+    node_spec_edit_is_put_back(&env.client, &before, json!({})).await;
 
     // 2. The edit of the current revision's inputs: put back from the current inputs, nothing
     //    re-rendered.
@@ -227,17 +227,21 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     c.stop().await;
 }
 
-/// Edits node-01's config (not its hash) as an admin would and waits for the configurator to put the
-/// spec back to `before` and report it.
+/// Edits node-01's config (not its hash) as an admin would, with `annotations` added in the same
+/// write, and waits for the configurator to put the spec back to `before` and report it.
 async fn node_spec_edit_is_put_back(
     client: &kube::Client,
     before: &[(String, netwave_api::NodeNetworkConfigSpec)],
+    annotations: serde_json::Value,
 ) {
     let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
     nncs.patch(
         "node-01",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"config": {"routes": []}}})),
+        &Patch::Merge(json!({
+            "metadata": {"annotations": annotations},
+            "spec": {"config": {"routes": []}},
+        })),
     )
     .await
     .unwrap();
@@ -279,6 +283,29 @@ async fn a_hand_edited_node_spec_is_put_back_on_the_real_api_server() {
     .await;
     let before = specs(&configs(&env.client).await);
     assert!(!before.is_empty());
-    node_spec_edit_is_put_back(&env.client, &before).await;
+    node_spec_edit_is_put_back(&env.client, &before, json!({})).await;
+    c.stop().await;
+}
+
+/// Whoever can edit a node's spec can add annotations in the same write: one naming the configurator's
+/// in-memory mark for a config it verified (`netwave.dev/cached-config-verified`) does not switch the
+/// tamper check off; the edit is put back and reported like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_spec_edit_cannot_mark_itself_verified() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(50));
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    eventually(T, "the revision to complete", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(()),
+            other => Err(format!("{}", other.len())),
+        }
+    })
+    .await;
+    let before = specs(&configs(&env.client).await);
+    let forged = json!({ netwave_configurator::watch::CONFIG_VERIFIED: "true" });
+    node_spec_edit_is_put_back(&env.client, &before, forged).await;
     c.stop().await;
 }

@@ -235,8 +235,20 @@ fn every_node_is_rendered_even_when_nothing_selects_it() {
 #[test]
 fn nodes_with_the_same_objects_share_one_config() {
     let nodes = vec![
-        node("a", &[("netwave.dev/pool", "storage"), ("rack", "1")]),
-        node("b", &[("netwave.dev/pool", "storage"), ("rack", "2")]),
+        node(
+            "a",
+            &[
+                ("node-restriction.kubernetes.io/netwave-pool", "storage"),
+                ("rack", "1"),
+            ],
+        ),
+        node(
+            "b",
+            &[
+                ("node-restriction.kubernetes.io/netwave-pool", "storage"),
+                ("rack", "2"),
+            ],
+        ),
     ];
     let out = render(&sample_inputs(), &nodes).unwrap();
     assert_eq!(out["a"].config_hash, out["b"].config_hash);

@@ -237,10 +237,11 @@ fn from_object_reads_phase_sequence_hash_and_retry() {
 #[test]
 fn sample_inputs_hash_is_pinned() {
     // If this changes with the samples unchanged, every cluster makes a new (no-op) revision on upgrade:
-    // change it only on purpose (last: the samples' cluster import list got explicit seqs).
+    // change it only on purpose (last: the samples select nodes by node-restriction.kubernetes.io/
+    // labels, which no node can set on itself).
     assert_eq!(
         inputs_hash(&sample_inputs()),
-        "4d4732bd13bf5d31662d5afe0487a3f8edb9615e8fb424825fc8bd10e6874673"
+        "3b99409e0191ae25e5b309ea8eecf493901f3990a2bbf4bf8ec75775d48f38b6"
     );
 }
 

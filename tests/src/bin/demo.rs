@@ -116,13 +116,14 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
         );
         if f.vrf {
             println!(
-                "kernel: VRF devices supported → nodes labelled netwave.dev/pool=compute|storage, so the \
-             samples' VRFs and their segments are rolled out too"
+                "kernel: VRF devices supported → nodes labelled \
+             node-restriction.kubernetes.io/netwave-pool=compute|storage, so the samples' VRFs and \
+             their segments are rolled out too"
             );
         } else {
             println!(
-                "kernel: no VRF support ({}) → nodes get no netwave.dev/pool label: the samples' VRFs and \
-             their segments select only pooled nodes, so each node runs the default-VRF segments \
+                "kernel: no VRF support ({}) → nodes get no node-restriction.kubernetes.io/netwave-pool \
+             label: the samples' VRFs and their segments select only pooled nodes, so each node runs the default-VRF segments \
              (vlan103-monitoring, vlan111-pxe) and routing table oob. (An agent asked for a VRF here \
              would report KernelUnsupported.)",
                 std::fs::read_to_string("/proc/sys/kernel/osrelease")

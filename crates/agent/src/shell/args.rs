@@ -56,11 +56,11 @@ pub struct Args {
     /// Kubeconfig file. Without it: in-cluster service account, then $KUBECONFIG / ~/.kube/config.
     #[arg(long, env = "NETWAVE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Address of /metrics.
-    #[arg(long, env = "NETWAVE_METRICS_ADDR", default_value = "0.0.0.0:9091")]
+    /// Address of /metrics (`IP:port`; an IPv6 address may go without brackets).
+    #[arg(long, env = "NETWAVE_METRICS_ADDR", default_value = "0.0.0.0:9091", value_parser = listen_addr)]
     pub metrics_addr: SocketAddr,
-    /// Address of /healthz and /readyz.
-    #[arg(long, env = "NETWAVE_HEALTH_ADDR", default_value = "0.0.0.0:8082")]
+    /// Address of /healthz and /readyz (`IP:port`; an IPv6 address may go without brackets).
+    #[arg(long, env = "NETWAVE_HEALTH_ADDR", default_value = "0.0.0.0:8082", value_parser = listen_addr)]
     pub health_addr: SocketAddr,
     #[arg(long, env = "NETWAVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -71,6 +71,21 @@ pub struct Args {
 }
 
 pub use netwave_runtime::LogFormat;
+
+/// A listen address, `IP:port` as Rust writes it (`10.0.0.1:9091`, `[fd00::1]:9091`), or an IPv6
+/// address without brackets followed by `:port` (`fd00::1:9091`: the port follows the last colon). The
+/// DaemonSet writes `$(NODE_IP):9091` from the node's address, which Kubernetes gives without brackets on
+/// IPv4 and IPv6 nodes alike.
+fn listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let bad = || format!("{s:?} is not IP:port (e.g. 10.0.0.1:9091, [fd00::1]:9091)");
+    let (ip, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let ip: std::net::Ipv6Addr = ip.parse().map_err(|_| bad())?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    Ok(SocketAddr::new(ip.into(), port))
+}
 
 impl Args {
     /// Checks values clap cannot.
@@ -145,6 +160,34 @@ mod tests {
         ])
         .unwrap();
         assert!(bad.check().unwrap_err().contains("--drift-interval"));
+    }
+
+    /// The DaemonSet's `$(NODE_IP):9091` works on IPv6 nodes too, where the address comes unbracketed.
+    #[test]
+    fn listen_addresses_take_the_node_ip_of_either_family() {
+        for (given, want) in [
+            ("10.0.0.1:9091", "10.0.0.1:9091"),
+            ("[fd00::1]:9091", "[fd00::1]:9091"),
+            ("fd00::1:9091", "[fd00::1]:9091"),
+            ("127.0.0.1:8082", "127.0.0.1:8082"),
+        ] {
+            let a = Args::try_parse_from([
+                "netwave-agent",
+                "--node-name",
+                "n1",
+                "--metrics-addr",
+                given,
+            ])
+            .unwrap();
+            assert_eq!(a.metrics_addr.to_string(), want, "{given}");
+        }
+        for bad in ["10.0.0.1", "fd00::1", "10.0.0.1:x", ":9091", "node-a:9091"] {
+            let e =
+                Args::try_parse_from(["netwave-agent", "--node-name", "n1", "--health-addr", bad])
+                    .unwrap_err()
+                    .to_string();
+            assert!(e.contains("is not IP:port"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -145,7 +145,14 @@ pub async fn create_node(client: &Client, node: &Node) {
 
 pub async fn add_nodes(client: &Client, names: &[String]) {
     for name in names {
-        create_node(client, &node(name, &[("netwave.dev/pool", "compute")])).await;
+        create_node(
+            client,
+            &node(
+                name,
+                &[("node-restriction.kubernetes.io/netwave-pool", "compute")],
+            ),
+        )
+        .await;
     }
 }
 

@@ -37,9 +37,18 @@ fn parse_samples() -> RevisionInputs {
 /// A compute node, a storage node, an edge node and an unlabelled one.
 pub fn sample_nodes() -> Vec<NodeInfo> {
     vec![
-        node("compute-0", &[("netwave.dev/pool", "compute")]),
-        node("storage-0", &[("netwave.dev/pool", "storage")]),
-        node("edge-0", &[("netwave.dev/edge", "true")]),
+        node(
+            "compute-0",
+            &[("node-restriction.kubernetes.io/netwave-pool", "compute")],
+        ),
+        node(
+            "storage-0",
+            &[("node-restriction.kubernetes.io/netwave-pool", "storage")],
+        ),
+        node(
+            "edge-0",
+            &[("node-restriction.kubernetes.io/netwave-edge", "true")],
+        ),
         node("plain-0", &[]),
     ]
 }
