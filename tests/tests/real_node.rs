@@ -433,9 +433,28 @@ async fn run(cluster: &Cluster) -> Result<()> {
         },
     )
     .await?;
+    // Its first drift check has observed the kernel (the managed objects are counted then) against the
+    // backup's config: only after that does "no write" mean something.
+    let managed = until(
+        cluster,
+        "the new agent's first drift check",
+        Duration::from_secs(60),
+        || async {
+            Ok(agent_metric("netwave_agent_managed_objects")
+                .await
+                .ok()
+                .filter(|m| *m > 0.0))
+        },
+    )
+    .await?;
     let writes = agent_metric("netwave_agent_netlink_writes_total").await?;
+    let log = cluster.container_log(NS, &new_agent, "agent");
+    assert!(
+        log.contains("found the last good config on disk"),
+        "the restarted agent says what it found on its hostPath:\n{log}"
+    );
     eprintln!(
-        "agent pod {} replaced by {new_agent} in {:.1} s; its netlink writes: {writes}",
+        "agent pod {} replaced by {new_agent} in {:.1} s; it found its backup, manages {managed} kernel objects, netlink writes: {writes}",
         agents[0],
         t.elapsed().as_secs_f64()
     );

@@ -121,6 +121,9 @@ pub struct Options {
     pub tokens: Vec<TokenUser>,
     /// Extra kube-apiserver flags, after the ones this crate sets (an audit policy, say). Default: none.
     pub apiserver_args: Vec<String>,
+    /// Keep the ServiceAccount admission plugin on (pods get their tokens mounted). Off by default:
+    /// without a kube-controller-manager nobody creates the `default` ServiceAccounts it requires.
+    pub service_account_admission: bool,
 }
 
 /// A static-token user of the API server (`--token-auth-file`).
@@ -138,6 +141,7 @@ impl Default for Options {
             start_timeout: Duration::from_secs(90),
             tokens: Vec::new(),
             apiserver_args: Vec::new(),
+            service_account_admission: false,
         }
     }
 }
@@ -299,13 +303,16 @@ impl ControlPlane {
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--authorization-mode=Node,RBAC".into(),
             format!("--token-auth-file={}", p("tokens.csv")),
-            // No controller-manager creates default ServiceAccounts; tests create the ones they use.
-            "--disable-admission-plugins=ServiceAccount".into(),
             "--allow-privileged=true".into(),
             // The address must not land in Endpoints (and a loopback one is refused by the lease reconciler).
             "--endpoint-reconciler-type=none".into(),
             "--profiling=false".into(),
         ];
+        if !self.opts.service_account_admission {
+            // No controller-manager creates default ServiceAccounts; tests create the ones they use.
+            // (A list flag: a later `--disable-admission-plugins=` would add to it, not replace it.)
+            args.push("--disable-admission-plugins=ServiceAccount".into());
+        }
         args.extend(self.opts.apiserver_args.iter().cloned());
         args
     }

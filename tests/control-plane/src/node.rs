@@ -175,10 +175,10 @@ impl Cluster {
         let cp = ControlPlane::start(Options {
             bind: IpAddr::V4(API_ADDR),
             tokens: tokens.users(),
+            // What a cluster runs: ServiceAccount admission mounts the pods' tokens, NodeRestriction keeps
+            // each kubelet to its own Node and pods.
+            service_account_admission: true,
             apiserver_args: vec![
-                // What a cluster runs: ServiceAccount admission mounts the pods' tokens (the base
-                // harness disables it), NodeRestriction keeps each kubelet to its own Node and pods.
-                "--disable-admission-plugins=".into(),
                 "--enable-admission-plugins=NodeRestriction".into(),
                 // The `kubernetes` Service's endpoint: pods reach the API server through 10.0.0.1.
                 "--endpoint-reconciler-type=lease".into(),

@@ -135,6 +135,22 @@ pub async fn run_with(
         "netwave-agent starting"
     );
 
+    // What a restarted agent (a new pod, a node reboot) starts from, said once: with a backup, a node
+    // config of the same hash is not applied again (zero kernel writes) and drift from it is repaired.
+    match agent.last_good() {
+        Ok(Some(lg)) => info!(
+            revision = %lg.revision, config_hash = %lg.config_hash, dir = %args.state_dir.display(),
+            "found the last good config on disk: the same config is not applied again, only drift from it is repaired"
+        ),
+        Ok(None) => info!(
+            dir = %args.state_dir.display(),
+            "no last good config on disk: the first config assigned is applied in full"
+        ),
+        Err(e) => {
+            warn!(error = %e, dir = %args.state_dir.display(), "the last good config on disk cannot be read")
+        }
+    }
+
     // Crash recovery before anything else touches the kernel.
     let mut interrupted = agent.recover().await?;
     if let Some(o) = &interrupted {
