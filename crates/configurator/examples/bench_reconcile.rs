@@ -177,7 +177,7 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                     InputKind::RoutingTable => set(&mut s.routing_tables, &name, |o| o.status = st),
                 }
             }
-            Intent::HoldRevision(h) => {
+            Intent::HoldRevision { hold: h, .. } => {
                 if let Some(r) = s
                     .revisions
                     .iter_mut()

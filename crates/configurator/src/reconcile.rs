@@ -530,7 +530,14 @@ pub fn compute(
     };
     let mut intents = Vec::new();
     for h in &plan.holds {
-        intents.push(Intent::HoldRevision(h.clone()));
+        let resource_version = revisions
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(h.revision.as_str()))
+            .and_then(|r| r.metadata.resource_version.clone());
+        intents.push(Intent::HoldRevision {
+            hold: h.clone(),
+            resource_version,
+        });
     }
     for u in &plan.status_updates {
         intents.push(Intent::RevisionStatus {

@@ -49,8 +49,13 @@ pub enum Intent {
         hold: Option<HoldRecord>,
     },
     /// Hold a revision as a destructive change: `spec.paused: true` and the annotations saying what it
-    /// removes and against which last good revision (`rollout::hold`), in one patch.
-    HoldRevision(HoldRecord),
+    /// removes and against which last good revision (`rollout::hold`), in one patch, over the revision
+    /// as the step read it (its resourceVersion): an admin's resume that came in between is never
+    /// undone by a hold decided on an older view (the conflict is retried on a fresh one).
+    HoldRevision {
+        hold: HoldRecord,
+        resource_version: Option<String>,
+    },
     /// Put back a revision's `spec.hash` and its inputs, which someone edited or deleted (see
     /// `integrity`).
     RestoreRevisionSpec {
@@ -110,7 +115,10 @@ impl Intent {
     fn key(&self) -> String {
         match self {
             Intent::CreateRevision { name, .. }
-            | Intent::HoldRevision(HoldRecord { revision: name, .. })
+            | Intent::HoldRevision {
+                hold: HoldRecord { revision: name, .. },
+                ..
+            }
             | Intent::RestoreRevisionSpec { name, .. }
             | Intent::DeleteRevision { name } => format!("ncr/{name}"),
             Intent::ReactivateRevision { name, .. } => format!("ncr-status/{name}"),
@@ -334,7 +342,7 @@ fn log_done(intent: &Intent) {
             }
         }
         Intent::RestoreRevisionSpec { .. }
-        | Intent::HoldRevision(_)
+        | Intent::HoldRevision { .. }
         | Intent::ApplyNodeConfig { .. }
         | Intent::RevisionStatus { .. }
         | Intent::InputStatus { .. }
@@ -563,9 +571,15 @@ impl Writer {
                 };
                 put_inputs(&self.client, &created, inputs).await
             }
-            Intent::HoldRevision(h) => {
+            Intent::HoldRevision {
+                hold: h,
+                resource_version,
+            } => {
                 let patch = json!({
-                    "metadata": { "annotations": hold_annotations(h) },
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "annotations": hold_annotations(h),
+                    },
                     "spec": { "paused": true },
                 });
                 let pp = PatchParams {

@@ -97,16 +97,6 @@ impl Footprint {
     pub fn insert(&mut self, node: impl Into<String>, objects: Arc<BTreeSet<InputRef>>) {
         self.nodes.insert(node.into(), objects);
     }
-
-    /// The objects on `node` (none when the node is not in the footprint).
-    pub fn on(&self, node: &str) -> impl Iterator<Item = &InputRef> {
-        self.nodes.get(node).into_iter().flat_map(|s| s.iter())
-    }
-
-    /// Every (node, object) placement.
-    pub fn placements(&self) -> u64 {
-        self.nodes.values().map(|s| s.len() as u64).sum()
-    }
 }
 
 /// Footprints by revision name, each shared.

@@ -40,10 +40,10 @@ pub enum Write<'a> {
 impl Plan {
     /// The writes in the order they must be applied: holds first (a hold is on record before any status
     /// says so), statuses (a failure and the `Failed` phase are on record before any node is rolled
-    /// back, a revision is `Validated` before any node gets it), then assignments, then deletions. The shell must stop at the first write that fails (a revision
-    /// is only deleted once the assignments moving nodes off it are written) and may stop after any
-    /// write (crash, lost lease): the next step, on any replica, recomputes the rest from what was
-    /// written.
+    /// back, a revision is `Validated` before any node gets it), then assignments, then deletions. The
+    /// shell must stop at the first write that fails (a revision is only deleted once the assignments
+    /// moving nodes off it are written) and may stop after any write (crash, lost lease): the next
+    /// step, on any replica, recomputes the rest from what was written.
     pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
         self.holds
             .iter()
