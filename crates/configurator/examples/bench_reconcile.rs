@@ -177,6 +177,30 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                     InputKind::RoutingTable => set(&mut s.routing_tables, &name, |o| o.status = st),
                 }
             }
+            Intent::HoldRevision { hold: h, .. } => {
+                if let Some(r) = s
+                    .revisions
+                    .iter_mut()
+                    .find(|r| r.metadata.name.as_deref() == Some(&h.revision))
+                {
+                    let r = Arc::make_mut(r);
+                    r.spec.paused = true;
+                    r.metadata.annotations = Some(
+                        [
+                            (
+                                netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION.to_string(),
+                                h.summary.clone(),
+                            ),
+                            (
+                                netwave_core::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION
+                                    .to_string(),
+                                h.basis.clone(),
+                            ),
+                        ]
+                        .into(),
+                    );
+                }
+            }
             Intent::RestoreRevisionSpec { .. }
             | Intent::ReactivateRevision { .. }
             | Intent::Event { .. } => {}

@@ -66,9 +66,11 @@ pub struct Args {
     /// ones that each start rolling out. A steady stream of changes waits at most 10 times this. 0 = off.
     #[arg(long, env = "NETWAVE_INPUT_SETTLE", default_value = "2s", value_parser = humantime::parse_duration)]
     pub input_settle: Duration,
-    /// A new revision that removes more than this percentage of the current target's input objects
-    /// (VRFs, layer-2 segments, routing tables) — and always one that removes all of them — is created
-    /// paused (`DestructiveChange`) until an admin resumes it. 100 only catches removing everything.
+    /// A revision that would take more than this percentage of what the last good revision puts on the
+    /// nodes off them ((node, object) placements of VRFs, layer-2 segments and routing tables: deleted
+    /// objects and selectors that no longer select a node) — and always one that takes all of it — is
+    /// held paused (`DestructiveChange`) until an admin resumes it, whether it is cut new, an older
+    /// revision made the target again, or the sum of small steps. 100 only catches removing everything.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub destructive_threshold: u32,
     /// Full reconcile at least this often even without changes.

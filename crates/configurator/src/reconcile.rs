@@ -18,14 +18,15 @@ use netwave_api::{
     NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
     RolloutPolicy, ValidationResult,
 };
-use netwave_core::Timestamp;
 use netwave_core::fleet::{self, FleetParams};
 use netwave_core::render::{InputKind, NodeInfo, RenderedNode};
 use netwave_core::revision::{self, Decision, ExistingRevision, InputSettle};
+use netwave_core::rollout::hold::{self, Footprint};
 use netwave_core::rollout::{
     self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
+use netwave_core::{Sequence, Timestamp};
 use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
 
@@ -81,8 +82,6 @@ pub struct Settings {
     pub resync: Duration,
     /// Quiet time the inputs need before a revision is cut from them (see [`InputSettle`]).
     pub input_settle: Duration,
-    /// See `--destructive-threshold`.
-    pub destructive_threshold: u32,
 }
 
 fn live<K: Resource>(o: &K) -> bool {
@@ -135,6 +134,8 @@ pub struct RenderCache {
 
 pub struct Rendered {
     pub nodes: BTreeMap<String, RenderedNode>,
+    /// What it puts on each node, for the destructive-change hold (`rollout::hold`).
+    pub footprint: Arc<Footprint>,
     /// Every node's configHash, shared with each step input (built once per render, not per reconcile:
     /// at 5,000 nodes the copy was 15% of a reconcile's compute).
     pub hashes: Arc<BTreeMap<String, String>>,
@@ -163,6 +164,7 @@ impl RenderCache {
             .map(|(n, rn)| (n.clone(), rn.config_hash.clone()))
             .collect::<BTreeMap<_, _>>();
         let r = Arc::new(Rendered {
+            footprint: Arc::new(Footprint::of(inputs, nodes)),
             hashes: Arc::new(hashes),
             nodes: checked.nodes,
             validation: checked.validation.to_status(),
@@ -265,6 +267,34 @@ pub fn compute(
             configs: Vec::new(),
         };
     }
+    // The nodes as render sees them (also for the hold of a revision cut now).
+    let mut node_infos = Vec::new();
+    let mut node_states = Vec::new();
+    // Live nodes by name, and whether each is eligible (Ready and not cordoned): for placeholders.
+    let mut eligible: BTreeMap<&str, bool> = BTreeMap::new();
+    for n in s.nodes.iter().filter(|n| live(n.as_ref())) {
+        match NodeState::from_api(n) {
+            Ok(st) => {
+                if let Some(name) = n.metadata.name.as_deref() {
+                    eligible.insert(name, st.eligible());
+                }
+                node_infos.push(NodeInfo {
+                    name: st.name.clone(),
+                    labels: st.labels.clone(),
+                });
+                node_states.push(st);
+            }
+            Err(e) => warn!(error = %e, "skipping node"),
+        }
+    }
+    node_infos.sort();
+    let fingerprint = {
+        let mut h = DefaultHasher::new();
+        for n in &node_infos {
+            (&n.name, &n.labels).hash(&mut h);
+        }
+        h.finish()
+    };
     let existing: Vec<ExistingRevision> = s
         .revisions
         .iter()
@@ -300,34 +330,54 @@ pub fn compute(
             sequence,
             hash,
         } => {
-            let removal = current_target(s)
-                .and_then(|t| s.inputs_of(t.metadata.name.as_deref()?))
-                .and_then(|current| {
-                    revision::destructive(current, &inputs, settings.destructive_threshold)
-                });
+            // Measured against the last good revision (never the current target), the rule the step
+            // holds every target to: created held, an admin can approve it before any step saw it.
+            let states: Vec<RevisionState> = (s.revisions.iter())
+                .filter(|r| live(r.as_ref()))
+                .filter_map(|r| RevisionState::from_api(r, ValidationResult::default()).ok())
+                .collect();
+            let last_good = rollout::last_good(&states).and_then(|lg| {
+                // A tampered revision is never rendered again (its inputs are not what it hashes to).
+                if tampered.revisions.contains_key(&lg.name) {
+                    return None;
+                }
+                let rendered = cache.get(
+                    &lg.hash,
+                    s.inputs_of(&lg.name)?,
+                    &node_infos,
+                    fingerprint,
+                    &settings.fleet,
+                );
+                Some((lg.name.as_str(), rendered))
+            });
+            let candidate = cache.get(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
+            let held = hold::hold_on_creation(
+                &name,
+                Sequence(sequence),
+                &candidate.footprint,
+                last_good.as_ref().map(|(n, r)| (*n, r.footprint.as_ref())),
+                settings.defaults.destructive_threshold,
+            );
             let spec = NetworkConfigRevisionSpec {
                 hash,
                 sequence,
                 rollout: RolloutPolicy::default(),
-                paused: removal.is_some(),
+                paused: held.is_some(),
                 retry: 0,
             };
             let mut intents = vec![Intent::CreateRevision {
                 name: name.clone(),
                 spec: Box::new(spec),
                 inputs: Box::new(inputs),
-                destructive: removal.as_ref().map(ToString::to_string),
+                hold: held.clone(),
             }];
-            if let Some(r) = &removal {
+            if let Some(h) = &held {
                 intents.push(Intent::Event {
                     regarding: object_ref("NetworkConfigRevision", &name, None),
                     type_: KubeEventType::Warning,
                     reason: rollout::reasons::DESTRUCTIVE_CHANGE.into(),
                     action: "Revision".into(),
-                    note: format!(
-                        "{name} {r}: created paused; resume it (spec.paused: false) if that is meant, \
-                         else restore the inputs"
-                    ),
+                    note: h.event_note(Sequence(sequence)),
                 });
             }
             // The new revision shows up through the watch and the next reconcile rolls it out.
@@ -385,33 +435,6 @@ pub fn compute(
     }
 
     // 2. Build the step input.
-    let mut node_infos = Vec::new();
-    let mut node_states = Vec::new();
-    // Live nodes by name, and whether each is eligible (Ready and not cordoned): for placeholders.
-    let mut eligible: BTreeMap<&str, bool> = BTreeMap::new();
-    for n in s.nodes.iter().filter(|n| live(n.as_ref())) {
-        match NodeState::from_api(n) {
-            Ok(st) => {
-                if let Some(name) = n.metadata.name.as_deref() {
-                    eligible.insert(name, st.eligible());
-                }
-                node_infos.push(NodeInfo {
-                    name: st.name.clone(),
-                    labels: st.labels.clone(),
-                });
-                node_states.push(st);
-            }
-            Err(e) => warn!(error = %e, "skipping node"),
-        }
-    }
-    node_infos.sort();
-    let fingerprint = {
-        let mut h = DefaultHasher::new();
-        for n in &node_infos {
-            (&n.name, &n.labels).hash(&mut h);
-        }
-        h.finish()
-    };
     // A placeholder holds no assignment: to the step, its node has no config yet.
     let configs: Vec<NodeConfigState> = s
         .node_configs
@@ -439,6 +462,7 @@ pub fn compute(
         nodes: node_states,
         configs,
         rendered: RenderedHashes::default(),
+        footprints: Default::default(),
     };
     // 3. Render and validate what the step may assign.
     let mut used = BTreeSet::new();
@@ -472,6 +496,7 @@ pub fn compute(
         );
         used.insert((rev.spec.hash.clone(), fingerprint));
         input.rendered.set_revision(name.clone(), r.hashes.clone());
+        input.footprints.insert(name.clone(), r.footprint.clone());
         if let Some(state) = input.revisions.iter_mut().find(|s| s.name == name) {
             state.validation = r.validation.clone();
         }
@@ -504,6 +529,16 @@ pub fn compute(
             .and_then(|r| r.metadata.uid.clone())
     };
     let mut intents = Vec::new();
+    for h in &plan.holds {
+        let resource_version = revisions
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(h.revision.as_str()))
+            .and_then(|r| r.metadata.resource_version.clone());
+        intents.push(Intent::HoldRevision {
+            hold: h.clone(),
+            resource_version,
+        });
+    }
     for u in &plan.status_updates {
         intents.push(Intent::RevisionStatus {
             name: u.revision.clone(),
@@ -885,25 +920,6 @@ fn equals_failed_note(name: &str, failed: Option<&NetworkConfigRevision>) -> Str
             }
         )
     }
-}
-
-/// The revision nodes are being moved to or run: the newest one that is not failed.
-fn current_target(s: &Snapshot) -> Option<&NetworkConfigRevision> {
-    s.revisions
-        .iter()
-        .filter(|r| live(r.as_ref()))
-        .filter(|r| !ExistingRevision::from_object(r).is_failed())
-        .max_by(|a, b| {
-            (
-                netwave_api::effective_sequence(a),
-                a.metadata.name.as_deref(),
-            )
-                .cmp(&(
-                    netwave_api::effective_sequence(b),
-                    b.metadata.name.as_deref(),
-                ))
-        })
-        .map(AsRef::as_ref)
 }
 
 /// Updates gauges and counters from a plan.

@@ -28,6 +28,7 @@ pub fn settings(args: &Args) -> Settings {
             apply_timeout_seconds: args.apply_timeout.as_secs() as u32,
             progress_deadline_seconds: args.progress_deadline.as_secs() as u32,
             revision_history_limit: args.revision_history_limit as usize,
+            destructive_threshold: args.destructive_threshold,
         },
         fleet: FleetParams {
             underlay_mtu: args.underlay_mtu,
@@ -35,7 +36,6 @@ pub fn settings(args: &Args) -> Settings {
         },
         resync: args.resync_interval,
         input_settle: args.input_settle,
-        destructive_threshold: args.destructive_threshold,
     }
 }
 

@@ -17,6 +17,8 @@ use netwave_api::{
     RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::render::InputKind;
+use netwave_core::revision::{DESTRUCTIVE_CHANGE_ANNOTATION, DESTRUCTIVE_CHANGE_BASIS_ANNOTATION};
+use netwave_core::rollout::hold::HoldRecord;
 use serde_json::json;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -43,8 +45,16 @@ pub enum Intent {
         name: String,
         spec: Box<NetworkConfigRevisionSpec>,
         inputs: Box<RevisionInputs>,
-        /// Created paused by the destructive-change guard: what it removes (an annotation).
-        destructive: Option<String>,
+        /// Created held as a destructive change (`spec.paused` is set in `spec`): the annotations.
+        hold: Option<HoldRecord>,
+    },
+    /// Hold a revision as a destructive change: `spec.paused: true` and the annotations saying what it
+    /// removes and against which last good revision (`rollout::hold`), in one patch, over the revision
+    /// as the step read it (its resourceVersion): an admin's resume that came in between is never
+    /// undone by a hold decided on an older view (the conflict is retried on a fresh one).
+    HoldRevision {
+        hold: HoldRecord,
+        resource_version: Option<String>,
     },
     /// Put back a revision's `spec.hash` and its inputs, which someone edited or deleted (see
     /// `integrity`).
@@ -105,6 +115,10 @@ impl Intent {
     fn key(&self) -> String {
         match self {
             Intent::CreateRevision { name, .. }
+            | Intent::HoldRevision {
+                hold: HoldRecord { revision: name, .. },
+                ..
+            }
             | Intent::RestoreRevisionSpec { name, .. }
             | Intent::DeleteRevision { name } => format!("ncr/{name}"),
             Intent::ReactivateRevision { name, .. } => format!("ncr-status/{name}"),
@@ -204,6 +218,18 @@ async fn write_node_phase(
         Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
         r => r.map(drop),
     }
+}
+
+/// The annotations that record a hold on a revision.
+fn hold_annotations(h: &HoldRecord) -> std::collections::BTreeMap<String, String> {
+    [
+        (DESTRUCTIVE_CHANGE_ANNOTATION.to_string(), h.summary.clone()),
+        (
+            DESTRUCTIVE_CHANGE_BASIS_ANNOTATION.to_string(),
+            h.basis.clone(),
+        ),
+    ]
+    .into()
 }
 
 /// The label on every object the configurator creates.
@@ -316,6 +342,7 @@ fn log_done(intent: &Intent) {
             }
         }
         Intent::RestoreRevisionSpec { .. }
+        | Intent::HoldRevision { .. }
         | Intent::ApplyNodeConfig { .. }
         | Intent::RevisionStatus { .. }
         | Intent::InputStatus { .. }
@@ -523,17 +550,11 @@ impl Writer {
                 name,
                 spec,
                 inputs,
-                destructive,
+                hold,
             } => {
                 let mut ncr = NetworkConfigRevision::new(name, (**spec).clone());
-                if let Some(what) = destructive {
-                    ncr.meta_mut().annotations = Some(
-                        [(
-                            netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION.to_string(),
-                            what.clone(),
-                        )]
-                        .into(),
-                    );
+                if let Some(h) = hold {
+                    ncr.meta_mut().annotations = Some(hold_annotations(h));
                 }
                 ncr.meta_mut().labels = Some(managed_by());
                 let pp = create_params();
@@ -543,19 +564,32 @@ impl Writer {
                     Err(kube::Error::Api(ae)) if ae.code == 409 => revisions.get(name).await?,
                     other => {
                         let created = other?;
-                        match destructive {
-                            Some(what) => warn!(
-                                revision = %name, sequence = spec.sequence,
-                                "created revision paused: it {what}"
-                            ),
-                            None => {
-                                info!(revision = %name, sequence = spec.sequence, "created revision")
-                            }
-                        }
+                        // A hold says so in its Event.
+                        info!(revision = %name, sequence = spec.sequence, held = hold.is_some(), "created revision");
                         created
                     }
                 };
                 put_inputs(&self.client, &created, inputs).await
+            }
+            Intent::HoldRevision {
+                hold: h,
+                resource_version,
+            } => {
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "annotations": hold_annotations(h),
+                    },
+                    "spec": { "paused": true },
+                });
+                let pp = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PatchParams::default()
+                };
+                revisions
+                    .patch(&h.revision, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
             }
             Intent::RestoreRevisionSpec { name, hash, inputs } => {
                 let patch = json!({ "spec": { "hash": hash } });

@@ -592,7 +592,7 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
         .map(|c| c.message.clone())
         .unwrap();
     assert!(
-        message.contains("removes ") && message.contains("VRFs ") && message.contains("resume"),
+        message.contains("removes ") && message.contains("vrf/") && message.contains("resume"),
         "{message}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -618,6 +618,338 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
         (phase(&r) == "Complete")
             .then_some(())
             .ok_or_else(|| phase(&r))
+    })
+    .await;
+    c.stop().await;
+}
+
+/// An admin as the API server knows one: a ServiceAccount bound to a ClusterRole that may edit the
+/// inputs and the revisions' knobs (spec.paused), nothing else. Not system:masters.
+async fn admin(env: &Env, name: &str) -> kube::Client {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let pp = PatchParams::apply("netwave-tests").force();
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": "netwave-system"},
+    }))
+    .unwrap();
+    Api::<ServiceAccount>::namespaced(env.client.clone(), "netwave-system")
+        .patch(name, &pp, &Patch::Apply(&sa))
+        .await
+        .unwrap();
+    let role: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "netwave-network-admin"},
+        "rules": [
+            {"apiGroups": ["netwave.dev"],
+             "resources": ["vrfrouteconfigurations", "layer2networkconfigurations", "routingtables"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
+            {"apiGroups": ["netwave.dev"],
+             "resources": ["networkconfigrevisions", "networkconfiginputs", "nodenetworkconfigs"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["netwave.dev"], "resources": ["networkconfigrevisions"],
+             "verbs": ["patch"]},
+        ],
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(env.client.clone())
+        .patch("netwave-network-admin", &pp, &Patch::Apply(&role))
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("netwave-network-admin-{name}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "netwave-network-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "netwave-system"}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(env.client.clone())
+        .patch(
+            &format!("netwave-network-admin-{name}"),
+            &pp,
+            &Patch::Apply(&binding),
+        )
+        .await
+        .unwrap();
+    let token = env
+        .cp()
+        .service_account_token(&env.client, "netwave-system", name, None)
+        .await
+        .unwrap();
+    env.cp().client_with_token(&token).await.unwrap()
+}
+
+/// `kubectl delete vrf,l2,rt --all`, as `client`.
+async fn delete_every_input(client: &kube::Client) {
+    let (dp, lp) = (DeleteParams::default(), kube::api::ListParams::default());
+    Api::<netwave_api::VRFRouteConfiguration>::all(client.clone())
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    Api::<Layer2NetworkConfiguration>::all(client.clone())
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+    Api::<netwave_api::RoutingTable>::all(client.clone())
+        .delete_collection(&dp, &lp)
+        .await
+        .unwrap();
+}
+
+/// Every object of `deploy/samples/`, created as `client`.
+async fn apply_samples_as(client: &kube::Client) {
+    apply_samples(client).await;
+}
+
+async fn metric(port: u16, series: &str) -> Option<f64> {
+    let (_, body) = http_get(port, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Waits until the configurator has reconciled `n` more times: what proves that nothing moved.
+async fn reconciles_pass(port: u16, n: f64) {
+    const SERIES: &str = "netwave_reconcile_duration_seconds_count";
+    let start = metric(port, SERIES).await.expect(SERIES);
+    eventually(T, &format!("{n} more reconciles"), || async {
+        let now = metric(port, SERIES).await.unwrap_or_default();
+        (now >= start + n).then_some(()).ok_or(format!("{now}"))
+    })
+    .await;
+}
+
+/// The revision named `name`, once `check` accepts it.
+async fn revision_where(
+    env: &Env,
+    what: &str,
+    check: impl Fn(&NetworkConfigRevision) -> bool,
+) -> NetworkConfigRevision {
+    eventually(T, what, || async {
+        let revs = revisions(&env.client).await;
+        let seen = format!(
+            "{:?}",
+            revs.iter()
+                .map(|r| (
+                    &r.metadata.name,
+                    r.spec.paused,
+                    phase(r),
+                    condition(r, "Paused")
+                ))
+                .collect::<Vec<_>>()
+        );
+        revs.into_iter().find(|r| check(r)).ok_or(seen)
+    })
+    .await
+}
+
+fn paused_message(r: &NetworkConfigRevision) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Paused"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+fn held(r: &NetworkConfigRevision) -> bool {
+    r.spec.paused
+        && condition(r, "Paused")
+            .is_some_and(|(s, reason)| s == "True" && reason == "DestructiveChange")
+}
+
+fn annotation<'r>(r: &'r NetworkConfigRevision, key: &str) -> Option<&'r str> {
+    r.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// Node configs that ever named one of `revisions` (watch history).
+fn assigned_any(history: &History, revisions: &[&str]) -> Vec<String> {
+    history
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Recorded::Config(c) if revisions.contains(&c.spec.revision.as_str()) => Some(format!(
+                "{} → {}",
+                c.metadata.name.clone().unwrap_or_default(),
+                c.spec.revision
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reported sequence (issue #27, DESIGN.md §6): every input deleted is held; one small RoutingTable
+/// applied while the hold is pending cuts a revision that removes the same objects from what the nodes
+/// run (the 12 samples that select them), and it is held too. No node moves, over many reconciles, until the admin resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_while_a_deletion_is_held_is_held_too_until_an_admin_resumes_it() {
+    let env = env().await;
+    let alice = admin(&env, "ops-alice").await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    let history = History::record(&env.client);
+    apply_samples_as(&alice).await;
+    let port = free_port();
+    let m = format!("127.0.0.1:{port}");
+    let c = Configurator::start(
+        env.client.clone(),
+        args(&["--max-unavailable", "4", "--metrics-addr", &m]),
+    );
+    let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
+
+    delete_every_input(&alice).await;
+    let deletion = revision_where(&env, "the deletion held", |r| {
+        r.metadata.name.as_deref() != Some(first.as_str()) && held(r)
+    })
+    .await;
+    let deletion = deletion.metadata.name.unwrap();
+    Api::<netwave_api::RoutingTable>::all(alice.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "netwave.dev/v1alpha1", "kind": "RoutingTable",
+                "metadata": {"name": "small"},
+                "spec": {"tableId": 300, "routes": [{"prefix": "10.9.0.0/16", "type": "blackhole"}]},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let edit = revision_where(&env, "the edit held too", |r| {
+        let n = r.metadata.name.as_deref();
+        n != Some(first.as_str()) && n != Some(deletion.as_str()) && held(r)
+    })
+    .await;
+    let name = edit.metadata.name.clone().unwrap();
+    let message = paused_message(&edit);
+    assert!(
+        message.starts_with(&format!(
+            "held: it removes 12 of the 12 objects the last good revision {first} has (from 4 node(s): \
+             48 of 48 node placements)"
+        )) && message.contains("resume it to approve"),
+        "{message}"
+    );
+    assert_eq!(
+        annotation(
+            &edit,
+            netwave_core::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION
+        ),
+        Some(format!("sequence 3 against {first}").as_str())
+    );
+    reconciles_pass(port, 5.0).await;
+    assert_eq!(
+        assigned_any(&history, &[&deletion, &name]),
+        Vec::<String>::new(),
+        "no node moved to a held revision"
+    );
+    assert!(
+        configs(&env.client)
+            .await
+            .values()
+            .all(|c| c.spec.revision == first),
+        "every node still runs {first}"
+    );
+
+    // The admin approves: resumed, it rolls out and becomes the last good revision.
+    Api::<NetworkConfigRevision>::all(alice.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    revision_where(&env, "the approved edit complete", |r| {
+        r.metadata.name.as_deref() == Some(name.as_str()) && phase(r) == "Complete"
+    })
+    .await;
+    assert!(
+        configs(&env.client)
+            .await
+            .values()
+            .all(|c| c.spec.revision == name)
+    );
+    c.stop().await;
+}
+
+/// The normal install: the configurator cuts an empty first revision before any input exists, then
+/// the samples complete. Deleting every input makes the inputs equal the empty revision's again; it is
+/// made the target again, measured against the last good revision (the samples) and held: no node
+/// moves until the admin resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reactivating_the_empty_first_revision_is_held_until_an_admin_resumes_it() {
+    let env = env().await;
+    let alice = admin(&env, "ops-alice").await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    let history = History::record(&env.client);
+    let port = free_port();
+    let m = format!("127.0.0.1:{port}");
+    let c = Configurator::start(
+        env.client.clone(),
+        args(&["--max-unavailable", "4", "--metrics-addr", &m]),
+    );
+    let empty = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    apply_samples_as(&alice).await;
+    let samples = revision_where(&env, "the samples complete", |r| {
+        r.metadata.name.as_deref() != Some(empty.as_str()) && phase(r) == "Complete"
+    })
+    .await
+    .metadata
+    .name
+    .unwrap();
+    let mark = history.events().len();
+
+    delete_every_input(&alice).await;
+    let back = revision_where(&env, "the empty revision reactivated and held", |r| {
+        r.metadata.name.as_deref() == Some(empty.as_str())
+            && r.status
+                .as_ref()
+                .is_some_and(|s| s.active_sequence == Some(3))
+            && held(r)
+    })
+    .await;
+    let message = paused_message(&back);
+    assert!(
+        message.starts_with(&format!(
+            "held: it removes 12 of the 12 objects the last good revision {samples} has (from 4 \
+             node(s): 48 of 48 node placements)"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        annotation(
+            &back,
+            netwave_core::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION
+        ),
+        Some(format!("sequence 3 against {samples}").as_str())
+    );
+    reconciles_pass(port, 5.0).await;
+    let moved: Vec<String> = history.events()[mark..]
+        .iter()
+        .filter_map(|e| match e {
+            Recorded::Config(c) if c.spec.revision == empty => c.metadata.name.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(moved, Vec::<String>::new(), "no node moved back to {empty}");
+    assert_eq!(revisions(&env.client).await.len(), 2, "no revision was cut");
+
+    // Resumed by the admin, the deletion rolls out.
+    Api::<NetworkConfigRevision>::all(alice.clone())
+        .patch(
+            &empty,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    revision_where(&env, "the approved deletion complete", |r| {
+        r.metadata.name.as_deref() == Some(empty.as_str()) && phase(r) == "Complete"
     })
     .await;
     c.stop().await;

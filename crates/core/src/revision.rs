@@ -284,100 +284,15 @@ pub fn decide(hash: &str, existing: &[ExistingRevision], sequence_floor: u64) ->
     }
 }
 
-/// Annotation on a revision the configurator created paused because it removes much of what nodes run:
-/// the summary of what it removes. The Paused condition says `DestructiveChange` while it holds.
+/// Annotation on a revision held as a destructive change (`rollout::hold`): what it removes from the
+/// last good revision, as the hold was recorded. The Paused condition says `DestructiveChange` while
+/// the hold is in effect.
 pub const DESTRUCTIVE_CHANGE_ANNOTATION: &str = "netwave.dev/destructive-change";
 
-/// What a new revision's inputs remove compared with the current target's: input objects by kind.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Removal {
-    pub vrfs: Vec<String>,
-    pub layer2s: Vec<String>,
-    pub routing_tables: Vec<String>,
-    /// Input objects of the current target.
-    pub before: usize,
-    /// Input objects of the new revision.
-    pub after: usize,
-}
-
-impl Removal {
-    pub fn removed(&self) -> usize {
-        self.vrfs.len() + self.layer2s.len() + self.routing_tables.len()
-    }
-}
-
-/// `removes 3 of 7 input objects: VRFs tenant-a, tenant-b; layer-2 segments vlan100`.
-impl std::fmt::Display for Removal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "removes {} of {} input objects",
-            self.removed(),
-            self.before
-        )?;
-        let mut sep = ": ";
-        for (what, names) in [
-            ("VRFs", &self.vrfs),
-            ("layer-2 segments", &self.layer2s),
-            ("routing tables", &self.routing_tables),
-        ] {
-            if names.is_empty() {
-                continue;
-            }
-            const SHOWN: usize = 10;
-            write!(
-                f,
-                "{sep}{what} {}",
-                names
-                    .iter()
-                    .take(SHOWN)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )?;
-            if names.len() > SHOWN {
-                write!(f, " and {} more", names.len() - SHOWN)?;
-            }
-            sep = "; ";
-        }
-        Ok(())
-    }
-}
-
-/// Whether a revision with inputs `next` replacing the target's `current` is destructive: it removes
-/// every input object, or more than `threshold_percent` of them. An accidental `kubectl delete -f dir/`
-/// or a GitOps prune would otherwise roll out across the fleet, and health probes may well pass while it
-/// does. The first revision of an empty fleet (nothing before) is never destructive; a threshold of 100
-/// still catches removing everything.
-pub fn destructive(
-    current: &RevisionInputs,
-    next: &RevisionInputs,
-    threshold_percent: u32,
-) -> Option<Removal> {
-    fn gone<T>(before: &[T], after: &[T], name: impl Fn(&T) -> &str) -> Vec<String> {
-        let kept: std::collections::BTreeSet<&str> = after.iter().map(&name).collect();
-        let mut out: Vec<String> = before
-            .iter()
-            .map(&name)
-            .filter(|n| !kept.contains(n))
-            .map(str::to_string)
-            .collect();
-        out.sort();
-        out.dedup();
-        out
-    }
-    let count = |i: &RevisionInputs| i.vrfs.len() + i.layer2s.len() + i.routing_tables.len();
-    let r = Removal {
-        vrfs: gone(&current.vrfs, &next.vrfs, |o| &o.name),
-        layer2s: gone(&current.layer2s, &next.layer2s, |o| &o.name),
-        routing_tables: gone(&current.routing_tables, &next.routing_tables, |o| &o.name),
-        before: count(current),
-        after: count(next),
-    };
-    let everything = r.before > 0 && r.after == 0;
-    let share = r.removed() as u64 * 100 > u64::from(threshold_percent) * r.before as u64;
-    (r.before > 0 && (everything || share)).then_some(r)
-}
+/// Annotation on a held revision: the basis of the hold ([`crate::rollout::hold::basis`]), the
+/// sequence it is the target under and the last good revision it was measured against. Resuming the
+/// revision approves the hold with this basis, and only it.
+pub const DESTRUCTIVE_CHANGE_BASIS_ANNOTATION: &str = "netwave.dev/destructive-change-basis";
 
 /// The failed revision the admin must be told about now, if any: the inputs equal `now`'s failed
 /// revision and this process has not said so since they last did (`reported`). One Event per occurrence:

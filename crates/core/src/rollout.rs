@@ -107,8 +107,13 @@
 //!   one a node's spec or `lastGoodRevision` references.
 //! - **Fast path**: a node whose rendered config for R has the hash its agent reports running
 //!   (`Provisioned`) is moved to R without spending budget; the agent only reports `Provisioned` for R.
+//! - **Hold** (DESIGN.md §6): a target that takes more than `destructiveThreshold` percent of the last
+//!   good revision's (node, object) placements off the nodes, or all of them, is halted like a paused
+//!   one until an admin resumes it; the step records the hold (`spec.paused`, annotations) before
+//!   anything else ([`hold`] says what is measured and what approval means).
 
 mod accepted;
+pub mod hold;
 mod input;
 mod plan;
 mod policy;
@@ -130,7 +135,7 @@ pub use plan::{
 pub use policy::{
     Budget, BudgetError, CanaryNodes, CanaryPolicy, Policy, PolicyDefaults, PolicyError, resolve,
 };
-pub use step::{revisions_to_render, step};
+pub use step::{last_good, revisions_to_render, step};
 pub use time::TimeError;
 pub use vocab::{CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, reasons};
 pub use world::{is_in_flight, is_updated};

@@ -4,7 +4,8 @@
 //!   Fleet (seeded ChaCha8, virtual clock)
 //!   ├── Store: revisions, nodes, NNCs — the only state that survives a leader
 //!   ├── agents: succeed / fail (Invalid) / hang / crash+restart, per node, from their NNC spec
-//!   ├── world: nodes flap Ready, get cordoned, join, leave; admins create revisions, pause, retry
+//!   ├── world: nodes flap Ready, get cordoned, join, leave; admins create revisions (some removing
+//!   │   most of what the nodes run), reactivate older ones, pause, retry, approve holds
 //!   └── leader: input = Store → step(input, now) → apply writes one at a time; may be killed
 //!       between any two writes or skip a step; invariants are checked after every write
 //!

@@ -4,6 +4,8 @@
 //! - the budget is never exceeded by a plan, even applied only in part (globally and per domain);
 //! - no node is given a failed or unvalidated revision, a rollback goes to the last good revision, and
 //!   no Not Ready / cordoned node is made in flight;
+//! - no node is moved to a revision that removes more than the threshold of the last good revision's
+//!   content unless an admin approved its hold, and a destructive target gets its hold recorded;
 //! - stepping again over the applied plan plans nothing (no hot loops);
 //! - the plan does not depend on input order.
 //!
@@ -12,10 +14,13 @@
 mod support_props;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use netwave_api::{Canary, FailedNode, RolloutPolicy};
 use netwave_core::Timestamp;
+use netwave_core::render::{InputKind, InputRef};
+use netwave_core::rollout::hold;
 use netwave_core::rollout::{
     AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan, Write,
     is_in_flight, resolve, step,
@@ -44,6 +49,11 @@ struct RevGen {
     failed_mask: u16,
     canaries_ago: Option<u16>,
     progress_ago: Option<u16>,
+    /// 0: no footprint (not measured); 1: nothing on any node; else the generated per-node sets.
+    content: u8,
+    /// 0: no hold on record; 1: a hold with the basis against the last good revision; 2: a hold with
+    /// another basis.
+    hold: u8,
 }
 
 fn rev_gen() -> impl Strategy<Value = RevGen> {
@@ -66,6 +76,7 @@ fn rev_gen() -> impl Strategy<Value = RevGen> {
             proptest::option::of(0u16..200),
             proptest::option::of(0u16..2000),
         ),
+        (0u8..5, 0u8..3),
     )
         .prop_map(
             |(
@@ -73,6 +84,7 @@ fn rev_gen() -> impl Strategy<Value = RevGen> {
                 (percent, budget, max_failures),
                 (canary, topology, per_domain),
                 (failed_mask, canaries_ago, progress_ago),
+                (content, hold),
             )| RevGen {
                 phase,
                 retry,
@@ -88,6 +100,8 @@ fn rev_gen() -> impl Strategy<Value = RevGen> {
                 failed_mask,
                 canaries_ago,
                 progress_ago,
+                content,
+                hold,
             },
         )
 }
@@ -159,6 +173,9 @@ struct WorldGen {
     /// Rendered hash index per (revision, node): few values, so configs often coincide (fast path).
     rendered: Vec<u8>,
     history_limit: u8,
+    /// Objects per (revision, node), as a bit mask over four routing tables.
+    objects: Vec<u8>,
+    threshold: u32,
 }
 
 fn world_gen() -> impl Strategy<Value = WorldGen> {
@@ -167,13 +184,36 @@ fn world_gen() -> impl Strategy<Value = WorldGen> {
         prop::collection::vec(node_gen(), 0..=MAX_NODES),
         prop::collection::vec(0u8..3, MAX_REVS * MAX_NODES),
         1u8..6,
+        prop::collection::vec(0u8..16, MAX_REVS * MAX_NODES),
+        prop::sample::select(vec![0u32, 30, 50, 100]),
     )
-        .prop_map(|(revisions, nodes, rendered, history_limit)| WorldGen {
-            revisions,
-            nodes,
-            rendered,
-            history_limit,
-        })
+        .prop_map(
+            |(revisions, nodes, rendered, history_limit, objects, threshold)| WorldGen {
+                revisions,
+                nodes,
+                rendered,
+                history_limit,
+                objects,
+                threshold,
+            },
+        )
+}
+
+/// The last good revision before a step: the newest `Complete` one (a Complete revision is never
+/// failed).
+fn last_good(store: &Store) -> Option<String> {
+    store
+        .revisions
+        .values()
+        .filter(|r| r.status.phase.as_deref() == Some(Phase::Complete.as_str()))
+        .max_by_key(|r| r.sequence)
+        .map(|r| r.name.clone())
+}
+
+/// Whether `rev` is destructive against the last good revision `lg` in `store`'s footprints.
+fn destructive(store: &Store, lg: &str, rev: &str) -> Option<hold::Removal> {
+    let (base, cand) = (store.footprints.get(lg)?, store.footprints.get(rev)?);
+    hold::destructive(lg, base, cand, store.defaults.destructive_threshold)
 }
 
 fn rev_name(i: u8) -> String {
@@ -188,6 +228,7 @@ fn node_name(i: usize) -> String {
 fn build(g: &WorldGen) -> Store {
     let mut store = Store::default();
     store.defaults.revision_history_limit = g.history_limit as usize;
+    store.defaults.destructive_threshold = g.threshold;
     for (i, n) in g.nodes.iter().enumerate() {
         let node = store.add_node(
             &node_name(i),
@@ -257,6 +298,34 @@ fn build(g: &WorldGen) -> Store {
         rev.status.last_progress_at = r
             .progress_ago
             .map(|s| Timestamp(NOW.0 - s as i64 * 1000).to_time());
+        if r.content > 0 {
+            let mut fp = hold::Footprint::default();
+            for i in 0..g.nodes.len() {
+                let mask = if r.content == 1 {
+                    0
+                } else {
+                    g.objects[k * MAX_NODES + i]
+                };
+                let objects = (0..4)
+                    .filter(|b| mask & (1 << b) != 0)
+                    .map(|b| InputRef::new(InputKind::RoutingTable, format!("t{b}")))
+                    .collect();
+                fp.insert(node_name(i), Arc::new(objects));
+            }
+            store.footprints.insert(name.clone(), Arc::new(fp));
+        }
+    }
+    // Holds on record, against the last good revision or another basis.
+    let lg = last_good(&store);
+    for (k, r) in g.revisions.iter().enumerate() {
+        let rev = store.revision(&rev_name(k as u8 + 1));
+        let against = match (r.hold, &lg) {
+            (1, Some(lg)) => lg.clone(),
+            (0, _) | (1, None) => continue,
+            _ => "r9".to_string(),
+        };
+        rev.destructive = Some("generated hold".into());
+        rev.hold_basis = Some(hold::basis(rev.sequence, &against));
     }
     let revs = g.revisions.len() as u8;
     for (i, n) in g.nodes.iter().enumerate() {
@@ -459,6 +528,39 @@ proptest! {
         }
     }
 
+    /// DESIGN.md §6 **A held change stays held**, over arbitrary worlds.
+    #[test]
+    fn no_node_is_moved_to_a_destructive_revision_an_admin_did_not_approve(g in world_gen()) {
+        let store = build(&g);
+        let plan = step(&store.input(), NOW);
+        let Some(lg) = last_good(&store) else { return Ok(()) };
+        for a in &plan.assignments {
+            let moves = store.configs.get(&a.node).is_none_or(|c| c.spec.revision != a.revision);
+            if !moves || a.reason == AssignReason::Rollback || a.revision == lg {
+                continue;
+            }
+            if let Some(r) = destructive(&store, &lg, &a.revision) {
+                let rev = &store.revisions[&a.revision];
+                let approved = rev.hold_basis.as_deref() == Some(&hold::basis(rev.sequence, &lg))
+                    && !rev.paused;
+                prop_assert!(approved, "{} moved to {} ({:?}), which {r}", a.node, a.revision, a.reason);
+            }
+        }
+        // A destructive target's hold is recorded (spec.paused and the basis), unless it is.
+        if let Some(t) = plan.report.target.as_ref().filter(|t| **t != lg)
+            && destructive(&store, &lg, t).is_some()
+        {
+            let rev = &store.revisions[t];
+            let basis = hold::basis(rev.sequence, &lg);
+            let recorded = rev.hold_basis.as_deref() == Some(&basis);
+            prop_assert_eq!(
+                plan.holds.iter().any(|h| &h.revision == t && h.basis == basis),
+                !recorded,
+                "holds {:?}", plan.holds
+            );
+        }
+    }
+
     #[test]
     fn stepping_again_over_the_applied_plan_plans_nothing(g in world_gen()) {
         let mut store = build(&g);
@@ -487,26 +589,38 @@ proptest! {
 
 #[test]
 fn writes_come_in_a_safe_order() {
-    // Statuses before assignments before deletions, whatever the plan.
+    // Holds before statuses before assignments before deletions, whatever the plan. Two completed
+    // revisions, the second with four tables on every node, and a pending one with nothing: held.
+    let complete = RevGen {
+        phase: 3,
+        retry: 0,
+        observed_retry: None,
+        paused: false,
+        invalid: false,
+        percent: false,
+        budget: 2,
+        max_failures: 1,
+        canary: None,
+        topology: false,
+        per_domain: None,
+        failed_mask: 0,
+        canaries_ago: None,
+        progress_ago: None,
+        content: 0,
+        hold: 0,
+    };
     let store = build(&WorldGen {
         revisions: vec![
+            complete.clone(),
             RevGen {
-                phase: 3,
-                retry: 0,
-                observed_retry: None,
-                paused: false,
-                invalid: false,
-                percent: false,
-                budget: 2,
-                max_failures: 1,
-                canary: None,
-                topology: false,
-                per_domain: None,
-                failed_mask: 0,
-                canaries_ago: None,
-                progress_ago: None,
-            };
-            2
+                content: 2,
+                ..complete.clone()
+            },
+            RevGen {
+                phase: 1,
+                content: 1,
+                ..complete
+            },
         ],
         nodes: vec![
             NodeGen {
@@ -519,15 +633,19 @@ fn writes_come_in_a_safe_order() {
         ],
         rendered: vec![1; MAX_REVS * MAX_NODES],
         history_limit: 3,
+        objects: vec![15; MAX_REVS * MAX_NODES],
+        threshold: 50,
     });
     let plan = step(&store.input(), NOW);
+    assert_eq!(plan.holds.len(), 1, "{plan:#?}");
     let kinds: Vec<u8> = plan
         .writes()
         .map(|w| match w {
-            Write::Status(_) => 0,
-            Write::Assign(_) => 1,
-            Write::DeleteConfig(_) => 2,
-            Write::DeleteRevision(_) => 3,
+            Write::Hold(_) => 0,
+            Write::Status(_) => 1,
+            Write::Assign(_) => 2,
+            Write::DeleteConfig(_) => 3,
+            Write::DeleteRevision(_) => 4,
         })
         .collect();
     assert!(!kinds.is_empty());

@@ -1,5 +1,8 @@
 //! The seeded fleet simulation: 1,000 seeds × 50 nodes with random faults, churn and leader kills,
-//! every invariant checked after every write (see `netwave_core::sim`). The seeds are fixed, so
+//! destructive revisions, reactivations and admins approving holds, every invariant checked after
+//! every write (see `netwave_core::sim`), among them DESIGN.md §6's: no node is moved to a revision
+//! that removes more than the threshold of the last good revision's content unless an admin approved
+//! it. The seeds are fixed, so
 //! `make test` runs the same histories every time; `make explore` runs the ignored
 //! `explore_fresh_seeds` over seeds it draws.
 
@@ -18,6 +21,9 @@ struct Totals {
     rollbacks: u32,
     fast_paths: u32,
     canary_bakes: u32,
+    holds: u32,
+    approvals: u32,
+    reactivations: u32,
     converged: u32,
 }
 
@@ -30,6 +36,9 @@ impl Totals {
         self.rollbacks += o.rollbacks;
         self.fast_paths += o.fast_paths;
         self.canary_bakes += o.canary_bakes;
+        self.holds += o.holds;
+        self.approvals += o.approvals;
+        self.reactivations += o.reactivations;
         self.converged += o.final_target.is_some() as u32;
     }
 }
@@ -53,6 +62,11 @@ fn run_range(seeds: Range<u64>) -> Totals {
         "{totals:?}"
     );
     assert!(totals.canary_bakes > 0, "{totals:?}");
+    // Destructive revisions were held and approved, older revisions made the target again.
+    assert!(
+        totals.holds > 0 && totals.approvals > 0 && totals.reactivations > 0,
+        "{totals:?}"
+    );
     totals
 }
 

@@ -5,7 +5,8 @@
 //! ```text
 //!   pause/resume ──► merge patch spec.paused
 //!   retry        ──► merge patch spec.retry + 1 (resourceVersion precondition: no lost bump)
-//!   undo         ──► InputChanges (pure: live inputs vs the revision's spec.inputs)
+//!   undo         ──► InputChanges (pure: live inputs vs the revision's spec.inputs), and whether the
+//!                      configurator will hold it (core's rule against the last good revision)
 //!                      ──► server-side apply of each created/changed object (forced), then a merge patch
 //!                          removing spec fields other managers still own, then deletes
 //!   abort        ──► pause the target, then undo to the last good revision
@@ -21,6 +22,8 @@ use netwave_api::{
     Layer2NetworkConfiguration, NetworkConfigRevision, RevisionInputs, RoutingTable,
     VRFRouteConfiguration,
 };
+use netwave_core::render::NodeInfo;
+use netwave_core::rollout::hold::{self, Footprint};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -332,8 +335,29 @@ pub struct UndoView {
     pub to: String,
     pub to_sequence: u64,
     pub changes: InputChanges,
+    /// The revision brought back would be held as a destructive change (the configurator's rule,
+    /// [`undo_hold`]): what it removes from the last good revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
     /// `dry run`, `not applied: pass --yes`, or `applied`.
     pub outcome: String,
+}
+
+/// Whether bringing back `to` (inputs `to_inputs`) makes a target the configurator holds: it is
+/// measured against the last good revision on the current nodes by core's rule
+/// (`rollout::hold::destructive`), exactly as the configurator measures the revision it makes the
+/// target again. `None` when it is the last good revision, there is none, or it is not destructive.
+pub fn undo_hold(
+    last_good: Option<(&str, &RevisionInputs)>,
+    to: &str,
+    to_inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+    threshold_percent: u32,
+) -> Option<String> {
+    let (lg, lg_inputs) = last_good.filter(|(lg, _)| *lg != to)?;
+    let baseline = Footprint::of(lg_inputs, nodes);
+    let candidate = Footprint::of(to_inputs, nodes);
+    hold::destructive(lg, &baseline, &candidate, threshold_percent).map(|r| r.to_string())
 }
 
 fn render_undo(v: &UndoView) -> String {
@@ -361,6 +385,14 @@ fn render_undo(v: &UndoView) -> String {
     if c.unchanged > 0 {
         s.push_str(&format!("  ({} objects unchanged)\n", c.unchanged));
     }
+    if let Some(what) = &v.held {
+        s.push_str(&format!(
+            "held: going back to {} {what}: the configurator holds it as a destructive change \
+             (Paused, DestructiveChange) and moves no node until an admin approves it with `kubectl \
+             netwave resume` once it is the target\n",
+            v.to
+        ));
+    }
     s.push_str(&format!("{}\n", v.outcome));
     s
 }
@@ -369,22 +401,39 @@ fn render_undo(v: &UndoView) -> String {
 #[allow(clippy::too_many_arguments)]
 async fn undo_to(
     client: &Client,
+    revs: &[NetworkConfigRevision],
     to: &NetworkConfigRevision,
     pause: Option<&NetworkConfigRevision>,
     yes: bool,
     dry_run: bool,
     output: Output,
     command: &str,
+    threshold: u32,
     term: &mut Term<'_>,
 ) -> anyhow::Result<Exit> {
     let live = cluster::live_inputs(client).await?;
     let to_inputs = cluster::inputs_of(client, name(to)).await?;
     let changes = input_changes(&live, &to_inputs);
+    let held = match cluster::last_good(revs, None).filter(|lg| name(lg) != name(to)) {
+        Some(lg) => {
+            let lg_inputs = cluster::inputs_of(client, name(lg)).await?;
+            let nodes = cluster::node_infos(&cluster::nodes(client).await?);
+            undo_hold(
+                Some((name(lg), &lg_inputs)),
+                name(to),
+                &to_inputs,
+                &nodes,
+                threshold,
+            )
+        }
+        None => None,
+    };
     let mut view = UndoView {
         pause: pause.map(|p| format!("{} (seq {})", name(p), netwave_api::effective_sequence(p))),
         to: name(to).to_string(),
         to_sequence: netwave_api::effective_sequence(to),
         changes,
+        held,
         outcome: String::new(),
     };
     let (outcome, exit) = if dry_run {
@@ -401,10 +450,16 @@ async fn undo_to(
             set_paused(client, name(p), true).await?;
         }
         apply_inputs(client, &to_inputs, &view.changes).await?;
+        let what = if view.held.is_some() {
+            "holds it until an admin resumes it (`kubectl netwave resume`); then it moves the nodes \
+             back to it"
+        } else {
+            "moves the nodes back to it"
+        };
         (
             format!(
-                "done: the configurator makes {} the target again and moves the nodes back to it \
-                 (`kubectl netwave status -w` follows it)",
+                "done: the configurator makes {} the target again and {what} (`kubectl netwave \
+                 status -w` follows it)",
                 view.to
             ),
             Exit::Success,
@@ -442,12 +497,14 @@ pub async fn undo(client: &Client, args: UndoArgs, term: &mut Term<'_>) -> anyho
     };
     undo_to(
         client,
+        &revs,
         to,
         None,
         args.yes,
         args.dry_run,
         args.output,
         "undo",
+        args.destructive_threshold,
         term,
     )
     .await
@@ -475,14 +532,17 @@ pub async fn abort(client: &Client, args: AbortArgs, term: &mut Term<'_>) -> any
             name(target)
         );
     };
+    // Back to the last good revision itself: never held.
     undo_to(
         client,
+        &revs,
         to,
         Some(target),
         args.yes,
         args.dry_run,
         args.output,
         "abort",
+        hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
         term,
     )
     .await

@@ -123,7 +123,12 @@ inputs equal to that revision and makes it the target again (no new revision is 
 
 --to defaults to the newest Complete revision older than the current target. A Failed revision cannot be \
 undone to (use `retry`). The changes are shown first; nothing is written without --yes, and --dry-run only \
-shows them.";
+shows them.
+
+Going back is measured like any change: a revision that would take more than the configurator's \
+--destructive-threshold of what the last good revision puts on the nodes off them (or all of it) is held \
+as a destructive change until an admin resumes it. undo says so before it writes anything (pass \
+--destructive-threshold when your configurator runs with another one than the default 50).";
 
 const DIFF_HELP: &str = "\
 Render both revisions' inputs against the current Nodes (the same rendering the configurator does) and \
@@ -200,6 +205,11 @@ pub struct UndoArgs {
     /// Revision to go back to, by name or sequence (default: the newest Complete one before the target).
     #[arg(long, value_name = "REVISION")]
     pub to: Option<String>,
+    /// The configurator's --destructive-threshold (percent), to say whether it will hold the revision
+    /// brought back.
+    #[arg(long, value_name = "PERCENT", default_value_t = netwave_core::rollout::hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub destructive_threshold: u32,
     /// Write the changes (without it, only show them).
     #[arg(long, short = 'y')]
     pub yes: bool,

@@ -227,6 +227,8 @@ pub fn waves(
         nodes: nodes.to_vec(),
         configs,
         rendered,
+        // No footprints: the waves show the rollout as it goes once any hold is approved.
+        footprints: Default::default(),
     };
     let mut out = Waves {
         skipped: nodes.iter().filter(|n| !n.eligible()).count(),

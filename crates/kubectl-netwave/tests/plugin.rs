@@ -392,6 +392,63 @@ async fn undo_restores_the_inputs_of_a_good_revision() {
     );
 }
 
+/// DESIGN.md §6: undo is measured like any change. Going back to the empty first revision removes
+/// everything the last good revision has: undo says the configurator will hold it, before and after it
+/// writes, by the configurator's own rule.
+#[tokio::test]
+async fn undo_says_when_the_revision_it_brings_back_will_be_held() {
+    let env = env().await;
+    let c = &env.client;
+    for (i, rack) in ["a", "a", "b"].iter().enumerate() {
+        create_node(c, &format!("node-{i}"), json!({ "rack": rack })).await;
+    }
+    let empty = create_revision(
+        c,
+        &netwave_api::RevisionInputs::default(),
+        1,
+        json!({"phase": "Superseded"}),
+    )
+    .await;
+    let full = create_revision(c, &inputs(9000, true), 2, json!({"phase": "Complete"})).await;
+    create_inputs(c, &inputs(9000, true)).await;
+
+    let (exit, out) = kn(c, &["undo", "--to", "1"]).await;
+    println!("{out}");
+    assert_eq!(exit, Exit::NotConfirmed);
+    let held = format!(
+        "held: going back to {empty} removes 3 of the 3 objects the last good revision {full} has \
+         (from 3 node(s): 8 of 8 node placements): vrf/tenant, l2/vlan100, rt/extra: the configurator \
+         holds it as a destructive change"
+    );
+    assert!(out.contains(&held), "{out}");
+    let (_, json_out) = kn(c, &["undo", "--to", "1", "--dry-run", "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&json_out).unwrap();
+    assert!(
+        v["held"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("removes 3 of the 3")),
+        "{v}"
+    );
+    // A threshold of 100 still holds removing everything.
+    let (_, out) = kn(c, &["undo", "--to", "1", "--destructive-threshold", "100"]).await;
+    assert!(out.contains("held: going back to"), "{out}");
+
+    let (exit, out) = kn(c, &["undo", "--to", "1", "--yes"]).await;
+    assert_eq!(exit, Exit::Success, "{out}");
+    assert!(
+        out.contains(&format!(
+            "done: the configurator makes {empty} the target again and holds it until an admin \
+             resumes it"
+        )),
+        "{out}"
+    );
+    assert_eq!(live_inputs(c).await, netwave_api::RevisionInputs::default());
+
+    // Back to the last good revision itself: nothing held.
+    let (_, out) = kn(c, &["undo", "--to", "2"]).await;
+    assert!(!out.contains("held:"), "{out}");
+}
+
 /// Writes `files` (relative path → text) under a fresh directory.
 fn manifest_dir(files: &[(&str, &str)]) -> std::path::PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

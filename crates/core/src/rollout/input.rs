@@ -31,6 +31,11 @@ pub struct RolloutInput {
     /// Rendered `configHash` per (revision, node), for at least the revisions
     /// [`revisions_to_render`](super::revisions_to_render) names.
     pub rendered: RenderedHashes,
+    /// What each of those revisions puts on the nodes ([`Footprint::of`](super::hold::Footprint::of)),
+    /// for the destructive-change hold. The hold is measured only where both the target's and the last
+    /// good revision's are given: a tool that leaves them out (`kubectl netwave plan`'s waves) plans
+    /// as if every hold were approved.
+    pub footprints: super::hold::Footprints,
 }
 
 /// One `NetworkConfigRevision`: identity, admin knobs, current status and this step's fleet validation.
@@ -47,9 +52,11 @@ pub struct RevisionState {
     /// Who last wrote `spec.paused` (field manager and time, from managedFields), when known.
     pub paused_by: Option<String>,
     pub retry: u32,
-    /// The configurator created it paused because it removes much of what nodes run: what it removes
+    /// Held as a destructive change: what it removes, as recorded
     /// (`revision::DESTRUCTIVE_CHANGE_ANNOTATION`).
     pub destructive: Option<String>,
+    /// The basis of that hold (`revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION`, [`super::hold::basis`]).
+    pub hold_basis: Option<String>,
     pub status: NetworkConfigRevisionStatus,
     /// Fleet-wide validation of this revision against the current nodes, computed by the caller.
     pub validation: ValidationResult,
@@ -195,6 +202,7 @@ impl RevisionState {
         let name = rev.metadata.name.clone().ok_or(InputError::MissingName {
             kind: "NetworkConfigRevision",
         })?;
+        let annotation = |key: &str| rev.metadata.annotations.as_ref()?.get(key).cloned();
         Ok(RevisionState {
             name,
             generation: rev.metadata.generation,
@@ -205,12 +213,8 @@ impl RevisionState {
             paused: rev.spec.paused,
             paused_by: field_writer(&rev.metadata, &["spec", "paused"]),
             retry: rev.spec.retry,
-            destructive: rev
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(crate::revision::DESTRUCTIVE_CHANGE_ANNOTATION))
-                .cloned(),
+            destructive: annotation(crate::revision::DESTRUCTIVE_CHANGE_ANNOTATION),
+            hold_basis: annotation(crate::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION),
             status: rev.status.clone().unwrap_or_default(),
             validation,
         })

@@ -5,11 +5,15 @@ use std::fmt;
 
 use netwave_api::NetworkConfigRevisionStatus;
 
+pub use super::hold::HoldRecord;
 use crate::types::{Sequence, Timestamp};
 
 /// The outcome of one step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
+    /// Holds to record: the target is destructive against the last good revision and no hold with
+    /// this basis is on record (set `spec.paused: true` and the two annotations).
+    pub holds: Vec<HoldRecord>,
     /// Full desired status of each revision whose status changes.
     pub status_updates: Vec<StatusUpdate>,
     /// `NodeNetworkConfig` specs to write (or create), most urgent first.
@@ -26,6 +30,7 @@ pub struct Plan {
 /// One write of a plan, in the order [`Plan::writes`] yields them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Write<'a> {
+    Hold(&'a HoldRecord),
     Status(&'a StatusUpdate),
     Assign(&'a Assignment),
     DeleteConfig(&'a str),
@@ -33,16 +38,17 @@ pub enum Write<'a> {
 }
 
 impl Plan {
-    /// The writes in the order they must be applied: statuses first (a failure and the `Failed` phase
-    /// are on record before any node is rolled back, a revision is `Validated` before any node gets it),
-    /// then assignments, then deletions. The shell must stop at the first write that fails (a revision
-    /// is only deleted once the assignments moving nodes off it are written) and may stop after any
-    /// write (crash, lost lease): the next step, on any replica, recomputes the rest from what was
-    /// written.
+    /// The writes in the order they must be applied: holds first (a hold is on record before any status
+    /// says so), statuses (a failure and the `Failed` phase are on record before any node is rolled
+    /// back, a revision is `Validated` before any node gets it), then assignments, then deletions. The
+    /// shell must stop at the first write that fails (a revision is only deleted once the assignments
+    /// moving nodes off it are written) and may stop after any write (crash, lost lease): the next
+    /// step, on any replica, recomputes the rest from what was written.
     pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
-        self.status_updates
+        self.holds
             .iter()
-            .map(Write::Status)
+            .map(Write::Hold)
+            .chain(self.status_updates.iter().map(Write::Status))
             .chain(self.assignments.iter().map(Write::Assign))
             .chain(self.delete_configs.iter().map(|n| Write::DeleteConfig(n)))
             .chain(
@@ -54,7 +60,8 @@ impl Plan {
 
     /// Number of API writes.
     pub fn write_count(&self) -> usize {
-        self.status_updates.len()
+        self.holds.len()
+            + self.status_updates.len()
             + self.assignments.len()
             + self.delete_configs.len()
             + self.delete_revisions.len()
@@ -198,6 +205,8 @@ pub enum EventReason {
     ProgressDeadlineExceeded,
     RolloutComplete,
     RevisionSuperseded,
+    /// The target is held as a destructive change until an admin resumes it.
+    DestructiveChange,
 }
 
 impl EventReason {
@@ -218,6 +227,7 @@ impl EventReason {
             EventReason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
             EventReason::RolloutComplete => "RolloutComplete",
             EventReason::RevisionSuperseded => "RevisionSuperseded",
+            EventReason::DestructiveChange => super::vocab::reasons::DESTRUCTIVE_CHANGE,
         }
     }
 
@@ -229,7 +239,8 @@ impl EventReason {
             | EventReason::RevisionFailed
             | EventReason::RollbackStarted
             | EventReason::NoLastGoodRevision
-            | EventReason::ProgressDeadlineExceeded => EventType::Warning,
+            | EventReason::ProgressDeadlineExceeded
+            | EventReason::DestructiveChange => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -294,6 +305,8 @@ pub enum WaitingOn {
     ValidationErrors { errors: Vec<String> },
     /// `spec.paused` is set.
     Paused { since: Timestamp },
+    /// Held as a destructive change: what it removes from the last good revision.
+    Held { removal: String },
     /// Canaries not updated yet; other nodes wait.
     Canaries { pending: u32 },
     /// Canaries are updated; other nodes wait until `until`.
@@ -343,6 +356,11 @@ impl fmt::Display for WaitingOn {
             WaitingOn::Paused { since } => {
                 write!(f, "paused (spec.paused) since {}", since.to_time().0)
             }
+            WaitingOn::Held { removal } => write!(
+                f,
+                "held as a destructive change: it {removal}; resume it to approve (spec.paused: \
+                 false), or restore the inputs"
+            ),
             WaitingOn::Canaries { pending } => {
                 write!(f, "waiting for {pending} canary node(s) to update")
             }

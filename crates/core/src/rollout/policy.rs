@@ -27,6 +27,10 @@ pub struct PolicyDefaults {
     pub progress_deadline_seconds: u32,
     /// Revisions kept; older ones are deleted unless a node still references them.
     pub revision_history_limit: usize,
+    /// `--destructive-threshold`: a target that takes more than this percentage of the last good
+    /// revision's placements off the nodes (and always one that takes all of them) is held
+    /// ([`super::hold`]).
+    pub destructive_threshold: u32,
 }
 
 impl Default for PolicyDefaults {
@@ -37,6 +41,7 @@ impl Default for PolicyDefaults {
             apply_timeout_seconds: 300,
             progress_deadline_seconds: 600,
             revision_history_limit: 10,
+            destructive_threshold: super::hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
         }
     }
 }

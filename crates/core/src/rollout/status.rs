@@ -162,33 +162,43 @@ impl<'c> Draft<'c> {
         self.s.observed_retry = Some(r.state.retry);
         self.s.failed_nodes = r.failed_nodes.clone();
         self.s.failed = self.s.failed_nodes.len() as u32;
-        let paused = r.state.paused;
+        let paused = r.paused();
         self.s.paused_at =
             paused.then(|| self.old.paused_at.clone().unwrap_or(self.stamp.to_time()));
-        self.s.paused_by = paused
+        self.s.paused_by = r
+            .state
+            .paused
             .then(|| r.state.paused_by.clone().or(self.old.paused_by.clone()))
             .flatten();
-        // Paused at creation by the configurator's destructive-change guard, and not paused again by
-        // anyone since: say why, and how to go on.
-        let guarded = r.state.destructive.as_ref().filter(|_| {
+        // A revision held earlier and not paused again by anyone since (a target's hold is measured
+        // afresh above): say why, and how to go on.
+        let recorded = r.state.destructive.as_ref().filter(|_| {
             self.s.paused_by.as_deref().is_none_or(|by| {
                 by.split(' ').next() == Some(netwave_api::vocab::managers::CONFIGURATOR)
             })
         });
-        let c = match (paused, guarded) {
-            (true, Some(what)) => cond(
+        let c = match (paused, r.held(), recorded) {
+            (true, Some(h), _) => cond(
                 True,
                 reasons::DESTRUCTIVE_CHANGE,
                 format!(
-                    "created paused: it {what}; if that is meant, resume it (spec.paused: false), \
-                     else restore the inputs"
+                    "held: it {}; resume it to approve (spec.paused: false), else restore the inputs",
+                    h.removal
                 ),
             ),
-            (true, None) => {
+            (true, None, Some(what)) => cond(
+                True,
+                reasons::DESTRUCTIVE_CHANGE,
+                format!(
+                    "held: it {what}; resume it to approve (spec.paused: false), else restore the \
+                     inputs"
+                ),
+            ),
+            (true, None, None) => {
                 let message = paused_message(self.s.paused_by.as_deref());
                 cond(True, reasons::PAUSED_BY_SPEC, message)
             }
-            (false, _) => cond(False, reasons::NOT_PAUSED, ""),
+            (false, _, _) => cond(False, reasons::NOT_PAUSED, ""),
         };
         self.set(ConditionType::Paused, c);
     }
@@ -338,14 +348,15 @@ fn target_timeline(d: &mut Draft, tv: &TargetView) -> Phase {
         let message = format!("every canary runs {}; baking until {until}", r.name());
         d.event(EventReason::CanariesUpdated, message);
     }
-    if r.state.paused && d.old.paused_at.is_none() {
+    // A hold says so in its own Event (`DestructiveChange`).
+    if r.paused() && d.old.paused_at.is_none() && r.held().is_none() {
         let message = format!(
             "{}; nodes in flight finish",
             paused_message(r.state.paused_by.as_deref())
         );
         d.event(EventReason::RolloutPaused, message);
     }
-    if !r.state.paused && d.old.paused_at.is_some() {
+    if !r.paused() && d.old.paused_at.is_some() {
         d.event(
             EventReason::RolloutResumed,
             "spec.paused cleared".to_string(),
@@ -365,6 +376,9 @@ fn target_progressing(r: &Rev, tv: &TargetView, phase: Phase, p: &Progress) -> C
         cond(False, reasons::VALIDATION_FAILED, message)
     } else if tv.halted_by_policy {
         cond(False, reasons::INVALID_POLICY, r.policy_errors.join("; "))
+    } else if r.held().is_some() {
+        let message = "held as a destructive change until an admin resumes it";
+        cond(Unknown, reasons::DESTRUCTIVE_CHANGE, message)
     } else if r.state.paused {
         cond(Unknown, reasons::ROLLOUT_PAUSED, "spec.paused is set")
     } else if p.exceeded {
@@ -550,7 +564,7 @@ fn progress(now: Timestamp, r: &Rev, tv: &TargetView, complete: bool) -> Progres
         r.stored_phase,
         Some(Phase::Pending | Phase::Progressing | Phase::Complete)
     ) || !r.same_attempt;
-    let resumed = old.paused_at.is_some() && !r.state.paused;
+    let resumed = old.paused_at.is_some() && !r.paused();
     let progressed = tv.updated > old.updated;
     let last_progress_at = match &old.last_progress_at {
         Some(t) if !(became_target || resumed || progressed) => Timestamp::from_time(t),
@@ -558,7 +572,7 @@ fn progress(now: Timestamp, r: &Rev, tv: &TargetView, complete: bool) -> Progres
     };
     // No deadline when nothing could move: complete, halted, or every remaining node skipped or failed.
     let nothing_to_do = tv.queued == 0 && tv.in_progress == 0;
-    if complete || nothing_to_do || r.state.paused || tv.halted_by_policy || tv.invalid {
+    if complete || nothing_to_do || r.paused() || tv.halted_by_policy || tv.invalid {
         return Progress {
             last_progress_at,
             deadline: None,

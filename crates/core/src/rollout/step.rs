@@ -7,7 +7,8 @@
 //!     │
 //!     ▼ observe_fleet           nodes ⋈ configs, orphaned configs            (a node that leaves)
 //!     ▼ evaluate_revisions      fate of each: Failed / Target / Older;       (Target, Failure,
-//!     │                         target, last good, failures found now         maxFailures)
+//!     │                         target, last good, failures found now,        maxFailures, Hold)
+//!     │                         the target's hold
 //!     ▼ order_and_budgets       domains, round-robin order, in flight,       (Order, Budget)
 //!     │                         rendered hashes
 //!     ▼ rollback_intents        ┐                                            (maxFailures, Fail fwd)
@@ -35,7 +36,7 @@ use super::plan::Plan;
 use super::world::Overlay;
 use crate::types::Timestamp;
 
-pub use revisions::revisions_to_render;
+pub use revisions::{last_good, revisions_to_render};
 
 /// Most rounds [`step`] folds together; a cascade is at most a rollback followed by a move onward.
 const MAX_ROUNDS: usize = 4;
@@ -72,6 +73,11 @@ pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
 
 /// Applies a plan's writes to revisions and the spec overlay, as the API server would.
 fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan: &Plan) {
+    for h in &plan.holds {
+        if let Some(r) = revisions.iter_mut().find(|r| r.name == h.revision) {
+            h.apply(r);
+        }
+    }
     for u in &plan.status_updates {
         if let Some(r) = revisions.iter_mut().find(|r| r.name == u.revision) {
             r.status = u.status.clone();
@@ -97,6 +103,12 @@ fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan:
 
 /// Folds a later round into a plan: last write per object wins, first-appearance order is kept.
 fn merge(plan: &mut Plan, next: Plan) {
+    for h in next.holds {
+        match plan.holds.iter_mut().find(|p| p.revision == h.revision) {
+            Some(p) => *p = h,
+            None => plan.holds.push(h),
+        }
+    }
     for u in next.status_updates {
         match plan
             .status_updates
@@ -120,6 +132,8 @@ fn merge(plan: &mut Plan, next: Plan) {
     // A revision deleted in a later round has no status update worth writing.
     plan.status_updates
         .retain(|u| !next.delete_revisions.contains(&u.revision));
+    plan.holds
+        .retain(|h| !next.delete_revisions.contains(&h.revision));
     plan.delete_configs.extend(next.delete_configs);
     plan.delete_revisions.extend(next.delete_revisions);
     plan.events.extend(next.events);

@@ -53,7 +53,7 @@ pub mod reasons {
     pub const MAX_FAILURES_REACHED: &str = "MaxFailuresReached";
     pub const INVALID_POLICY: &str = "InvalidPolicy";
     pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
-    /// Paused at creation: the revision removes much of what nodes run (`revision::destructive`).
+    /// Held: the target removes much of what the last good revision puts on the nodes (`rollout::hold`).
     pub const DESTRUCTIVE_CHANGE: &str = "DestructiveChange";
     pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
     pub const CANARY_BAKE: &str = "CanaryBake";

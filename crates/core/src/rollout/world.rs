@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use netwave_api::FailedNode;
 
+use super::hold::Removal;
 use super::input::{
     AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, RevisionState, RolloutInput,
 };
@@ -224,6 +225,19 @@ pub(super) struct Rev<'a> {
     /// Failures of the current attempt, including the ones found this step (at the end).
     pub failed_nodes: Vec<FailedNode>,
     pub new_failures: usize,
+    /// The target only: it is destructive against the last good revision ([`super::hold`]).
+    pub hold: Option<Hold>,
+}
+
+/// A target that is destructive against the last good revision.
+pub(super) struct Hold {
+    pub removal: Removal,
+    /// [`super::hold::basis`] of this target and last good revision.
+    pub basis: String,
+    /// The hold with this basis is on record (`spec.paused` set with it, annotations written).
+    pub recorded: bool,
+    /// An admin resumed it after it was recorded: the only way through.
+    pub approved: bool,
 }
 
 impl<'a> Rev<'a> {
@@ -244,6 +258,7 @@ impl<'a> Rev<'a> {
                 Vec::new()
             },
             new_failures: 0,
+            hold: None,
         }
     }
     pub fn name(&self) -> &'a str {
@@ -256,13 +271,19 @@ impl<'a> Rev<'a> {
     pub fn rearmed(&self) -> bool {
         self.stored_phase == Some(Phase::Failed) && !self.same_attempt
     }
-    /// The target gives itself to no further node: paused, an invalid policy, or validation errors.
-    /// Validation errors on the target are only possible once it completed (before, they fail it): the
-    /// fleet changed under it. It stays the last good revision, but no further node gets it.
+    /// Held as a destructive change and not approved.
+    pub fn held(&self) -> Option<&Hold> {
+        self.hold.as_ref().filter(|h| !h.approved)
+    }
+    /// Paused: `spec.paused`, or held (the hold may not be written yet; this step writes it first).
+    pub fn paused(&self) -> bool {
+        self.state.paused || self.held().is_some()
+    }
+    /// The target gives itself to no further node: paused or held, an invalid policy, or validation
+    /// errors. Validation errors on the target are only possible once it completed (before, they fail
+    /// it): the fleet changed under it. It stays the last good revision, but no further node gets it.
     pub fn halted(&self) -> bool {
-        !self.state.validation.errors.is_empty()
-            || self.state.paused
-            || !self.policy_errors.is_empty()
+        !self.state.validation.errors.is_empty() || self.paused() || !self.policy_errors.is_empty()
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use netwave_api::{Canary, RolloutPolicy};
@@ -11,6 +12,8 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use super::store::Store;
+use crate::render::{InputKind, InputRef};
+use crate::rollout::hold;
 use crate::rollout::{
     AgentPhase, AgentReport, AssignReason, Budget, Phase, Plan, PolicyDefaults, Write,
     is_in_flight, is_updated, resolve, step,
@@ -81,6 +84,14 @@ pub struct SimConfig {
     /// Nodes fall into this many config groups; a new revision changes only some groups, so the nodes
     /// of the others take the fast path.
     pub config_groups: u32,
+    /// Share of new revisions that remove most or all of what the groups run (a `kubectl delete -f`,
+    /// emptied selectors): the destructive-change hold is about these.
+    pub destructive_revision: f64,
+    /// Per tick: the inputs go back to an older revision's (by hand or `kubectl netwave undo`), which
+    /// becomes the target again under a new sequence, as the configurator reactivates it.
+    pub reactivate: f64,
+    /// Per tick: an admin resumes a held revision (approves the hold).
+    pub approve: f64,
 }
 
 impl SimConfig {
@@ -131,19 +142,25 @@ impl SimConfig {
             policy,
             defaults: PolicyDefaults {
                 revision_history_limit: rng.random_range(2..=5),
+                destructive_threshold: [0, 30, 50, 100][rng.random_range(0..4usize)],
                 ..PolicyDefaults::default()
             },
             new_revision: 0.03,
             invalid_revision: 0.15,
             admin: 0.01,
             config_groups: rng.random_range(1..=4),
+            destructive_revision: 0.2,
+            reactivate: 0.01,
+            approve: 0.02,
         }
     }
 
-    /// The same run without any fault, node churn or leader kill (admins still create revisions).
+    /// The same run without any fault, node churn or leader kill (admins still create revisions; holds
+    /// are approved in the quiet phase).
     pub fn without_faults(mut self) -> SimConfig {
         self.faults = Faults::none();
         self.admin = 0.0;
+        self.approve = 0.0;
         self.invalid_revision = 0.0;
         self
     }
@@ -174,6 +191,10 @@ pub struct Outcome {
     pub rollbacks: u32,
     pub fast_paths: u32,
     pub canary_bakes: u32,
+    /// Holds the leader recorded (a destructive target), and the admins' approvals of them.
+    pub holds: u32,
+    pub approvals: u32,
+    pub reactivations: u32,
     /// The target at the end, every node updated for it (or failed on it).
     pub final_target: Option<String>,
 }
@@ -214,6 +235,12 @@ pub struct Fleet {
     next_sequence: u64,
     /// Revision → config version per group.
     versions: BTreeMap<String, Vec<u32>>,
+    /// Revision → the objects each group gets (a group's version changes whenever these do).
+    contents: BTreeMap<String, Vec<Arc<BTreeSet<InputRef>>>>,
+    /// The revision whose inputs are the current ones (the newest cut or reactivated).
+    current: Option<String>,
+    /// Holds an admin approved: (revision, basis), recorded when the admin resumed it.
+    approved: BTreeSet<(String, String)>,
     invalid: BTreeSet<String>,
     history: Sha256,
     outcome: Outcome,
@@ -237,6 +264,9 @@ impl Fleet {
             next_node: 0,
             next_sequence: 1,
             versions: BTreeMap::new(),
+            contents: BTreeMap::new(),
+            current: None,
+            approved: BTreeSet::new(),
             invalid: BTreeSet::new(),
             history: Sha256::new(),
             outcome: Outcome::default(),
@@ -281,6 +311,9 @@ impl Fleet {
         let g = self.group_of(node);
         let v = self.versions[rev][g];
         self.store.rendered.insert(rev, node, format!("g{g}v{v}"));
+        let objects = self.contents[rev][g].clone();
+        Arc::make_mut(self.store.footprints.entry(rev.to_string()).or_default())
+            .insert(node, objects);
     }
 
     fn join(&mut self) {
@@ -302,20 +335,49 @@ impl Fleet {
         let seq = self.next_sequence;
         self.next_sequence += 1;
         let name = format!("r{seq:03}");
-        let mut versions = self
-            .versions
-            .values()
-            .next_back()
-            .cloned()
+        // Edits start from the current inputs (the newest cut or reactivated revision's).
+        let from = self.current.clone();
+        let mut versions = from
+            .as_ref()
+            .map(|r| self.versions[r].clone())
             .unwrap_or_else(|| vec![0; groups]);
+        let mut contents = from.as_ref().map_or_else(
+            || {
+                let base: BTreeSet<InputRef> = (0..4)
+                    .map(|i| InputRef::new(InputKind::RoutingTable, format!("o{i}")))
+                    .collect();
+                // Every group starts with the same objects, one shared set.
+                let base = Arc::new(base);
+                (0..groups).map(|_| base.clone()).collect()
+            },
+            |r| self.contents[r].clone(),
+        );
+        let destructive = from.is_some() && self.rng.random_bool(self.cfg.destructive_revision);
         let changed = self.rng.random_range(0..groups);
-        for (g, v) in versions.iter_mut().enumerate() {
-            if g == changed || self.rng.random_bool(0.5) {
+        for (g, (v, objects)) in versions.iter_mut().zip(contents.iter_mut()).enumerate() {
+            if destructive {
+                // Everything gone, or all but one object: deleted, or selecting no node any more.
+                let keep = self.rng.random_bool(0.5) as usize;
+                *objects = Arc::new(objects.iter().take(keep).cloned().collect());
+                *v = seq as u32;
+            } else if g == changed || self.rng.random_bool(0.5) {
+                let mut next = (**objects).clone();
+                if next.len() > 1 && self.rng.random_bool(0.3) {
+                    let drop = next
+                        .iter()
+                        .nth(self.rng.random_range(0..next.len()))
+                        .cloned();
+                    next.retain(|o| Some(o) != drop.as_ref());
+                }
+                next.insert(InputRef::new(InputKind::RoutingTable, format!("o{seq}")));
+                *objects = Arc::new(next);
                 *v = seq as u32;
             }
         }
         let invalid = may_be_invalid && self.rng.random_bool(self.cfg.invalid_revision);
         self.versions.insert(name.clone(), versions);
+        self.contents.insert(name.clone(), contents);
+        self.current = Some(name.clone());
         let rev = self.store.add_revision(&name, seq);
         rev.policy = self.cfg.policy.clone();
         if invalid {
@@ -327,7 +389,64 @@ impl Fleet {
             self.render(&name, &n);
         }
         self.outcome.revisions += 1;
-        self.record(&format!("revision {name} invalid={invalid}"));
+        self.record(&format!(
+            "revision {name} invalid={invalid} destructive={destructive}"
+        ));
+    }
+
+    /// The inputs go back to an older good revision's: it is the target again under the next
+    /// sequence, with a fresh rollout in its status (what the configurator's reactivation writes).
+    fn reactivate(&mut self) {
+        let newest = self.store.revisions.values().map(|r| r.sequence).max();
+        let older: Vec<String> = (self.store.revisions.values())
+            .filter(|r| Some(r.sequence) != newest && !self.invalid.contains(&r.name))
+            .filter(|r| r.status.phase.as_deref() != Some(Phase::Failed.as_str()))
+            .map(|r| r.name.clone())
+            .collect();
+        if older.is_empty() {
+            return;
+        }
+        let name = older[self.rng.random_range(0..older.len())].clone();
+        let seq = self.next_sequence;
+        self.next_sequence += 1;
+        let rev = self.store.revision(&name);
+        rev.sequence = crate::types::Sequence(seq);
+        let st = &mut rev.status;
+        st.phase = Some(Phase::Pending.as_str().to_string());
+        st.started_at = None;
+        st.completed_at = None;
+        st.canaries_updated_at = None;
+        st.last_progress_at = None;
+        st.failed_nodes.clear();
+        st.failed = 0;
+        self.current = Some(name.clone());
+        self.outcome.reactivations += 1;
+        self.record(&format!("reactivate {name} as {seq}"));
+    }
+
+    /// An admin resumes held revisions (every one when `all`, else one at random): approval of the
+    /// hold on record, remembered to check every assignment against.
+    fn approve_holds(&mut self, all: bool) {
+        let held: Vec<String> = (self.store.revisions.values())
+            .filter(|r| r.paused && r.hold_basis.is_some())
+            .map(|r| r.name.clone())
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        let picked = if all {
+            held
+        } else {
+            vec![held[self.rng.random_range(0..held.len())].clone()]
+        };
+        for name in picked {
+            let rev = self.store.revision(&name);
+            rev.paused = false;
+            let basis = rev.hold_basis.clone().unwrap_or_default();
+            self.approved.insert((name.clone(), basis));
+            self.outcome.approvals += 1;
+            self.record(&format!("approve {name}"));
+        }
     }
 
     /// Runs the chaos phase, then the quiet phase until the fleet settles; checks every invariant.
@@ -380,6 +499,7 @@ impl Fleet {
                 agent.down_until = Some(START); // restarts on its next tick
             }
         }
+        self.approve_holds(true);
         for rev in self.store.revisions.values_mut() {
             rev.paused = false;
         }
@@ -404,6 +524,10 @@ impl Fleet {
         };
         if !self.quiet {
             self.world(&faults);
+        } else {
+            // A revision can become the target in the quiet phase (the newer one failed): the admin
+            // approves its hold, so the fleet settles.
+            self.approve_holds(true);
         }
         let reports = self.agents_act(&faults);
         self.check_budget("world and agents", None)?;
@@ -460,10 +584,22 @@ impl Fleet {
         if self.rng.random_bool(self.cfg.new_revision) {
             self.new_revision(true);
         }
+        if self.cfg.reactivate > 0.0 && self.rng.random_bool(self.cfg.reactivate) {
+            self.reactivate();
+        }
+        if self.cfg.approve > 0.0 && self.rng.random_bool(self.cfg.approve) {
+            self.approve_holds(false);
+        }
         if self.cfg.admin > 0.0 && self.rng.random_bool(self.cfg.admin) {
             if self.rng.random_bool(0.5) {
                 if let Some(rev) = self.store.revisions.values_mut().next_back() {
                     rev.paused = !rev.paused;
+                    if !rev.paused
+                        && let Some(basis) = &rev.hold_basis
+                    {
+                        self.approved.insert((rev.name.clone(), basis.clone()));
+                        self.outcome.approvals += 1;
+                    }
                     let line = format!("pause {} {}", rev.name, rev.paused);
                     self.record(&line);
                 }
@@ -673,6 +809,10 @@ impl Fleet {
         let before = self.in_flight();
         let mut line = String::new();
         match w {
+            Write::Hold(h) => {
+                let _ = write!(line, "hold {} {}", h.revision, h.basis);
+                self.outcome.holds += 1;
+            }
             Write::Status(u) => {
                 let _ = write!(
                     line,
@@ -753,7 +893,50 @@ impl Fleet {
                 a.node.clone(),
             ));
         }
-        Ok(())
+        self.check_hold(a)
+    }
+
+    /// DESIGN.md §6: no node is moved to a revision that removes more than the threshold of the last
+    /// good revision's content (or all of it) unless an admin approved that hold: resumed the revision
+    /// while it was held as the target under this sequence against this last good revision. A rollback
+    /// goes back to what the node ran; a revision the node already has is no move.
+    fn check_hold(&self, a: &crate::rollout::Assignment) -> Result<(), Violation> {
+        let moves = self
+            .store
+            .configs
+            .get(&a.node)
+            .is_none_or(|c| c.spec.revision != a.revision);
+        if !moves || a.reason == AssignReason::Rollback {
+            return Ok(());
+        }
+        let Some(last_good) = (self.store.revisions.values())
+            .filter(|r| r.status.phase.as_deref() == Some(Phase::Complete.as_str()))
+            .max_by(|a, b| a.sequence.cmp(&b.sequence).then(b.name.cmp(&a.name)))
+        else {
+            return Ok(());
+        };
+        if last_good.name == a.revision {
+            return Ok(());
+        }
+        let fp = |r: &str| self.store.footprints.get(r);
+        let (Some(base), Some(cand)) = (fp(&last_good.name), fp(&a.revision)) else {
+            return Ok(());
+        };
+        let threshold = self.cfg.defaults.destructive_threshold;
+        let Some(removal) = hold::destructive(&last_good.name, base, cand, threshold) else {
+            return Ok(());
+        };
+        let basis = hold::basis(self.store.revisions[&a.revision].sequence, &last_good.name);
+        if self.approved.contains(&(a.revision.clone(), basis.clone())) {
+            return Ok(());
+        }
+        Err(self.violation(
+            "no node is moved to a destructive revision an admin did not approve",
+            format!(
+                "{} → {} ({:?}): it {removal}; no approval of {basis}",
+                a.node, a.revision, a.reason
+            ),
+        ))
     }
 
     /// (in flight overall, per domain) over existing nodes, as the budget counts them: a joining node
@@ -889,6 +1072,9 @@ fn summary(plan: &Plan) -> String {
     let mut s = String::new();
     for w in plan.writes() {
         match w {
+            Write::Hold(h) => {
+                let _ = write!(s, "[hold {} {}] ", h.revision, h.basis);
+            }
             Write::Status(u) => {
                 let _ = write!(
                     s,

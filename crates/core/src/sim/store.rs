@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use crate::rollout::hold::Footprints;
 use crate::rollout::{
     AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, PolicyDefaults,
     RenderedHashes, RevisionState, RolloutInput, Write, revisions_to_render,
@@ -32,6 +33,9 @@ pub struct Store {
     pub configs: BTreeMap<String, NodeConfigState>,
     /// What "render" gives per revision and node (the simulation's stand-in for `core::render`).
     pub rendered: RenderedHashes,
+    /// What each revision puts on the nodes (the stand-in for `Footprint::of`); a revision without one
+    /// is not measured for the destructive-change hold.
+    pub footprints: Footprints,
 }
 
 impl Store {
@@ -192,8 +196,12 @@ impl Store {
             nodes: self.nodes.values().cloned().collect(),
             configs: self.configs.values().cloned().collect(),
             rendered: RenderedHashes::default(),
+            footprints: Footprints::default(),
         };
         for rev in revisions_to_render(&input) {
+            if let Some(f) = self.footprints.get(&rev) {
+                input.footprints.insert(rev.clone(), f.clone());
+            }
             // Share a complete explicit rendering; otherwise fill in the defaults.
             if let Some(m) = self.rendered.revision(&rev)
                 && self.nodes.keys().all(|n| m.contains_key(n))
@@ -214,6 +222,13 @@ impl Store {
     /// Applies one write as the API server would.
     pub fn apply(&mut self, write: Write<'_>) -> Result<(), StoreError> {
         match write {
+            Write::Hold(h) => {
+                let rev = self
+                    .revisions
+                    .get_mut(&h.revision)
+                    .ok_or_else(|| StoreError::RevisionNotFound(h.revision.clone()))?;
+                h.apply(rev);
+            }
             Write::Status(u) => {
                 let rev = self
                     .revisions

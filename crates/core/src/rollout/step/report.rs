@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::mem;
 
-use super::super::plan::{Event, Plan, Report, StatusUpdate, WaitingOn};
+use super::super::plan::{
+    Event, EventReason, HoldRecord, ObjectRef, Plan, Report, StatusUpdate, WaitingOn,
+};
 use super::super::status;
 use super::super::world::{
     CanaryStage, Context, Counts, FailCause, Fate, LIST_LIMIT, TargetView, World, updated_of,
@@ -138,7 +140,11 @@ fn tally_target(w: &mut World, t: usize) -> Tally {
 fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
     let target = &w.revs[t];
     let mut waits = Vec::new();
-    if target.state.paused {
+    if let Some(h) = target.held() {
+        waits.push(WaitingOn::Held {
+            removal: h.removal.to_string(),
+        });
+    } else if target.state.paused {
         let since = target
             .state
             .status
@@ -192,7 +198,7 @@ fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
 pub(super) fn report(mut w: World, mut after: AfterPlan, delete_revisions: Vec<String>) -> Plan {
     let ctx = after.context(&w);
     let mut status_updates = Vec::new();
-    let mut events: Vec<Event> = Vec::new();
+    let (holds, mut events) = hold_records(&w);
     for (i, rev) in ctx.revs.iter().enumerate() {
         if delete_revisions.iter().any(|d| d == rev.name()) {
             continue;
@@ -215,6 +221,7 @@ pub(super) fn report(mut w: World, mut after: AfterPlan, delete_revisions: Vec<S
     let missing = mem::take(&mut w.missing);
     let waiting = report_waiting(&w, &after.counts, target_waiting, missing);
     Plan {
+        holds,
         status_updates,
         assignments: mem::take(&mut w.assignments),
         delete_configs: mem::take(&mut w.orphans),
@@ -229,6 +236,30 @@ pub(super) fn report(mut w: World, mut after: AfterPlan, delete_revisions: Vec<S
             requeue_at: w.requeue.at,
         },
     }
+}
+
+/// The target's hold when it is not on record yet, and its Event (once: the next step finds it
+/// recorded).
+fn hold_records(w: &World) -> (Vec<HoldRecord>, Vec<Event>) {
+    let Some(t) = w.target else {
+        return (Vec::new(), Vec::new());
+    };
+    let r = &w.revs[t];
+    let Some(h) = r.hold.as_ref().filter(|h| !h.recorded) else {
+        return (Vec::new(), Vec::new());
+    };
+    let record = HoldRecord {
+        revision: r.name().to_string(),
+        summary: h.removal.to_string(),
+        basis: h.basis.clone(),
+    };
+    let event = Event {
+        object: ObjectRef::Revision(r.name().to_string()),
+        type_: EventReason::DestructiveChange.type_(),
+        reason: EventReason::DestructiveChange,
+        message: record.event_note(r.state.sequence),
+    };
+    (vec![record], vec![event])
 }
 
 /// What the whole rollout waits on: the target's waits, no target at all, no last good revision to

@@ -9,9 +9,10 @@ use std::collections::BTreeSet;
 
 use netwave_api::FailedNode;
 
+use super::super::hold;
 use super::super::input::{AgentPhase, RevisionState, RolloutInput};
 use super::super::vocab::{Phase, REASON_APPLY_TIMEOUT};
-use super::super::world::{FailCause, Fate, Node, Rev, World};
+use super::super::world::{FailCause, Fate, Hold, Node, Rev, World};
 use crate::types::Timestamp;
 
 /// Newest (highest sequence) first; the name breaks ties so the order never depends on the input's.
@@ -39,6 +40,15 @@ pub fn revisions_to_render(input: &RolloutInput) -> Vec<String> {
         }
     }
     out
+}
+
+/// The last good revision as a step over these revisions finds it: the newest `Complete` one (a
+/// `Complete` revision is never failed). What the hold measures against ([`hold`](super::super::hold)).
+pub fn last_good(revisions: &[RevisionState]) -> Option<&RevisionState> {
+    let mut revs: Vec<&RevisionState> = revisions.iter().collect();
+    revs.sort_by(newest_first);
+    revs.into_iter()
+        .find(|r| Phase::parse(r.status.phase.as_deref()) == Some(Phase::Complete))
 }
 
 /// Judges every revision, newest first, and finds the target and the last good revision.
@@ -72,6 +82,37 @@ pub(super) fn evaluate_revisions<'a>(w: &mut World<'a>, revisions: &'a [Revision
             }
         }
     }
+    judge_hold(w);
+}
+
+/// DESIGN.md §6 **A held change stays held**: the target is measured against the last good revision
+/// — whatever made it the target (cut, reactivated, re-armed) — and held unless an admin approved a
+/// hold with exactly this basis ([`hold`](super::super::hold)). Not measured without both footprints.
+fn judge_hold(w: &mut World) {
+    let (Some(t), Some(lg)) = (w.target, w.last_good) else {
+        return;
+    };
+    if t == lg {
+        return;
+    }
+    let footprints = &w.input.footprints;
+    let (lg_name, target) = (w.revs[lg].name(), w.revs[t].state);
+    let (Some(baseline), Some(candidate)) = (footprints.get(lg_name), footprints.get(&target.name))
+    else {
+        return;
+    };
+    let threshold = w.input.defaults.destructive_threshold;
+    let Some(removal) = hold::destructive(lg_name, baseline, candidate, threshold) else {
+        return;
+    };
+    let basis = hold::basis(target.sequence, lg_name);
+    let recorded = target.hold_basis.as_deref() == Some(basis.as_str());
+    w.revs[t].hold = Some(Hold {
+        removal,
+        basis,
+        recorded,
+        approved: recorded && !target.paused,
+    });
 }
 
 /// The fate of the newest revision not `Failed` on record: the target, unless fleet validation or
