@@ -35,11 +35,9 @@ use netwave_e2e::netns::is_root;
 const NS: &str = "netwave-system";
 const TAINT: &str = "netwave.dev/network-unavailable";
 
+/// Where images/build.sh writes the layouts (always the repository's target/, like tests/images.rs).
 fn images_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("images")
+    workspace_root().join("target/images")
 }
 
 /// The configurator's and the plain agent's image layouts, or an error saying to build them.
