@@ -2,7 +2,10 @@
 //!
 //! - `last-good.json`: the last config that applied and passed health checks, its revision and config
 //!   hash, a generation that grows with every save, and a sha256 checksum over all of that. A file that
-//!   does not parse or whose checksum does not match is [`BackupError::Corrupt`]: reported, never applied.
+//!   does not parse, whose checksum does not match, or whose generation is wrong (0, which no save
+//!   writes, or older than one this agent process already read or wrote: an older copy put back) is
+//!   [`BackupError::Corrupt`]: never applied, and the agent refuses every apply until an admin moves it
+//!   aside (then the node has no last good config, as a new node).
 //! - `applying.json`: written before every apply and removed after its outcome is settled. Finding it at
 //!   start means the agent died mid-apply: restore the last good config first.
 //! - `interrupted.json`: which apply was interrupted, and how often (one interruption is retried).
@@ -14,6 +17,8 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use netwave_api::NodeConfig;
 use serde::{Deserialize, Serialize};
@@ -118,6 +123,9 @@ pub struct Rejected {
 #[derive(Clone, Debug)]
 pub struct StateDir {
     dir: PathBuf,
+    /// The newest backup generation this process read or wrote (shared by clones): a file with an
+    /// older one was put back from an older copy.
+    generation: Arc<AtomicU64>,
 }
 
 impl StateDir {
@@ -127,7 +135,10 @@ impl StateDir {
             path: dir.clone(),
             source,
         })?;
-        Ok(StateDir { dir })
+        Ok(StateDir {
+            dir,
+            generation: Arc::default(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -156,6 +167,20 @@ impl StateDir {
                 why: format!("checksum {} does not match content {want}", file.checksum),
             });
         }
+        let newest = self.generation.load(Ordering::Acquire);
+        if file.generation == 0 || file.generation < newest {
+            let why = if file.generation == 0 {
+                "generation 0, which no agent writes (the first save is generation 1)".to_string()
+            } else {
+                format!(
+                    "generation {} is older than generation {newest}, which this agent process \
+                     already read or wrote: an older copy was put back",
+                    file.generation
+                )
+            };
+            return Err(BackupError::Corrupt { path, why });
+        }
+        self.generation.fetch_max(file.generation, Ordering::AcqRel);
         Ok(Some(file))
     }
 
@@ -171,7 +196,10 @@ impl StateDir {
             last_good: last_good.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&file).expect("state always serializes");
-        self.write_atomic(LAST_GOOD_FILE, &bytes)
+        self.write_atomic(LAST_GOOD_FILE, &bytes)?;
+        // A fresh start (no file, or a corrupt one replaced) may go back to generation 1.
+        self.generation.store(generation, Ordering::Release);
+        Ok(())
     }
 
     /// Writes the applying marker (before any kernel change).
@@ -389,5 +417,39 @@ mod tests {
         );
         fs::write(t.path().join(REJECTED_FILE), b"{\"revis").unwrap();
         assert_eq!(s.rejected().unwrap(), None);
+    }
+
+    /// A backup with a valid checksum but the wrong generation is corrupt too: generation 0 (no agent
+    /// writes it) and an older copy put back over a newer one.
+    #[test]
+    fn a_wrong_generation_is_corrupt() {
+        let t = tempfile::tempdir().unwrap();
+        let s = StateDir::open(t.path()).unwrap();
+        let path = t.path().join(LAST_GOOD_FILE);
+        let zero = LastGoodFile {
+            generation: 0,
+            checksum: checksum(0, &good("r1")),
+            last_good: good("r1"),
+        };
+        fs::write(&path, serde_json::to_vec(&zero).unwrap()).unwrap();
+        let err = s.load_last_good().unwrap_err().to_string();
+        assert!(err.contains("generation 0"), "{err}");
+
+        fs::remove_file(&path).unwrap();
+        s.save_last_good(&good("r1")).unwrap();
+        let older = fs::read(&path).unwrap();
+        s.save_last_good(&good("r2")).unwrap();
+        assert_eq!(s.load_last_good().unwrap(), Some(good("r2")));
+        fs::write(&path, older).unwrap();
+        let err = s.load_last_good().unwrap_err().to_string();
+        assert!(
+            err.contains("generation 1 is older than generation 2"),
+            "{err}"
+        );
+        // Moved aside, the node starts over from generation 1.
+        fs::rename(&path, t.path().join("last-good.json.corrupt")).unwrap();
+        assert_eq!(s.load_last_good().unwrap(), None);
+        s.save_last_good(&good("r3")).unwrap();
+        assert_eq!(s.load_last_good().unwrap(), Some(good("r3")));
     }
 }

@@ -1,6 +1,7 @@
 //! One apply, end to end, with rollback (DESIGN.md §4):
 //!
 //! ```text
+//!  last good backup corrupt ─────────────────────────────────────────► Invalid BackupCorrupt   (no change)
 //!  config ─► model::desired ──(bad field)──────────────────────────► Invalid InvalidConfig    (no change)
 //!         ─► BGP content but FRR off (core::frr::bgp_content) ────────────► Invalid FrrUnavailable   (no change)
 //!         ─► FRR render + `vtysh -C` ───────────────────────────────► Invalid FrrRejected      (no change)
@@ -56,6 +57,9 @@ pub enum Reason {
     /// Writing, reloading or converging FRR's config failed after the kernel was changed: the last
     /// good config was restored (kernel and FRR).
     FrrReloadFailed,
+    /// The last good backup is corrupt: refused before any change, and every apply after it, until an
+    /// admin moves the file aside (see `netwave_api::vocab::node_reasons::BACKUP_CORRUPT`).
+    BackupCorrupt,
 }
 
 impl Reason {
@@ -70,6 +74,7 @@ impl Reason {
             Reason::FrrUnavailable => "FrrUnavailable",
             Reason::FrrRejected => "FrrRejected",
             Reason::FrrReloadFailed => "FrrReloadFailed",
+            Reason::BackupCorrupt => netwave_api::vocab::node_reasons::BACKUP_CORRUPT,
         }
     }
 
@@ -84,6 +89,7 @@ impl Reason {
             Reason::FrrUnavailable,
             Reason::FrrRejected,
             Reason::FrrReloadFailed,
+            Reason::BackupCorrupt,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -171,12 +177,33 @@ pub enum Decision {
     /// A placeholder (no revision assigned yet, the node is queued): nothing to apply or report; the
     /// node keeps what it runs.
     Unassigned,
+    /// The last good backup is corrupt: report `Invalid/BackupCorrupt`, touch nothing. Nothing is
+    /// applied until an admin repairs the backup (a failed apply could not be rolled back).
+    BackupCorrupt,
+    /// Already reported as refused for a corrupt backup for this revision, retry and config: nothing
+    /// to do (and nothing to log) until the backup is repaired or the spec changes.
+    StillBackupCorrupt,
 }
 
-pub fn decide(
+/// What the node runs, as its backup tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Running<'a> {
+    /// The config with this configHash; `None`: nothing netwave applied yet (no backup).
+    Known(Option<&'a str>),
+    /// The backup is corrupt: unknown, and nothing may be applied until it is repaired.
+    BackupCorrupt,
+}
+
+impl<'a> From<Option<&'a str>> for Running<'a> {
+    fn from(hash: Option<&'a str>) -> Self {
+        Running::Known(hash)
+    }
+}
+
+pub fn decide<'a>(
     spec: &NodeNetworkConfigSpec,
     status: Option<&NodeNetworkConfigStatus>,
-    running_hash: Option<&str>,
+    running: impl Into<Running<'a>>,
 ) -> Decision {
     if spec.is_placeholder() {
         return Decision::Unassigned;
@@ -194,9 +221,21 @@ pub fn decide(
     });
     let phase = status.and_then(|s| s.phase.as_deref());
     // A refusal as tampered is no verdict on the revision: once the spec is put back, it is applied.
-    let refused_as_tampered = phase == Some(INVALID)
-        && same_attempt
-        && status.and_then(|s| s.reason.as_deref()) == Some(Reason::ConfigTampered.as_str());
+    let refused_for = |reason: Reason| {
+        phase == Some(INVALID)
+            && same_attempt
+            && status.and_then(|s| s.reason.as_deref()) == Some(reason.as_str())
+    };
+    let refused_as_tampered = refused_for(Reason::ConfigTampered);
+    // Neither is a refusal for a corrupt backup: once the backup is repaired, the spec is applied.
+    let refused_for_backup = refused_for(Reason::BackupCorrupt);
+    let running_hash = match running.into() {
+        Running::Known(hash) => hash,
+        Running::BackupCorrupt if refused_for_backup && same_config => {
+            return Decision::StillBackupCorrupt;
+        }
+        Running::BackupCorrupt => return Decision::BackupCorrupt,
+    };
     let actual = netwave_core::render::config_hash(&spec.config);
     if actual != spec.config_hash {
         return if refused_as_tampered {
@@ -206,7 +245,9 @@ pub fn decide(
         };
     }
     match phase {
-        Some(INVALID) if same_attempt && same_config && !refused_as_tampered => {
+        Some(INVALID)
+            if same_attempt && same_config && !refused_as_tampered && !refused_for_backup =>
+        {
             return Decision::SkipInvalid;
         }
         Some(PROVISIONED) if same_attempt && running_hash == Some(spec.config_hash.as_str()) => {
@@ -218,6 +259,34 @@ pub fn decide(
         Decision::FastPath
     } else {
         Decision::Apply
+    }
+}
+
+/// The refusal of `t` because the last good backup is unusable (`e`): nothing applied, nothing known of
+/// what runs. The message names the file, what is wrong with it and how to repair it.
+pub fn backup_corrupt(t: &Target, e: &BackupError) -> Outcome {
+    let reason = Reason::BackupCorrupt;
+    let what = match e {
+        BackupError::Corrupt { path, why } => {
+            format!("the last good backup {} is corrupt ({why})", path.display())
+        }
+        other => format!("the last good backup cannot be used: {other}"),
+    };
+    Outcome {
+        revision: t.revision.clone(),
+        retry: t.retry,
+        reason: Some(reason),
+        message: format!(
+            "{reason}: {what}. No config is applied while it is (a failed apply could not be rolled \
+             back); the kernel is untouched. To repair, move the file aside: the node then has no last \
+             good config and applies its assigned revision afresh"
+        ),
+        running_hash: None,
+        last_good_revision: None,
+        probes: Vec::new(),
+        applied: 0,
+        writes: 0,
+        rolled_back: false,
     }
 }
 
@@ -341,7 +410,13 @@ impl Agent {
     /// Applies `t` with health checks and rollback. Never panics on kernel or probe failures: every
     /// failure is an `Invalid` outcome naming its step, and is recorded in the state dir (see
     /// [`Agent::rejected_outcome`]).
+    ///
+    /// With a corrupt backup nothing is applied and nothing recorded: the refusal is no verdict on `t`,
+    /// which is applied once the backup is repaired.
     pub async fn apply(&self, t: &Target) -> Outcome {
+        if let Err(e) = self.last_good() {
+            return backup_corrupt(t, &e);
+        }
         let o = self.apply_unrecorded(t).await;
         self.record_verdict(&o);
         o
@@ -918,6 +993,54 @@ mod tests {
             decide(&good, Some(&st), Some(h("h1").as_str())),
             Decision::SkipInvalid
         );
+    }
+
+    /// A corrupt backup refuses every spec, reported once per revision, retry and config (not on
+    /// every watch event or drift tick); the refusal is no verdict, so once the backup is repaired the
+    /// same revision is applied.
+    #[test]
+    fn a_corrupt_backup_refuses_once_per_attempt_and_is_no_verdict_on_the_revision() {
+        let r2 = spec("r2", 0, "h2");
+        assert_eq!(
+            decide(&r2, None, Running::BackupCorrupt),
+            Decision::BackupCorrupt
+        );
+        // Provisioned before the backup broke: still refused (the kernel cannot be rolled back).
+        let st = status(PROVISIONED, "r2", 0);
+        assert_eq!(
+            decide(&r2, Some(&st), Running::BackupCorrupt),
+            Decision::BackupCorrupt
+        );
+        let mut refused = status(INVALID, "r2", 0);
+        refused.reason = Some(Reason::BackupCorrupt.as_str().into());
+        refused.observed_config_hash = Some(h("h2"));
+        assert_eq!(
+            decide(&r2, Some(&refused), Running::BackupCorrupt),
+            Decision::StillBackupCorrupt
+        );
+        // A new attempt or a new config is refused (and reported) again …
+        assert_eq!(
+            decide(&spec("r2", 1, "h2"), Some(&refused), Running::BackupCorrupt),
+            Decision::BackupCorrupt
+        );
+        assert_eq!(
+            decide(&spec("r3", 0, "h3"), Some(&refused), Running::BackupCorrupt),
+            Decision::BackupCorrupt
+        );
+        // … a placeholder is nothing to refuse …
+        assert_eq!(
+            decide(
+                &NodeNetworkConfigSpec::placeholder(),
+                None,
+                Running::BackupCorrupt
+            ),
+            Decision::Unassigned
+        );
+        // … and once the file is moved aside (no last good config) r2 is applied, not skipped.
+        assert_eq!(decide(&r2, Some(&refused), None), Decision::Apply);
+        // A refusal for another reason stays a verdict.
+        refused.reason = Some(Reason::HealthCheckFailed.as_str().into());
+        assert_eq!(decide(&r2, Some(&refused), None), Decision::SkipInvalid);
     }
 
     #[test]

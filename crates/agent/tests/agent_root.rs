@@ -417,40 +417,159 @@ fn restart_after_crash_mid_apply_restores_last_good() {
     );
 }
 
-#[test]
-fn corrupt_backup_is_reported_and_never_applied() {
-    in_netns("corrupt_backup_is_reported_and_never_applied", || async {
-        let e = env(health()).await?;
-        ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
-        let file = e
-            .agent
-            .state
-            .path()
-            .join(netwave_agent::backup::LAST_GOOD_FILE);
-        let text = std::fs::read_to_string(&file)?;
-        std::fs::write(&file, text.replace("198.18.10.1/24", "198.18.99.1/24"))?;
-        // Drift repair refuses to use it.
-        let err = e.agent.repair_drift().await.unwrap_err();
-        ensure!(err.to_string().contains("corrupt"), "{err}");
-        ensure!(!ip(&["addr", "show", "l2.10"])?.contains("198.18.99.1"));
-        // A failing apply cannot restore from it, and says so.
-        let mut bad = good();
-        bad.routes.push(RouteConfig {
-            table: 254,
-            prefix: "198.18.8.2/32".into(),
-            via: None,
-            dev: None,
-            kind: RouteType::Blackhole,
-            metric: None,
-        });
-        let out = e.agent.apply(&target("r2", bad)).await;
-        ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
-        ensure!(
-            out.message.contains("nothing restored") && out.message.contains("corrupt"),
-            "{}",
-            out.message
-        );
-        ensure!(!ip(&["addr", "show", "l2.10"])?.contains("198.18.99.1"));
-        Ok(())
+/// A config that blackholes the peer the probes check: applied, it fails its health check and is
+/// rolled back — if there is a usable backup to roll back to.
+fn blackholing() -> NodeConfig {
+    let mut bad = good();
+    bad.routes.push(RouteConfig {
+        table: 254,
+        prefix: "198.18.8.2/32".into(),
+        via: None,
+        dev: None,
+        kind: RouteType::Blackhole,
+        metric: None,
     });
+    bad
+}
+
+/// Another good config (one more route), so the backup gets a newer generation.
+fn good_too() -> NodeConfig {
+    let mut cfg = good();
+    cfg.routes.push(RouteConfig {
+        table: 100,
+        prefix: "198.19.1.0/24".into(),
+        via: Some("198.18.8.2".into()),
+        dev: None,
+        kind: RouteType::Unicast,
+        metric: None,
+    });
+    cfg
+}
+
+/// Applying `t` is refused for the corrupt backup: `Invalid/BackupCorrupt` with a message naming the
+/// file and `what`, no kernel write, no applying marker, no verdict recorded on `t`.
+async fn refused(agent: &Agent, t: &Target, what: &str) -> Result<()> {
+    let file = agent
+        .state
+        .path()
+        .join(netwave_agent::backup::LAST_GOOD_FILE);
+    let writes = agent.netlink.writes();
+    let before = agent.netlink.observe().await?.observed;
+    let out = agent.apply(t).await;
+    ensure!(out.reason == Some(Reason::BackupCorrupt), "{out:?}");
+    ensure!(
+        out.message
+            .starts_with("BackupCorrupt: the last good backup")
+            && out.message.contains(&file.display().to_string())
+            && out.message.contains(what)
+            && out.message.contains("move the file aside"),
+        "{}",
+        out.message
+    );
+    ensure!(out.applied == 0 && !out.rolled_back, "{out:?}");
+    ensure!(agent.netlink.writes() == writes, "the kernel was written");
+    ensure!(
+        agent.netlink.observe().await?.observed == before,
+        "a kernel object changed"
+    );
+    ensure!(agent.state.applying()?.is_none(), "an applying marker");
+    ensure!(
+        agent
+            .state
+            .rejected()?
+            .is_none_or(|r| r.revision != t.revision),
+        "a refusal for the backup is no verdict on {}",
+        t.revision
+    );
+    Ok(())
+}
+
+/// Every way a backup can be corrupt — checksum mismatch, unparseable, an older generation put back —
+/// refuses applies before anything is touched: the config that would fail its health check is never
+/// applied (there would be nothing to roll back to), and drift repair does not use the file either.
+#[test]
+fn a_corrupt_backup_refuses_applies_and_touches_no_kernel_object() {
+    in_netns(
+        "a_corrupt_backup_refuses_applies_and_touches_no_kernel_object",
+        || async {
+            let e = env(health()).await?;
+            let file = e
+                .agent
+                .state
+                .path()
+                .join(netwave_agent::backup::LAST_GOOD_FILE);
+            ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+            let r1_backup = std::fs::read(&file)?;
+
+            // The checksum does not match the content (an address edited by hand).
+            let text = String::from_utf8(r1_backup.clone())?;
+            std::fs::write(&file, text.replace("198.18.10.1/24", "198.18.99.1/24"))?;
+            refused(&e.agent, &target("r2", blackholing()), "checksum").await?;
+            let err = e.agent.repair_drift().await.unwrap_err();
+            ensure!(err.to_string().contains("corrupt"), "{err}");
+            ensure!(!ip(&["addr", "show", "l2.10"])?.contains("198.18.99.1"));
+            ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
+
+            // Torn or not JSON.
+            std::fs::write(&file, &r1_backup[..r1_backup.len() / 2])?;
+            refused(&e.agent, &target("r2", blackholing()), "not a backup file").await?;
+
+            // An older copy put back over a newer backup (valid checksum, wrong generation).
+            std::fs::write(&file, &r1_backup)?;
+            ensure!(
+                e.agent
+                    .apply(&target("r3", good_too()))
+                    .await
+                    .reason
+                    .is_none()
+            );
+            std::fs::write(&file, &r1_backup)?;
+            refused(
+                &e.agent,
+                &target("r4", blackholing()),
+                "generation 1 is older than generation 2",
+            )
+            .await?;
+            ensure!(
+                runs(&e.agent, &good_too()).await?,
+                "the kernel still runs r3"
+            );
+            ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
+            Ok(())
+        },
+    );
+}
+
+/// The refusal holds for every apply until an admin repairs the backup by moving it aside; then the
+/// node has no last good config, like a new node, applies its assigned revision afresh and backs it up.
+#[test]
+fn a_corrupt_backup_keeps_refusing_until_it_is_moved_aside() {
+    in_netns(
+        "a_corrupt_backup_keeps_refusing_until_it_is_moved_aside",
+        || async {
+            let e = env(health()).await?;
+            let file = e
+                .agent
+                .state
+                .path()
+                .join(netwave_agent::backup::LAST_GOOD_FILE);
+            ensure!(e.agent.apply(&target("r1", good())).await.reason.is_none());
+            std::fs::write(&file, b"{\"generation\": 3, \"revis")?;
+            for rev in ["r2", "r2", "r3"] {
+                refused(&e.agent, &target(rev, good_too()), "not a backup file").await?;
+            }
+            ensure!(runs(&e.agent, &good()).await?, "the kernel still runs r1");
+
+            std::fs::rename(&file, file.with_extension("json.corrupt"))?;
+            ensure!(e.agent.last_good()?.is_none(), "no last good config");
+            let out = e.agent.apply(&target("r3", good_too())).await;
+            ensure!(out.reason.is_none(), "{out:?}");
+            ensure!(runs(&e.agent, &good_too()).await?, "r3 applied");
+            ensure!(
+                e.agent.last_good()?.map(|l| l.revision).as_deref() == Some("r3"),
+                "r3 backed up"
+            );
+            Ok(())
+        },
+    );
 }

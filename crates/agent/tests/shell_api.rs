@@ -713,3 +713,117 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
         Ok(())
     });
 }
+
+/// The ifindex of link `name` (a link deleted and created again gets a new one).
+fn ifindex(name: &str) -> Result<String> {
+    let out = ip(&["-o", "link", "show", name])?;
+    Ok(out.split(':').next().unwrap_or_default().to_string())
+}
+
+/// A node's last good backup is corrupted (edited by hand) while it runs r1: at the next drift tick its
+/// agent reports r1 `Invalid/BackupCorrupt`, naming the file and what is wrong, and refuses r2 too,
+/// touching nothing — once per revision, not on every watch event or tick. When the admin moves the
+/// file aside, r2 is applied in place (the links r1 made stay the same links: nothing was removed first)
+/// and reported `Provisioned`.
+#[test]
+fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside() {
+    in_netns(
+        "a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside",
+        || async {
+            let server = RealApi::start().await?;
+            let client = server.admin.clone();
+            let mut node = Node::default();
+            node.metadata.name = Some("n1".into());
+            Api::<Node>::all(client.clone())
+                .create(&PostParams::default(), &node)
+                .await?;
+            let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+            nncs.create(
+                &PostParams::default(),
+                &NodeNetworkConfig::new("n1", spec("r1", 0, good())),
+            )
+            .await?;
+            let dir = tempfile::tempdir()?;
+            let health = dir.path().join("health.yaml");
+            std::fs::write(
+                &health,
+                "interfaces: [\"lo\"]\nsettleSeconds: 0\ndeadlineSeconds: 2\n",
+            )?;
+            let backup = dir
+                .path()
+                .join("state")
+                .join(netwave_agent::backup::LAST_GOOD_FILE);
+            let agent = RunningAgent::start(
+                agent_args(dir.path(), health, 19105)?,
+                server.agent_client().await?,
+            );
+            wait_status(&nncs, "r1 Provisioned", |s| {
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.observed_revision.as_deref() == Some("r1")
+            })
+            .await?;
+            let (bridge, vxlan) = (ifindex("l2.10")?, ifindex("vx.10")?);
+
+            let text = std::fs::read_to_string(&backup)?;
+            std::fs::write(&backup, text.replace("198.18.10.1/24", "198.18.99.1/24"))?;
+            let s = wait_status(&nncs, "r1 refused for the corrupt backup", |s| {
+                s.reason.as_deref() == Some("BackupCorrupt")
+            })
+            .await?;
+            let message = s.message.clone().unwrap_or_default();
+            ensure!(
+                s.phase.as_deref() == Some("Invalid")
+                    && s.observed_revision.as_deref() == Some("r1")
+                    && message.contains(&backup.display().to_string())
+                    && message.contains("checksum")
+                    && message.contains("move the file aside"),
+                "{s:?}"
+            );
+            wait_event(&client, "BackupCorrupt").await?;
+            eprintln!("status message: {message}");
+
+            // r2 (another MTU) is refused too; the kernel keeps running r1.
+            let mut r2 = good();
+            r2.layer2s[0].mtu = 1400;
+            let patch = json!({ "spec": spec("r2", 0, r2) });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            wait_status(&nncs, "r2 refused for the corrupt backup", |s| {
+                s.reason.as_deref() == Some("BackupCorrupt")
+                    && s.observed_revision.as_deref() == Some("r2")
+            })
+            .await?;
+            ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1450"));
+            ensure!(!ip(&["addr", "show", "l2.10"])?.contains("198.18.99.1"));
+            // Watch events do not make it report (or apply) again.
+            for i in 0..3 {
+                let patch = json!({ "metadata": { "annotations": { "touch": i.to_string() } } });
+                nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+
+            // The admin moves the file aside: r2 is applied as on a node without a last good config,
+            // in place.
+            std::fs::rename(&backup, backup.with_extension("json.corrupt"))?;
+            let s = wait_status(&nncs, "r2 Provisioned after the repair", |s| {
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.observed_revision.as_deref() == Some("r2")
+            })
+            .await?;
+            ensure!(s.last_good_revision.as_deref() == Some("r2"), "{s:?}");
+            ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1400"));
+            ensure!(
+                (ifindex("l2.10")?, ifindex("vx.10")?) == (bridge, vxlan),
+                "the repair removed and recreated r1's links"
+            );
+            ensure!(backup.is_file(), "r2 backed up afresh");
+            let refusals = r#"netwave_agent_applies_total{phase="Invalid",reason="BackupCorrupt"}"#;
+            ensure!(
+                metric(&metrics_at(19105).await?, refusals) == 2.0,
+                "one report per revision"
+            );
+            agent.stop().await?;
+            Ok(())
+        },
+    );
+}

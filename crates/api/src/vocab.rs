@@ -113,6 +113,12 @@ pub mod node_reasons {
     pub const CONFIG_TAMPERED: &str = "ConfigTampered";
     /// Recorded by the configurator for a node that did not report in time (`applyTimeoutSeconds`).
     pub const APPLY_TIMEOUT: &str = "ApplyTimeout";
+    /// The agent's last good backup (`last-good.json` in its state dir) is corrupt: it does not parse,
+    /// its checksum does not match, or its generation is wrong. The agent refuses every apply and
+    /// touches no kernel object until an admin repairs it (moves the file aside), since it could not
+    /// roll a failed apply back. Unlike `ConfigTampered` this *is* a node failure for the rollout: the
+    /// node cannot take the revision, and it must not be moved on to new configs silently.
+    pub const BACKUP_CORRUPT: &str = "BackupCorrupt";
 }
 
 /// Field managers (server-side apply ownership): who wrote a field.

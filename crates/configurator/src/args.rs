@@ -76,6 +76,19 @@ pub struct Args {
     /// Full reconcile at least this often even without changes.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
+    /// A replica whose caches have not synced this long after its start, or one of whose watches has
+    /// kept failing this long, cannot work: it lets go of the leader Lease and fails /healthz.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub cache_sync_timeout: Duration,
+    /// A reconcile pass running longer than this means the loop hangs: the replica lets go of the
+    /// leader Lease and fails /healthz.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub reconcile_timeout: Duration,
+    /// Test-only fault (feature `fault-hooks`, never in a shipped build): once this replica leads, its
+    /// reconcile task panics (`panic`) or returns (`return`).
+    #[cfg(feature = "fault-hooks")]
+    #[arg(long, hide = true, value_enum)]
+    pub fault_reconcile: Option<ReconcileFault>,
 
     /// Address of /metrics.
     #[arg(long, env = "NETWAVE_METRICS_ADDR", default_value = "0.0.0.0:9090")]
@@ -89,6 +102,14 @@ pub struct Args {
 }
 
 pub use netwave_runtime::LogFormat;
+
+/// How the reconcile task dies under `--fault-reconcile` (tests only).
+#[cfg(feature = "fault-hooks")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReconcileFault {
+    Panic,
+    Return,
+}
 
 /// `maxUnavailable`-style value: an absolute count or a percentage of eligible nodes.
 pub type IntOrPercent = netwave_api::CountOrPercent;
@@ -136,6 +157,17 @@ impl Args {
         }
         if self.resync_interval < Duration::from_secs(1) {
             return Err("--resync-interval must be at least 1s".into());
+        }
+        for (flag, d) in [
+            ("--cache-sync-timeout", self.cache_sync_timeout),
+            ("--reconcile-timeout", self.reconcile_timeout),
+        ] {
+            if d < Duration::from_secs(1) {
+                return Err(format!(
+                    "{flag} ({d:?}) must be at least 1s: a replica would let go of the Lease before it \
+                     could sync or finish a pass"
+                ));
+            }
         }
         Ok(())
     }

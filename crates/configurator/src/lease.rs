@@ -14,18 +14,26 @@
 //!   follower ──(lease free or expired; replace with rv succeeds)──► leader
 //!   leader ──(renew ok every retry_period)──► leader
 //!   leader ──(no successful renew for renew_deadline | 409 | holder changed)──► follower
+//!   leader ──(cannot work: caches not synced, reconcile loop dead or hung; release)──► follower
 //!   leader ──(shutdown: release = clear holder)──► gone
 //! ```
+//!
+//! A replica takes part only while it can do a leader's work ([`Elector::with_fitness`], judged by
+//! `netwave_core::leadership`): one that cannot would otherwise renew forever and do nothing, and the
+//! standby could never take over (DESIGN §6). Until its caches have synced it takes no Lease; once it
+//! cannot work it lets go of the Lease at once and says why in one log line.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
+use netwave_core::leadership::{Fitness, Unfit};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -80,6 +88,9 @@ impl LeaderGate {
     }
 }
 
+/// Asked before every acquire or renew: can this replica do a leader's work now?
+pub type FitnessCheck = Arc<dyn Fn() -> Fitness + Send + Sync>;
+
 /// Runs the election loop until `shutdown` resolves, then releases the lease if held.
 pub struct Elector {
     api: Api<Lease>,
@@ -89,6 +100,9 @@ pub struct Elector {
     observed: Option<(String, Option<MicroTime>, Instant)>,
     /// Lease requests failing in a row, and the problem last logged (logged again only when it changes).
     failing: Option<(u32, String)>,
+    fitness: Option<FitnessCheck>,
+    /// Why this replica cannot work, while it cannot (logged once per problem).
+    unfit: Option<Unfit>,
 }
 
 /// Longest wait between lease attempts while they keep failing as a follower.
@@ -126,55 +140,32 @@ impl Elector {
                 tx,
                 observed: None,
                 failing: None,
+                fitness: None,
+                unfit: None,
             },
             LeaderGate { rx },
         )
     }
 
+    /// Takes part in the election only while `check` says the replica can work (without it: always).
+    pub fn with_fitness(mut self, check: FitnessCheck) -> Self {
+        self.fitness = Some(check);
+        self
+    }
+
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
-            let started = Instant::now();
-            // A request the server never answers must not hold the loop: give up after the renew deadline.
-            let attempt = tokio::time::timeout(
-                self.config.renew_deadline,
-                self.try_acquire_or_renew(started),
-            );
-            let result = match attempt.await {
-                Ok(r) => r,
-                Err(_) => Err(kube::Error::Service("lease request timed out".into())),
-            };
-            match result {
-                Ok(held) => {
-                    if self.failing.take().is_some() {
-                        info!(lease = %self.config.name, "lease requests work again");
+            match self.fitness.as_ref().map_or(Fitness::Working, |f| f()) {
+                Fitness::Working => {
+                    if let Some(why) = self.unfit.take() {
+                        info!(lease = %self.config.name, "able to work again (was: {why}): taking part in leader election");
                     }
-                    if held {
-                        self.set(Leadership::Leader {
-                            until: started + self.config.renew_deadline,
-                        });
-                    } else {
-                        self.set(Leadership::Follower);
-                    }
+                    self.acquire_or_renew().await;
                 }
-                Err(e) => {
-                    // Keep what we have: a leader stays leader until its local deadline passes. One line
-                    // per new problem, not one per retry.
-                    let problem = lease_problem(&e, &self.config.namespace, &self.config.name);
-                    let (n, last) = self.failing.get_or_insert((0, String::new()));
-                    *n += 1;
-                    if *last != problem {
-                        warn!(lease = %self.config.name, "lease acquire/renew failed: {problem}");
-                        *last = problem;
-                    }
-                    // Copy out first: holding the borrow while sending would deadlock the channel.
-                    let current = *self.tx.borrow();
-                    if let Leadership::Leader { until } = current
-                        && Instant::now() >= until
-                    {
-                        self.set(Leadership::Follower);
-                    }
-                }
+                // Caches still syncing: a leader now would do nothing. Nothing is held yet.
+                Fitness::Starting => self.set(Leadership::Follower),
+                Fitness::Unfit(why) => self.let_go(why).await,
             }
             // A follower whose requests keep failing backs off (doubling, at most 30 s); a leader keeps
             // its pace so it renews before its deadline.
@@ -205,6 +196,76 @@ impl Elector {
             .is_err()
         {
             warn!(lease = %self.config.name, "releasing the lease timed out; standby takes over after expiry");
+        }
+    }
+
+    /// This replica cannot work: stop leading at once and give the Lease up so a standby takes over
+    /// now, not after expiry. One log line per problem, not per retry.
+    async fn let_go(&mut self, why: Unfit) {
+        let new_problem = !self
+            .unfit
+            .as_ref()
+            .is_some_and(|was| was.same_problem(&why));
+        let was_leader = matches!(*self.tx.borrow(), Leadership::Leader { .. });
+        self.set(Leadership::Follower);
+        if new_problem {
+            // Also a Lease this identity still holds from before a restart.
+            let released = tokio::time::timeout(self.config.renew_deadline, self.clear_holder())
+                .await
+                .unwrap_or(false);
+            let lease = format!("{}/{}", self.config.namespace, self.config.name);
+            if was_leader || released {
+                error!(identity = %self.config.identity, "cannot work as leader: {why}; released the Lease {lease} so a standby takes over");
+            } else {
+                error!(identity = %self.config.identity, "cannot work as leader: {why}; not taking the Lease {lease}");
+            }
+        }
+        self.unfit = Some(why);
+    }
+
+    /// One acquire or renew attempt; leadership follows its answer.
+    async fn acquire_or_renew(&mut self) {
+        let started = Instant::now();
+        // A request the server never answers must not hold the loop: give up after the renew deadline.
+        let attempt = tokio::time::timeout(
+            self.config.renew_deadline,
+            self.try_acquire_or_renew(started),
+        );
+        let result = match attempt.await {
+            Ok(r) => r,
+            Err(_) => Err(kube::Error::Service("lease request timed out".into())),
+        };
+        match result {
+            Ok(held) => {
+                if self.failing.take().is_some() {
+                    info!(lease = %self.config.name, "lease requests work again");
+                }
+                if held {
+                    self.set(Leadership::Leader {
+                        until: started + self.config.renew_deadline,
+                    });
+                } else {
+                    self.set(Leadership::Follower);
+                }
+            }
+            Err(e) => {
+                // Keep what we have: a leader stays leader until its local deadline passes. One line
+                // per new problem, not one per retry.
+                let problem = lease_problem(&e, &self.config.namespace, &self.config.name);
+                let (n, last) = self.failing.get_or_insert((0, String::new()));
+                *n += 1;
+                if *last != problem {
+                    warn!(lease = %self.config.name, "lease acquire/renew failed: {problem}");
+                    *last = problem;
+                }
+                // Copy out first: holding the borrow while sending would deadlock the channel.
+                let current = *self.tx.borrow();
+                if let Leadership::Leader { until } = current
+                    && Instant::now() >= until
+                {
+                    self.set(Leadership::Follower);
+                }
+            }
         }
     }
 
@@ -282,12 +343,19 @@ impl Elector {
             return;
         }
         self.set(Leadership::Follower);
+        if self.clear_holder().await {
+            info!(lease = %self.config.name, "lease released");
+        }
+    }
+
+    /// Clears the Lease's holder if it is this replica; true when it did.
+    async fn clear_holder(&mut self) -> bool {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
-            return;
+            return false;
         };
         let spec = lease.spec.get_or_insert_with(Default::default);
         if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-            return;
+            return false;
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
@@ -297,9 +365,10 @@ impl Elector {
             .replace(&self.config.name, &PostParams::default(), &lease)
             .await
         {
-            Ok(_) => info!(lease = %self.config.name, "lease released"),
+            Ok(_) => true,
             Err(e) => {
-                warn!(error = %e, "could not release the lease; standby takes over after expiry")
+                warn!(error = %e, "could not release the lease; standby takes over after expiry");
+                false
             }
         }
     }

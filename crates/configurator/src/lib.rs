@@ -7,11 +7,13 @@
 //!  NodeNetworkConfigs       │
 //!  NetworkConfigRevisions  ─┘
 //!  Lease ◄──── lease::Elector (client-go style; local renew deadline gates every write)
+//!                 ▲ renews only while liveness (watches synced, reconcile loop alive) says it can work
 //! ```
 
 pub mod args;
 pub mod integrity;
 pub mod lease;
+pub mod liveness;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;

@@ -31,6 +31,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
 
 use crate::integrity::{Findings, IntegrityCache};
+use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
 use crate::watch::Stores;
 use crate::writer::{Intent, Writer};
@@ -1082,6 +1083,8 @@ pub struct Reconciler {
     reported_equals_failed: Option<String>,
     /// When each revision's status was last written (see [`COUNTERS_STATUS_INTERVAL`]).
     status_written: BTreeMap<String, tokio::time::Instant>,
+    /// Told when a pass starts and ends (a hung pass makes the replica let go of the Lease).
+    liveness: Option<Liveness>,
 }
 
 /// A revision status write that only moves counters (and the words and progress stamp that follow
@@ -1133,7 +1136,14 @@ impl Reconciler {
             apply_times: ApplyTimes::default(),
             reported_equals_failed: None,
             status_written: BTreeMap::new(),
+            liveness: None,
         }
+    }
+
+    /// Reports each pass to `liveness`.
+    pub fn with_liveness(mut self, liveness: Liveness) -> Self {
+        self.liveness = Some(liveness);
+        self
     }
 
     /// Holds back revision status writes that only move counters within [`COUNTERS_STATUS_INTERVAL`]
@@ -1196,7 +1206,9 @@ impl Reconciler {
                 }
                 _ = tokio::time::sleep_until(wake) => {}
             }
+            let pass = self.liveness.as_ref().map(Liveness::pass);
             let retry = self.reconcile_once().await;
+            drop(pass);
             wake = tokio::time::Instant::now() + retry.unwrap_or(self.settings.resync);
             // Writes by this reconcile come back through the watches and notify `changed`; the core
             // returns an empty plan for them, so that converges instead of looping.

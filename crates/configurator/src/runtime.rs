@@ -6,6 +6,7 @@ use anyhow::Context;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use netwave_core::fleet::FleetParams;
+use netwave_core::leadership::Bounds;
 use netwave_core::rollout::PolicyDefaults;
 use netwave_runtime::{self as http, Readiness};
 use tokio::sync::{Notify, watch as channel};
@@ -13,6 +14,7 @@ use tracing::info;
 
 use crate::args::Args;
 use crate::lease::{Elector, LeaseConfig};
+use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::reconcile::{Reconciler, Settings};
 use crate::watch as watches;
@@ -39,6 +41,19 @@ pub fn settings(args: &Args) -> Settings {
     }
 }
 
+/// Errors of one watch further apart than this are separate problems: kube's default watch backoff
+/// retries at most 30 s apart (plus jitter), so a watch that keeps failing reports well within it.
+const WATCH_ERROR_GAP: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// How long this replica may be unable to work before it lets go of the Lease.
+pub fn bounds(args: &Args) -> Bounds {
+    Bounds {
+        sync: args.cache_sync_timeout,
+        reconcile: args.reconcile_timeout,
+        error_gap: WATCH_ERROR_GAP,
+    }
+}
+
 fn metrics_router(metrics: &Arc<Metrics>) -> axum::Router {
     let metrics = metrics.clone();
     http::metrics_router(move || metrics.encode())
@@ -59,12 +74,21 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let ready = Readiness::default();
+    // Fed by the watches and the reconcile loop; asked by the elector and the health endpoints.
+    let liveness = Liveness::new(bounds(&args));
     let metrics_addr = http::serve(args.metrics_addr, metrics_router(&metrics))
         .await
         .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    let health_addr = http::serve(args.health_addr, http::health_router(ready.clone()))
-        .await
-        .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
+    let alive = {
+        let l = liveness.clone();
+        move || l.alive()
+    };
+    let health_addr = http::serve(
+        args.health_addr,
+        http::health_router_checked(ready.clone(), alive),
+    )
+    .await
+    .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
     let identity = args.identity();
     info!(%identity, %metrics_addr, %health_addr, "netwave-configurator starting");
 
@@ -83,8 +107,12 @@ pub async fn run_with(
             retry_period: args.retry_period,
         },
     );
+    let elector = elector.with_fitness({
+        let l = liveness.clone();
+        Arc::new(move || l.judge())
+    });
     let changed = Arc::new(Notify::new());
-    let stores = watches::start(&client, changed.clone());
+    let stores = watches::start(&client, changed.clone(), &liveness);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -99,7 +127,8 @@ pub async fn run_with(
         metrics.clone(),
         settings(&args),
         changed.clone(),
-    );
+    )
+    .with_liveness(liveness.clone());
 
     // Leadership changes wake the reconcile loop: a new leader acts at once.
     let mut leadership = gate.clone();
@@ -122,11 +151,21 @@ pub async fn run_with(
     };
     let reconcile_task = {
         let stop = stop_rx.clone();
+        let stopping = stop_rx.clone();
+        // Dropped without `stopped` (the task panicked or returned by itself), it tells the elector the
+        // loop is dead: the replica lets go of the Lease.
+        let guard = liveness.reconcile_task();
+        let run = reconciler.run(stopped(stop_rx));
+        #[cfg(feature = "fault-hooks")]
+        let run = with_fault(args.fault_reconcile, gate.clone(), run);
         tokio::spawn(async move {
             // A shutdown before the caches ever synced (API server unreachable) ends here at once.
             tokio::select! {
-                _ = ready_task => reconciler.run(stopped(stop_rx)).await,
+                _ = ready_task => run.await,
                 _ = stopped(stop) => {}
+            }
+            if *stopping.borrow() {
+                guard.stopped();
             }
         })
     };
@@ -137,4 +176,32 @@ pub async fn run_with(
     let _ = reconcile_task.await;
     let _ = elector_task.await;
     Ok(())
+}
+
+/// `--fault-reconcile` (feature `fault-hooks`, tests only): once this replica leads, the reconcile task
+/// dies the given way instead of reconciling.
+#[cfg(feature = "fault-hooks")]
+async fn with_fault(
+    fault: Option<crate::args::ReconcileFault>,
+    mut gate: crate::lease::LeaderGate,
+    run: impl std::future::Future<Output = ()>,
+) {
+    use crate::args::ReconcileFault;
+    let Some(fault) = fault else {
+        return run.await;
+    };
+    let leads = async move {
+        while !gate.is_leader() {
+            if gate.changed().await.is_none() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = run => {}
+        _ = leads => match fault {
+            ReconcileFault::Panic => panic!("injected fault (--fault-reconcile panic): the reconcile task panics"),
+            ReconcileFault::Return => tracing::warn!("injected fault (--fault-reconcile return): the reconcile task returns"),
+        },
+    }
 }

@@ -17,6 +17,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::{Instrument, info_span, warn};
 
+use crate::liveness::Liveness;
+
 /// Read-only views of the cluster, kept current by the reflectors.
 #[derive(Clone)]
 pub struct Stores {
@@ -43,16 +45,22 @@ impl Stores {
     }
 }
 
-/// Starts one reflector per kind; `changed` is notified on every event.
-pub fn start(client: &Client, changed: Arc<Notify>) -> Stores {
+/// Starts one reflector per kind; `changed` is notified on every event, and each watch reports its
+/// lists and errors to `live` (a replica that cannot list cannot lead).
+pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
     Stores {
-        vrfs: reflect(Api::all(client.clone()), changed.clone()),
-        layer2s: reflect(Api::all(client.clone()), changed.clone()),
-        routing_tables: reflect(Api::all(client.clone()), changed.clone()),
-        nodes: reflect_with(Api::all(client.clone()), changed.clone(), slim_node),
-        node_configs: reflect_with(Api::all(client.clone()), changed.clone(), slim_node_config),
-        revisions: reflect(Api::all(client.clone()), changed.clone()),
-        revision_inputs: reflect_with(Api::all(client.clone()), changed, |i| {
+        vrfs: reflect(Api::all(client.clone()), changed.clone(), live),
+        layer2s: reflect(Api::all(client.clone()), changed.clone(), live),
+        routing_tables: reflect(Api::all(client.clone()), changed.clone(), live),
+        nodes: reflect_with(Api::all(client.clone()), changed.clone(), live, slim_node),
+        node_configs: reflect_with(
+            Api::all(client.clone()),
+            changed.clone(),
+            live,
+            slim_node_config,
+        ),
+        revisions: reflect(Api::all(client.clone()), changed.clone(), live),
+        revision_inputs: reflect_with(Api::all(client.clone()), changed, live, |i| {
             i.metadata.managed_fields = None
         }),
     }
@@ -99,7 +107,7 @@ fn slim_node_config(nnc: &mut NodeNetworkConfig) {
     }
 }
 
-fn reflect<K>(api: Api<K>, changed: Arc<Notify>) -> Store<K>
+fn reflect<K>(api: Api<K>, changed: Arc<Notify>, live: &Liveness) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -109,10 +117,10 @@ where
         + Sync
         + 'static,
 {
-    reflect_with(api, changed, |_| {})
+    reflect_with(api, changed, live, |_| {})
 }
 
-fn reflect_with<K>(api: Api<K>, changed: Arc<Notify>, slim: fn(&mut K)) -> Store<K>
+fn reflect_with<K>(api: Api<K>, changed: Arc<Notify>, live: &Liveness, slim: fn(&mut K)) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -124,6 +132,7 @@ where
 {
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
+    let health = live.watch(&kind);
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(slim)
@@ -133,9 +142,15 @@ where
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => changed.notify_one(),
+                    Ok(event) => {
+                        health.ok(matches!(event, watcher::Event::InitDone));
+                        changed.notify_one()
+                    }
                     // The watcher re-lists and re-watches by itself (with backoff); keep going.
-                    Err(e) => warn!(error = %e, "watch error"),
+                    Err(e) => {
+                        health.failed(&e);
+                        warn!(error = %e, "watch error")
+                    }
                 }
             }
         }

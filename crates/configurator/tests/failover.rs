@@ -1,6 +1,11 @@
 //! Two configurator *processes* (the real binary) against the real API server; the leader is SIGKILLed at a
 //! different point of the rollout in every run. The standby must take over within the lease duration and
 //! finish the rollout, with the DESIGN.md §3 invariants holding throughout.
+//!
+//! And a replica that cannot work lets go of the Lease (DESIGN §6): one whose service account cannot list
+//! a kind it watches, and a leader whose reconcile task dies (the test-only `--fault-reconcile` hook of
+//! the `fault-hooks` feature, which only this crate's tests build). The healthy replica takes over and
+//! finishes the rollout; the broken one fails /healthz and says why in one log line.
 
 mod common;
 
@@ -29,6 +34,16 @@ impl Drop for Proc {
 }
 
 fn spawn(kubeconfig: &std::path::Path, identity: &str) -> Proc {
+    spawn_with(kubeconfig, identity, &[], Stdio::null())
+}
+
+/// [`spawn`] with more flags (a later flag overrides an earlier one) and its stderr going to `stderr`.
+fn spawn_with(
+    kubeconfig: &std::path::Path,
+    identity: &str,
+    extra: &[&str],
+    stderr: impl Into<Stdio>,
+) -> Proc {
     let child = Command::new(env!("CARGO_BIN_EXE_netwave-configurator"))
         .args(["--kubeconfig", kubeconfig.to_str().unwrap()])
         .args([
@@ -54,9 +69,10 @@ fn spawn(kubeconfig: &std::path::Path, identity: &str) -> Proc {
             "--log-format",
             "text",
         ])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("configurator binary starts");
     Proc {
@@ -243,4 +259,236 @@ async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure(
     );
     let max = history.max_in_flight();
     assert!(max <= 2, "{max} nodes in flight across the restart");
+}
+
+/// The line a replica that cannot work logs, once per problem.
+const LET_GO: &str = "cannot work as leader";
+
+/// A replica whose stderr is kept in a file, with its health endpoint on a known port.
+struct Watched {
+    proc: Proc,
+    log: tempfile::NamedTempFile,
+    health_port: u16,
+}
+
+impl Watched {
+    fn start(kubeconfig: &std::path::Path, identity: &str, extra: &[&str]) -> Watched {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let health_port = free_port();
+        let health = format!("127.0.0.1:{health_port}");
+        let mut args = vec!["--health-addr", health.as_str()];
+        args.extend_from_slice(extra);
+        let proc = spawn_with(kubeconfig, identity, &args, log.reopen().unwrap());
+        Watched {
+            proc,
+            log,
+            health_port,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap()
+    }
+
+    /// Waits until /healthz fails; returns its answer.
+    async fn unhealthy(&self) -> String {
+        eventually(Duration::from_secs(30), "/healthz to fail", || async {
+            match http_get(self.health_port, "/healthz").await {
+                (503, why) => Ok(why),
+                other => Err(format!("{other:?}; log: {}", self.log())),
+            }
+        })
+        .await
+    }
+}
+
+/// Waits for the only revision to complete with every node updated and none failed.
+async fn rollout_completes(env: &Env, nodes: u32) {
+    let rev = eventually(
+        Duration::from_secs(40),
+        "the rollout to complete",
+        || async {
+            match revisions(&env.client).await.as_slice() {
+                [r] if phase(r) == "Complete" => Ok(r.clone()),
+                other => Err(format!(
+                    "{:?}; lease holder {:?}",
+                    other.iter().map(phase).collect::<Vec<_>>(),
+                    holder(env).await
+                )),
+            }
+        },
+    )
+    .await;
+    let st = rev.status.unwrap();
+    assert_eq!((st.updated, st.failed), (nodes, 0), "{st:?}");
+}
+
+/// A service account with the configurator's RBAC (deploy/base/configurator.yaml) but without list and
+/// watch on RoutingTables: a replica running under it can never sync that cache. Returns a kubeconfig.
+async fn blind_kubeconfig(env: &Env, dir: &std::path::Path) -> std::path::PathBuf {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+    let pp = PostParams::default();
+    let name = "netwave-configurator-blind";
+    let subject = serde_json::json!([{"kind": "ServiceAccount", "name": name, "namespace": "netwave-system"}]);
+    let role: ClusterRole = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": ["netwave.dev"], "resources": ["vrfrouteconfigurations", "layer2networkconfigurations"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["netwave.dev"], "resources": ["routingtables"], "verbs": ["get"]},
+            {"apiGroups": ["netwave.dev"], "resources": ["vrfrouteconfigurations/status", "layer2networkconfigurations/status", "routingtables/status", "networkconfigrevisions/status"], "verbs": ["patch"]},
+            {"apiGroups": ["netwave.dev"], "resources": ["networkconfigrevisions", "nodenetworkconfigs"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+            {"apiGroups": ["netwave.dev"], "resources": ["networkconfiginputs"], "verbs": ["get", "list", "watch", "create", "delete"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        ],
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": subject,
+    }))
+    .unwrap();
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    let created = |r: Result<(), kube::Error>| match r {
+        Ok(()) => {}
+        Err(kube::Error::Api(ae)) if ae.code == 409 => {}
+        Err(e) => panic!("creating the blind identity: {e}"),
+    };
+    created(
+        Api::namespaced(env.client.clone(), "netwave-system")
+            .create(&pp, &sa)
+            .await
+            .map(drop),
+    );
+    created(
+        Api::all(env.client.clone())
+            .create(&pp, &role)
+            .await
+            .map(drop),
+    );
+    created(
+        Api::all(env.client.clone())
+            .create(&pp, &binding)
+            .await
+            .map(drop),
+    );
+    let token = env
+        .cp()
+        .service_account_token(&env.client, "netwave-system", name, None)
+        .await
+        .unwrap();
+    let path = dir.join("blind.kubeconfig");
+    env.cp().write_kubeconfig(&path, &token).unwrap();
+    path
+}
+
+/// A replica whose service account cannot list RoutingTables never syncs its caches. It held the Lease
+/// (it led before its RBAC lost a rule, and restarted): it lets go instead of renewing a Lease it cannot
+/// use, fails /healthz naming the kind, and the healthy replica takes over and completes the rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_caches_cannot_sync_lets_go_and_the_healthy_one_completes_the_rollout() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(100));
+    apply_samples(&env.client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let blind_kc = blind_kubeconfig(&env, dir.path()).await;
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "netwave-system");
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "netwave-configurator"},
+        "spec": {"holderIdentity": "blind", "leaseDurationSeconds": 2, "renewTime": now, "acquireTime": now},
+    }))
+    .unwrap();
+    leases
+        .create(&kube::api::PostParams::default(), &lease)
+        .await
+        .unwrap();
+
+    let blind = Watched::start(&blind_kc, "blind", &["--cache-sync-timeout", "3s"]);
+    let _healthy = spawn(&env.kubeconfig(), "healthy");
+    rollout_completes(&env, 4).await;
+    assert_eq!(holder(&env).await.as_deref(), Some("healthy"));
+    let why = blind.unhealthy().await;
+    assert!(
+        why.contains("caches not synced") && why.contains("RoutingTable"),
+        "{why}"
+    );
+    let lines = eventually(
+        Duration::from_secs(10),
+        "the blind replica's log line",
+        || async {
+            let log = blind.log();
+            let lines: Vec<String> = log
+                .lines()
+                .filter(|l| l.contains(LET_GO))
+                .map(String::from)
+                .collect();
+            if lines.is_empty() {
+                Err(log)
+            } else {
+                Ok(lines)
+            }
+        },
+    )
+    .await;
+    assert!(lines[0].contains("RoutingTable"), "{lines:?}");
+    eprintln!("/healthz: {why}\nlog: {}", lines[0]);
+    assert_eq!(
+        holder(&env).await.as_deref(),
+        Some("healthy"),
+        "the blind replica never takes it back"
+    );
+    assert_eq!(
+        blind.log().lines().filter(|l| l.contains(LET_GO)).count(),
+        1,
+        "one line per problem:\n{}",
+        blind.log()
+    );
+    drop(blind.proc);
+}
+
+/// A leader whose reconcile task dies (panics, or returns) renews nothing any more: it lets go of the
+/// Lease at once, fails /healthz, and the standby takes over and completes the rollout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_reconcile_task_dies_lets_go_and_the_standby_completes_the_rollout() {
+    for fault in ["panic", "return"] {
+        let env = env().await;
+        add_nodes(&env.client, &node_names(4)).await;
+        let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(100));
+        apply_samples(&env.client).await;
+        let kubeconfig = env.kubeconfig();
+        let dying = Watched::start(&kubeconfig, "dying", &["--fault-reconcile", fault]);
+        eventually(
+            Duration::from_secs(20),
+            "the dying replica to lead",
+            || async {
+                match holder(&env).await {
+                    Some(h) if h == "dying" => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        let _standby = spawn(&kubeconfig, "standby");
+        rollout_completes(&env, 4).await;
+        assert_eq!(holder(&env).await.as_deref(), Some("standby"), "{fault}");
+        let why = dying.unhealthy().await;
+        assert!(why.contains("reconcile loop ended"), "{fault}: {why}");
+        let log = dying.log();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(LET_GO)).collect();
+        assert!(
+            lines.len() == 1 && lines[0].contains("released the Lease"),
+            "{fault}: one line saying it let go:\n{log}"
+        );
+        eprintln!("{fault}: /healthz: {why}\nlog: {}", lines[0]);
+        drop(dying.proc);
+    }
 }

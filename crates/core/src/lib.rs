@@ -7,11 +7,13 @@
 //!                                    ──► fleet::     fleet-wide validation (errors block, warnings shown)
 //!  revisions + nodes + NNCs + now    ──► rollout::   step() -> Plan { assignments, status, events, report }
 //!                                        sim::       (feature `sim`) seeded fleet simulator for tests
+//!  configurator replica's caches + loop ──► leadership:: may it hold the leader Lease (fitness)
 //! ```
 
 pub mod dataplane;
 pub mod fleet;
 pub mod frr;
+pub mod leadership;
 pub mod render;
 pub mod revision;
 pub mod rollout;

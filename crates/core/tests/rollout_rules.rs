@@ -369,6 +369,29 @@ fn a_spec_refused_as_tampered_is_no_failure_but_the_apply_timeout_still_runs() {
     assert_eq!(failed[0].reason, REASON_APPLY_TIMEOUT);
 }
 
+/// A node whose agent refuses every apply because its last good backup is corrupt cannot take the
+/// revision: unlike a tampered spec, that is a failure at once (the revision fails at maxFailures and
+/// the node is not moved on to newer configs silently).
+#[test]
+fn a_node_refusing_for_a_corrupt_backup_fails_the_revision() {
+    let mut store = fleet_on_r1(3);
+    store.add_revision("r2", 2).policy.max_failures = Some(1);
+    run(&mut store, at(1));
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(netwave_api::vocab::node_reasons::BACKUP_CORRUPT),
+    );
+    let plan = run(&mut store, at(2));
+    let failed = &status(&store, "r2").failed_nodes;
+    assert_eq!(
+        (failed[0].node.as_str(), failed[0].reason.as_str()),
+        ("node-01", "BackupCorrupt")
+    );
+    assert_eq!(phase(&store, "r2"), "Failed");
+    assert!(event_reasons(&plan).contains(&EventReason::NodeFailed));
+}
+
 #[test]
 fn failure_is_an_apply_timeout_counted_from_assignment() {
     let mut store = fleet_on_r1(3);

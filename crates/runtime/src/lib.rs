@@ -81,18 +81,35 @@ pub fn metrics_router(encode: impl Fn() -> String + Clone + Send + Sync + 'stati
 
 /// `/healthz` (process alive) and `/readyz` (503 until `ready` is set).
 pub fn health_router(ready: Readiness) -> Router {
+    health_router_checked(ready, || Ok(()))
+}
+
+/// [`health_router`] for a process that can be alive but unable to work: while `alive` answers
+/// `Err(why)`, `/healthz` and `/readyz` answer 503 with `why` (so Kubernetes restarts it and sends it
+/// no traffic).
+pub fn health_router_checked(
+    ready: Readiness,
+    alive: impl Fn() -> Result<(), String> + Clone + Send + Sync + 'static,
+) -> Router {
+    let healthz = {
+        let alive = alive.clone();
+        move || async move {
+            match alive() {
+                Ok(()) => (StatusCode::OK, "ok".to_string()),
+                Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+            }
+        }
+    };
+    let readyz = move |State(r): State<Readiness>| async move {
+        match alive() {
+            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+            Ok(()) if r.is_ready() => (StatusCode::OK, "ok".to_string()),
+            Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, "not ready".to_string()),
+        }
+    };
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(|State(r): State<Readiness>| async move {
-                if r.is_ready() {
-                    (StatusCode::OK, "ok")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                }
-            }),
-        )
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(ready)
 }
 

@@ -37,10 +37,10 @@ use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
 use tokio::sync::watch as channel;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use crate::backup::StateDir;
+use crate::backup::{BackupError, LastGood, StateDir};
 use crate::health::{ApiCheck, HealthConfig, Prober};
 use crate::netlink::Netlink;
-use crate::reconcile::{Agent, Decision, Outcome, Reason, Target, decide};
+use crate::reconcile::{self, Agent, Decision, Outcome, Reason, Running, Target, decide};
 use args::Args;
 use metrics::{ApplyLabels, Metrics};
 use report::Reporter as ApiReporter;
@@ -71,6 +71,8 @@ struct Shell {
     /// The status this agent last reported (fresher than the watch while its delivery is pending; the
     /// agent is the only writer).
     reported: Option<NodeNetworkConfigStatus>,
+    /// What is wrong with the last good backup, as last logged (one line per problem, not per tick).
+    backup_problem: Option<String>,
 }
 
 /// Runs the agent until `shutdown` resolves.
@@ -186,6 +188,7 @@ pub async fn run_with(
         metrics,
         reporter,
         reported: None,
+        backup_problem: None,
     };
     let mut drift = tokio::time::interval(args.drift_interval);
     drift.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -259,15 +262,36 @@ where
 }
 
 impl Shell {
-    fn running_hash(&self) -> Option<String> {
-        self.agent.last_good().ok().flatten().map(|l| l.config_hash)
+    /// The last good backup. A corrupt one is logged once when found (and once when repaired): it
+    /// stops every apply until an admin moves it aside.
+    fn backup(&mut self) -> Result<Option<LastGood>, BackupError> {
+        let backup = self.agent.last_good();
+        let problem = backup.as_ref().err().map(ToString::to_string);
+        if problem != self.backup_problem {
+            match (&problem, &self.backup_problem) {
+                (Some(p), _) => error!(
+                    "{p}: every apply is refused until it is repaired (move the file aside: the node \
+                     then has no last good config and applies its assigned revision afresh)"
+                ),
+                (None, Some(was)) => {
+                    info!("the last good backup was repaired ({was}); applies resume")
+                }
+                (None, None) => {}
+            }
+            self.backup_problem = problem;
+        }
+        backup
     }
 
     async fn handle(&mut self, nnc: &NodeNetworkConfig) {
         let status = self.reported.clone().or_else(|| nnc.status.clone());
-        let running = self.running_hash();
+        let backup = self.backup();
+        let running = match &backup {
+            Ok(lg) => Running::Known(lg.as_ref().map(|l| l.config_hash.as_str())),
+            Err(_) => Running::BackupCorrupt,
+        };
         let span = info_span!("reconcile", node = %self.node, revision = %nnc.spec.revision);
-        let decision = decide(&nnc.spec, status.as_ref(), running.as_deref());
+        let decision = decide(&nnc.spec, status.as_ref(), running);
         let target = Target::from(&nnc.spec);
         // Judged Invalid before a restart, and the verdict never reached the API server: report it
         // instead of applying the bad config again.
@@ -285,7 +309,14 @@ impl Shell {
                 Decision::UpToDate => self.reporter.network_ready(true),
                 Decision::SkipInvalid => self.reporter.network_ready(false),
                 // The running config is untouched, so the node's readiness is too.
-                Decision::StillTampered | Decision::Unassigned => {}
+                Decision::StillTampered | Decision::Unassigned | Decision::StillBackupCorrupt => {}
+                // Refused before anything: the running config, and the node's readiness, stay.
+                Decision::BackupCorrupt => {
+                    if let Err(e) = &backup {
+                        let outcome = reconcile::backup_corrupt(&target, e);
+                        self.report(nnc, &outcome);
+                    }
+                }
                 Decision::Tampered { actual } => {
                     let last_good = self.agent.last_good().ok().flatten();
                     let outcome = Outcome {
@@ -396,6 +427,15 @@ impl Shell {
     }
 
     async fn repair_drift(&mut self, nnc: Option<&NodeNetworkConfig>) {
+        // A corrupt backup is no config to repair toward (logged once, reported by `handle`). Just
+        // repaired (moved aside), there is no backup, and repairing toward no config would remove every
+        // object the node runs: the assigned config is applied first (`handle`, right after this).
+        let was_corrupt = self.backup_problem.is_some();
+        match self.backup() {
+            Err(_) => return,
+            Ok(None) if was_corrupt => return,
+            Ok(_) => {}
+        }
         let before = self.agent.netlink.writes();
         match self.agent.repair_drift().await {
             Ok(r) if r.is_empty() => {}
