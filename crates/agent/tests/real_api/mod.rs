@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use tokio::runtime::{Handle, Runtime};
@@ -175,6 +175,23 @@ impl RealApi {
                         .await?
                         .name_any()
                 }
+                // Events about cluster-scoped objects live in `default`: a Role there grants them.
+                "Role" => {
+                    let o: Role = serde_json::from_value(doc)?;
+                    let ns = o.namespace().unwrap_or_default();
+                    Api::<Role>::namespaced(c.clone(), &ns)
+                        .patch(&o.name_any(), &pp, &Patch::Apply(&o))
+                        .await?
+                        .name_any()
+                }
+                "RoleBinding" => {
+                    let o: RoleBinding = serde_json::from_value(doc)?;
+                    let ns = o.namespace().unwrap_or_default();
+                    Api::<RoleBinding>::namespaced(c.clone(), &ns)
+                        .patch(&o.name_any(), &pp, &Patch::Apply(&o))
+                        .await?
+                        .name_any()
+                }
                 _ => continue,
             };
             applied.push(format!("{kind}/{name}"));
@@ -183,6 +200,8 @@ impl RealApi {
             "ServiceAccount/netwave-agent",
             "ClusterRole/netwave-agent",
             "ClusterRoleBinding/netwave-agent",
+            "Role/netwave-agent-events",
+            "RoleBinding/netwave-agent-events",
         ];
         if want.iter().any(|w| !applied.iter().any(|a| a == w)) {
             bail!("{path} should define {want:?}; found {applied:?}");
