@@ -45,6 +45,9 @@ pub const POD_CIDR: &str = "10.244.0.0/24";
 /// The sandbox ("pause") image: a static busybox that sleeps, built here (nothing is ever pulled).
 pub const PAUSE_IMAGE: &str = "localhost/netwave-test-pause:1";
 const ROOT_VETH: &str = "nwreal0";
+/// Host paths the kubelet, containerd and CNI use whatever they are told (see the module docs): removed
+/// on teardown when this cluster created them.
+const FIXED_HOST_PATHS: [&str; 3] = ["/var/lib/kubelet", "/var/lib/cni", "/run/containerd"];
 const LOCK_FILE: &str = "netwave-real-node.lock";
 
 /// An OCI image layout (`make images` writes them to target/images/<name>/) and the repository name its
@@ -84,6 +87,8 @@ impl Default for ClusterOptions {
 pub struct Cluster {
     // Field order is drop order for what `Drop` does not stop itself: the control plane goes last.
     procs: Vec<(&'static str, Supervised)>,
+    /// Those of [`FIXED_HOST_PATHS`] that did not exist before this cluster.
+    created_host_paths: Vec<&'static str>,
     dir: tempfile::TempDir,
     node: String,
     pub cp: ControlPlane,
@@ -190,6 +195,10 @@ impl Cluster {
         .await?;
         let mut cluster = Cluster {
             procs: Vec::new(),
+            created_host_paths: FIXED_HOST_PATHS
+                .into_iter()
+                .filter(|p| !Path::new(p).exists())
+                .collect(),
             dir,
             node: opts.node.clone(),
             cp,
@@ -694,6 +703,9 @@ impl Drop for Cluster {
         }
         unmount_under(self.dir.path());
         remove_pod_cgroups();
+        for p in &self.created_host_paths {
+            let _ = fs::remove_dir_all(p);
+        }
         let _ = ip(&["netns", "del", NETNS]);
         let _ = ip(&["link", "del", ROOT_VETH]);
     }
