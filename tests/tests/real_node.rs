@@ -265,22 +265,32 @@ async fn the_install_runs_on_a_real_node_under_its_own_identities() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));
-    let state =
-        std::env::temp_dir().join(format!("netwave-real-node-state-{}", std::process::id()));
+    // The agent's state hostPath: in the cluster's directory, removed with it.
+    let state = cluster.scratch_dir("agent-state");
     let r = run(&cluster, &state).await;
     if let Err(e) = &r {
         eprintln!("{e:#}");
     }
+    let netns_list = || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let pods_netns: Vec<String> = netns_list()
+        .into_iter()
+        .filter(|n| n.starts_with("cni-"))
+        .collect();
     cluster.stop().await;
-    let _ = std::fs::remove_dir_all(&state);
-    // The host is as it was: no namespace, veth or pod cgroup left.
-    let netns = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .unwrap();
+    // The host is as it was: no namespace (the node's, its pods'), veth or pod cgroup left.
+    let left = netns_list();
     assert!(
-        !String::from_utf8_lossy(&netns.stdout).contains(NETNS),
-        "the node's namespace is gone after teardown"
+        !left.iter().any(|n| n == NETNS || pods_netns.contains(n)),
+        "the node's and its pods' namespaces are gone after teardown: {left:?}"
     );
     assert!(
         std::fs::read_dir("/sys/fs/cgroup")

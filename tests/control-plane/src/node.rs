@@ -89,6 +89,8 @@ pub struct Cluster {
     procs: Vec<(&'static str, Supervised)>,
     /// Those of [`FIXED_HOST_PATHS`] that did not exist before this cluster.
     created_host_paths: Vec<&'static str>,
+    /// The pod network namespaces (`cni-…`) that existed before: the others are this cluster's.
+    netns_before: Vec<String>,
     dir: tempfile::TempDir,
     node: String,
     pub cp: ControlPlane,
@@ -199,6 +201,7 @@ impl Cluster {
                 .into_iter()
                 .filter(|p| !Path::new(p).exists())
                 .collect(),
+            netns_before: pod_netns(),
             dir,
             node: opts.node.clone(),
             cp,
@@ -434,6 +437,11 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// A directory of this cluster's own, removed with it (a hostPath for a test's pods, say).
+    pub fn scratch_dir(&self, name: &str) -> PathBuf {
+        self.path(name)
     }
 
     /// The node's name.
@@ -703,6 +711,12 @@ impl Drop for Cluster {
         }
         unmount_under(self.dir.path());
         remove_pod_cgroups();
+        // Pods killed rather than deleted leave their network namespaces (CNI DEL never ran).
+        for ns in pod_netns() {
+            if !self.netns_before.contains(&ns) {
+                let _ = ip(&["netns", "del", &ns]);
+            }
+        }
         for p in &self.created_host_paths {
             let _ = fs::remove_dir_all(p);
         }
@@ -850,6 +864,17 @@ fn teardown_leftovers() {
     }
     let _ = ip(&["link", "del", ROOT_VETH]);
     remove_pod_cgroups();
+}
+
+/// The pods' network namespaces (`ip netns` names CNI gives them: `cni-<uuid>`).
+fn pod_netns() -> Vec<String> {
+    fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cni-"))
+        .collect()
 }
 
 /// Unmounts everything the kubelet and containerd mounted below `dir` (deepest first).
