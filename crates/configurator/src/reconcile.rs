@@ -462,6 +462,7 @@ pub fn compute(
             .collect(),
         nodes: node_states,
         configs,
+        unreadable_configs: Default::default(),
         rendered: RenderedHashes::default(),
         footprints: Default::default(),
     };
