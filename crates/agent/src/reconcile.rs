@@ -38,6 +38,16 @@ use netwave_api::vocab::NodePhase;
 use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
 use netwave_core::frr::bgp_content;
 
+/// The Event on a node's own NodeNetworkConfig that does not decode (DESIGN.md §6): the agent applies
+/// nothing new from it (it cannot tell what it says) and keeps the node on what it runs, drift repaired.
+pub fn undecodable_note(error: &str, running: Option<&str>) -> String {
+    format!(
+        "this node's NodeNetworkConfig cannot be decoded ({error}): nothing new is applied until it is \
+         fixed; the node keeps running {} and its drift is still repaired",
+        running.unwrap_or("its current config")
+    )
+}
+
 /// Why a revision is `Invalid`. The string form is the NNC `status.reason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Reason {

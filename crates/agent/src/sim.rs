@@ -19,6 +19,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use netwave_api::NodeNetworkConfig;
+use netwave_runtime::decoded::Decoded;
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -126,15 +127,18 @@ fn already_reported(nnc: &NodeNetworkConfig) -> bool {
 /// verdict.
 pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let api: Api<NodeNetworkConfig> = Api::all(client);
+        let api: Api<NodeNetworkConfig> = Api::all(client.clone());
         let handled: Arc<Mutex<BTreeMap<String, SpecKey>>> = Arc::default();
-        let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
+        // Like the real agent, one node config that does not decode leaves the others answered.
+        let decoded: Api<Decoded<NodeNetworkConfig>> = Api::all(client);
+        let stream = watcher(decoded, watcher::Config::default()).default_backoff();
         futures::pin_mut!(stream);
         let mut answers = JoinSet::new();
         while let Some(ev) = stream.next().await {
             while answers.try_join_next().is_some() {}
             let nnc = match ev {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+                Ok(watcher::Event::Apply(Decoded::Object(o)))
+                | Ok(watcher::Event::InitApply(Decoded::Object(o))) => Arc::unwrap_or_clone(o),
                 _ => continue,
             };
             // A placeholder: nothing assigned, nothing to answer (as the real agent).

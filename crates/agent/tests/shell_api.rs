@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use common::{in_netns, ip};
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -407,6 +408,150 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 "status writes failed: {m}"
             );
 
+            agent.stop().await?;
+            Ok(())
+        },
+    );
+}
+
+/// DESIGN.md §6 on the agent: its own NodeNetworkConfig stored with a value its Rust type cannot hold
+/// (`spec.retry` 2^32, written while the CRD had no bound, as an older CRD allowed) must not blind it.
+/// It reports that (an Event on the object naming the field, the gauge), applies nothing new and keeps
+/// the node running; once the object is fixed it applies the next config.
+#[test]
+fn an_agent_whose_own_config_cannot_be_decoded_reports_it_and_applies_again_once_fixed() {
+    in_netns(
+        "an_agent_whose_own_config_cannot_be_decoded_reports_it_and_applies_again_once_fixed",
+        || async {
+            let server = RealApi::start().await?;
+            let client = server.admin.clone();
+            let mut node = Node::default();
+            node.metadata.name = Some("n1".into());
+            Api::<Node>::all(client.clone())
+                .create(&PostParams::default(), &node)
+                .await?;
+            let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+            nncs.create(
+                &PostParams::default(),
+                &NodeNetworkConfig::new("n1", spec("r1", 0, good())),
+            )
+            .await?;
+            let dir = tempfile::tempdir()?;
+            let health = dir.path().join("health.yaml");
+            std::fs::write(&health, "settleSeconds: 0\ndeadlineSeconds: 2\n")?;
+            let args = agent_args(dir.path(), health, 19097)?;
+            let agent_client = server.agent_client().await?;
+            // The agent reports once, best effort: its Events Role must be in force first (the API
+            // server's RBAC cache takes a moment after the RoleBinding is written).
+            let reviews: Api<SelfSubjectAccessReview> = Api::all(agent_client.clone());
+            let may_report = serde_json::from_value(json!({"spec": {"resourceAttributes": {
+                "group": "events.k8s.io", "resource": "events", "verb": "create",
+                "namespace": "default"}}}))?;
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while !reviews
+                .create(&PostParams::default(), &may_report)
+                .await?
+                .status
+                .is_some_and(|s| s.allowed)
+            {
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "Events RBAC not in force"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let agent = RunningAgent::start(args, agent_client);
+            wait_status(&nncs, "r1 Provisioned", |s| {
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.observed_revision.as_deref() == Some("r1")
+            })
+            .await?;
+
+            // The CRD without the bound on spec.retry, the bad value stored, the bound back. Untyped:
+            // the answers hold a value the Rust type cannot.
+            let raw = Api::<kube::core::DynamicObject>::all_with(
+                client.clone(),
+                &kube::core::ApiResource::erase::<NodeNetworkConfig>(&()),
+            );
+            let retry = |r: u64| Patch::Merge(json!({"spec": {"retry": r}}));
+            let dry = PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            let loose = netwave_api::crds().into_iter().map(|(f, c)| {
+                if f != "nodenetworkconfigs.yaml" {
+                    return c;
+                }
+                let mut v = serde_json::to_value(c).unwrap();
+                v["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                    ["properties"]["retry"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("maximum");
+                serde_json::from_value(v).unwrap()
+            });
+            server.install_crds(loose).await?;
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while let Err(e) = raw.patch("n1", &dry, &retry(1 << 32)).await {
+                ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "loose CRD not in force: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            raw.patch("n1", &PatchParams::default(), &retry(1 << 32))
+                .await?;
+            server
+                .install_crds(netwave_api::crds().into_iter().map(|(_, c)| c))
+                .await?;
+
+            wait_event(&client, "Undecodable").await?;
+            let events: Api<Event> = Api::namespaced(client.clone(), "default");
+            let notes: Vec<String> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("Undecodable"))
+                .filter_map(|e| e.note)
+                .collect();
+            ensure!(
+                notes.len() == 1
+                    && notes[0].starts_with(
+                        "this node's NodeNetworkConfig cannot be decoded (spec.retry: invalid \
+                         value: integer `4294967296`, expected u32): nothing new is applied"
+                    ),
+                "{notes:?}"
+            );
+            ensure!(
+                metric(
+                    &metrics_at(19097).await?,
+                    "netwave_agent_undecodable_config"
+                ) == 1.0
+            );
+            ensure!(
+                ip(&["link", "show", "l2.10"])?.contains("mtu 1450"),
+                "r1 still runs"
+            );
+
+            // Fixed (the configurator assigns r2): applied and reported, the gauge back to 0.
+            let mut r2 = good();
+            r2.layer2s[0].mtu = 1400;
+            let patch = json!({ "spec": spec("r2", 0, r2) });
+            nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            wait_status(&nncs, "r2 Provisioned", |s| {
+                s.phase.as_deref() == Some("Provisioned")
+                    && s.observed_revision.as_deref() == Some("r2")
+            })
+            .await?;
+            ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1400"));
+            ensure!(
+                metric(
+                    &metrics_at(19097).await?,
+                    "netwave_agent_undecodable_config"
+                ) == 0.0
+            );
             agent.stop().await?;
             Ok(())
         },

@@ -19,6 +19,7 @@
 pub mod cel;
 pub mod input_status;
 pub mod inputs;
+mod integers;
 pub mod manifest;
 pub mod rollout;
 pub mod validate;
@@ -37,7 +38,16 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every netwave CRD with the file name it is committed under in `crds/`.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
-    let crds = vec![
+    generated()
+        .into_iter()
+        .map(|(file, crd)| (file, cel::with_rules(integers::bounded(crd))))
+        .collect()
+}
+
+/// The CRDs as kube-derive and schemars generate them from the types, before [`crds`] adds integer
+/// bounds and CEL rules.
+fn generated() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
         ("vrfrouteconfigurations.yaml", VRFRouteConfiguration::crd()),
         (
             "layer2networkconfigurations.yaml",
@@ -47,36 +57,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
         ("networkconfiginputs.yaml", NetworkConfigInputs::crd()),
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),
-    ];
-    crds.into_iter()
-        .map(|(file, crd)| (file, cel::with_rules(kubernetes_formats(crd))))
-        .collect()
-}
-
-/// Kubernetes knows the integer formats int32 and int64 only: kube-apiserver warns `unrecognized format
-/// "uint32"` (and so on) on every apply of a CRD carrying schemars' names for Rust's unsigned types.
-/// They become the signed format wide enough for them; the schema's `minimum: 0` keeps the sign rule.
-fn kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    fn walk(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::Object(m) => {
-                let k8s = match m.get("format").and_then(|f| f.as_str()) {
-                    Some("uint8" | "uint16" | "int8" | "int16") => Some("int32"),
-                    Some("uint32" | "uint64") => Some("int64"),
-                    _ => None,
-                };
-                if let Some(format) = k8s {
-                    m.insert("format".into(), format.into());
-                }
-                m.values_mut().for_each(walk);
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
-            _ => {}
-        }
-    }
-    let mut v = serde_json::to_value(crd).expect("a CRD always serializes");
-    walk(&mut v);
-    serde_json::from_value(v).expect("only a format string changed")
+    ]
 }
 
 /// The YAML committed for a CRD: a generated-file header, then the object.

@@ -73,6 +73,8 @@ pub struct Metrics {
     pub inputs_pending: Gauge,
     /// Objects whose spec is not what the configurator wrote (edited by hand), by kind.
     pub tampered_specs: Family<KindLabels, Gauge>,
+    /// Objects that do not decode as netwave's types, by kind (reported and skipped).
+    pub undecodable_objects: Family<KindLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -95,6 +97,7 @@ impl Default for Metrics {
             leader: Gauge::default(),
             inputs_pending: Gauge::default(),
             tampered_specs: Family::default(),
+            undecodable_objects: Family::default(),
             registry: Registry::default(),
         };
         registry.register("revisions", "Revisions by phase", m.revisions.clone());
@@ -174,6 +177,12 @@ impl Default for Metrics {
             "Objects whose spec was edited by hand (not what the configurator wrote), by kind",
             m.tampered_specs.clone(),
         );
+        registry.register(
+            "undecodable_objects",
+            "Objects that do not decode as netwave's types, by kind: reported (Event Undecodable) and \
+             skipped",
+            m.undecodable_objects.clone(),
+        );
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.
         for phase in netwave_api::vocab::RevisionPhase::ALL {
@@ -186,6 +195,11 @@ impl Default for Metrics {
         }
         for kind in TAMPERED_KINDS {
             let _ = m.tampered_specs.get_or_create(&KindLabels { kind });
+        }
+        for kind in netwave_core::undecodable::Kind::ALL {
+            let _ = m.undecodable_objects.get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            });
         }
         Metrics { registry, ..m }
     }

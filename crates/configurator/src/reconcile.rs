@@ -26,7 +26,9 @@ use netwave_core::rollout::{
     self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
+use netwave_core::undecodable::{self, Holds, Kind, Undecodable};
 use netwave_core::{Sequence, Timestamp};
+use netwave_runtime::decoded::Decoded;
 use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
 
@@ -47,19 +49,33 @@ pub struct Snapshot {
     pub revisions: Vec<Arc<NetworkConfigRevision>>,
     /// The revisions' inputs, each under its revision's name.
     pub revision_inputs: Vec<Arc<NetworkConfigInputs>>,
+    /// Live objects of the kinds above that do not decode (not in those lists), with their uid.
+    pub undecodable: Vec<(Undecodable, Option<String>)>,
 }
 
 impl Snapshot {
     pub fn take(stores: &Stores) -> Self {
+        let mut bad = Vec::new();
         Snapshot {
-            vrfs: stores.vrfs.state(),
-            layer2s: stores.layer2s.state(),
-            routing_tables: stores.routing_tables.state(),
+            vrfs: decoded(stores.vrfs.state(), Kind::Vrf, &mut bad),
+            layer2s: decoded(stores.layer2s.state(), Kind::Layer2, &mut bad),
+            routing_tables: decoded(stores.routing_tables.state(), Kind::RoutingTable, &mut bad),
             nodes: stores.nodes.state(),
-            node_configs: stores.node_configs.state(),
-            revisions: stores.revisions.state(),
-            revision_inputs: stores.revision_inputs.state(),
+            node_configs: decoded(stores.node_configs.state(), Kind::NodeConfig, &mut bad),
+            revisions: decoded(stores.revisions.state(), Kind::Revision, &mut bad),
+            revision_inputs: decoded(
+                stores.revision_inputs.state(),
+                Kind::RevisionInputs,
+                &mut bad,
+            ),
+            undecodable: bad,
         }
+    }
+
+    /// What the objects that do not decode hold back.
+    pub fn holds(&self) -> Holds {
+        let bad: Vec<Undecodable> = self.undecodable.iter().map(|(u, _)| u.clone()).collect();
+        undecodable::holds(&bad)
     }
 
     /// The inputs object of the revision `name`, if it is there.
@@ -74,6 +90,30 @@ impl Snapshot {
     pub fn inputs_of(&self, name: &str) -> Option<&RevisionInputs> {
         self.inputs_object(name).map(|i| &i.spec)
     }
+}
+
+/// The objects of one kind that decode; the live ones that do not go to `bad`.
+fn decoded<K>(
+    objects: Vec<Arc<Decoded<K>>>,
+    kind: Kind,
+    bad: &mut Vec<(Undecodable, Option<String>)>,
+) -> Vec<Arc<K>> {
+    let mut out = Vec::with_capacity(objects.len());
+    for o in objects {
+        match o.as_ref() {
+            Decoded::Object(k) => out.push(k.clone()),
+            Decoded::Undecodable(u) if u.metadata.deletion_timestamp.is_none() => bad.push((
+                Undecodable {
+                    kind,
+                    name: u.metadata.name.clone().unwrap_or_default(),
+                    error: u.error.clone(),
+                },
+                u.metadata.uid.clone(),
+            )),
+            Decoded::Undecodable(_) => {}
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug)]
@@ -237,6 +277,20 @@ pub fn compute(
     settle: &mut InputSettle,
     now: Timestamp,
 ) -> Outcome {
+    let holds = s.holds();
+    if !holds.rollout.is_empty() {
+        // A revision or its inputs cannot be decoded: what nodes run, and where a failure would take
+        // them back, is unknown. Nothing is written until it is fixed; `Reconciler` reports it.
+        return Outcome {
+            intents: Vec::new(),
+            plan: None,
+            requeue_at: None,
+            equals_failed: None,
+            inputs_pending: false,
+            tampered: Findings::default(),
+            configs: Vec::new(),
+        };
+    }
     // 0. Specs someone edited. A revision that the current inputs can put back is put back before
     //    anything else is decided; the others are never rendered again.
     let tampered = cache.integrity.check(s, now);
@@ -288,6 +342,8 @@ pub fn compute(
             Err(e) => warn!(error = %e, "skipping node"),
         }
     }
+    // A node config that cannot be decoded is never written, placeholder or not.
+    eligible.retain(|n, _| !holds.unreadable_nodes.contains(*n));
     node_infos.sort();
     let fingerprint = {
         let mut h = DefaultHasher::new();
@@ -320,6 +376,9 @@ pub fn compute(
         Decision::EqualsFailed { .. } | Decision::NoChange { .. } => settle.settled(),
     }
     match decision {
+        // An input that cannot be decoded must not vanish from a new revision (its network would go
+        // from every node): no revision is cut or reactivated meanwhile; the target rolls on.
+        _ if !holds.cutting.is_empty() => {}
         Decision::Create { .. } | Decision::Reactivate { .. } if settle_until.is_some() => {
             // Not yet: the current target keeps rolling out meanwhile.
             if settle.first_sight(now) {
@@ -462,6 +521,7 @@ pub fn compute(
             .collect(),
         nodes: node_states,
         configs,
+        unreadable_configs: holds.unreadable_nodes.clone(),
         rendered: RenderedHashes::default(),
         footprints: Default::default(),
     };
@@ -1085,6 +1145,8 @@ pub struct Reconciler {
     status_written: BTreeMap<String, tokio::time::Instant>,
     /// Told when a pass starts and ends (a hung pass makes the replica let go of the Lease).
     liveness: Option<Liveness>,
+    /// Objects seen not decoding: the error logged for each, and whether this replica wrote its Event.
+    undecodable_seen: BTreeMap<(Kind, String), (String, bool)>,
 }
 
 /// A revision status write that only moves counters (and the words and progress stamp that follow
@@ -1137,6 +1199,48 @@ impl Reconciler {
             reported_equals_failed: None,
             status_written: BTreeMap::new(),
             liveness: None,
+            undecodable_seen: BTreeMap::new(),
+        }
+    }
+
+    /// Objects that do not decode: one log line per object and error in every replica, one Event on
+    /// the object from the leader, and the gauge by kind. Not one of each per reconcile.
+    fn report_undecodable(&mut self, s: &Snapshot, intents: &mut Vec<Intent>) {
+        let leader = self.writer.is_leader();
+        let mut seen = BTreeMap::new();
+        for (u, uid) in &s.undecodable {
+            let key = (u.kind, u.name.clone());
+            let mut evented = match self.undecodable_seen.remove(&key) {
+                Some((error, evented)) if error == u.error => evented,
+                _ => {
+                    warn!(kind = %u.kind, name = %u.name, error = %u.error, "{}", undecodable::note(u));
+                    false
+                }
+            };
+            if leader && !evented {
+                intents.push(Intent::Event {
+                    regarding: object_ref(u.kind.as_str(), &u.name, uid.clone()),
+                    type_: KubeEventType::Warning,
+                    reason: undecodable::REASON.into(),
+                    action: "Decode".into(),
+                    note: undecodable::note(u),
+                });
+                evented = true;
+            }
+            seen.insert(key, (u.error.clone(), evented));
+        }
+        for (kind, name) in self.undecodable_seen.keys() {
+            info!(%kind, %name, "decodes again (or is gone)");
+        }
+        self.undecodable_seen = seen;
+        for kind in Kind::ALL {
+            let n = s.undecodable.iter().filter(|(u, _)| u.kind == kind).count();
+            self.metrics
+                .undecodable_objects
+                .get_or_create(&crate::metrics::KindLabels {
+                    kind: kind.as_str(),
+                })
+                .set(n as i64);
         }
     }
 
@@ -1255,6 +1359,7 @@ impl Reconciler {
         }
         drop(_g);
         let mut outcome = outcome;
+        self.report_undecodable(&snapshot, &mut outcome.intents);
         if self.writer.is_leader() {
             if let Some(name) = revision::equals_failed_notice(
                 self.reported_equals_failed.as_deref(),

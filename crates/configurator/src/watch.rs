@@ -1,6 +1,12 @@
 //! Reflectors on every kind the configurator reads. Each one keeps an in-memory store current and pokes
 //! the reconcile loop when anything changed. Every replica runs them, leader or not, so a standby has
 //! warm caches the moment it takes over.
+//!
+//! netwave's kinds are watched as [`Decoded`]: an object that does not decode (stored before a schema
+//! bound existed, or under an older CRD) is kept with its name and the error instead of failing the
+//! whole list, so one bad object never blinds the configurator; the reconcile reports and skips it
+//! (`netwave_core::undecodable`). Nodes are the API server's own kind, validated by it against the
+//! types k8s-openapi is generated from, and are watched as they are.
 
 use std::sync::Arc;
 
@@ -13,6 +19,7 @@ use netwave_api::{
     Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
     RoutingTable, VRFRouteConfiguration,
 };
+use netwave_runtime::decoded::Decoded;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::{Instrument, info_span, warn};
@@ -22,14 +29,14 @@ use crate::liveness::Liveness;
 /// Read-only views of the cluster, kept current by the reflectors.
 #[derive(Clone)]
 pub struct Stores {
-    pub vrfs: Store<VRFRouteConfiguration>,
-    pub layer2s: Store<Layer2NetworkConfiguration>,
-    pub routing_tables: Store<RoutingTable>,
+    pub vrfs: Store<Decoded<VRFRouteConfiguration>>,
+    pub layer2s: Store<Decoded<Layer2NetworkConfiguration>>,
+    pub routing_tables: Store<Decoded<RoutingTable>>,
     pub nodes: Store<Node>,
-    pub node_configs: Store<NodeNetworkConfig>,
-    pub revisions: Store<NetworkConfigRevision>,
+    pub node_configs: Store<Decoded<NodeNetworkConfig>>,
+    pub revisions: Store<Decoded<NetworkConfigRevision>>,
     /// The revisions' inputs, one object per revision under its name.
-    pub revision_inputs: Store<NetworkConfigInputs>,
+    pub revision_inputs: Store<Decoded<NetworkConfigInputs>>,
 }
 
 impl Stores {
@@ -49,18 +56,13 @@ impl Stores {
 /// lists and errors to `live` (a replica that cannot list cannot lead).
 pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
     Stores {
-        vrfs: reflect(Api::all(client.clone()), changed.clone(), live),
-        layer2s: reflect(Api::all(client.clone()), changed.clone(), live),
-        routing_tables: reflect(Api::all(client.clone()), changed.clone(), live),
+        vrfs: reflect_decoded(client, changed.clone(), live, |_| {}),
+        layer2s: reflect_decoded(client, changed.clone(), live, |_| {}),
+        routing_tables: reflect_decoded(client, changed.clone(), live, |_| {}),
         nodes: reflect_with(Api::all(client.clone()), changed.clone(), live, slim_node),
-        node_configs: reflect_with(
-            Api::all(client.clone()),
-            changed.clone(),
-            live,
-            slim_node_config,
-        ),
-        revisions: reflect(Api::all(client.clone()), changed.clone(), live),
-        revision_inputs: reflect_with(Api::all(client.clone()), changed, live, |i| {
+        node_configs: reflect_decoded(client, changed.clone(), live, slim_node_config),
+        revisions: reflect_decoded(client, changed.clone(), live, |_| {}),
+        revision_inputs: reflect_decoded(client, changed, live, |i| {
             i.metadata.managed_fields = None
         }),
     }
@@ -107,7 +109,14 @@ fn slim_node_config(nnc: &mut NodeNetworkConfig) {
     }
 }
 
-fn reflect<K>(api: Api<K>, changed: Arc<Notify>, live: &Liveness) -> Store<K>
+/// A reflector on one of netwave's kinds, tolerant of objects that do not decode; `slim` applies to the
+/// ones that do.
+fn reflect_decoded<K>(
+    client: &Client,
+    changed: Arc<Notify>,
+    live: &Liveness,
+    slim: fn(&mut K),
+) -> Store<Decoded<K>>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -117,10 +126,20 @@ where
         + Sync
         + 'static,
 {
-    reflect_with(api, changed, live, |_| {})
+    reflect_with(
+        Api::all(client.clone()),
+        changed,
+        live,
+        move |d: &mut Decoded<K>| d.modify(slim),
+    )
 }
 
-fn reflect_with<K>(api: Api<K>, changed: Arc<Notify>, live: &Liveness, slim: fn(&mut K)) -> Store<K>
+fn reflect_with<K>(
+    api: Api<K>,
+    changed: Arc<Notify>,
+    live: &Liveness,
+    slim: impl FnMut(&mut K) + Send + 'static,
+) -> Store<K>
 where
     K: Resource<DynamicType = ()>
         + Clone

@@ -328,6 +328,10 @@ fn log_done(intent: &Intent) {
         Intent::DeleteRevision { name } => {
             info!(revision = %name, "deleted old revision (history limit)")
         }
+        // Logged by every replica when it first sees the object (`Reconciler::report_undecodable`).
+        Intent::Event { reason, .. } if reason == netwave_core::undecodable::REASON => {
+            debug!(object = %intent.key(), "written")
+        }
         Intent::Event {
             regarding,
             type_,

@@ -8,6 +8,7 @@
 //!  revisions + nodes + NNCs + now    ──► rollout::   step() -> Plan { assignments, status, events, report }
 //!                                        sim::       (feature `sim`) seeded fleet simulator for tests
 //!  configurator replica's caches + loop ──► leadership:: may it hold the leader Lease (fitness)
+//!  objects that do not decode         ──► undecodable:: what the rollout holds without them
 //! ```
 
 pub mod dataplane;
@@ -21,5 +22,6 @@ pub mod selector;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod types;
+pub mod undecodable;
 
 pub use types::*;

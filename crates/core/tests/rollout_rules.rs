@@ -1166,3 +1166,50 @@ fn agents_succeed_except(store: &mut Store, silent: &str) {
         store.agent_reports(&n, AgentPhase::Provisioned, None);
     }
 }
+
+/// DESIGN.md §6, "One bad object never blinds the fleet": a node whose NodeNetworkConfig the leader
+/// cannot decode is a node whose state is unknown. It is skipped (not updated, not failed, never
+/// assigned, not in flight even if its stored config is mid-apply, so it holds no budget slot), the
+/// others roll on and the target completes; no revision is pruned while it is unknown; once it can be
+/// read again it gets the target like any node left for later.
+#[test]
+fn a_node_whose_config_cannot_be_read_is_skipped_and_the_others_roll_on() {
+    let mut store = fleet_on_r1(4);
+    store.defaults.revision_history_limit = 1;
+    // Stored mid-apply: counted, it would fill the budget of one for good.
+    store.set_assigned("node-02", "r1", at(0));
+    store.configs.get_mut("node-02").unwrap().status.phase = Some(AgentPhase::Provisioning);
+    store.unreadable_configs.insert("node-02".into());
+    store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(1));
+    let mut assigned_nodes = Vec::new();
+    for i in 1..=10 {
+        let plan = run(&mut store, at(i));
+        assigned_nodes.extend(plan.assignments.iter().map(|a| a.node.clone()));
+        assert!(plan.delete_revisions.is_empty(), "nothing pruned: {plan:?}");
+        agents_succeed(&mut store);
+    }
+    assert_eq!(assigned_nodes, ["node-01", "node-03", "node-04"]);
+    assert_eq!(phase(&store, "r2"), "Complete");
+    let st = status(&store, "r2");
+    assert_eq!((st.updated, st.skipped, st.failed), (3, 1, 0), "{st:?}");
+    let plan = step(&store.input(), at(11));
+    assert!(
+        plan.report.waiting.contains(&WaitingOn::UnreadableConfigs {
+            count: 1,
+            first: vec!["node-02".into()]
+        }),
+        "{:?}",
+        plan.report.waiting
+    );
+    assert!(store.revisions.contains_key("r1"), "not pruned");
+
+    // Readable again (an admin fixed its status): the agent finished r1, the node takes r2, and r1
+    // (beyond the history limit of one, referenced by nobody) is pruned.
+    store.unreadable_configs.clear();
+    store.agent_reports("node-02", AgentPhase::Provisioned, None);
+    let plan = run(&mut store, at(12));
+    assert_eq!(assigned(&plan), [("node-02", "r2", AssignReason::Rollout)]);
+    agents_succeed(&mut store);
+    let plan = run(&mut store, at(13));
+    assert_eq!(plan.delete_revisions, ["r1"]);
+}

@@ -226,6 +226,7 @@ pub fn waves(
         revisions,
         nodes: nodes.to_vec(),
         configs,
+        unreadable_configs: Default::default(),
         rendered,
         // No footprints: the waves show the rollout as it goes once any hold is approved.
         footprints: Default::default(),

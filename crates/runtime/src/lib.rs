@@ -1,5 +1,6 @@
 //! Plumbing shared by `netwave-configurator` and `netwave-agent` (shells only; nothing here decides):
-//! log setup, the Kubernetes client, shutdown signals and the `/metrics`, `/healthz`, `/readyz` endpoints.
+//! log setup, the Kubernetes client, shutdown signals, the `/metrics`, `/healthz`, `/readyz` endpoints,
+//! and watches that one undecodable object does not break ([`decoded`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,6 +14,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+pub mod decoded;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

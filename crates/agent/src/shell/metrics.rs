@@ -37,6 +37,8 @@ pub struct Metrics {
     pub netlink_writes: Counter,
     pub status_write_errors: Counter,
     pub status_pending: Gauge,
+    /// 1 while the node's own NodeNetworkConfig does not decode.
+    pub undecodable_config: Gauge,
 }
 
 impl Default for Metrics {
@@ -109,8 +111,15 @@ impl Default for Metrics {
             "1 while a status change waits to be written (API server unreachable or refusing)",
             status_pending.clone(),
         );
+        let undecodable_config = Gauge::default();
+        registry.register(
+            "undecodable_config",
+            "1 while this node's NodeNetworkConfig does not decode (nothing new is applied)",
+            undecodable_config.clone(),
+        );
         Metrics {
             registry,
+            undecodable_config,
             apply_duration,
             frr_apply_duration,
             applies,

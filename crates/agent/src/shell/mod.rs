@@ -34,6 +34,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
+use netwave_runtime::decoded::Decoded;
 use tokio::sync::watch as channel;
 use tracing::{Instrument, error, info, info_span, warn};
 
@@ -73,6 +74,8 @@ struct Shell {
     reported: Option<NodeNetworkConfigStatus>,
     /// What is wrong with the last good backup, as last logged (one line per problem, not per tick).
     backup_problem: Option<String>,
+    /// The decode error of its NodeNetworkConfig, once reported (one log line and Event per error).
+    undecodable: Option<String>,
 }
 
 /// Runs the agent until `shutdown` resolves.
@@ -189,6 +192,7 @@ pub async fn run_with(
         reporter,
         reported: None,
         backup_problem: None,
+        undecodable: None,
     };
     let mut drift = tokio::time::interval(args.drift_interval);
     drift.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -198,11 +202,16 @@ pub async fn run_with(
     tokio::pin!(shutdown);
     loop {
         let nnc = nnc_rx.borrow_and_update().clone();
-        if let Some(nnc) = nnc {
-            if let Some(o) = interrupted.take() {
-                shell.report(&nnc, &o);
+        match nnc {
+            Some(Decoded::Object(nnc)) => {
+                shell.decodes();
+                if let Some(o) = interrupted.take() {
+                    shell.report(&nnc, &o);
+                }
+                shell.handle(&nnc).await;
             }
-            shell.handle(&nnc).await;
+            Some(d @ Decoded::Undecodable(_)) => shell.undecodable(&d),
+            None => {}
         }
         tokio::select! {
             r = nnc_rx.changed() => if r.is_err() { break },
@@ -213,8 +222,8 @@ pub async fn run_with(
                 continue;
             }
             _ = drift.tick() => {
-                let nnc = nnc_rx.borrow().clone();
-                shell.repair_drift(nnc.as_ref()).await;
+                let regarding = nnc_rx.borrow().as_ref().map(|n| n.object_ref(&()));
+                shell.repair_drift(regarding).await;
             }
             _ = &mut shutdown => break,
         }
@@ -225,8 +234,13 @@ pub async fn run_with(
 }
 
 /// A watch on the single object `selector` names; the latest object (or `None` once deleted) is published
-/// on the returned channel. `ready` is set after the initial list.
-fn watch_one<K>(api: Api<K>, selector: &str, ready: http::Readiness) -> channel::Receiver<Option<K>>
+/// on the returned channel, also when it does not decode (the loop reports that instead of the watch
+/// failing on every relist). `ready` is set after the initial list.
+fn watch_one<K>(
+    api: Api<Decoded<K>>,
+    selector: &str,
+    ready: http::Readiness,
+) -> channel::Receiver<Option<Decoded<K>>>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -426,7 +440,42 @@ impl Shell {
         }
     }
 
-    async fn repair_drift(&mut self, nnc: Option<&NodeNetworkConfig>) {
+    /// Its own NodeNetworkConfig does not decode: nothing new is applied (the node keeps running what
+    /// it runs, and drift is still repaired); one log line and one Event per error, and the gauge.
+    fn undecodable(&mut self, nnc: &Decoded<NodeNetworkConfig>) {
+        let Some(u) = nnc.undecodable() else {
+            return;
+        };
+        self.metrics.undecodable_config.set(1);
+        if self.undecodable.as_deref() == Some(u.error.as_str()) {
+            return;
+        }
+        self.undecodable = Some(u.error.clone());
+        let running = self.agent.last_good().ok().flatten().map(|l| l.revision);
+        let note = crate::reconcile::undecodable_note(&u.error, running.as_deref());
+        warn!(error = %u.error, "{note}");
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: netwave_core::undecodable::REASON.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Decode".into(),
+            secondary: None,
+        };
+        self.reporter.event(ev, nnc.object_ref(&()));
+    }
+
+    /// Its NodeNetworkConfig decodes (again).
+    fn decodes(&mut self) {
+        if self.undecodable.take().is_some() {
+            self.metrics.undecodable_config.set(0);
+            info!("the NodeNetworkConfig decodes again");
+        }
+    }
+
+    async fn repair_drift(
+        &mut self,
+        regarding: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    ) {
         // A corrupt backup is no config to repair toward (logged once, reported by `handle`). Just
         // repaired (moved aside), there is no backup, and repairing toward no config would remove every
         // object the node runs: the assigned config is applied first (`handle`, right after this).
@@ -447,7 +496,7 @@ impl Shell {
                 }
                 warn!(ops = ?ops, "repaired drift from the running config");
                 self.metrics.drift_corrections.inc_by(ops.len() as u64);
-                if let Some(nnc) = nnc {
+                if let Some(regarding) = regarding {
                     let ev = Event {
                         type_: EventType::Warning,
                         reason: "DriftCorrected".into(),
@@ -455,7 +504,7 @@ impl Shell {
                         action: "Reconcile".into(),
                         secondary: None,
                     };
-                    self.reporter.event(ev, nnc.object_ref(&()));
+                    self.reporter.event(ev, regarding);
                 }
             }
             Err(e) => error!(error = %e, category = e.category(), "drift repair failed"),

@@ -130,6 +130,16 @@ impl RealApi {
         Ok(RealApi { forward, cp, admin })
     }
 
+    /// Installs `crds` in place of netwave's (server-side, waits until Established).
+    pub async fn install_crds(
+        &self,
+        crds: impl IntoIterator<
+            Item = k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >,
+    ) -> Result<()> {
+        self.cp.install_crds(&self.admin, crds).await
+    }
+
     /// The admin kubeconfig (for binaries the test starts).
     pub fn kubeconfig(&self) -> &std::path::Path {
         self.cp.kubeconfig()

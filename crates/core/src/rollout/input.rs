@@ -2,7 +2,7 @@
 //! reconcile. Nothing here remembers anything between steps; all rollout state lives in the API objects
 //! these are read from, which is what lets a new leader continue exactly where the old one stopped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -28,6 +28,10 @@ pub struct RolloutInput {
     pub nodes: Vec<NodeState>,
     /// Every `NodeNetworkConfig`, in any order (some may belong to nodes that have left).
     pub configs: Vec<NodeConfigState>,
+    /// Nodes whose `NodeNetworkConfig` exists but cannot be decoded (not in `configs`): their state is
+    /// unknown, so they are skipped — not updated, not failed, not in flight, never assigned — and no
+    /// revision is pruned meanwhile (see `crate::undecodable`).
+    pub unreadable_configs: BTreeSet<String>,
     /// Rendered `configHash` per (revision, node), for at least the revisions
     /// [`revisions_to_render`](super::revisions_to_render) names.
     pub rendered: RenderedHashes,

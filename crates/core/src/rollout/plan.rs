@@ -323,6 +323,8 @@ pub enum WaitingOn {
     NodesInFlight { count: u32, first: Vec<String> },
     /// Not Ready or cordoned nodes left for later.
     NotReady { count: u32, first: Vec<String> },
+    /// Nodes whose `NodeNetworkConfig` cannot be decoded: state unknown, left for later.
+    UnreadableConfigs { count: u32, first: Vec<String> },
     /// The caller did not supply rendered hashes for these nodes.
     MissingRender {
         revision: String,
@@ -385,6 +387,14 @@ impl fmt::Display for WaitingOn {
             }
             WaitingOn::NotReady { count, first } => {
                 write!(f, "{count} node(s) not ready or cordoned, left for later: ")?;
+                names(f, *count, first)
+            }
+            WaitingOn::UnreadableConfigs { count, first } => {
+                write!(
+                    f,
+                    "{count} node(s) whose NodeNetworkConfig cannot be decoded, state unknown, left \
+                     for later: "
+                )?;
                 names(f, *count, first)
             }
             WaitingOn::MissingRender {

@@ -163,8 +163,10 @@ pub(super) struct Node<'a> {
     pub state: &'a NodeState,
     pub has_config: bool,
     pub status: &'a AgentReport,
-    /// Ready and not cordoned.
+    /// Ready and not cordoned, and its config can be read.
     pub eligible: bool,
+    /// Its `NodeNetworkConfig` cannot be decoded ([`RolloutInput::unreadable_configs`]).
+    pub unreadable: bool,
     /// Index into [`Budgets::domain_names`].
     pub domain: usize,
     pub spec: Option<Spec<'a>>,

@@ -2,7 +2,7 @@
 //! the rollout looks at. A leader applies [`Write`]s to it one at a time; agents write NNC status; tests
 //! build scenarios with its helpers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
@@ -31,6 +31,9 @@ pub struct Store {
     pub revisions: BTreeMap<String, RevisionState>,
     pub nodes: BTreeMap<String, NodeState>,
     pub configs: BTreeMap<String, NodeConfigState>,
+    /// Configs in the store that the leader cannot decode: left out of its input, named in
+    /// `RolloutInput::unreadable_configs`.
+    pub unreadable_configs: BTreeSet<String>,
     /// What "render" gives per revision and node (the simulation's stand-in for `core::render`).
     pub rendered: RenderedHashes,
     /// What each revision puts on the nodes (the stand-in for `Footprint::of`); a revision without one
@@ -194,7 +197,13 @@ impl Store {
             defaults: self.defaults.clone(),
             revisions: self.revisions.values().cloned().collect(),
             nodes: self.nodes.values().cloned().collect(),
-            configs: self.configs.values().cloned().collect(),
+            configs: self
+                .configs
+                .values()
+                .filter(|c| !self.unreadable_configs.contains(&c.name))
+                .cloned()
+                .collect(),
+            unreadable_configs: self.unreadable_configs.clone(),
             rendered: RenderedHashes::default(),
             footprints: Footprints::default(),
         };

@@ -12,6 +12,10 @@ use super::super::world::World;
 /// (`last_good_after`, the target if it completes now). The shell stops at the first failed write, so a
 /// revision is only deleted once the assignments moving nodes off it are written.
 pub(super) fn history_deletions(w: &World, last_good_after: Option<usize>) -> Vec<String> {
+    // A node whose config cannot be read may run or fall back to any revision.
+    if !w.input.unreadable_configs.is_empty() {
+        return Vec::new();
+    }
     let mut protected: BTreeSet<&str> = BTreeSet::new();
     for n in &w.nodes {
         if let Some(s) = n.spec {

@@ -35,7 +35,8 @@ pub(super) fn observe_fleet<'a>(
             matched[ci] = true;
             configs[ci]
         });
-        w.nodes.push(node_of(state, cfg, overlay));
+        let unreadable = input.unreadable_configs.contains(&state.name);
+        w.nodes.push(node_of(state, cfg, overlay, unreadable));
     }
     // Configs of nodes that left (and were not deleted by an earlier round).
     w.orphans = configs
@@ -49,11 +50,13 @@ pub(super) fn observe_fleet<'a>(
     w
 }
 
-/// One node: the spec an earlier round wrote wins over the one in the input.
+/// One node: the spec an earlier round wrote wins over the one in the input. A node whose config
+/// cannot be read has no known spec or report and is not eligible: nothing is decided about it.
 fn node_of<'a>(
     state: &'a NodeState,
     cfg: Option<&'a NodeConfigState>,
     overlay: &'a Overlay,
+    unreadable: bool,
 ) -> Node<'a> {
     let over = if overlay.is_empty() {
         None
@@ -61,6 +64,7 @@ fn node_of<'a>(
         overlay.get(&state.name)
     };
     let (spec, status) = match over {
+        _ if unreadable => (None, &NO_REPORT),
         Some(None) => (None, &NO_REPORT),
         Some(Some(s)) => (Some(s), cfg.map_or(&NO_REPORT, |c| &c.status)),
         None => (cfg.map(|c| &c.spec), cfg.map_or(&NO_REPORT, |c| &c.status)),
@@ -75,7 +79,8 @@ fn node_of<'a>(
         state,
         has_config: spec.is_some(),
         status,
-        eligible: state.eligible(),
+        eligible: state.eligible() && !unreadable,
+        unreadable,
         domain: 0,
         spec,
         in_flight: spec.is_some_and(|s| in_flight_of(s.revision, s.retry, s.hash, status)),

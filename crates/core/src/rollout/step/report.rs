@@ -62,11 +62,14 @@ struct Tally {
     updated: u32,
     in_progress: u32,
     queued: u32,
+    /// Not eligible: not Ready, cordoned, or its config cannot be read (`unreadable` of them).
     skipped: u32,
+    unreadable: u32,
     started: bool,
-    /// The first few nodes applying it, and not ready.
+    /// The first few nodes applying it, not ready, and with a config that cannot be read.
     applying: Vec<String>,
     unready: Vec<String>,
+    unreadable_first: Vec<String>,
 }
 
 fn target_view(w: &mut World, t: usize) -> TargetView {
@@ -122,6 +125,13 @@ fn tally_target(w: &mut World, t: usize) -> Tally {
                     && let Some(at) = s.assigned_at
                 {
                     w.requeue.wake(at.plus_secs(timeout));
+                }
+            }
+            _ if n.unreadable => {
+                tally.skipped += 1;
+                tally.unreadable += 1;
+                if tally.unreadable_first.len() < LIST_LIMIT {
+                    tally.unreadable_first.push(n.name().to_string());
                 }
             }
             _ if !n.eligible => {
@@ -184,10 +194,16 @@ fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
             first: tally.applying,
         });
     }
-    if tally.skipped > 0 {
+    if tally.skipped > tally.unreadable {
         waits.push(WaitingOn::NotReady {
-            count: tally.skipped,
+            count: tally.skipped - tally.unreadable,
             first: tally.unready,
+        });
+    }
+    if tally.unreadable > 0 {
+        waits.push(WaitingOn::UnreadableConfigs {
+            count: tally.unreadable,
+            first: tally.unreadable_first,
         });
     }
     waits
