@@ -281,27 +281,9 @@ impl Fleet {
     /// failed test releases it like a passing one (no poisoning); a process that dies releases it too.
     pub async fn lock() -> FleetLock {
         let process = LOCK.lock().await;
-        let path = std::env::temp_dir().join(MACHINE_LOCK);
-        let machine = tokio::task::spawn_blocking(move || -> Result<fs::File> {
-            let file = fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("opening {}", path.display()))?;
-            if file.try_lock().is_err() {
-                eprintln!(
-                    "fleet: waiting for another process's fleet to end (lock {})",
-                    path.display()
-                );
-                file.lock()
-                    .with_context(|| format!("locking {}", path.display()))?;
-            }
-            Ok(file)
-        })
-        .await
-        .expect("the lock task does not panic")
-        .expect("the fleet lock file can be opened and locked");
+        let machine = netwave_control_plane::machine_lock(MACHINE_LOCK, "fleet")
+            .await
+            .expect("the fleet lock file can be opened and locked");
         FleetLock {
             _machine: machine,
             _process: process,

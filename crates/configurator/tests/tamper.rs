@@ -8,28 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
-
-async fn event_notes(client: &kube::Client, object: &str, reason: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
-        })
-        .filter_map(|e| e.note)
-        .collect()
-}
 
 fn specs(
     configs: &std::collections::BTreeMap<String, NodeNetworkConfig>,

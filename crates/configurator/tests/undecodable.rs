@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -129,23 +128,6 @@ fn dry() -> PatchParams {
         dry_run: true,
         ..PatchParams::default()
     }
-}
-
-/// The notes of the Events with `reason` about `object` (cluster-scoped objects' Events go to `default`).
-async fn event_notes(client: &Client, object: &str, reason: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), "default");
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
-        })
-        .filter_map(|e| e.note)
-        .collect()
 }
 
 async fn metric(port: u16, series: &str) -> Option<f64> {

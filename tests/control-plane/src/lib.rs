@@ -716,6 +716,31 @@ fn port_taken(e: &anyhow::Error) -> bool {
     format!("{e:#}").contains("address already in use")
 }
 
+/// An exclusive lock on `$TMPDIR/<file>`, shared by every process of this machine and released by the
+/// kernel when the returned file is dropped or the process ends, however it ends. Waits (saying so, as
+/// `who`) while another process holds it.
+pub async fn machine_lock(file: &str, who: &'static str) -> Result<std::fs::File> {
+    let path = std::env::temp_dir().join(file);
+    tokio::task::spawn_blocking(move || -> Result<std::fs::File> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        if f.try_lock().is_err() {
+            eprintln!(
+                "{who}: waiting for another process to end (lock {})",
+                path.display()
+            );
+            f.lock()
+                .with_context(|| format!("locking {}", path.display()))?;
+        }
+        Ok(f)
+    })
+    .await?
+}
+
 /// A free TCP port on `ip` (bound and released; a race with another process is possible but rare).
 pub fn free_port(ip: IpAddr) -> Result<u16> {
     Ok(std::net::TcpListener::bind((ip, 0))

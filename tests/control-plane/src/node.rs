@@ -33,7 +33,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
 
-use crate::{ControlPlane, Options, Supervised, TokenUser, binaries, free_port, tail};
+use crate::{
+    ControlPlane, Options, Supervised, TokenUser, binaries, free_port, machine_lock, tail,
+};
 
 /// The node's network namespace (one per machine: see the module docs).
 pub const NETNS: &str = "netwave-real-node";
@@ -169,7 +171,8 @@ impl Cluster {
         }
         let bin = binaries()?;
         let node_bins = NodeBinaries::find(&bin.kube_apiserver)?;
-        let lock = machine_lock().await?;
+        // One kubelet per machine.
+        let lock = machine_lock(LOCK_FILE, "real node").await?;
         let t0 = Instant::now();
         teardown_leftovers();
         let dir = tempfile::Builder::new()
@@ -801,29 +804,6 @@ impl Identities {
             .map(|(name, (token, _, _))| (*name, token.clone()))
             .collect()
     }
-}
-
-/// The machine-wide lock (one kubelet per machine), released by the kernel when the process ends.
-async fn machine_lock() -> Result<fs::File> {
-    let path = std::env::temp_dir().join(LOCK_FILE);
-    tokio::task::spawn_blocking(move || -> Result<fs::File> {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        if file.try_lock().is_err() {
-            eprintln!(
-                "real node: waiting for another process's node to end (lock {})",
-                path.display()
-            );
-            file.lock()
-                .with_context(|| format!("locking {}", path.display()))?;
-        }
-        Ok(file)
-    })
-    .await?
 }
 
 /// The node's namespace wired to the root namespace: veth, addresses, routes, forwarding for the pods.

@@ -464,3 +464,21 @@ pub async fn http_get(port: u16, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (code, body)
 }
+
+/// The notes of the Events with `reason` about `object` (cluster-scoped objects' Events go to `default`).
+pub async fn event_notes(client: &kube::Client, object: &str, reason: &str) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
+        })
+        .filter_map(|e| e.note)
+        .collect()
+}
