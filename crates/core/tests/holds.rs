@@ -5,6 +5,7 @@
 //! after the rule; every step goes through `run`, which also checks that stepping again plans nothing.
 
 mod support_inputs;
+mod support_step;
 
 use std::sync::Arc;
 
@@ -14,28 +15,17 @@ use netwave_core::render::NodeInfo;
 use netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION;
 use netwave_core::rollout::hold::{self, Footprint, destructive, hold_on_creation};
 use netwave_core::rollout::{
-    AgentPhase, AssignReason, EventReason, Plan, WaitingOn, is_in_flight, last_good, reasons, step,
+    AgentPhase, AssignReason, EventReason, Plan, WaitingOn, is_in_flight, last_good, reasons,
 };
 use netwave_core::sim::Store;
 use netwave_core::types::Sequence;
 use support_inputs::*;
+use support_step::run;
 
 const T0: Timestamp = Timestamp(1_700_000_000_000);
 
 fn at(secs: u64) -> Timestamp {
     T0.plus_secs(secs)
-}
-
-/// Steps, applies the whole plan, and checks that a second step over the result plans nothing.
-fn run(store: &mut Store, now: Timestamp) -> Plan {
-    let plan = step(&store.input(), now);
-    store.apply_plan(&plan).expect("plan applies");
-    let again = step(&store.input(), now);
-    assert!(
-        again.is_empty(),
-        "stepping again over the applied plan must plan nothing, got {again:#?}"
-    );
-    plan
 }
 
 fn nodes() -> Vec<NodeInfo> {

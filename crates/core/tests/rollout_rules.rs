@@ -2,6 +2,8 @@
 //! these tests goes through `run`, which also checks that stepping again over the applied plan plans
 //! nothing (the configurator relies on that to avoid hot loops).
 
+mod support_step;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -13,6 +15,7 @@ use netwave_core::rollout::{
     Plan, REASON_APPLY_TIMEOUT, WaitingOn, is_in_flight, reasons, step,
 };
 use netwave_core::sim::Store;
+use support_step::run;
 
 const T0: Timestamp = Timestamp(1_700_000_000_000);
 
@@ -22,18 +25,6 @@ fn at(secs: u64) -> Timestamp {
 
 fn names(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("node-{i:02}")).collect()
-}
-
-/// Steps, applies the whole plan, and checks that a second step over the result plans nothing.
-fn run(store: &mut Store, now: Timestamp) -> Plan {
-    let plan = step(&store.input(), now);
-    store.apply_plan(&plan).expect("plan applies");
-    let again = step(&store.input(), now);
-    assert!(
-        again.is_empty(),
-        "stepping again over the applied plan must plan nothing, got {again:#?}"
-    );
-    plan
 }
 
 fn assigned(plan: &Plan) -> Vec<(&str, &str, AssignReason)> {
