@@ -6,9 +6,12 @@
 //!   waits, kernel snapshots per node, testbed faults, SIGKILL, nodes joining and leaving; a no-kernel
 //!   mode with simulated agents; with `FleetOptions::frr`, a real FRR per node that the agents
 //!   configure, and EVPN (not the harness) installs the VXLAN flood entries.
+//! - [`install`]: netwave installed with `kubectl apply -k` on a real cluster (`netwave_control_plane::node`):
+//!   the test overlay, polling with the cluster's logs, what the real-node tests read back.
 //! - [`prometheus`]: the PrometheusRule's alert rules as a plain rule file, and a real Prometheus (Debian's)
 //!   scraping a fleet, read through its HTTP API.
 
 pub mod fleet;
+pub mod install;
 pub mod netns;
 pub mod prometheus;
