@@ -1,7 +1,7 @@
 # Thin wrappers around cargo; the README's two commands are the truth.
 CARGO ?= cargo
 
-.PHONY: build deps test unit kernel-tier fleet-vm control-plane lint fmt crds demo bench explore images
+.PHONY: build deps test unit kernel-tier fleet-vm control-plane lint fmt crds demo cluster bench explore images
 
 build:
 	$(CARGO) build --workspace --all-targets
@@ -70,6 +70,16 @@ else
 	$(CARGO) build -q -p netwave-testbed -p netwave-configurator -p netwave-agent -p netwave-e2e --bins
 	"$${CARGO_TARGET_DIR:-target}/debug/netwave-demo" $(if $(NO_KERNEL),--no-kernel) $(if $(REAL),--real-control-plane)
 endif
+
+# A real cluster on this machine for a person to try netwave on (needs root): etcd, kube-apiserver,
+# controller-manager, scheduler, one kubelet on containerd (network namespace netwave-real-node), netwave
+# installed with `kubectl apply -k deploy/base` (EVPN=1: deploy/overlays/evpn, FRR beside the agent) from
+# the images of `make images`. Prints the kubeconfig; Ctrl-C tears it all down.
+cluster:
+	@bash tools/deps.sh cluster
+	@$(MAKE) --no-print-directory control-plane images
+	$(CARGO) build -q -p netwave-e2e --bins
+	"$${CARGO_TARGET_DIR:-target}/debug/netwave-cluster" $(if $(EVPN),--evpn)
 
 # Benchmarks print figures (release builds). The agent benchmark needs root. The fleet benchmark runs
 # six rollouts per size and das-schiff's rules as a baseline, on the testbed and then on the real

@@ -71,12 +71,19 @@ created=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 
 # The FRR image's root filesystem: Debian bookworm's `essential` set plus FRR, from Debian's signed
 # archive with mmdebstrap (~35 s, ~170 MB). Reused for a day, then made again to pick up security updates.
+# FRR's user and groups get fixed ids before the package is installed (its postinst keeps existing ones):
+# the DaemonSet names them (deploy/overlays/evpn: the pod's supplementalGroups, so the agent may use FRR's
+# vty sockets), so they must not depend on the order Debian's packages happen to allocate ids in. The ids
+# must be in Debian's system range (100-999: the package's addgroup refuses a non-system group of that
+# name), high in it so no package allocates them first: frr 990 (user and group), frrvty 991.
 frr_rootfs=$out/.cache/bookworm-frr.tar
 frr_packages=frr,frr-pythontools
-if [ -z "$(find "$frr_rootfs" -mtime -1 2>/dev/null)" ] || [ "$(cat "$frr_rootfs.packages" 2>/dev/null)" != "$frr_packages" ]; then
+frr_ids="frr=990 frrvty=991"
+if [ -z "$(find "$frr_rootfs" -mtime -1 2>/dev/null)" ] || [ "$(cat "$frr_rootfs.packages" 2>/dev/null)" != "$frr_packages $frr_ids" ]; then
     mkdir -p "$out/.cache"
     # (mmdebstrap picks the output format from the name: .tar)
     mmdebstrap --quiet --variant=essential --include="$frr_packages" \
+        --essential-hook='echo "frrvty:x:991:frr" >>"$1/etc/group"; echo "frr:x:990:" >>"$1/etc/group"; echo "frr:x:990:990:Frr routing suite:/nonexistent:/usr/sbin/nologin" >>"$1/etc/passwd"' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         bookworm "$out/.cache/partial.tar" \
@@ -84,7 +91,7 @@ if [ -z "$(find "$frr_rootfs" -mtime -1 2>/dev/null)" ] || [ "$(cat "$frr_rootfs
         "deb http://deb.debian.org/debian bookworm-updates main" \
         "deb http://deb.debian.org/debian-security bookworm-security main"
     mv "$out/.cache/partial.tar" "$frr_rootfs"
-    echo "$frr_packages" >"$frr_rootfs.packages"
+    echo "$frr_packages $frr_ids" >"$frr_rootfs.packages"
 fi
 
 buildah=(buildah --root "$PWD/$out/.buildah/root" --runroot "$PWD/$out/.buildah/run" --storage-driver vfs)
@@ -94,7 +101,10 @@ for component in configurator agent agent-frr; do
     context=$out/.context/$name
     rm -rf "$context" && mkdir -p "$context"
     cp "$(bin_of "${component%-frr}")" "$context/"
-    if [ "$component" = agent-frr ]; then ln "$frr_rootfs" "$context/rootfs.tar"; fi
+    if [ "$component" = agent-frr ]; then
+        ln "$frr_rootfs" "$context/rootfs.tar"
+        cp images/agent-frr/netwave-frr "$context/"
+    fi
     "${buildah[@]}" build --quiet --isolation chroot --timestamp "$created" --identity-label=false \
         --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
         -f "images/$component/Dockerfile" -t "localhost/$name:$tag" "$context" >/dev/null

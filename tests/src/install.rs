@@ -25,8 +25,13 @@ pub fn images_dir() -> PathBuf {
 
 /// The configurator's and the plain agent's image layouts, or an error saying to build them.
 pub fn images() -> Result<Vec<OciImage>> {
-    ["netwave-configurator", "netwave-agent"]
-        .into_iter()
+    images_of(&["netwave-configurator", "netwave-agent"])
+}
+
+/// The layouts of the images `names` (as `make images` names them), or an error saying to build them.
+pub fn images_of(names: &[&str]) -> Result<Vec<OciImage>> {
+    names
+        .iter()
         .map(|name| {
             let layout = images_dir().join(name);
             if !layout.join("index.json").is_file() {
@@ -46,11 +51,20 @@ pub fn images() -> Result<Vec<OciImage>> {
 /// The test overlay over deploy/base, written where kustomize may load deploy/base from (a relative
 /// path inside the repository), with the agent's state directory at `state`.
 pub fn write_overlay(state: &Path) -> Result<PathBuf> {
-    let dir = workspace_root()
-        .join("target")
-        .join(format!("real-node-overlay-{}", std::process::id()));
+    write_overlay_on("deploy/base", state, "")
+}
+
+/// The test overlay over `base` (a directory of the repository: `deploy/base`, `deploy/overlays/evpn`):
+/// images are never pulled, pods stop in 2 s, the agent's state hostPath is `state`; `extra` is more
+/// entries of `patches:` (YAML list items, indented by two spaces).
+pub fn write_overlay_on(base: &str, state: &Path, extra: &str) -> Result<PathBuf> {
+    let dir = workspace_root().join("target").join(format!(
+        "real-node-overlay-{}-{}",
+        std::process::id(),
+        base.replace('/', "-")
+    ));
     std::fs::create_dir_all(&dir)?;
-    let base = pathdiff(&workspace_root().join("deploy/base"), &dir);
+    let base = pathdiff(&workspace_root().join(base), &dir);
     std::fs::write(
         dir.join("kustomization.yaml"),
         format!(
@@ -63,16 +77,54 @@ patches:
     patch: |
       - {{op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}}
       - {{op: replace, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2}}
-  - target: {{kind: DaemonSet, name: netwave-agent}}
-    patch: |
-      - {{op: add, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}}
-      - {{op: add, path: /spec/template/spec/terminationGracePeriodSeconds, value: 2}}
-      - {{op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: {state}}}
-"#,
+  - patch: |
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {{name: netwave-agent, namespace: netwave-system}}
+      spec:
+        template:
+          spec:
+            terminationGracePeriodSeconds: 2
+            containers:
+              - {{name: agent, imagePullPolicy: Never}}
+            volumes:
+              - {{name: state, hostPath: {{path: {state}, type: DirectoryOrCreate}}}}
+{extra}"#,
             state = state.display()
         ),
     )?;
     Ok(dir)
+}
+
+/// More `patches:` for an overlay over deploy/overlays/evpn: the FRR container's image is never pulled,
+/// FRR's config directory is `frr_dir` (not the host's /var/lib/netwave/frr), and with `underlay` the
+/// ConfigMap's frr.yaml is that text.
+pub fn evpn_patches(frr_dir: &Path, underlay: Option<&str>) -> String {
+    let mut out = format!(
+        r#"  - patch: |
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {{name: netwave-agent, namespace: netwave-system}}
+      spec:
+        template:
+          spec:
+            initContainers:
+              - {{name: frr, imagePullPolicy: Never}}
+            volumes:
+              - {{name: frr-config, hostPath: {{path: {frr}, type: DirectoryOrCreate}}}}
+"#,
+        frr = frr_dir.display()
+    );
+    if let Some(text) = underlay {
+        out.push_str(
+            "  - patch: |\n      apiVersion: v1\n      kind: ConfigMap\n      metadata: {name: \
+             netwave-agent-frr, namespace: netwave-system}\n      data:\n        frr.yaml: |\n",
+        );
+        for l in text.lines() {
+            out.push_str(&format!("          {l}\n"));
+        }
+    }
+    out
 }
 
 /// `to` relative to `from` (both absolute, `to` inside the repository).
@@ -235,4 +287,161 @@ pub fn refusals(cluster: &Cluster, pods: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Nodes without a kubelet beside the real one, each answered by a simulated agent
+/// (`netwave_agent::sim`) under the agent's own credentials: a token bound to the DaemonSet's pod on that
+/// node, as the kubelet would mount it, so the admission policy lets it write that node's status only.
+/// The harness keeps each Node Ready as its kubelet would (Lease renewals and the Ready condition, as the
+/// admin). Rollouts then cover several nodes, so budgets, order and rollback are exercised with the real
+/// node among them.
+pub struct SimNodes {
+    pub names: Vec<String>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl SimNodes {
+    /// Registers `names` as Ready Nodes, waits for the agent DaemonSet's pod on each, and starts each
+    /// node's simulated agent with `behaviour` (answers after `delay`).
+    pub async fn start(
+        cluster: &Cluster,
+        names: &[&str],
+        behaviour: netwave_agent::sim::Behaviour,
+        delay: Duration,
+    ) -> Result<SimNodes> {
+        use k8s_openapi::api::core::v1::Node;
+        use kube::api::PostParams;
+        let admin = cluster.admin().await?;
+        let nodes: Api<Node> = Api::all(admin.clone());
+        let mut me = SimNodes {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            tasks: Vec::new(),
+        };
+        for name in names {
+            let node: Node = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+        }
+        // The kubelet's heartbeats: the node's Lease and its Ready condition, every 5 s.
+        let heartbeat_names = me.names.clone();
+        let heartbeat_admin = admin.clone();
+        me.tasks.push(tokio::spawn(async move {
+            loop {
+                for n in &heartbeat_names {
+                    let _ = heartbeat(&heartbeat_admin, n).await;
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }));
+        for name in names {
+            heartbeat(&admin, name).await?;
+        }
+        for name in names {
+            let pod = until(
+                cluster,
+                &format!("the agent DaemonSet's pod on {name}"),
+                Duration::from_secs(60),
+                || {
+                    let admin = admin.clone();
+                    let name = name.to_string();
+                    async move {
+                        let pods = Api::<Pod>::namespaced(admin, NS)
+                            .list(
+                                &ListParams::default()
+                                    .labels("app.kubernetes.io/name=netwave-agent")
+                                    .fields(&format!("spec.nodeName={name}")),
+                            )
+                            .await?;
+                        Ok(pods.items.into_iter().next())
+                    }
+                },
+            )
+            .await?;
+            let token = cluster
+                .cp
+                .service_account_token(&admin, NS, "netwave-agent", Some(&pod))
+                .await?;
+            let client = cluster.cp.client_with_token(&token).await?;
+            me.tasks.push(netwave_agent::sim::spawn_node(
+                client,
+                name,
+                behaviour.clone(),
+                delay,
+            ));
+        }
+        Ok(me)
+    }
+
+    /// Stops the simulated agents and heartbeats, deletes the Nodes and their pods (no kubelet would ever
+    /// confirm those pods' deletion: they go at once).
+    pub async fn stop(mut self, cluster: &Cluster) {
+        use k8s_openapi::api::core::v1::Node;
+        use kube::api::DeleteParams;
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        let Ok(admin) = cluster.admin().await else {
+            return;
+        };
+        for name in &self.names {
+            let _ = Api::<Node>::all(admin.clone())
+                .delete(name, &DeleteParams::default())
+                .await;
+            let pods: Api<Pod> = Api::all(admin.clone());
+            if let Ok(list) = pods
+                .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+                .await
+            {
+                for p in list.items {
+                    let ns = p.metadata.namespace.clone().unwrap_or_default();
+                    let _ = Api::<Pod>::namespaced(admin.clone(), &ns)
+                        .delete(&p.name_any(), &DeleteParams::default().grace_period(0))
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for SimNodes {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// What a kubelet does every few seconds: renew its Lease in `kube-node-lease` and report Ready.
+async fn heartbeat(admin: &Client, node: &str) -> Result<()> {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kube::api::{Patch, PatchParams};
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-node-lease");
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": node, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": MicroTime(now)},
+    });
+    let apply = PatchParams::apply("netwave-test-kubelet").force();
+    leases.patch(node, &apply, &Patch::Apply(&lease)).await?;
+    let status = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        // What the scheduler needs to place the DaemonSet's pod there.
+        "status": {
+          "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+          "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+          "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "simulated by the test harness",
+            "lastHeartbeatTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        }]},
+    });
+    Api::<Node>::all(admin.clone())
+        .patch_status(node, &apply, &Patch::Apply(&status))
+        .await?;
+    Ok(())
 }

@@ -19,19 +19,24 @@
 //! (`tools/deps.sh cluster`); without them it fails saying which is missing.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
+use netwave_agent::reconcile::Reason;
+use netwave_agent::sim::Answer;
 use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
-use netwave_control_plane::node::{Cluster, ClusterOptions, NETNS};
+use netwave_control_plane::frr::FrrInstance;
+use netwave_control_plane::node::{Cluster, ClusterOptions, NETNS, NODE_ADDR};
 use netwave_e2e::fleet::workspace_root;
+use netwave_e2e::install::SimNodes;
 use netwave_e2e::install::{
-    NS, TAINT, agent_metric, images, kubectl, leader, node_links, pathdiff, ready_pods, refusals,
-    until, write_overlay,
+    NS, TAINT, agent_metric, evpn_patches, images_of, kubectl, leader, node_links, pathdiff,
+    ready_pods, refusals, until, write_overlay_on,
 };
 use netwave_e2e::netns::is_root;
 
@@ -40,7 +45,8 @@ async fn the_install_runs_on_a_real_node_under_its_own_identities() {
     if !is_root() {
         panic!("the real-node tier needs root (it runs a kubelet and containerd)");
     }
-    let images = images().unwrap_or_else(|e| panic!("{e:#}"));
+    let images = images_of(&["netwave-configurator", "netwave-agent-frr"])
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let t0 = Instant::now();
     // Every node of a fleet registers tainted until its network is configured: the install must
     // converge anyway (the configurator tolerates the taint; the agent removes it once healthy).
@@ -53,7 +59,11 @@ async fn the_install_runs_on_a_real_node_under_its_own_identities() {
     .unwrap_or_else(|e| panic!("{e:#}"));
     // The agent's state hostPath: in the cluster's directory, removed with it.
     let state = cluster.scratch_dir("agent-state");
-    let r = run(&cluster, &state).await;
+    // The node's BGP neighbour: FRR in a namespace of its own, wired to the node's eth1.
+    let r = match Peer::start() {
+        Ok(peer) => run(&cluster, &state, &peer).await,
+        Err(e) => Err(e),
+    };
     if let Err(e) = &r {
         eprintln!("{e:#}");
     }
@@ -89,10 +99,256 @@ async fn the_install_runs_on_a_real_node_under_its_own_identities() {
     eprintln!("real node tier: {:.1} s in all", t0.elapsed().as_secs_f64());
 }
 
-async fn run(cluster: &Cluster, state: &Path) -> Result<()> {
+/// The BGP neighbour of the real node: FRR (zebra + bgpd) in namespace [`PEER_NS`], its eth0
+/// (198.19.1.2/30) wired to the node's eth1 (198.19.1.1/30), its own VTEP 198.19.2.2 with the samples'
+/// monitoring segment's VNI (1000103, VLAN 103) in a
+/// bridge, iBGP (AS 65000) with IPv4 unicast and L2VPN EVPN. Dropping it stops FRR, then deletes the
+/// namespace (the veth goes with it).
+struct Peer {
+    frr: Option<FrrInstance>,
+}
+
+/// The VLAN of the bad change (a segment for every node, which node-sim-2 fails).
+const BAD_VLAN: u16 = 3999;
+
+const PEER_NS: &str = "netwave-rn-peer";
+const PEER_VTEP: &str = "198.19.2.2";
+
+impl Peer {
+    fn start() -> Result<Peer> {
+        let _ = sh("ip", &["netns", "del", PEER_NS]);
+        sh("ip", &["netns", "add", PEER_NS])?;
+        let mut peer = Peer { frr: None };
+        let p = |args: &[&str]| {
+            let mut full = vec!["-n", PEER_NS];
+            full.extend_from_slice(args);
+            sh("ip", &full)
+        };
+        sh(
+            "ip",
+            &[
+                "link",
+                "add",
+                "nwrnpeer0",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                PEER_NS,
+            ],
+        )?;
+        sh(
+            "ip",
+            &["link", "set", "nwrnpeer0", "netns", NETNS, "name", "eth1"],
+        )?;
+        sh(
+            "ip",
+            &["-n", NETNS, "addr", "add", "198.19.1.1/30", "dev", "eth1"],
+        )?;
+        sh("ip", &["-n", NETNS, "link", "set", "eth1", "up"])?;
+        p(&["link", "set", "lo", "up"])?;
+        p(&["addr", "add", &format!("{PEER_VTEP}/32"), "dev", "lo"])?;
+        p(&["addr", "add", "198.19.1.2/30", "dev", "eth0"])?;
+        p(&["link", "set", "eth0", "up"])?;
+        // The node's VTEP is its eth0 address, which it does not advertise as a /32 of its own.
+        p(&["route", "add", "198.19.0.0/24", "via", "198.19.1.1"])?;
+        p(&["link", "add", "br103", "type", "bridge"])?;
+        p(&[
+            "link",
+            "add",
+            "vx103",
+            "type",
+            "vxlan",
+            "id",
+            "1000103",
+            "local",
+            PEER_VTEP,
+            "dstport",
+            "4789",
+            "nolearning",
+        ])?;
+        p(&["link", "set", "vx103", "master", "br103"])?;
+        p(&["link", "set", "br103", "up"])?;
+        p(&["link", "set", "vx103", "up"])?;
+        let frr = FrrInstance::start_in(PEER_NS)?;
+        frr.vtysh(&[
+            "-c",
+            "configure terminal",
+            "-c",
+            "router bgp 65000",
+            "-c",
+            &format!("bgp router-id {PEER_VTEP}"),
+            "-c",
+            "no bgp default ipv4-unicast",
+            "-c",
+            "no bgp ebgp-requires-policy",
+            "-c",
+            "neighbor 198.19.1.1 remote-as internal",
+            "-c",
+            "address-family ipv4 unicast",
+            "-c",
+            &format!("network {PEER_VTEP}/32"),
+            "-c",
+            "neighbor 198.19.1.1 activate",
+            "-c",
+            "exit-address-family",
+            "-c",
+            "address-family l2vpn evpn",
+            "-c",
+            "neighbor 198.19.1.1 activate",
+            "-c",
+            "advertise-all-vni",
+            "-c",
+            "exit-address-family",
+        ])?;
+        peer.frr = Some(frr);
+        Ok(peer)
+    }
+
+    /// `Ok(what it saw)` once the session is up, the peer has the node's type-3 route for VNI 1000103
+    /// and each side's kernel floods VNI 1000103 to the other's VTEP; `Err(what is missing)` until then.
+    fn evpn(&self) -> std::result::Result<String, String> {
+        let frr = self.frr.as_ref().ok_or("no FRR")?;
+        let summary = frr
+            .vtysh(&["-c", "show bgp l2vpn evpn summary json"])
+            .map_err(|e| e.to_string())?;
+        let json: serde_json::Value = serde_json::from_str(&summary).map_err(|e| e.to_string())?;
+        let state = json["peers"]["198.19.1.1"]["state"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string();
+        if state != "Established" {
+            return Err(format!("session {state}: {summary}"));
+        }
+        let routes = frr
+            .vtysh(&["-c", "show bgp l2vpn evpn route type multicast"])
+            .map_err(|e| e.to_string())?;
+        let from_node = routes
+            .lines()
+            .any(|l| l.contains("[3]:") && l.contains(&NODE_ADDR.to_string()));
+        let (node_fdb, peer_fdb) = (fdb(Some(NETNS)), fdb(Some(PEER_NS)));
+        let node_floods = node_fdb.contains(&format!("dst {PEER_VTEP}"));
+        let peer_floods = peer_fdb.contains(&format!("dst {NODE_ADDR}"));
+        if from_node && node_floods && peer_floods {
+            Ok(format!(
+                "session {state}, the node's type-3 route at the peer, flood entries node→{PEER_VTEP} \
+                 and peer→{NODE_ADDR}"
+            ))
+        } else {
+            Err(format!(
+                "session {state}; node's type-3 at the peer: {from_node}; node floods to the peer: \
+                 {node_floods}; peer floods to the node: {peer_floods}\n--- peer's type-3 routes\n\
+                 {routes}\n--- node's fdb\n{node_fdb}\n--- peer's fdb\n{peer_fdb}"
+            ))
+        }
+    }
+
+    /// Waits up to `within` for [`Peer::evpn`]; fails with what was still missing.
+    async fn evpn_up(&self, cluster: &Cluster, what: &str, within: Duration) -> Result<String> {
+        let last = std::sync::Mutex::new(String::new());
+        let r = until(cluster, what, within, || async {
+            Ok(match self.evpn() {
+                Ok(seen) => Some(seen),
+                Err(missing) => {
+                    *last.lock().unwrap() = missing;
+                    None
+                }
+            })
+        })
+        .await;
+        r.with_context(|| format!("last seen: {}", last.lock().unwrap()))
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        drop(self.frr.take());
+        let _ = sh("ip", &["netns", "del", PEER_NS]);
+    }
+}
+
+/// `bridge fdb show` (in `netns`).
+fn fdb(netns: Option<&str>) -> String {
+    let mut args = Vec::new();
+    if let Some(n) = netns {
+        args.extend(["-n", n]);
+    }
+    args.extend(["fdb", "show"]);
+    sh("bridge", &args).unwrap_or_default()
+}
+
+fn sh(program: &str, args: &[&str]) -> Result<String> {
+    let out = std::process::Command::new(program).args(args).output()?;
+    if !out.status.success() {
+        bail!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The underlay of the test's ConfigMap: the peer is the node's one neighbour.
+const UNDERLAY: &str = "underlay:
+  asn: 65000
+  neighbors: [{address: 198.19.1.2, remoteAs: internal}]
+configDir: /etc/frr
+vtySocket: /var/run/frr
+runDir: /var/run/frr
+";
+
+/// The frr.conf the agent wrote in FRR's config directory is what the NodeNetworkConfig renders to on
+/// this node (the underlay of the test's ConfigMap, the node's address as VTEP, the kernel's host name).
+fn check_frr_conf(frr_dir: &Path, config: &netwave_api::NodeConfig) -> Result<()> {
+    use netwave_core::frr::{
+        Forwarding, NeighborSettings, RemoteAsSetting, Underlay, UnderlaySettings, render,
+    };
+    let hostname = sh("uname", &["-n"])?.trim().to_string();
+    let underlay = Underlay::new(UnderlaySettings {
+        asn: 65000,
+        vtep_address: NODE_ADDR.to_string(),
+        neighbors: vec![NeighborSettings {
+            address: Some("198.19.1.2".into()),
+            interface: None,
+            remote_as: RemoteAsSetting::Keyword("internal".into()),
+        }],
+        ..UnderlaySettings::default()
+    })?
+    .with_hostname(&hostname);
+    let mut frr = render(config, &underlay)?;
+    // The node's forwarding as its kernel has it (the agent renders FRR's view of it).
+    let on = |key: &str| -> Result<bool> {
+        Ok(sh("ip", &["netns", "exec", NETNS, "sysctl", "-n", key])?.trim() != "0")
+    };
+    frr.forwarding = Forwarding {
+        ipv4: on("net.ipv4.ip_forward")?,
+        ipv6: on("net.ipv6.conf.all.forwarding")?,
+    };
+    let want = frr.to_text();
+    let got = std::fs::read_to_string(frr_dir.join("frr.conf"))
+        .with_context(|| format!("{}/frr.conf", frr_dir.display()))?;
+    if got != want {
+        bail!(
+            "the node's frr.conf is not what its NodeNetworkConfig renders to:\n--- got\n{got}\n--- want\n{want}"
+        );
+    }
+    Ok(())
+}
+
+async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
     let admin = cluster.admin().await?;
     let node = cluster.node().to_string();
-    let overlay = write_overlay(state)?;
+    // The EVPN install (deploy/overlays/evpn): FRR's daemons beside the agent, the underlay from the
+    // ConfigMap (here: the peer as the one neighbour), FRR's config directory in the cluster's directory.
+    let frr_dir = cluster.scratch_dir("frr");
+    let overlay = write_overlay_on(
+        "deploy/overlays/evpn",
+        state,
+        &evpn_patches(&frr_dir, Some(UNDERLAY)),
+    )?;
     let rel = pathdiff(&overlay, &workspace_root());
 
     // 1. Install as the README says, then the samples.
@@ -144,6 +400,30 @@ async fn run(cluster: &Cluster, state: &Path) -> Result<()> {
         t.elapsed().as_secs_f64()
     );
 
+    // Three more nodes beside the real one, each answered by a simulated agent under a token bound to
+    // the agent DaemonSet's pod on it: rollouts cover four nodes (one at a time: the shipped
+    // --max-unavailable=10%), in name order, the real node first. node-sim-2 fails any config with the
+    // segment of the bad change (VLAN 3999) below.
+    let fails_on_3999: netwave_agent::sim::Behaviour = Arc::new(|nnc: &NodeNetworkConfig| {
+        let bad = nnc.name_any() == "node-sim-2"
+            && nnc.spec.config.layer2s.iter().any(|l| l.vlan == BAD_VLAN);
+        if bad {
+            Answer::Invalid {
+                reason: Reason::HealthCheckFailed,
+                message: format!("simulated: VLAN {BAD_VLAN} broke this node's connectivity"),
+            }
+        } else {
+            Answer::Provisioned
+        }
+    });
+    let sims = SimNodes::start(
+        cluster,
+        &["node-sim-1", "node-sim-2", "node-sim-3"],
+        fails_on_3999,
+        Duration::from_millis(300),
+    )
+    .await?;
+    let r: Result<()> = async {
     let t = Instant::now();
     kubectl(cluster, &["apply", "-f", "deploy/samples/"])?;
     let nnc: Api<NodeNetworkConfig> = Api::all(admin.clone());
@@ -194,6 +474,24 @@ async fn run(cluster: &Cluster, state: &Path) -> Result<()> {
         .iter()
         .any(|t| t.key == TAINT);
     assert!(!tainted, "the agent removed {TAINT} from its healthy node");
+
+    // The node's FRR runs what the NodeNetworkConfig renders to, and EVPN works both ways: the peer
+    // learns the node's VNI 1000103 (type-3 route from its VTEP, the node's address), and the node's zebra
+    // installs the peer's VTEP as VNI 1000103's flood entry in the node's kernel.
+    let t = Instant::now();
+    let config = nnc.get(&node).await?.spec.config;
+    check_frr_conf(&frr_dir, &config)?;
+    let evpn = peer
+        .evpn_up(
+            cluster,
+            "EVPN between the node's FRR and its peer (session, type-3 routes, flood entries)",
+            Duration::from_secs(60),
+        )
+        .await?;
+    eprintln!(
+        "FRR in the agent's pod runs the NodeNetworkConfig's config; EVPN up {:.1} s after Provisioned: {evpn}",
+        t.elapsed().as_secs_f64()
+    );
 
     // 2. Leader failover: the leader pod is deleted; the other takes the Lease.
     let t = Instant::now();
@@ -258,6 +556,92 @@ async fn run(cluster: &Cluster, state: &Path) -> Result<()> {
         writes, 0.0,
         "the restarted agent found its backup and wrote nothing to the kernel"
     );
+    // The new pod's FRR booted from the config the agent last applied (hostPath): the session and the
+    // flood entries come back, and the file is still what the NodeNetworkConfig renders to.
+    let evpn = peer
+        .evpn_up(
+            cluster,
+            "EVPN back after the agent pod's restart",
+            Duration::from_secs(60),
+        )
+        .await?;
+    check_frr_conf(&frr_dir, &config)?;
+    eprintln!(
+        "EVPN back {:.1} s after the agent pod was deleted: {evpn}",
+        t.elapsed().as_secs_f64()
+    );
+
+    // 4. A bad change across the four nodes: the real node takes it first (its kernel gets the new
+    // bridge), node-sim-1 next, node-sim-2 fails it; the rollout halts before node-sim-3 and every touched
+    // node goes back to the last good revision (the real node's kernel loses the bridge again).
+    let good = provisioned.clone();
+    let bad_dev = format!("l2.{BAD_VLAN}");
+    let t = Instant::now();
+    let bad = format!(
+        "apiVersion: netwave.dev/v1alpha1\nkind: Layer2NetworkConfiguration\nmetadata:\n  name: \
+         vlan{BAD_VLAN}-bad\nspec:\n  id: {BAD_VLAN}\n  vni: 1003999\n  mtu: 1500\n"
+    );
+    let bad_file = cluster.scratch_dir("bad-l2.yaml");
+    std::fs::write(&bad_file, bad)?;
+    kubectl(cluster, &["apply", "-f", &bad_file.display().to_string()])?;
+    let (bad_rev, real_took) = until(
+        cluster,
+        &format!("the real node Provisioned on the bad change, {bad_dev} in its kernel"),
+        Duration::from_secs(120),
+        || {
+            let (nnc, node, good, bad_dev) = (nnc.clone(), node.clone(), good.clone(), bad_dev.clone());
+            async move {
+                let n = nnc.get(&node).await?;
+                let st = n.status.clone().unwrap_or_default();
+                let on_bad = n.spec.revision != good
+                    && st.observed_revision.as_deref() == Some(n.spec.revision.as_str())
+                    && st.phase.as_deref() == Some("Provisioned")
+                    && node_links().lines().any(|l| l.starts_with(&format!("{bad_dev} ")) || l.starts_with(&format!("{bad_dev}@")));
+                Ok(on_bad.then(|| (n.spec.revision.clone(), t.elapsed())))
+            }
+        },
+    )
+    .await?;
+    let failed = until(
+        cluster,
+        &format!("{bad_rev} Failed and every touched node back on {good}"),
+        Duration::from_secs(120),
+        || {
+            let (nnc, revisions, good, bad_rev, bad_dev) =
+                (nnc.clone(), revisions.clone(), good.clone(), bad_rev.clone(), bad_dev.clone());
+            async move {
+                let rev = revisions.get(&bad_rev).await?;
+                if rev.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Failed") {
+                    return Ok(None);
+                }
+                let mut back = Vec::new();
+                for n in nnc.list(&ListParams::default()).await?.items {
+                    let st = n.status.clone().unwrap_or_default();
+                    let ok = n.spec.revision == good
+                        && st.observed_revision.as_deref() == Some(good.as_str())
+                        && st.phase.as_deref() == Some("Provisioned");
+                    back.push((n.name_any(), ok));
+                }
+                let kernel_back = !node_links().contains(&bad_dev);
+                Ok((back.iter().all(|(_, ok)| *ok) && kernel_back).then_some(back))
+            }
+        },
+    )
+    .await?;
+    let rev = revisions.get(&bad_rev).await?;
+    let st = rev.status.clone().unwrap_or_default();
+    eprintln!(
+        "bad change {bad_rev}: the real node ran it after {:.1} s; node-sim-2 failed it; {} Failed \
+         (updated {}, failed {}) and all {} nodes back on {good} after {:.1} s",
+        real_took.as_secs_f64(),
+        bad_rev,
+        st.updated,
+        st.failed,
+        failed.len(),
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(failed.len(), 4, "four nodes: {failed:?}");
+    kubectl(cluster, &["delete", "-f", &bad_file.display().to_string()])?;
 
     // 4. Nothing any netwave component did was refused.
     let mut pods: Vec<String> = configurators.clone();
@@ -268,6 +652,14 @@ async fn run(cluster: &Cluster, state: &Path) -> Result<()> {
     assert!(
         refused.is_empty(),
         "netwave's components were refused:\n{}",
+        refused.join("\n")
+    );
+    // And the API server's own record agrees: no request of any netwave-system service account got a
+    // 403 (a component that swallowed the error would still show here).
+    let refused = cluster.refused(NS);
+    assert!(
+        refused.is_empty(),
+        "the audit log shows refused requests of netwave's service accounts:\n{}",
         refused.join("\n")
     );
     let ds = Api::<DaemonSet>::namespaced(admin.clone(), NS)
@@ -281,6 +673,10 @@ async fn run(cluster: &Cluster, state: &Path) -> Result<()> {
         ds.status.map(|s| s.number_ready),
         deploy.status.and_then(|s| s.ready_replicas)
     );
-    let _ = std::fs::remove_dir_all(&overlay);
     Ok(())
+    }
+    .await;
+    sims.stop(cluster).await;
+    let _ = std::fs::remove_dir_all(&overlay);
+    r
 }

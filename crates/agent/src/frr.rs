@@ -40,6 +40,20 @@ use netwave_core::frr::{FrrError, Underlay, UnderlayError, UnderlaySettings};
 use serde::Deserialize;
 use tokio::process::Command;
 
+/// This network namespace's forwarding sysctls (readable in any container; a missing file, e.g. IPv6
+/// disabled, counts as on: FRR then shows no line either).
+pub fn kernel_forwarding() -> netwave_core::frr::Forwarding {
+    let on = |path: &str| {
+        fs::read_to_string(path)
+            .map(|v| v.trim() != "0")
+            .unwrap_or(true)
+    };
+    netwave_core::frr::Forwarding {
+        ipv4: on("/proc/sys/net/ipv4/ip_forward"),
+        ipv6: on("/proc/sys/net/ipv6/conf/all/forwarding"),
+    }
+}
+
 /// Debian's paths (package `frr` and `frr-pythontools`).
 pub const DEFAULT_VTYSH: &str = "/usr/bin/vtysh";
 pub const DEFAULT_FRR_RELOAD: &str = "/usr/lib/frr/frr-reload.py";
@@ -463,16 +477,38 @@ fn invalid(field: &str, message: impl Into<String>) -> FrrSettingsError {
 impl Frr {
     /// Reads and checks `--frr-config`. `hostname` is the kernel's (`uname -n`): FRR shows that one
     /// whatever the file says, so the rendered text must carry it.
-    pub fn load(path: &Path, hostname: &str) -> Result<Frr, FrrSettingsError> {
+    /// `vxlan_local` (the agent's `--vxlan-local`) is the VTEP address when the file leaves
+    /// `underlay.vtepAddress` out, and must equal it when both are given: VXLAN devices send from one, FRR
+    /// advertises the other.
+    pub fn load(
+        path: &Path,
+        hostname: &str,
+        vxlan_local: Option<std::net::IpAddr>,
+    ) -> Result<Frr, FrrSettingsError> {
         let text = fs::read_to_string(path).map_err(|source| FrrSettingsError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        let settings: FrrSettings =
+        let mut settings: FrrSettings =
             serde_saphyr::from_str(&text).map_err(|e| FrrSettingsError::Parse {
                 path: path.to_path_buf(),
                 message: e.to_string(),
             })?;
+        match (settings.underlay.vtep_address.as_str(), vxlan_local) {
+            ("", Some(local)) => settings.underlay.vtep_address = local.to_string(),
+            ("", None) => {}
+            (vtep, Some(local)) if vtep.parse().ok() != Some(local) => {
+                return Err(invalid(
+                    "underlay.vtepAddress",
+                    format!(
+                        "{vtep} differs from --vxlan-local {local}: VXLAN devices would send from \
+                         one address while BGP advertises the other (leave vtepAddress out to use \
+                         --vxlan-local)"
+                    ),
+                ));
+            }
+            _ => {}
+        }
         Frr::new(settings, hostname)
     }
 
@@ -568,9 +604,12 @@ impl Frr {
         }
     }
 
-    /// The canonical FRR text for `config` on this node.
+    /// The canonical FRR text for `config` on this node, with the kernel's forwarding as it is now
+    /// (netwave never changes it: see `netwave_core::frr::Forwarding`).
     pub fn render(&self, config: &NodeConfig) -> Result<String, FrrError> {
-        Ok(netwave_core::frr::render(config, &self.underlay)?.to_text())
+        let mut frr = netwave_core::frr::render(config, &self.underlay)?;
+        frr.forwarding = kernel_forwarding();
+        Ok(frr.to_text())
     }
 
     /// vtysh's arguments that pick this node's FRR instance.

@@ -126,12 +126,37 @@ fn already_reported(nnc: &NodeNetworkConfig) -> bool {
 /// errors are retried like a real agent's (an API server restart is outlasted), never turned into a
 /// verdict.
 pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::task::JoinHandle<()> {
+    spawn_watching(client, None, behaviour, delay)
+}
+
+/// The simulated agent of one node, as its real agent runs: it watches only that node's config (a
+/// field selector on its name), so it works with the agent's own credentials (a token bound to a pod on
+/// that node, which the admission policy lets write that node's status only).
+pub fn spawn_node(
+    client: Client,
+    node: &str,
+    behaviour: Behaviour,
+    delay: Duration,
+) -> tokio::task::JoinHandle<()> {
+    spawn_watching(client, Some(node.to_string()), behaviour, delay)
+}
+
+fn spawn_watching(
+    client: Client,
+    node: Option<String>,
+    behaviour: Behaviour,
+    delay: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<NodeNetworkConfig> = Api::all(client.clone());
         let handled: Arc<Mutex<BTreeMap<String, SpecKey>>> = Arc::default();
         // Like the real agent, one node config that does not decode leaves the others answered.
         let decoded: Api<Decoded<NodeNetworkConfig>> = Api::all(client);
-        let stream = watcher(decoded, watcher::Config::default()).default_backoff();
+        let config = match &node {
+            Some(n) => watcher::Config::default().fields(&format!("metadata.name={n}")),
+            None => watcher::Config::default(),
+        };
+        let stream = watcher(decoded, config).default_backoff();
         futures::pin_mut!(stream);
         let mut answers = JoinSet::new();
         while let Some(ev) = stream.next().await {

@@ -225,6 +225,39 @@ fn layer2_segments_are_applied_and_frr_follows_each_revision() {
     });
 }
 
+/// A node's forwarding is its own: with IPv6 forwarding off (as on many Kubernetes nodes, and in a pod
+/// whose /proc/sys is read-only the agent could not change it anyway), an apply converges and leaves it
+/// off; FRR's `no ipv6 forwarding` is rendered, never "deleted" by a reload.
+#[test]
+fn the_nodes_forwarding_is_left_as_it_is_and_frr_converges() {
+    let test = "the_nodes_forwarding_is_left_as_it_is_and_frr_converges";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let n = node().await?;
+        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "0")?;
+        let r1 = segments(&[10]);
+        apply_ok(&n, &target("r1", r1.clone())).await?;
+        frr_runs(&n, &r1)?;
+        let frr = n.agent.frr.as_ref().context("FRR on")?;
+        ensure!(
+            frr.render(&r1)?.contains("no ipv6 forwarding\n"),
+            "the render shows the kernel's forwarding"
+        );
+        ensure!(frr.diff().await?.is_none(), "FRR converged");
+        let v6 = std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/forwarding")?;
+        ensure!(v6.trim() == "0", "IPv6 forwarding was turned on: {v6}");
+        // Turned on by the node's admin later: the next render follows, and nothing turns it off.
+        std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")?;
+        apply_ok(&n, &target("r2", segments(&[10, 20]))).await?;
+        let v6 = std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/forwarding")?;
+        ensure!(v6.trim() == "1", "IPv6 forwarding was turned off: {v6}");
+        ensure!(frr.diff().await?.is_none(), "FRR converged");
+        Ok(())
+    });
+}
+
 #[test]
 fn a_config_frr_rejects_touches_neither_kernel_nor_frr() {
     let test = "a_config_frr_rejects_touches_neither_kernel_nor_frr";

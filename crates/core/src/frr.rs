@@ -35,7 +35,8 @@
 //!
 //! **Canonical form** (`text`): FRR 8.4's `show running-config` order and spelling, measured on these
 //! machines (`../shared/docs/FRR-LAB.md`), so `frr-reload.py --test` shows no diff once applied. Traps
-//! handled: no `ip forwarding` (the agent sets the sysctl), `hostname` only as the kernel's own name,
+//! handled: forwarding is the node's, rendered as FRR shows it (`no ip forwarding` only when the kernel has
+//! it off, [`Forwarding`]), so a reload never changes it; `hostname` only as the kernel's own name,
 //! timers equal to the profile's defaults left out, communities sorted with FRR's well-known names,
 //! route targets canonicalised (`65188:02026` → `65188:2026`), no empty `vrf` blocks. The daemons must
 //! run with the `datacenter` profile ([`PROFILE`]).
@@ -51,8 +52,8 @@ use netwave_api::{NodeConfig, PrefixAction, PrefixItem, VrfConfig};
 use thiserror::Error;
 
 pub use model::{
-    Action, BgpInstance, Community, EvpnFamily, Family, FrrConfig, LargeCommunity, PrefixEntry,
-    PrefixList, Redistribute, RouteMapEntry, RouteTarget, UnicastFamily,
+    Action, BgpInstance, Community, EvpnFamily, Family, Forwarding, FrrConfig, LargeCommunity,
+    PrefixEntry, PrefixList, Redistribute, RouteMapEntry, RouteTarget, UnicastFamily,
 };
 pub use text::PROFILE;
 pub use underlay::{
@@ -344,6 +345,7 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
 
     Ok(FrrConfig {
         hostname: underlay.hostname().map(str::to_string),
+        forwarding: Forwarding::ON,
         vrf_vnis: vrfs
             .iter()
             .filter_map(|v| Some((v.device.clone(), v.vni?)))

@@ -179,7 +179,15 @@ impl Cluster {
             .prefix("netwave-real-node-")
             .tempdir()
             .context("creating the node's directory")?;
+        check_free_space(dir.path())?;
         wire_netns()?;
+        // Every request a service account makes, with the answer's code: what [`Cluster::refused`] reads.
+        let audit_policy = dir.path().join("audit-policy.yaml");
+        fs::write(
+            &audit_policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+             - level: Metadata\n  userGroups: [\"system:serviceaccounts\"]\n- level: None\n",
+        )?;
 
         let tokens = Identities::new(&opts.node);
         let cp = ControlPlane::start(Options {
@@ -194,6 +202,11 @@ impl Cluster {
                 "--endpoint-reconciler-type=lease".into(),
                 format!("--advertise-address={API_ADDR}"),
                 "--kubelet-preferred-address-types=InternalIP".into(),
+                format!("--audit-policy-file={}", audit_policy.display()),
+                format!(
+                    "--audit-log-path={}",
+                    dir.path().join("audit.log").display()
+                ),
             ],
             ..Options::default()
         })
@@ -440,6 +453,38 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// Every request a service account of `namespace` made that the API server refused (403: RBAC, the
+    /// Node authorizer or an admission policy), one line each (`user verb resource/name: message`), read
+    /// from the API server's audit log: what no component's own log can hide.
+    pub fn refused(&self, namespace: &str) -> Vec<String> {
+        let prefix = format!("system:serviceaccount:{namespace}:");
+        let text = fs::read_to_string(self.path("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|e| e["responseStatus"]["code"].as_u64() == Some(403))
+            .filter(|e| {
+                e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with(&prefix))
+            })
+            .map(|e| {
+                let o = &e["objectRef"];
+                format!(
+                    "{} {} {}{}/{}: {}",
+                    e["user"]["username"].as_str().unwrap_or_default(),
+                    e["verb"].as_str().unwrap_or_default(),
+                    o["resource"].as_str().unwrap_or_default(),
+                    o["subresource"]
+                        .as_str()
+                        .map(|s| format!("/{s}"))
+                        .unwrap_or_default(),
+                    o["name"].as_str().unwrap_or_default(),
+                    e["responseStatus"]["message"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
     }
 
     /// A directory of this cluster's own, removed with it (a hostPath for a test's pods, say).
@@ -804,6 +849,41 @@ impl Identities {
             .map(|(name, (token, _, _))| (*name, token.clone()))
             .collect()
     }
+}
+
+/// Free space a node needs: containerd unpacks the images under the cluster's directory (~0.5 GB for
+/// netwave's three), and a nearly full disk makes the kubelet evict pods, which a test would then report
+/// as netwave's failure.
+const MIN_FREE_BYTES: u64 = 3 << 30;
+
+/// Fails at once, naming the numbers, when `dir`'s filesystem has less than [`MIN_FREE_BYTES`] free.
+fn check_free_space(dir: &Path) -> Result<()> {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .context("df")?;
+    let avail: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .with_context(|| {
+            format!(
+                "df {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    if avail < MIN_FREE_BYTES {
+        bail!(
+            "only {:.1} GiB free on the filesystem of {}: a real node needs at least {} GiB (containerd \
+             unpacks the images there; a full disk makes the kubelet evict pods)",
+            avail as f64 / f64::from(1u32 << 30),
+            dir.display(),
+            MIN_FREE_BYTES >> 30
+        );
+    }
+    Ok(())
 }
 
 /// The node's namespace wired to the root namespace: veth, addresses, routes, forwarding for the pods.

@@ -115,7 +115,7 @@ impl Args {
         let Some(path) = &self.frr_config else {
             return Ok(None);
         };
-        Frr::load(path, hostname)
+        Frr::load(path, hostname, self.vxlan_local)
             .map(Some)
             .map_err(|e| format!("--frr-config {}: {e}", path.display()))
     }
@@ -221,5 +221,53 @@ mod tests {
         .unwrap();
         let err = a.frr("n1").unwrap_err();
         assert!(err.contains("confDir"), "{err}");
+    }
+
+    /// One underlay file serves a pool: each node's VTEP is its own `--vxlan-local` (the DaemonSet's
+    /// node address), never an address that differs from the one its VXLAN devices send from.
+    #[test]
+    fn a_pool_wide_underlay_file_takes_each_nodes_vtep_from_vxlan_local() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("frr.yaml");
+        let agent = |extra: &[&str]| {
+            let mut argv = vec![
+                "netwave-agent",
+                "--node-name",
+                "n1",
+                "--frr-config",
+                file.to_str().unwrap(),
+            ];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap()
+        };
+        let pool = format!(
+            "underlay:\n  asn: 65000\n  neighbors: [{{address: 198.18.0.254, remoteAs: internal}}]\n\
+             configDir: {}\nrunDir: {}\n",
+            dir.path().display(),
+            dir.path().display()
+        );
+        std::fs::write(&file, &pool).unwrap();
+        let err = agent(&[]).frr("n1").unwrap_err();
+        assert!(
+            err.contains("vtepAddress") && err.contains("--vxlan-local"),
+            "{err}"
+        );
+        let frr = agent(&["--vxlan-local", "198.18.1.7"])
+            .frr("n1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(frr.underlay().vtep().to_string(), "198.18.1.7");
+        std::fs::write(
+            &file,
+            pool.replace("asn: 65000", "asn: 65000\n  vtepAddress: 198.18.1.8"),
+        )
+        .unwrap();
+        let err = agent(&["--vxlan-local", "198.18.1.7"])
+            .frr("n1")
+            .unwrap_err();
+        assert!(
+            err.contains("198.18.1.8 differs from --vxlan-local 198.18.1.7"),
+            "{err}"
+        );
     }
 }

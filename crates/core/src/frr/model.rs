@@ -19,6 +19,11 @@ use super::underlay::{Peer, RemoteAs};
 pub struct FrrConfig {
     /// `hostname`: the node's `uname -n` when the agent knows it (see `Underlay::with_hostname`).
     pub hostname: Option<String>,
+    /// The node's IP forwarding as the kernel has it: FRR shows `no ip forwarding` / `no ipv6
+    /// forwarding` when it is off, and a reload of a text without that line would turn it on (or, in a
+    /// container whose /proc/sys is read-only, fail to and never converge). Forwarding is the node's
+    /// setting, not netwave's: the agent observes it before each render ([`Forwarding::ON`] until then).
+    pub forwarding: Forwarding,
     /// zebra's `vrf NAME` / `vni N` blocks (the L3 VNIs), by VRF device name. Only VRFs with a VNI:
     /// FRR never shows an empty `vrf` block, so rendering one would be a permanent diff.
     pub vrf_vnis: BTreeMap<String, u32>,
@@ -31,6 +36,27 @@ pub struct FrrConfig {
     pub prefix_lists: BTreeMap<String, PrefixList>,
     /// `route-map NAME permit|deny SEQ`, by name then sequence.
     pub route_maps: BTreeMap<String, BTreeMap<u16, RouteMapEntry>>,
+}
+
+/// Whether the kernel forwards IPv4 and IPv6 (`net.ipv4.ip_forward`, `net.ipv6.conf.all.forwarding`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Forwarding {
+    pub ipv4: bool,
+    pub ipv6: bool,
+}
+
+impl Forwarding {
+    /// Both on: what a routing node runs with, and what renders no line.
+    pub const ON: Forwarding = Forwarding {
+        ipv4: true,
+        ipv6: true,
+    };
+}
+
+impl Default for Forwarding {
+    fn default() -> Self {
+        Forwarding::ON
+    }
 }
 
 /// One `router bgp` instance.

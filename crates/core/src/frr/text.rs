@@ -25,6 +25,12 @@ impl FrrConfig {
         if let Some(h) = &self.hostname {
             let _ = writeln!(o, "hostname {h}");
         }
+        if !self.forwarding.ipv4 {
+            o.push_str("no ip forwarding\n");
+        }
+        if !self.forwarding.ipv6 {
+            o.push_str("no ipv6 forwarding\n");
+        }
         o.push_str("!\n");
         for (vrf, vni) in &self.vrf_vnis {
             let _ = writeln!(o, "vrf {vrf}\n vni {vni}\nexit-vrf\n!");

@@ -47,7 +47,10 @@ const MAX_INTERFACE_NAME: usize = 15;
 pub struct UnderlaySettings {
     /// The node's BGP autonomous system number.
     pub asn: u32,
-    /// IPv4 address VXLAN tunnels start and end at; advertised as a /32 into the underlay.
+    /// IPv4 address VXLAN tunnels start and end at; advertised as a /32 into the underlay. May be left
+    /// out of a file shared by many nodes: the agent then takes its `--vxlan-local` (the DaemonSet sets it
+    /// to the node's address), so one file serves a whole pool.
+    #[serde(default)]
     pub vtep_address: String,
     /// BGP router id; the VTEP address when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -172,6 +175,12 @@ impl Underlay {
     /// Checks every field; the first problem is returned with the field's path.
     pub fn new(s: UnderlaySettings) -> Result<Self, UnderlayError> {
         check_asn(s.asn, "asn")?;
+        if s.vtep_address.is_empty() {
+            return Err(invalid(
+                "vtepAddress",
+                "missing: give the node's VTEP address here or the agent's --vxlan-local",
+            ));
+        }
         let vtep = usable_ipv4(&s.vtep_address, "vtepAddress", "VTEP address").map_err(|e| {
             if s.vtep_address.parse::<std::net::Ipv6Addr>().is_ok() {
                 invalid(
