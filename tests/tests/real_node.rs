@@ -355,6 +355,17 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
     let t = Instant::now();
     let applied = kubectl(cluster, &["apply", "-k", &rel])?;
     eprintln!("installed ({} objects)", applied.lines().count());
+    // The EVPN install re-applies unchanged (its native sidecar spells out what the API server defaults):
+    // a GitOps tool shows it in sync.
+    let again = kubectl(cluster, &["apply", "-k", &rel])?;
+    let changed: Vec<&str> = again
+        .lines()
+        .filter(|l| !l.ends_with(" unchanged"))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "changed on the second apply: {changed:#?}"
+    );
     let configurators = until(
         cluster,
         "2 configurator pods Ready",
