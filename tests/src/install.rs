@@ -249,8 +249,13 @@ pub async fn leader(client: &Client) -> Result<Option<String>> {
 
 /// The agent's counter `name` from its /metrics (hostNetwork: the node's address).
 pub async fn agent_metric(name: &str) -> Result<f64> {
+    metric_at((NODE_ADDR, 9091).into(), name).await
+}
+
+/// The value of metric `name` (a line `name value`) at `addr`'s /metrics.
+pub async fn metric_at(addr: std::net::SocketAddr, name: &str) -> Result<f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect((NODE_ADDR, 9091)).await?;
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
         .await?;
     let mut body = String::new();
@@ -261,7 +266,7 @@ pub async fn agent_metric(name: &str) -> Result<f64> {
                 .filter(|r| r.starts_with(' '))
                 .and_then(|r| r.trim().parse().ok())
         })
-        .with_context(|| format!("no {name} in the agent's metrics"))
+        .with_context(|| format!("no {name} in the metrics of {addr}"))
 }
 
 /// `ip -br link` in the node's namespace.

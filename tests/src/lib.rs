@@ -8,10 +8,13 @@
 //!   configure, and EVPN (not the harness) installs the VXLAN flood entries.
 //! - [`install`]: netwave installed with `kubectl apply -k` on a real cluster (`netwave_control_plane::node`):
 //!   the test overlay, polling with the cluster's logs, what the real-node tests read back.
+//! - [`probe`]: continuous UDP flows between workloads with sequence numbers: lost and reordered
+//!   packets and the longest gap per flow over a window (what a change does to traffic).
 //! - [`prometheus`]: the PrometheusRule's alert rules as a plain rule file, and a real Prometheus (Debian's)
 //!   scraping a fleet, read through its HTTP API.
 
 pub mod fleet;
 pub mod install;
 pub mod netns;
+pub mod probe;
 pub mod prometheus;
