@@ -81,7 +81,8 @@ cluster:
 	$(CARGO) build -q -p netwave-e2e --bins
 	"$${CARGO_TARGET_DIR:-target}/debug/netwave-cluster" $(if $(EVPN),--evpn)
 
-# Benchmarks print figures (release builds). The agent benchmark needs root. The fleet benchmark runs
+# Benchmarks print figures (release builds). The agent benchmark and the hitless table (packets lost per
+# flow while a 3-node FRR fleet applies each kind of change, tests/tests/hitless.rs) need root. The fleet benchmark runs
 # six rollouts per size and das-schiff's rules as a baseline, on the testbed and then on the real
 # kube-apiserver + etcd (built from Go modules on first use, cached outside the repo); about 20 min for
 # 1,000 and 5,000 nodes on both servers on 2 cores. BENCH_FLEET_SIZES="1000" and
@@ -98,6 +99,7 @@ bench:
 	$(CARGO) build --release -q -p netwave-agent --bins
 	$(CARGO) build --profile agent-release -q -p netwave-agent --bins --examples
 	"$${CARGO_TARGET_DIR:-target}/agent-release/examples/bench"
+	$(CARGO) test -q -p netwave-e2e --test hitless -- --nocapture
 
 # Core properties and simulator on fresh random seeds (EXPLORE_CASES per property, EXPLORE_SIM_SEEDS
 # runs, EXPLORE_SEED replays a run); prints any counterexample and its regression line.

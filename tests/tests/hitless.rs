@@ -195,7 +195,88 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         |_| false,
     ));
 
-    // 6. A revision that fails on node-2 (its health probe target blackholed) and is rolled back there.
+    // 6. FRR edited behind the agent's back on node-0, then the agent restarted: its first drift check
+    // reloads FRR with the EVPN config unchanged (only the stray prefix list goes).
+    let t = Instant::now();
+    f.frr("node-0")
+        .ok_or_else(|| anyhow::anyhow!("no FRR on node-0"))?
+        .vtysh(&[
+            "-c",
+            "configure terminal",
+            "-c",
+            "ip prefix-list hitless-stray seq 5 permit 192.0.2.0/24",
+        ])?;
+    f.kill_agent("node-0");
+    f.start_agent("node-0")?;
+    f.eventually(
+        T,
+        "node-0's agent removed the stray prefix list",
+        || async {
+            let running = f
+                .frr("node-0")
+                .ok_or("no FRR")?
+                .running()
+                .map_err(|e| e.to_string())?;
+            (!running.contains("hitless-stray"))
+                .then_some(())
+                .ok_or_else(|| "still there".to_string())
+        },
+    )
+    .await?;
+    rows.push(window(
+        &mut probe,
+        "FRR reloaded, EVPN config unchanged",
+        t,
+        |_| false,
+    ));
+
+    // 7. A Node label change that re-renders one node: node-1 joins a segment selected by label.
+    let t = Instant::now();
+    f.admin(
+        "POST",
+        "/apis/netwave.dev/v1alpha1/layer2networkconfigurations",
+        Some(json!({
+            "apiVersion": "netwave.dev/v1alpha1",
+            "kind": "Layer2NetworkConfiguration",
+            "metadata": {"name": "vlan130-labelled"},
+            "spec": {"id": 130, "vni": 1000130, "mtu": 1500,
+                     "nodeSelector": {"matchLabels": {"hitless.netwave.dev/extra": "yes"}}},
+        })),
+    )
+    .await?;
+    seq = settle(f, seq, "Complete").await?;
+    rows.push(window(
+        &mut probe,
+        "add a segment no node selects yet",
+        t,
+        |_| false,
+    ));
+    let t = Instant::now();
+    kube::Api::<k8s_openapi::api::core::v1::Node>::all(f.client.clone())
+        .patch(
+            "node-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"labels": {"hitless.netwave.dev/extra": "yes"}}}),
+            ),
+        )
+        .await?;
+    f.eventually(T, "node-1 runs VLAN 130", || async {
+        let state = f.kernel_state("node-1").map_err(|e| e.to_string())?;
+        state
+            .contains("l2.130")
+            .then_some(())
+            .ok_or_else(|| "no l2.130 yet".to_string())
+    })
+    .await?;
+    rows.push(window(
+        &mut probe,
+        "node-1 relabelled: joins VLAN 130",
+        t,
+        |_| false,
+    ));
+
+    // 8. A revision that fails on node-2 (its health probe target blackholed) and is rolled back there.
     let t = Instant::now();
     f.create_routing_table(json!({
         "apiVersion": "netwave.dev/v1alpha1",
