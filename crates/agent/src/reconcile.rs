@@ -158,6 +158,61 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// `revision` (and `retry`) applied and healthy: the node runs `config_hash` and records it as last
+    /// good.
+    pub fn provisioned(revision: &str, retry: u32, config_hash: &str, message: String) -> Outcome {
+        Outcome {
+            revision: revision.to_string(),
+            retry,
+            reason: None,
+            message,
+            running_hash: Some(config_hash.to_string()),
+            last_good_revision: Some(revision.to_string()),
+            probes: Vec::new(),
+            applied: 0,
+            writes: 0,
+            rolled_back: false,
+        }
+    }
+
+    /// `revision` (and `retry`) refused or failed for `reason`; `message` is the whole text (it starts
+    /// with the reason by convention). The node runs what `running` says: (configHash, last good
+    /// revision), each when known.
+    pub fn invalid(
+        revision: &str,
+        retry: u32,
+        reason: Reason,
+        message: String,
+        running: (Option<String>, Option<String>),
+    ) -> Outcome {
+        Outcome {
+            revision: revision.to_string(),
+            retry,
+            reason: Some(reason),
+            message,
+            running_hash: running.0,
+            last_good_revision: running.1,
+            probes: Vec::new(),
+            applied: 0,
+            writes: 0,
+            rolled_back: false,
+        }
+    }
+
+    /// What the apply did on the way: operations applied, kernel writes, the probes' last answers.
+    fn with_work(mut self, applied: usize, writes: u64, probes: Vec<ProbeResult>) -> Outcome {
+        self.applied = applied;
+        self.writes = writes;
+        self.probes = probes;
+        self
+    }
+
+    /// The apply was rolled back to the last good config (see the message for how it went).
+    pub fn rolled_back(mut self) -> Outcome {
+        self.rolled_back = true;
+        self
+    }
+
     pub fn phase(&self) -> &'static str {
         if self.reason.is_none() {
             PROVISIONED
@@ -282,22 +337,17 @@ pub fn backup_corrupt(t: &Target, e: &BackupError) -> Outcome {
         }
         other => format!("the last good backup cannot be used: {other}"),
     };
-    Outcome {
-        revision: t.revision.clone(),
-        retry: t.retry,
-        reason: Some(reason),
-        message: format!(
+    Outcome::invalid(
+        &t.revision,
+        t.retry,
+        reason,
+        format!(
             "{reason}: {what}. No config is applied while it is (a failed apply could not be rolled \
              back); the kernel is untouched. To repair, move the file aside: the node then has no last \
              good config and applies its assigned revision afresh"
         ),
-        running_hash: None,
-        last_good_revision: None,
-        probes: Vec::new(),
-        applied: 0,
-        writes: 0,
-        rolled_back: false,
-    }
+        (None, None),
+    )
 }
 
 /// Interrupted applies of one revision (and retry) after which it is reported `Invalid`.
@@ -387,6 +437,37 @@ struct Restore {
     note: String,
 }
 
+impl Restore {
+    /// (configHash, revision) the node runs after the restore, each when known.
+    fn running_state(&self) -> (Option<String>, Option<String>) {
+        match &self.running {
+            Some((hash, rev)) => (Some(hash.clone()), Some(rev.clone())),
+            None => (None, None),
+        }
+    }
+}
+
+/// Stage 1's result: what an apply changes, checked before anything is touched.
+struct Prepared<'a> {
+    /// The kernel objects of the target.
+    want: Dataplane,
+    /// FRR's text for the target (FRR on), already accepted by FRR's dry run.
+    frr: Option<(&'a Frr, String)>,
+    frr_timings: FrrTimings,
+    /// VRF bridges whose new L3 VNI zebra must bind before they come up.
+    hold: Vec<(String, u32)>,
+}
+
+/// Stage 2's result: what changed, and whether the change itself went through.
+struct Changed {
+    /// `Err`: the step that failed, its detail and the operations applied before it.
+    result: Result<usize, (Reason, String, usize)>,
+    timings: ApplyTimings,
+    /// The probes that passed before the change: the ones that gate it.
+    gate: BTreeSet<String>,
+    writes_before: u64,
+}
+
 impl Agent {
     fn dataplane(&self, cfg: &NodeConfig) -> Result<Dataplane, String> {
         desired(cfg, self.netlink.settings()).map_err(|e| e.to_string())
@@ -455,83 +536,89 @@ impl Agent {
         }
         let r = r?;
         let last_good = self.last_good().ok().flatten();
-        Some(Outcome {
-            revision: r.revision,
-            retry: r.retry,
-            reason: Some(Reason::parse(&r.reason).unwrap_or(Reason::ApplyFailed)),
-            message: r.message,
-            running_hash: last_good.as_ref().map(|l| l.config_hash.clone()),
-            last_good_revision: last_good.map(|l| l.revision),
-            probes: Vec::new(),
-            applied: 0,
-            writes: 0,
-            rolled_back: false,
-        })
+        Some(Outcome::invalid(
+            &r.revision,
+            r.retry,
+            Reason::parse(&r.reason).unwrap_or(Reason::ApplyFailed),
+            r.message,
+            (
+                last_good.as_ref().map(|l| l.config_hash.clone()),
+                last_good.map(|l| l.revision),
+            ),
+        ))
     }
 
+    /// An apply in three stages, each passing the next what it found: [`Agent::preflight`] (refusals
+    /// before any change), [`Agent::change`] (the marker, the kernel, FRR), [`Agent::judge`] (probes;
+    /// the last good config back on any failure).
     async fn apply_unrecorded(&self, t: &Target) -> Outcome {
-        let last_good = self.last_good();
-        let lg_rev = last_good
-            .as_ref()
-            .ok()
-            .and_then(|l| l.as_ref().map(|l| l.revision.clone()));
-        let lg_hash = last_good
-            .as_ref()
-            .ok()
-            .and_then(|l| l.as_ref().map(|l| l.config_hash.clone()));
-        let invalid = |reason: Reason, detail: String| Outcome {
-            revision: t.revision.clone(),
-            retry: t.retry,
-            reason: Some(reason),
-            message: format!("{reason}: {detail}"),
-            running_hash: lg_hash.clone(),
-            last_good_revision: lg_rev.clone(),
-            probes: Vec::new(),
-            applied: 0,
-            writes: 0,
-            rolled_back: false,
+        let last_good = self.last_good().ok().flatten();
+        let running = (
+            last_good.as_ref().map(|l| l.config_hash.clone()),
+            last_good.map(|l| l.revision),
+        );
+        let invalid = |reason: Reason, detail: String| {
+            Outcome::invalid(
+                &t.revision,
+                t.retry,
+                reason,
+                format!("{reason}: {detail}"),
+                running.clone(),
+            )
         };
+        let prepared = match self.preflight(t).await {
+            Ok(p) => p,
+            Err((reason, detail)) => return invalid(reason, detail),
+        };
+        let changed = match self.change(t, &prepared).await {
+            Ok(c) => c,
+            Err((reason, detail)) => return invalid(reason, detail),
+        };
+        self.judge(t, changed, running.1).await
+    }
 
-        // Refusals before any change.
-        let want = match self.dataplane(&t.config) {
-            Ok(d) => d,
-            Err(e) => return invalid(Reason::InvalidConfig, e),
-        };
+    /// Stage 1: everything that can refuse `t` before the node changes. The config must give a
+    /// dataplane; FRR (when on) must accept its text in a dry run, and when off the config must have no
+    /// BGP content; the kernel must have every feature the config uses; the diff against the kernel must
+    /// be computable; zebra must say which new L3 VNIs it has not bound yet.
+    async fn preflight<'a>(&'a self, t: &Target) -> Result<Prepared<'a>, (Reason, String)> {
+        let want = self
+            .dataplane(&t.config)
+            .map_err(|e| (Reason::InvalidConfig, e))?;
         // FRR before the kernel's own refusals: both change nothing, and FRR's answer is the one that
         // holds on every kernel.
         let mut frr_timings = FrrTimings::default();
-        let frr_text = match &self.frr {
+        let frr = match &self.frr {
             None => {
                 let content = bgp_content(&t.config);
                 if !content.is_empty() {
-                    return invalid(
+                    return Err((
                         Reason::FrrUnavailable,
                         format!(
                             "FRR is off on this node (no --frr-config) and the config has BGP \
                              content: {}",
                             content.join("; ")
                         ),
-                    );
+                    ));
                 }
                 None
             }
             Some(frr) => {
                 let start = Instant::now();
-                let text = match frr.render(&t.config) {
-                    Ok(text) => text,
-                    Err(e) => return invalid(Reason::InvalidConfig, format!("FRR: {e}")),
-                };
+                let text = frr
+                    .render(&t.config)
+                    .map_err(|e| (Reason::InvalidConfig, format!("FRR: {e}")))?;
                 frr_timings.render = start.elapsed();
                 let start = Instant::now();
                 match frr.check(&text).await {
                     Ok(()) => {}
                     Err(FrrApplyError::Rejected { detail }) => {
-                        return invalid(Reason::FrrRejected, detail);
+                        return Err((Reason::FrrRejected, detail));
                     }
                     // FRR's tools cannot run (not installed, config dir not writable): not a verdict
                     // on the config.
                     Err(e) => {
-                        return invalid(Reason::FrrUnavailable, format!("checking with FRR: {e}"));
+                        return Err((Reason::FrrUnavailable, format!("checking with FRR: {e}")));
                     }
                 }
                 frr_timings.check = start.elapsed();
@@ -541,33 +628,39 @@ impl Agent {
         let missing = missing_features(&want, &self.caps);
         if !missing.is_empty() {
             let names: Vec<&str> = missing.iter().map(|f| f.name()).collect();
-            return invalid(
+            return Err((
                 Reason::KernelUnsupported,
                 format!("this kernel does not support {}", names.join(", ")),
-            );
+            ));
         }
-        match self.netlink.observe().await {
-            Ok(snap) => {
-                if let Err(e) = netwave_core::dataplane::diff::diff(&want, &snap.observed) {
-                    return invalid(Reason::ApplyFailed, e.to_string());
-                }
-            }
-            Err(e) => return invalid(Reason::ApplyFailed, format!("observe: {e}")),
-        }
-
-        let hold = match &frr_text {
-            Some((frr, _)) => match frr.l3_vni_hold(&t.config).await {
-                Ok(hold) => hold,
-                Err(e) => {
-                    return invalid(
-                        Reason::FrrUnavailable,
-                        format!("asking zebra for its L3 VNIs: {e}"),
-                    );
-                }
-            },
+        let snap = self
+            .netlink
+            .observe()
+            .await
+            .map_err(|e| (Reason::ApplyFailed, format!("observe: {e}")))?;
+        netwave_core::dataplane::diff::diff(&want, &snap.observed)
+            .map_err(|e| (Reason::ApplyFailed, e.to_string()))?;
+        let hold = match &frr {
+            Some((frr, _)) => frr.l3_vni_hold(&t.config).await.map_err(|e| {
+                (
+                    Reason::FrrUnavailable,
+                    format!("asking zebra for its L3 VNIs: {e}"),
+                )
+            })?,
             None => Vec::new(),
         };
+        Ok(Prepared {
+            want,
+            frr,
+            frr_timings,
+            hold,
+        })
+    }
 
+    /// Stage 2: the change. The probes that pass now gate the change; the applying marker is written
+    /// ahead (so a crash mid-way is recovered); the kernel is reconciled, then FRR (zebra learns VXLAN
+    /// devices and VRFs from the kernel). `Err` only when the marker cannot be written: nothing changed.
+    async fn change(&self, t: &Target, p: &Prepared<'_>) -> Result<Changed, (Reason, String)> {
         let before = self.prober.run_once(&Default::default()).await;
         let gate = gating(&before);
         // Carry over how often this very apply was interrupted before (see `recover`).
@@ -580,67 +673,80 @@ impl Agent {
             .map_or(0, |i| i.interruptions);
         // Written ahead: if the agent dies between creating a link and marking it, recovery knows
         // the unmarked link is its own.
-        let creating = self.may_create(&want).await;
-        if let Err(e) = self.state.mark_applying(&Applying {
-            revision: t.revision.clone(),
-            retry: t.retry,
-            config_hash: t.config_hash.clone(),
-            interruptions,
-            creating,
-        }) {
-            return invalid(Reason::ApplyFailed, format!("writing applying marker: {e}"));
-        }
+        let creating = self.may_create(&p.want).await;
+        self.state
+            .mark_applying(&Applying {
+                revision: t.revision.clone(),
+                retry: t.retry,
+                config_hash: t.config_hash.clone(),
+                interruptions,
+                creating,
+            })
+            .map_err(|e| (Reason::ApplyFailed, format!("writing applying marker: {e}")))?;
 
-        let writes0 = self.netlink.writes();
+        let writes_before = self.netlink.writes();
         let start = Instant::now();
         // New L3 VNIs: their VRF bridges are created (or set) down and only come up once zebra has
         // bound the VNI (the FRR step brings them up); the kernel then runs `want`.
-        let mut first = want.clone();
-        for (bridge, _) in &hold {
+        let mut first = p.want.clone();
+        for (bridge, _) in &p.hold {
             if let Some(link) = first.links.get_mut(bridge) {
                 link.up = false;
             }
         }
-        let applied = self.netlink.reconcile(&first).await;
+        let kernel = self.netlink.reconcile(&first).await;
         let mut timings = ApplyTimings {
             netlink: start.elapsed(),
             frr: None,
         };
-        // FRR after the kernel objects exist (zebra learns VXLAN devices and VRFs from the kernel).
-        let applied = match (applied, &frr_text) {
-            (Ok(report), Some((frr, text))) => match frr.apply(text, &hold, &self.netlink).await {
-                Ok(steps) => {
-                    timings.frr = Some(FrrTimings {
-                        render: frr_timings.render,
-                        check: frr_timings.check,
-                        ..steps
-                    });
-                    Ok(report)
+        let result = match (kernel, &p.frr) {
+            (Ok(report), Some((frr, text))) => {
+                match frr.apply(text, &p.hold, &self.netlink).await {
+                    Ok(steps) => {
+                        timings.frr = Some(FrrTimings {
+                            render: p.frr_timings.render,
+                            check: p.frr_timings.check,
+                            ..steps
+                        });
+                        Ok(report.applied.len())
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, category = e.category(), "FRR apply failed");
+                        Err((Reason::FrrReloadFailed, e.to_string(), report.applied.len()))
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, category = e.category(), "FRR apply failed");
-                    Err((Reason::FrrReloadFailed, e.to_string(), report.applied.len()))
-                }
-            },
-            (Ok(report), None) => Ok(report),
+            }
+            (Ok(report), None) => Ok(report.applied.len()),
             (Err(e), _) => Err((Reason::ApplyFailed, e.to_string(), 0)),
         };
         self.timings.set(timings);
-        let (failure, probes, applied_n) = match applied {
+        Ok(Changed {
+            result,
+            timings,
+            gate,
+            writes_before,
+        })
+    }
+
+    /// Stage 3: the verdict. After the settle time the gating probes must pass again; then `t` is the
+    /// last good config. Any failure (of the change or of a probe) restores the last good config
+    /// (`last_good_revision` names it, for the outcome when the restore cannot).
+    async fn judge(&self, t: &Target, c: Changed, last_good_revision: Option<String>) -> Outcome {
+        let (failure, probes, applied) = match c.result {
             Err((reason, detail, n)) => (Some((reason, detail)), Vec::new(), n),
-            Ok(ReconcileReport { applied, .. }) => {
+            Ok(n) => {
                 tokio::time::sleep(self.prober.cfg.settle()).await;
-                let after = self.prober.run_until_healthy(&gate).await;
+                let after = self.prober.run_until_healthy(&c.gate).await;
                 let fail = first_gating_failure(&after).map(|r| {
                     (
                         Reason::HealthCheckFailed,
                         format!("{}: {}", r.name, r.message.as_deref().unwrap_or("failed")),
                     )
                 });
-                (fail, after, applied.len())
+                (fail, after, n)
             }
         };
-        let writes = self.netlink.writes() - writes0;
+        let writes = self.netlink.writes() - c.writes_before;
 
         let Some((reason, detail)) = failure else {
             let saved = self.state.save_last_good(&LastGood {
@@ -654,7 +760,7 @@ impl Agent {
                 Ok(()) => String::new(),
                 Err(e) => format!("; backup not written: {e}"),
             };
-            if let Some(f) = timings.frr {
+            if let Some(f) = c.timings.frr {
                 let frr = if f.reload.is_zero() {
                     "FRR already ran this config".to_string()
                 } else {
@@ -662,40 +768,33 @@ impl Agent {
                 };
                 note = format!(
                     " in {} ms; FRR config applied in {} ms ({frr}){note}",
-                    timings.netlink.as_millis(),
+                    c.timings.netlink.as_millis(),
                     f.total().as_millis(),
                 );
             }
-            return Outcome {
-                revision: t.revision.clone(),
-                retry: t.retry,
-                reason: None,
-                message: format!("applied {applied_n} operations{note}"),
-                running_hash: Some(t.config_hash.clone()),
-                last_good_revision: Some(t.revision.clone()),
-                probes,
-                applied: applied_n,
-                writes,
-                rolled_back: false,
-            };
+            return Outcome::provisioned(
+                &t.revision,
+                t.retry,
+                &t.config_hash,
+                format!("applied {applied} operations{note}"),
+            )
+            .with_work(applied, writes, probes);
         };
 
         let restore = self.restore().await;
-        let _ = self.prober.run_once(&gate).await;
+        let _ = self.prober.run_once(&c.gate).await;
         let _ = self.state.clear_applying();
         let _ = self.state.clear_interrupted();
-        Outcome {
-            revision: t.revision.clone(),
-            retry: t.retry,
-            reason: Some(reason),
-            message: format!("{reason}: {detail}; {}", restore.note),
-            running_hash: restore.running.as_ref().map(|r| r.0.clone()),
-            last_good_revision: restore.running.map(|r| r.1).or(lg_rev),
-            probes,
-            applied: applied_n,
-            writes,
-            rolled_back: true,
-        }
+        let (running_hash, restored) = restore.running_state();
+        Outcome::invalid(
+            &t.revision,
+            t.retry,
+            reason,
+            format!("{reason}: {detail}; {}", restore.note),
+            (running_hash, restored.or(last_good_revision)),
+        )
+        .with_work(applied, writes, probes)
+        .rolled_back()
     }
 
     /// Puts the last good config back (or removes every managed object when there is none yet). A corrupt
@@ -809,21 +908,17 @@ impl Agent {
         restore: Restore,
     ) -> Outcome {
         let reason = Reason::ApplyInterrupted;
-        let outcome = Outcome {
-            revision: marker.revision.clone(),
-            retry: marker.retry,
-            reason: Some(reason),
-            message: format!(
+        let outcome = Outcome::invalid(
+            &marker.revision,
+            marker.retry,
+            reason,
+            format!(
                 "{reason}: the agent stopped while applying revision {} ({interruptions} times); {}",
                 marker.revision, restore.note
             ),
-            running_hash: restore.running.as_ref().map(|r| r.0.clone()),
-            last_good_revision: restore.running.map(|r| r.1),
-            probes: Vec::new(),
-            applied: 0,
-            writes: 0,
-            rolled_back: true,
-        };
+            restore.running_state(),
+        )
+        .rolled_back();
         self.record_verdict(&outcome);
         outcome
     }

@@ -49,32 +49,24 @@ pub fn always_ok() -> Behaviour {
 /// The status a real agent reports for `answer` to `nnc`'s spec; `None` for [`Answer::Silent`].
 pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json::Value> {
     let prev = nnc.status.clone().unwrap_or_default();
-    let outcome = |reason: Option<Reason>, message: String, running, last_good| Outcome {
-        revision: nnc.spec.revision.clone(),
-        retry: nnc.spec.retry,
-        reason,
-        message,
-        running_hash: running,
-        last_good_revision: last_good,
-        probes: Vec::new(),
-        applied: 0,
-        writes: 0,
-        rolled_back: reason.is_some(),
-    };
+    let (revision, retry) = (&nnc.spec.revision, nnc.spec.retry);
     let o = match answer {
         Answer::Silent => return None,
-        Answer::Provisioned => outcome(
-            None,
+        Answer::Provisioned => Outcome::provisioned(
+            revision,
+            retry,
+            &nnc.spec.config_hash,
             "applied (simulated agent, no kernel)".into(),
-            Some(nnc.spec.config_hash.clone()),
-            Some(nnc.spec.revision.clone()),
         ),
-        Answer::Invalid { reason, message } => outcome(
-            Some(*reason),
+        // A real agent rolls a failed apply back to what ran before.
+        Answer::Invalid { reason, message } => Outcome::invalid(
+            revision,
+            retry,
+            *reason,
             message.clone(),
-            prev.config_hash.clone(),
-            prev.last_good_revision.clone(),
-        ),
+            (prev.config_hash.clone(), prev.last_good_revision.clone()),
+        )
+        .rolled_back(),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let st = status::answering(

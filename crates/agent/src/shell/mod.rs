@@ -333,11 +333,11 @@ impl Shell {
                 }
                 Decision::Tampered { actual } => {
                     let last_good = self.agent.last_good().ok().flatten();
-                    let outcome = Outcome {
-                        revision: target.revision.clone(),
-                        retry: target.retry,
-                        reason: Some(Reason::ConfigTampered),
-                        message: format!(
+                    let outcome = Outcome::invalid(
+                        &target.revision,
+                        target.retry,
+                        Reason::ConfigTampered,
+                        format!(
                             "ConfigTampered: spec.config does not hash to spec.configHash {} (it \
                              hashes to {actual}): the spec was edited by hand (or written by a newer \
                              configurator); nothing applied, the node keeps running {}",
@@ -346,31 +346,22 @@ impl Shell {
                                 .as_ref()
                                 .map_or("its current config", |l| l.revision.as_str())
                         ),
-                        running_hash: last_good.as_ref().map(|l| l.config_hash.clone()),
-                        last_good_revision: last_good.map(|l| l.revision),
-                        probes: vec![],
-                        applied: 0,
-                        writes: 0,
-                        rolled_back: false,
-                    };
+                        (
+                            last_good.as_ref().map(|l| l.config_hash.clone()),
+                            last_good.map(|l| l.revision),
+                        ),
+                    );
                     warn!(message = %outcome.message, "refusing a node config that does not match its hash");
                     self.report(nnc, &outcome);
                 }
                 Decision::FastPath => {
                     let outcome = match self.agent.record_fast_path(&target) {
-                        Ok(()) => Outcome {
-                            revision: target.revision.clone(),
-                            retry: target.retry,
-                            reason: None,
-                            message: "same config hash as the running config: nothing to apply"
-                                .into(),
-                            running_hash: Some(target.config_hash.clone()),
-                            last_good_revision: Some(target.revision.clone()),
-                            probes: vec![],
-                            applied: 0,
-                            writes: 0,
-                            rolled_back: false,
-                        },
+                        Ok(()) => Outcome::provisioned(
+                            &target.revision,
+                            target.retry,
+                            &target.config_hash,
+                            "same config hash as the running config: nothing to apply".into(),
+                        ),
                         Err(e) => {
                             error!(error = %e, "recording fast-path revision");
                             return;
