@@ -19,6 +19,7 @@ use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_e2e::fleet::{ApiServer, Bins, Fleet, FleetOptions, provisioned_on};
 use netwave_e2e::netns::{ip, is_root, kernel_has_vrf, namespaces_of, ping_in};
+use netwave_e2e::probe::{Flow, Probe};
 use serde_json::{Value, json};
 
 /// Generous: everything runs under software emulation inside the VM.
@@ -152,7 +153,6 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
         .await
         .unwrap();
     let rollout1 = t.elapsed();
-    let rev1_name = rev1.metadata.name.clone().unwrap();
     for n in &nodes {
         let vrf = link(&ns[n], "cluster").unwrap_or_else(|| panic!("{n}: no VRF device cluster"));
         assert_eq!(vrf["linkinfo"]["info_kind"], "vrf", "{n}: {vrf}");
@@ -318,6 +318,71 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     )
     .await;
 
+    // 5b. Hitless (#31): UDP at 100/s through the L2 VNI (vlan100) and the L3 VNI (vlan130 → vlan131)
+    // while the cluster VRF's import list changes and while the bad VRF below is rolled back: neither
+    // change is about these flows, so they lose nothing.
+    let mut probe = Probe::start(
+        vec![
+            Flow {
+                name: "vlan100 node-0→node-1 (L2 VNI)".into(),
+                from: w0.clone(),
+                to: w1.clone(),
+                to_addr: "10.250.0.101".parse().unwrap(),
+            },
+            Flow {
+                name: "vlan130→vlan131 (L3 VNI)".into(),
+                from: a.clone(),
+                to: b.clone(),
+                to_addr: "10.250.31.10".parse().unwrap(),
+            },
+        ],
+        100,
+    )
+    .unwrap();
+    let _ = probe.window();
+    let vrfs: kube::Api<netwave_api::VRFRouteConfiguration> = kube::Api::all(f.client.clone());
+    let mut import = serde_json::to_value(&vrfs.get("cluster").await.unwrap().spec.import).unwrap();
+    import
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"cidr": "10.104.0.0/16", "le": 32, "action": "permit"}));
+    let t = Instant::now();
+    vrfs.patch(
+        "cluster",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"import": import}})),
+    )
+    .await
+    .unwrap();
+    let rev2 = f
+        .wait_latest(rev1.spec.sequence, &["Complete"], T)
+        .await
+        .unwrap();
+    f.wait_all_on(rev2.metadata.name.as_deref().unwrap(), T)
+        .await
+        .unwrap();
+    let import_change = t.elapsed();
+    let mut hitless = Vec::new();
+    for (flow, s) in probe.window() {
+        println!(
+            "hitless: VRF cluster's import list changed ({:.1} s): {flow}: {} sent, {} lost, longest gap \
+             {:.0} ms",
+            import_change.as_secs_f64(),
+            s.sent,
+            s.lost,
+            s.longest_gap.as_secs_f64() * 1000.0
+        );
+        if s.lost > 0 {
+            hitless.push(format!(
+                "import list change: {flow} lost {} of {}",
+                s.lost, s.sent
+            ));
+        }
+    }
+    // The import list's revision is the last good one now.
+    let rev1 = rev2;
+    let rev1_name = rev1.metadata.name.clone().unwrap();
+
     // 6. A bad VRF change: a new VRF whose device name node-1 already uses for a VRF of its own (not
     // netwave's). Node-1 refuses it, the rollout halts, touched nodes return to the last good revision
     // (kernel and FRR), and traffic through the L3 VNI still flows.
@@ -389,6 +454,26 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
         );
     }
     ping_eventually(&f, &a, "10.250.31.10", "L3 VNI after the rollback").await;
+    for (flow, s) in probe.window() {
+        println!(
+            "hitless: bad VRF tenantx rolled back on node-1: {flow}: {} sent, {} lost, longest gap {:.0} ms",
+            s.sent,
+            s.lost,
+            s.longest_gap.as_secs_f64() * 1000.0
+        );
+        if s.lost > 0 {
+            hitless.push(format!(
+                "bad VRF rollback: {flow} lost {} of {}",
+                s.lost, s.sent
+            ));
+        }
+    }
+    drop(probe);
+    assert!(
+        hitless.is_empty(),
+        "flows the changes are not about lost packets:\n{}",
+        hitless.join("\n")
+    );
 
     println!(
         "full-kernel fleet (3 nodes, FRR per node, testbed API server): fleet up {:.1}s; samples + 2 \
