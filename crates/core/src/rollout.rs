@@ -123,7 +123,9 @@ mod time;
 mod vocab;
 mod world;
 
-pub use accepted::{InputVerdicts, ObjectVerdict, input_status, input_verdicts};
+pub use accepted::{
+    InputVerdicts, ObjectVerdict, input_status, input_status_uncut, input_verdicts,
+};
 pub use input::{
     AgentPhase, AgentReport, AssignedSpec, InputError, NodeConfigState, NodeState, RenderedHashes,
     RevisionState, RolloutInput,
