@@ -34,6 +34,7 @@ pub fn settings(args: &Args) -> Settings {
         },
         fleet: FleetParams {
             underlay_mtu: args.underlay_mtu,
+            max_object_bytes: args.max_object_bytes,
             ..FleetParams::default()
         },
         resync: args.resync_interval,

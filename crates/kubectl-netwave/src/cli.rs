@@ -247,6 +247,9 @@ pub struct PlanArgs {
     /// Underlay MTU fleet validation checks VXLAN MTUs against (the configurator's --underlay-mtu).
     #[arg(long, default_value_t = netwave_core::fleet::DEFAULT_UNDERLAY_MTU)]
     pub underlay_mtu: u32,
+    /// Largest folded inputs and node config, in bytes of JSON (the configurator's --max-object-bytes).
+    #[arg(long, default_value_t = netwave_core::limits::DEFAULT_MAX_OBJECT_BYTES)]
+    pub max_object_bytes: u64,
     /// Node groups shown in full before the rest are counted.
     #[arg(long, default_value_t = 20)]
     pub max_groups: usize,
