@@ -73,6 +73,15 @@ pub struct Args {
     /// revision made the target again, or the sum of small steps. 100 only catches removing everything.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub destructive_threshold: u32,
+    /// Default for `spec.rollout.quarantine.afterConsecutiveFailures`; off when not given. A node that
+    /// failed this many revisions in a row, each provisioned by other nodes and failed by no other, is
+    /// quarantined: its failures stop counting against maxFailures, it keeps its last good config and
+    /// gets no new revision until an admin removes its NodeNetworkConfig's `netwave.dev/quarantined`
+    /// annotation. Off, one node whose agent reports Invalid on everything fails every revision (with
+    /// maxFailures 1: a veto over every change), which is the safe default for a node that is merely
+    /// broken.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub quarantine_after: Option<u32>,
     /// Largest object the configurator writes, in bytes of JSON: the folded inputs of a revision (its
     /// NetworkConfigInputs) and a node's config (its NodeNetworkConfig's spec.config). Inputs that fold
     /// into more are not cut into a revision, and a revision with a larger node config fails validation,

@@ -23,6 +23,7 @@ use netwave_core::limits::{self, InputsTooLarge};
 use netwave_core::render::{InputKind, InputRef, NodeInfo, RenderedNode};
 use netwave_core::revision::{self, Decision, ExistingRevision, InputSettle};
 use netwave_core::rollout::hold::{self, Footprint};
+use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{
     self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef,
     ObjectVerdict, Plan, PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
@@ -619,6 +620,13 @@ pub fn compute(
             .and_then(|r| r.metadata.uid.clone())
     };
     let mut intents = Vec::new();
+    // Node records first: a quarantine is on record before the failure it makes not count.
+    for r in &plan.records {
+        intents.push(Intent::NodeRecord {
+            node: r.node.clone(),
+            record: r.record.clone(),
+        });
+    }
     for h in &plan.holds {
         let resource_version = revisions
             .iter()
@@ -689,6 +697,7 @@ pub fn compute(
         .min();
     intents.extend(unrestorable_revision_events(s, &tampered));
     intents.extend(placeholders(s, &eligible, &plan));
+    intents.extend(quarantine_conditions(s, &plan, now));
     // Last: the input objects' status never holds up a rollout write.
     intents.extend(statuses);
     Outcome {
@@ -755,6 +764,39 @@ fn placeholders(s: &Snapshot, nodes: &BTreeMap<&str, bool>, plan: &Plan) -> Vec<
             message,
             resource_version: current.and_then(|c| c.metadata.resource_version.clone()),
         });
+    }
+    out
+}
+
+/// The `Quarantined` condition of every node config whose stored one differs from what its record
+/// (after this plan) says: set while quarantined, put back if its agent removed it, removed once an
+/// admin released the node.
+fn quarantine_conditions(s: &Snapshot, plan: &Plan, now: Timestamp) -> Vec<Intent> {
+    let mut out = Vec::new();
+    for c in s.node_configs.iter().filter(|c| live(c.as_ref())) {
+        let Some(name) = c.metadata.name.as_deref() else {
+            continue;
+        };
+        let stored = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
+        let record = plan
+            .records
+            .iter()
+            .find(|r| r.node == name)
+            .map_or(&stored, |r| &r.record);
+        let current = c
+            .status
+            .as_ref()
+            .map_or(&[][..], |st| st.conditions.as_slice());
+        let want = quarantine::condition(name, record, current, now);
+        let have = current
+            .iter()
+            .find(|c| c.type_ == netwave_api::QUARANTINED_CONDITION);
+        if want.as_ref() != have {
+            out.push(Intent::NodeCondition {
+                node: name.to_string(),
+                condition: want,
+            });
+        }
     }
     out
 }
@@ -1033,6 +1075,20 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
             metrics.rollbacks.inc();
         }
     }
+    let quarantined =
+        s.node_configs
+            .iter()
+            .filter(|c| live(c.as_ref()))
+            .filter(|c| {
+                let name = c.metadata.name.as_deref().unwrap_or_default();
+                match plan.records.iter().find(|r| r.node == name) {
+                    Some(r) => r.record.is_quarantined(),
+                    None => NodeRecord::from_annotations(c.metadata.annotations.as_ref())
+                        .is_quarantined(),
+                }
+            })
+            .count();
+    metrics.quarantined_nodes.set(quarantined as i64);
     for e in &plan.events {
         if e.reason == rollout::EventReason::NodeFailed {
             metrics.node_failures.inc();

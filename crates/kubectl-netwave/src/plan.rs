@@ -208,6 +208,7 @@ pub fn waves(
                     last_good_revision: Some(cur.into()),
                     ..Default::default()
                 },
+                record: Default::default(),
             });
         }
     }
@@ -275,6 +276,7 @@ pub fn waves(
                     name: a.node.clone(),
                     spec,
                     status: AgentReport::default(),
+                    record: Default::default(),
                 }),
             }
         }
