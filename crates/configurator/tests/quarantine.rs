@@ -271,7 +271,16 @@ async fn a_node_whose_agent_fails_every_revision_is_quarantined_and_the_fleet_mo
         condition.contains("kubectl annotate nnc node-a netwave.dev/quarantined-"),
         "{condition}"
     );
-    let events = event_notes(&f.env.client, HOSTILE, "NodeQuarantined").await;
+    // Events go out after the writes of the same pass.
+    let events = eventually(T, "a NodeQuarantined Event", || async {
+        let notes = event_notes(&f.env.client, HOSTILE, "NodeQuarantined").await;
+        if notes.is_empty() {
+            Err("none".to_string())
+        } else {
+            Ok(notes)
+        }
+    })
+    .await;
     assert_eq!(events.len(), 1, "{events:?}");
     eprintln!("NodeQuarantined: {}", events[0]);
     eventually(T, "the gauge", || async {
