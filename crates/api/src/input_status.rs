@@ -7,7 +7,8 @@
 //!                 field manager netwave-configurator, written only when it changes)
 //!     conditions[Accepted]  True  / Valid            no problem with this object
 //!                           False / Invalid          this object's own or cross-object errors, with paths
-//!                           False / RevisionInvalid  this object is fine; the revision fails elsewhere
+//!                           False / RevisionInvalid  this object is fine; the revision fails elsewhere,
+//!                                                    or the inputs cannot become one (too large)
 //!     selectedNodes         nodes its nodeSelector matches now
 //!     tableId               VRFs only: the kernel table, explicit or allocated
 //!     revision              the revision cut from the inputs this status judges
@@ -30,7 +31,8 @@ pub mod accepted_reasons {
     /// Fleet validation finds problems with this object (its own fields, or with other objects).
     pub const INVALID: &str = "Invalid";
     /// Nothing wrong with this object, but the revision made from the current inputs fails validation
-    /// because of other objects: no node gets it either.
+    /// because of other objects (or no revision can be made from them: they fold into more than one
+    /// object can hold): no node gets it either.
     pub const REVISION_INVALID: &str = "RevisionInvalid";
 }
 
@@ -47,7 +49,8 @@ pub struct InputStatus {
     /// VRFs: the kernel routing table, `spec.tableId` or the one allocated from the VRF name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_id: Option<u32>,
-    /// The NetworkConfigRevision cut from the inputs this status judges.
+    /// The NetworkConfigRevision cut from the inputs this status judges (none when they cannot become
+    /// one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     /// `metadata.generation` of the spec this status judges.

@@ -34,6 +34,20 @@ pub const NODE_PHASE_PENDING: &str = "Pending";
 /// the configurator, so `kubectl get nnc` lists every node of the fleet, queued ones too.
 pub const NODE_PHASE_QUEUED: &str = "Queued";
 
+/// Annotation on a NodeNetworkConfig, written by the configurator (an agent can write only the status):
+/// the revisions the node failed in a row while other nodes provisioned them, `name@sequence`
+/// separated by spaces, oldest first (`spec.rollout.quarantine`).
+pub const FAILURE_STREAK_ANNOTATION: &str = "netwave.dev/failure-streak";
+
+/// Annotation on a NodeNetworkConfig, written by the configurator: the node is quarantined
+/// (`spec.rollout.quarantine`), and since when and why. It gets no new revision and its failures do
+/// not count against `maxFailures` until an admin removes this annotation (`kubectl annotate nnc
+/// <node> netwave.dev/quarantined-`, or `kubectl netwave release <node>`).
+pub const QUARANTINED_ANNOTATION: &str = "netwave.dev/quarantined";
+
+/// `status.conditions` type on a quarantined node's NodeNetworkConfig (written by the configurator).
+pub const QUARANTINED_CONDITION: &str = "Quarantined";
+
 /// See [`crate::vocab::node_reasons::CONFIG_TAMPERED`].
 pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMPERED;
 
@@ -268,6 +282,26 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = PERCENT_PATTERN, "minimum" = 1))]
     pub max_unavailable_per_domain: Option<IntOrString>,
+    /// Opt-in: a node that keeps failing revisions other nodes provision is quarantined instead of
+    /// failing every revision for the fleet. Off when omitted (and by default): then one node's
+    /// failure counts against `maxFailures` like any other's, so with `maxFailures: 1` a node whose
+    /// agent reports `Invalid` on everything vetoes every change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<Quarantine>,
+}
+
+/// `spec.rollout.quarantine`. A node that failed `afterConsecutiveFailures` revisions in a row, each
+/// of which other nodes had provisioned and no other node failed, is quarantined: that failure and its
+/// later ones do not count against `maxFailures`, it keeps its last good config and gets no new
+/// revision until an admin releases it (removes the NodeNetworkConfig annotation
+/// `netwave.dev/quarantined`). A node that failed the last revisions is given the next one after every
+/// other node, so that evidence exists. A revision that fails on any other node halts as always.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Quarantine {
+    /// Consecutive failures (of revisions other nodes provisioned) that quarantine a node.
+    #[schemars(range(min = 1))]
+    pub after_consecutive_failures: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -363,6 +397,10 @@ pub struct FailedNode {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Time>,
+    /// The node was quarantined (`spec.rollout.quarantine`) when it failed, or by this failure: it
+    /// does not count against `maxFailures`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quarantined: bool,
 }
 
 /// Fleet-wide validation of a revision before anything is rolled out.
@@ -631,6 +669,11 @@ pub struct NodeNetworkConfigStatus {
     pub agent_version: Option<String>,
     /// Kernel features by name (`vrf`, `vlan`, `bridgeVlanFiltering`, …) and whether they work.
     pub kernel_capabilities: BTreeMap<String, bool>,
+    /// Written by the configurator, never by the agent: `Quarantined` while the node is quarantined
+    /// (`spec.rollout.quarantine`; the record itself is the annotation `netwave.dev/quarantined`, which
+    /// the agent cannot write).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -138,6 +138,8 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                 c.status = status;
                 upsert(&mut s.node_configs, c);
             }
+            // Quarantine is off in this bench: no node records or conditions are planned.
+            Intent::NodeRecord { .. } | Intent::NodeCondition { .. } => {}
             Intent::QueueNode { node, message, .. } => {
                 let mut c = NodeNetworkConfig::new(&node, NodeNetworkConfigSpec::placeholder());
                 c.metadata.uid = Some(format!("uid-nnc-{node}"));

@@ -73,6 +73,28 @@ pub struct Args {
     /// revision made the target again, or the sum of small steps. 100 only catches removing everything.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub destructive_threshold: u32,
+    /// Default for `spec.rollout.quarantine.afterConsecutiveFailures`; off when not given. A node that
+    /// failed this many revisions in a row, each provisioned by other nodes and failed by no other, is
+    /// quarantined: its failures stop counting against maxFailures, it keeps its last good config and
+    /// gets no new revision until an admin removes its NodeNetworkConfig's `netwave.dev/quarantined`
+    /// annotation. Off, one node whose agent reports Invalid on everything fails every revision (with
+    /// maxFailures 1: a veto over every change), which is the safe default for a node that is merely
+    /// broken.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub quarantine_after: Option<u32>,
+    /// Largest object the configurator writes, in bytes of JSON: the folded inputs of a revision (its
+    /// NetworkConfigInputs) and a node's config (its NodeNetworkConfig's spec.config). Inputs that fold
+    /// into more are not cut into a revision, and a revision with a larger node config fails validation,
+    /// each saying so, instead of a write the API server refuses forever. The default, 1 MiB, leaves a
+    /// third of etcd's default --max-request-bytes (1.5 MiB) for metadata, the agent's status and
+    /// etcd's framing; raise it only together with etcd's limit. At most 3 MiB (kube-apiserver refuses
+    /// larger requests whatever etcd takes).
+    #[arg(
+        long,
+        default_value_t = netwave_core::limits::DEFAULT_MAX_OBJECT_BYTES,
+        value_parser = clap::value_parser!(u64).range(1024..=netwave_core::limits::MAX_OBJECT_BYTES_CEILING)
+    )]
+    pub max_object_bytes: u64,
     /// Full reconcile at least this often even without changes.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
@@ -252,6 +274,11 @@ mod tests {
             parse(&["--underlay-mtu", "900"])
                 .unwrap_err()
                 .contains("--underlay-mtu")
+        );
+        assert!(
+            parse(&["--max-object-bytes", "4000000"])
+                .unwrap_err()
+                .contains("--max-object-bytes")
         );
     }
 }

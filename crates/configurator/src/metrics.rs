@@ -75,6 +75,8 @@ pub struct Metrics {
     pub tampered_specs: Family<KindLabels, Gauge>,
     /// Objects that do not decode as netwave's types, by kind (reported and skipped).
     pub undecodable_objects: Family<KindLabels, Gauge>,
+    /// Nodes quarantined (`spec.rollout.quarantine`): kept on their last good config until released.
+    pub quarantined_nodes: Gauge,
 }
 
 impl Default for Metrics {
@@ -98,6 +100,7 @@ impl Default for Metrics {
             inputs_pending: Gauge::default(),
             tampered_specs: Family::default(),
             undecodable_objects: Family::default(),
+            quarantined_nodes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("revisions", "Revisions by phase", m.revisions.clone());
@@ -182,6 +185,12 @@ impl Default for Metrics {
             "Objects that do not decode as netwave's types, by kind: reported (Event Undecodable) and \
              skipped",
             m.undecodable_objects.clone(),
+        );
+        registry.register(
+            "quarantined_nodes",
+            "Nodes quarantined for failing revisions other nodes provisioned (spec.rollout.quarantine): \
+             they get no new revision until an admin releases them",
+            m.quarantined_nodes.clone(),
         );
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.

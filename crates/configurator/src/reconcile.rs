@@ -14,17 +14,19 @@ use kube::Resource;
 use kube::runtime::events::EventType as KubeEventType;
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigInputs, NetworkConfigRevision,
-    NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
-    RolloutPolicy, ValidationResult,
+    InputStatus, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigInputs,
+    NetworkConfigRevision, NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec,
+    RevisionInputs, RolloutPolicy, ValidationResult,
 };
 use netwave_core::fleet::{self, FleetParams};
-use netwave_core::render::{InputKind, NodeInfo, RenderedNode};
+use netwave_core::limits::{self, InputsTooLarge};
+use netwave_core::render::{InputKind, InputRef, NodeInfo, RenderedNode};
 use netwave_core::revision::{self, Decision, ExistingRevision, InputSettle};
 use netwave_core::rollout::hold::{self, Footprint};
+use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{
-    self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef, Plan,
-    PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
+    self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef,
+    ObjectVerdict, Plan, PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
 use netwave_core::undecodable::{self, Holds, Kind, Undecodable};
 use netwave_core::{Sequence, Timestamp};
@@ -250,6 +252,8 @@ pub struct Outcome {
     pub tampered: Findings,
     /// The node configs as the step read them (placeholders left out); empty without a plan.
     pub configs: Vec<NodeConfigState>,
+    /// The current inputs (this hash) fold into more than one object can hold: no revision is cut.
+    pub too_large: Option<(String, InputsTooLarge)>,
 }
 
 pub fn now() -> Timestamp {
@@ -289,6 +293,7 @@ pub fn compute(
             inputs_pending: false,
             tampered: Findings::default(),
             configs: Vec::new(),
+            too_large: None,
         };
     }
     // 0. Specs someone edited. A revision that the current inputs can put back is put back before
@@ -307,6 +312,7 @@ pub fn compute(
             inputs_pending: false,
             tampered,
             configs: Vec::new(),
+            too_large: None,
         };
     }
     if !tampered.awaiting_inputs.is_empty() {
@@ -320,6 +326,7 @@ pub fn compute(
             inputs_pending: false,
             tampered,
             configs: Vec::new(),
+            too_large: None,
         };
     }
     // The nodes as render sees them (also for the hold of a revision cut now).
@@ -375,6 +382,14 @@ pub fn compute(
         }
         Decision::EqualsFailed { .. } | Decision::NoChange { .. } => settle.settled(),
     }
+    // Inputs no revision could hold are never cut: nothing is half-written (a revision whose inputs
+    // the API server refuses), the target rolls on, and the inputs' status says why.
+    let too_large = match &decision {
+        Decision::Create { .. } if settle_until.is_none() && holds.cutting.is_empty() => {
+            limits::check_inputs(&inputs, settings.fleet.max_object_bytes).err()
+        }
+        _ => None,
+    };
     match decision {
         // An input that cannot be decoded must not vanish from a new revision (its network would go
         // from every node): no revision is cut or reactivated meanwhile; the target rolls on.
@@ -385,6 +400,7 @@ pub fn compute(
                 info!(inputs = %hash, settle = ?settings.input_settle, "inputs changed: a revision is cut once they stop changing");
             }
         }
+        Decision::Create { .. } if too_large.is_some() => {}
         Decision::Create {
             name,
             sequence,
@@ -449,6 +465,7 @@ pub fn compute(
                 inputs_pending: false,
                 tampered,
                 configs: Vec::new(),
+                too_large: None,
             };
         }
         Decision::Reactivate { name, new_sequence } => {
@@ -484,6 +501,7 @@ pub fn compute(
                 inputs_pending: false,
                 tampered,
                 configs: Vec::new(),
+                too_large: None,
             };
         }
         Decision::EqualsFailed { name } => {
@@ -563,22 +581,34 @@ pub fn compute(
         }
         rendered.insert(name, r);
     }
-    let statuses = current.map_or_else(Vec::new, |name| {
-        let errors = rendered
-            .get(&name)
-            .map(|r| r.validation.errors.clone())
-            .or_else(|| {
-                revisions
-                    .iter()
-                    .find(|r| r.metadata.name.as_deref() == Some(&name))
-                    .and_then(|r| r.status.as_ref())
-                    .map(|st| st.validation.errors.clone())
-            })
-            .unwrap_or_default();
+    let statuses = if let Some(problem) = &too_large {
         let verdicts = cache.verdicts(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
         used.insert((hash.clone(), fingerprint));
-        input_statuses(s, &verdicts, &name, &errors, now)
-    });
+        let problem = problem.to_string();
+        input_statuses(s, &verdicts, |verdict, generation, old| {
+            rollout::input_status_uncut(verdict, &problem, generation, old, now)
+        })
+    } else {
+        current.map_or_else(Vec::new, |name| {
+            let errors = rendered
+                .get(&name)
+                .map(|r| r.validation.errors.clone())
+                .or_else(|| {
+                    revisions
+                        .iter()
+                        .find(|r| r.metadata.name.as_deref() == Some(&name))
+                        .and_then(|r| r.status.as_ref())
+                        .map(|st| st.validation.errors.clone())
+                })
+                .unwrap_or_default();
+            let verdicts =
+                cache.verdicts(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
+            used.insert((hash.clone(), fingerprint));
+            input_statuses(s, &verdicts, |verdict, generation, old| {
+                rollout::input_status(verdict, &name, &errors, generation, old, now)
+            })
+        })
+    };
     cache.retain(&used);
 
     // 4. Step and translate the plan.
@@ -590,6 +620,13 @@ pub fn compute(
             .and_then(|r| r.metadata.uid.clone())
     };
     let mut intents = Vec::new();
+    // Node records first: a quarantine is on record before the failure it makes not count.
+    for r in &plan.records {
+        intents.push(Intent::NodeRecord {
+            node: r.node.clone(),
+            record: r.record.clone(),
+        });
+    }
     for h in &plan.holds {
         let resource_version = revisions
             .iter()
@@ -660,6 +697,7 @@ pub fn compute(
         .min();
     intents.extend(unrestorable_revision_events(s, &tampered));
     intents.extend(placeholders(s, &eligible, &plan));
+    intents.extend(quarantine_conditions(s, &plan, now));
     // Last: the input objects' status never holds up a rollout write.
     intents.extend(statuses);
     Outcome {
@@ -670,6 +708,7 @@ pub fn compute(
         inputs_pending: settle_until.is_some(),
         tampered,
         configs: input.configs,
+        too_large: too_large.map(|t| (hash, t)),
     }
 }
 
@@ -729,14 +768,45 @@ fn placeholders(s: &Snapshot, nodes: &BTreeMap<&str, bool>, plan: &Plan) -> Vec<
     out
 }
 
+/// The `Quarantined` condition of every node config whose stored one differs from what its record
+/// (after this plan) says: set while quarantined, put back if its agent removed it, removed once an
+/// admin released the node.
+fn quarantine_conditions(s: &Snapshot, plan: &Plan, now: Timestamp) -> Vec<Intent> {
+    let mut out = Vec::new();
+    for c in s.node_configs.iter().filter(|c| live(c.as_ref())) {
+        let Some(name) = c.metadata.name.as_deref() else {
+            continue;
+        };
+        let stored = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
+        let record = plan
+            .records
+            .iter()
+            .find(|r| r.node == name)
+            .map_or(&stored, |r| &r.record);
+        let current = c
+            .status
+            .as_ref()
+            .map_or(&[][..], |st| st.conditions.as_slice());
+        let want = quarantine::condition(name, record, current, now);
+        let have = current
+            .iter()
+            .find(|c| c.type_ == netwave_api::QUARANTINED_CONDITION);
+        if want.as_ref() != have {
+            out.push(Intent::NodeCondition {
+                node: name.to_string(),
+                condition: want,
+            });
+        }
+    }
+    out
+}
+
 /// The status each live input object should carry, for the ones whose stored status differs: a status
 /// is written only when it changes, so a steady fleet costs no write at all.
 fn input_statuses(
     s: &Snapshot,
     verdicts: &InputVerdicts,
-    revision: &str,
-    revision_errors: &[String],
-    now: Timestamp,
+    judge: impl Fn(&ObjectVerdict, Option<i64>, Option<&InputStatus>) -> InputStatus,
 ) -> Vec<Intent> {
     let objects = (s
         .vrfs
@@ -764,14 +834,7 @@ fn input_statuses(
         let Some(verdict) = verdicts.get(kind, name) else {
             continue;
         };
-        let want = rollout::input_status(
-            verdict,
-            revision,
-            revision_errors,
-            meta.generation,
-            old,
-            now,
-        );
+        let want = judge(verdict, meta.generation, old);
         if old != Some(&want) {
             out.push(Intent::InputStatus {
                 kind,
@@ -781,6 +844,22 @@ fn input_statuses(
         }
     }
     out
+}
+
+fn uid_of_input(s: &Snapshot, o: &InputRef) -> Option<String> {
+    let name = Some(o.name.as_str());
+    match o.kind {
+        InputKind::Vrf => (s.vrfs.iter().find(|x| x.metadata.name.as_deref() == name))
+            .and_then(|x| x.metadata.uid.clone()),
+        InputKind::Layer2 => (s
+            .layer2s
+            .iter()
+            .find(|x| x.metadata.name.as_deref() == name))
+        .and_then(|x| x.metadata.uid.clone()),
+        InputKind::RoutingTable => (s.routing_tables.iter())
+            .find(|x| x.metadata.name.as_deref() == name)
+            .and_then(|x| x.metadata.uid.clone()),
+    }
 }
 
 fn uid_of_revision(s: &Snapshot, name: &str) -> Option<String> {
@@ -996,6 +1075,20 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
             metrics.rollbacks.inc();
         }
     }
+    let quarantined =
+        s.node_configs
+            .iter()
+            .filter(|c| live(c.as_ref()))
+            .filter(|c| {
+                let name = c.metadata.name.as_deref().unwrap_or_default();
+                match plan.records.iter().find(|r| r.node == name) {
+                    Some(r) => r.record.is_quarantined(),
+                    None => NodeRecord::from_annotations(c.metadata.annotations.as_ref())
+                        .is_quarantined(),
+                }
+            })
+            .count();
+    metrics.quarantined_nodes.set(quarantined as i64);
     for e in &plan.events {
         if e.reason == rollout::EventReason::NodeFailed {
             metrics.node_failures.inc();
@@ -1147,6 +1240,9 @@ pub struct Reconciler {
     liveness: Option<Liveness>,
     /// Objects seen not decoding: the error logged for each, and whether this replica wrote its Event.
     undecodable_seen: BTreeMap<(Kind, String), (String, bool)>,
+    /// Inputs (by hash) too large to become a revision: last logged, and last told in an Event.
+    too_large_logged: Option<String>,
+    too_large_evented: Option<String>,
 }
 
 /// A revision status write that only moves counters (and the words and progress stamp that follow
@@ -1200,7 +1296,42 @@ impl Reconciler {
             status_written: BTreeMap::new(),
             liveness: None,
             undecodable_seen: BTreeMap::new(),
+            too_large_logged: None,
+            too_large_evented: None,
         }
+    }
+
+    /// Inputs too large to become a revision: one log line per replica and one Event (on the largest
+    /// object) from the leader per occurrence, not one of each per reconcile.
+    fn report_too_large(&mut self, s: &Snapshot, outcome: &mut Outcome) {
+        let hash = outcome.too_large.as_ref().map(|(h, _)| h.as_str());
+        let problem = outcome.too_large.as_ref().map(|(_, p)| p);
+        if revision::equals_failed_notice(self.too_large_logged.as_deref(), hash).is_some()
+            && let Some(p) = problem
+        {
+            warn!(inputs = ?hash, bytes = p.bytes, limit = p.limit, "{p}");
+        }
+        self.too_large_logged = hash.map(str::to_string);
+        if !self.writer.is_leader() {
+            return;
+        }
+        if revision::equals_failed_notice(self.too_large_evented.as_deref(), hash).is_some()
+            && let Some(p) = problem
+            && let Some(largest) = p.largest()
+        {
+            outcome.intents.push(Intent::Event {
+                regarding: object_ref(
+                    largest.kind.as_str(),
+                    &largest.name,
+                    uid_of_input(s, largest),
+                ),
+                type_: KubeEventType::Warning,
+                reason: limits::REASON.into(),
+                action: "Revision".into(),
+                note: p.to_string(),
+            });
+        }
+        self.too_large_evented = hash.map(str::to_string);
     }
 
     /// Objects that do not decode: one log line per object and error in every replica, one Event on
@@ -1360,6 +1491,7 @@ impl Reconciler {
         drop(_g);
         let mut outcome = outcome;
         self.report_undecodable(&snapshot, &mut outcome.intents);
+        self.report_too_large(&snapshot, &mut outcome);
         if self.writer.is_leader() {
             if let Some(name) = revision::equals_failed_notice(
                 self.reported_equals_failed.as_deref(),

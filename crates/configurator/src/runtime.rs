@@ -31,9 +31,11 @@ pub fn settings(args: &Args) -> Settings {
             progress_deadline_seconds: args.progress_deadline.as_secs() as u32,
             revision_history_limit: args.revision_history_limit as usize,
             destructive_threshold: args.destructive_threshold,
+            quarantine_after: args.quarantine_after,
         },
         fleet: FleetParams {
             underlay_mtu: args.underlay_mtu,
+            max_object_bytes: args.max_object_bytes,
             ..FleetParams::default()
         },
         resync: args.resync_interval,

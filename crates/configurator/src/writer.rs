@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
@@ -18,6 +19,7 @@ use netwave_api::{
 };
 use netwave_core::render::InputKind;
 use netwave_core::revision::{DESTRUCTIVE_CHANGE_ANNOTATION, DESTRUCTIVE_CHANGE_BASIS_ANNOTATION};
+use netwave_core::rollout::NodeRecord;
 use netwave_core::rollout::hold::HoldRecord;
 use serde_json::json;
 use tokio::time::Instant;
@@ -70,6 +72,15 @@ pub enum Intent {
         name: String,
         sequence: u64,
         at: String,
+    },
+    /// A node's record (failure streak, quarantine; `rollout::quarantine`): both annotations of its
+    /// NodeNetworkConfig, a missing one removed. The agent cannot write them.
+    NodeRecord { node: String, record: NodeRecord },
+    /// The `Quarantined` condition of a node's NodeNetworkConfig status (`None`: none), server-side
+    /// applied by the configurator, which owns only that field of the status.
+    NodeCondition {
+        node: String,
+        condition: Option<Condition>,
     },
     /// Server-side apply of a node's whole spec (creates the NNC if missing) and its assignment time.
     ApplyNodeConfig {
@@ -129,6 +140,8 @@ impl Intent {
             | Intent::DeleteNodeConfig { name } => {
                 format!("nnc/{name}")
             }
+            Intent::NodeRecord { node, .. } => format!("nnc-record/{node}"),
+            Intent::NodeCondition { node, .. } => format!("nnc-condition/{node}"),
             Intent::Event {
                 regarding, reason, ..
             } => {
@@ -345,7 +358,15 @@ fn log_done(intent: &Intent) {
                 EventType::Normal => info!(%object, %reason, "{note}"),
             }
         }
+        // The NodeQuarantined or NodeFailed Event written with it is the line for a person.
+        Intent::NodeRecord { node, record } => debug!(
+            %node,
+            streak = record.streak.len(),
+            quarantined = record.is_quarantined(),
+            "node record written"
+        ),
         Intent::RestoreRevisionSpec { .. }
+        | Intent::NodeCondition { .. }
         | Intent::HoldRevision { .. }
         | Intent::ApplyNodeConfig { .. }
         | Intent::RevisionStatus { .. }
@@ -637,6 +658,33 @@ impl Writer {
                 });
                 let written = nncs.patch(node, &apply, &Patch::Apply(&patch)).await?;
                 mark_pending(&nncs, &written).await
+            }
+            Intent::NodeRecord { node, record } => {
+                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
+                let annotations: serde_json::Map<String, serde_json::Value> = record
+                    .annotations()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
+                    .collect();
+                let patch = json!({ "metadata": { "annotations": annotations } });
+                let pp = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PatchParams::default()
+                };
+                nncs.patch(node, &pp, &Patch::Merge(&patch)).await.map(drop)
+            }
+            Intent::NodeCondition { node, condition } => {
+                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
+                let conditions: Vec<&Condition> = condition.iter().collect();
+                let patch = json!({
+                    "apiVersion": "netwave.dev/v1alpha1",
+                    "kind": "NodeNetworkConfig",
+                    "status": { "conditions": conditions },
+                });
+                match nncs.patch_status(node, &apply, &Patch::Apply(&patch)).await {
+                    Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
+                    other => other.map(drop),
+                }
             }
             Intent::RevisionStatus { name, status } => {
                 let patch = json!({

@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -20,47 +19,6 @@ use netwave_runtime::decoded::Decoded;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// `kubectl …` from the repository root that must succeed.
-fn kubectl(env: &Env, args: &[&str]) {
-    let out = env
-        .cp()
-        .kubectl()
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// netwave's install without the workloads' images mattering (`deploy/base`: CRDs, service accounts,
-/// RBAC, the agents' admission policy), and a client holding the pod-bound token the kubelet would mount
-/// into the agent's pod on `node`.
-async fn agent_on(env: &Env, node: &str) -> Client {
-    kubectl(env, &["apply", "-k", "deploy/base"]);
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "netwave-system");
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": format!("netwave-agent-{node}")},
-        "spec": {"nodeName": node, "serviceAccountName": "netwave-agent",
-                 "containers": [{"name": "agent", "image": "netwave-agent"}]},
-    }))
-    .unwrap();
-    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
-    let token = env
-        .cp()
-        .service_account_token(&env.client, "netwave-system", "netwave-agent", Some(&pod))
-        .await
-        .unwrap();
-    env.cp().client_with_token(&token).await.unwrap()
-}
 
 /// netwave's CRDs with the `maximum` of one field (`pointer` into the schema of the CRD committed as
 /// `file`) taken out: the schema before that bound existed.

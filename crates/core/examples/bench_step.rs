@@ -35,6 +35,7 @@ fn policy() -> RolloutPolicy {
         }),
         topology_key: Some("topology.kubernetes.io/zone".into()),
         max_unavailable_per_domain: Some(IntOrString::Int(20)),
+        quarantine: None,
     }
 }
 

@@ -65,12 +65,15 @@ impl UnderlayFamily {
     }
 }
 
-/// Facts about the fabric validation needs that are not in the inputs.
+/// Facts about the fabric and the cluster validation needs that are not in the inputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FleetParams {
     /// MTU of the underlay interfaces VXLAN packets leave through.
     pub underlay_mtu: u32,
     pub underlay_family: UnderlayFamily,
+    /// Largest node config (`spec.config` of a NodeNetworkConfig, as JSON) one object may hold
+    /// ([`crate::limits`]).
+    pub max_object_bytes: u64,
 }
 
 impl Default for FleetParams {
@@ -78,6 +81,7 @@ impl Default for FleetParams {
         FleetParams {
             underlay_mtu: DEFAULT_UNDERLAY_MTU,
             underlay_family: UnderlayFamily::Ipv4,
+            max_object_bytes: crate::limits::DEFAULT_MAX_OBJECT_BYTES,
         }
     }
 }
@@ -110,6 +114,8 @@ pub enum Check {
     SbrPrefixConflict,
     /// A rendered node config the agent's model refuses (the net under the checks above).
     NodeConfig,
+    /// A rendered node config larger than one NodeNetworkConfig may hold ([`crate::limits`]).
+    NodeConfigTooLarge,
     /// Warning: the object is on no node.
     SelectsNoNode,
     /// Warning: RoutingTables share a table id on a node.
@@ -142,6 +148,7 @@ impl Check {
             Check::LoopbackOverlap => "LoopbackOverlap",
             Check::SbrPrefixConflict => "SbrPrefixConflict",
             Check::NodeConfig => "NodeConfig",
+            Check::NodeConfigTooLarge => "NodeConfigTooLarge",
             Check::SelectsNoNode => "SelectsNoNode",
             Check::SharedRoutingTable => "SharedRoutingTable",
             Check::NoNodes => "NoNodes",
@@ -233,8 +240,9 @@ pub struct Checked {
 }
 
 /// Renders a revision and validates it: [`validate`] over the inputs, then the agent's own model
-/// ([`dataplane::desired`]) over every distinct rendered node config, so a config an agent would refuse
-/// blocks the revision before any node gets it. The input checks name the object and field; the
+/// ([`dataplane::desired`]) and the size limit ([`crate::limits`]) over every distinct rendered node
+/// config, so a config an agent would refuse, or one no NodeNetworkConfig can hold, blocks the revision
+/// before any node gets it. The input checks name the object and field; the
 /// rendered-config check is the net under them and names the node config's field and the nodes.
 /// Node-local agent settings (name prefixes, protected interfaces, a VLAN trunk) and kernel features
 /// are not known here; the agent still checks those.
@@ -247,7 +255,7 @@ pub fn render_and_validate(
     // Only invalid selectors fail rendering, and `validate` reports those as errors.
     let rendered = crate::render::render(inputs, nodes).unwrap_or_default();
     if validation.errors.is_empty() {
-        validation.errors = rendered_configs(&rendered);
+        validation.errors = rendered_configs(&rendered, inputs, nodes, params.max_object_bytes);
     }
     Checked {
         nodes: rendered,
@@ -255,8 +263,13 @@ pub fn render_and_validate(
     }
 }
 
-/// [`dataplane::desired`] over each distinct rendered config (by `configHash`).
-fn rendered_configs(rendered: &BTreeMap<String, RenderedNode>) -> Vec<Finding> {
+/// The size limit, then [`dataplane::desired`], over each distinct rendered config (by `configHash`).
+fn rendered_configs(
+    rendered: &BTreeMap<String, RenderedNode>,
+    inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+    max_bytes: u64,
+) -> Vec<Finding> {
     let mut by_hash: BTreeMap<&str, (&RenderedNode, Vec<String>)> = BTreeMap::new();
     for (node, r) in rendered {
         by_hash
@@ -265,7 +278,81 @@ fn rendered_configs(rendered: &BTreeMap<String, RenderedNode>) -> Vec<Finding> {
             .1
             .push(node.clone());
     }
-    refused_configs(by_hash.into_values().map(|(r, nodes)| (r.config(), nodes)))
+    let configs: Vec<(NodeConfig, Vec<String>)> = by_hash
+        .into_values()
+        .map(|(r, nodes)| (r.config(), nodes))
+        .collect();
+    let mut out = oversized_configs(&configs, inputs, nodes, max_bytes);
+    out.extend(refused_configs(configs.into_iter()));
+    out.sort();
+    out
+}
+
+/// One finding per config larger than `max_bytes` as JSON: its size, the limit and the largest input
+/// objects its nodes get, and the nodes. Such a config could never be written (the API server refuses
+/// the NodeNetworkConfig), so the revision fails validation instead of its rollout stalling there.
+fn oversized_configs(
+    configs: &[(NodeConfig, Vec<String>)],
+    inputs: &RevisionInputs,
+    nodes: &[NodeInfo],
+    max_bytes: u64,
+) -> Vec<Finding> {
+    use crate::limits::{Bytes, LARGEST_SHOWN, contributors, json_bytes};
+    let oversized: Vec<(u64, &Vec<String>)> = configs
+        .iter()
+        .map(|(config, names)| (json_bytes(config), names))
+        .filter(|(bytes, _)| *bytes > max_bytes)
+        .collect();
+    if oversized.is_empty() {
+        return Vec::new();
+    }
+    let ix = Index::build(inputs, nodes);
+    let mut out = Vec::new();
+    for (bytes, names) in oversized {
+        // What these nodes get: every node of a config selects the same objects, so the first says.
+        let group = names.first().and_then(|first| {
+            let n = ix.nodes.iter().position(|n| &n.name == first)? as u32;
+            ix.groups.iter().find(|g| g.nodes.contains(&n))
+        });
+        let selected = |o: &InputRef| {
+            let sel = match o.kind {
+                InputKind::Vrf => ix
+                    .vrfs
+                    .iter()
+                    .position(|v| v.name == o.name)
+                    .map(|i| ix.vrf_sel[i]),
+                InputKind::Layer2 => ix
+                    .l2s
+                    .iter()
+                    .position(|v| v.name == o.name)
+                    .map(|i| ix.l2_sel[i]),
+                InputKind::RoutingTable => ix
+                    .rts
+                    .iter()
+                    .position(|v| v.name == o.name)
+                    .map(|i| ix.rt_sel[i]),
+            };
+            group.is_some_and(|g| sel.is_some_and(|s| g.has(s)))
+        };
+        let mut largest = contributors(inputs, selected);
+        largest.truncate(LARGEST_SHOWN);
+        out.push(Finding {
+            check: Check::NodeConfigTooLarge,
+            objects: Vec::new(),
+            field: None,
+            message: format!(
+                "the node config these nodes would get (spec.config of their NodeNetworkConfig) is {}, \
+                 over the limit of {} set by --max-object-bytes (etcd refuses objects over 1.5 MiB by \
+                 default): no node gets this revision; shrink the objects these nodes get, or select \
+                 fewer of them onto each node; the largest are {}",
+                Bytes(bytes),
+                Bytes(max_bytes),
+                crate::limits::listed(&largest)
+            ),
+            nodes: names.clone(),
+        });
+    }
+    out
 }
 
 /// One finding per config the agent's model refuses — its kernel objects ([`dataplane::desired`]) or

@@ -5,6 +5,7 @@
 //!  inputs (VRF, L2, RT specs) + nodes ──► revision::  canonical hash, when to create a revision
 //!                                    ──► render::    one NodeConfig + configHash per node
 //!                                    ──► fleet::     fleet-wide validation (errors block, warnings shown)
+//!                                    ──► limits::    folded inputs and node configs fit one etcd object
 //!  revisions + nodes + NNCs + now    ──► rollout::   step() -> Plan { assignments, status, events, report }
 //!                                        sim::       (feature `sim`) seeded fleet simulator for tests
 //!  configurator replica's caches + loop ──► leadership:: may it hold the leader Lease (fitness)
@@ -15,6 +16,7 @@ pub mod dataplane;
 pub mod fleet;
 pub mod frr;
 pub mod leadership;
+pub mod limits;
 pub mod render;
 pub mod revision;
 pub mod rollout;

@@ -111,19 +111,27 @@
 //!   good revision's (node, object) placements off the nodes, or all of them, is halted like a paused
 //!   one until an admin resumes it; the step records the hold (`spec.paused`, annotations) before
 //!   anything else ([`hold`] says what is measured and what approval means).
+//! - **Quarantine** (opt-in, #27): a node that failed `quarantine.afterConsecutiveFailures` revisions in
+//!   a row that other nodes provisioned is quarantined: its failures stop counting against
+//!   `maxFailures`, it keeps its last good config and gets nothing new until an admin releases it; a
+//!   node that failed the last revisions gets the next one last ([`quarantine`] says why and where
+//!   the record lives).
 
 mod accepted;
 pub mod hold;
 mod input;
 mod plan;
 mod policy;
+pub mod quarantine;
 mod status;
 mod step;
 mod time;
 mod vocab;
 mod world;
 
-pub use accepted::{InputVerdicts, ObjectVerdict, input_status, input_verdicts};
+pub use accepted::{
+    InputVerdicts, ObjectVerdict, input_status, input_status_uncut, input_verdicts,
+};
 pub use input::{
     AgentPhase, AgentReport, AssignedSpec, InputError, NodeConfigState, NodeState, RenderedHashes,
     RevisionState, RolloutInput,
@@ -135,6 +143,7 @@ pub use plan::{
 pub use policy::{
     Budget, BudgetError, CanaryNodes, CanaryPolicy, Policy, PolicyDefaults, PolicyError, resolve,
 };
+pub use quarantine::{NodeRecord, RecordUpdate};
 pub use step::{last_good, revisions_to_render, step};
 pub use time::TimeError;
 pub use vocab::{CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, reasons};

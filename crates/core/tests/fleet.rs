@@ -323,6 +323,7 @@ fn mtu_must_leave_room_for_vxlan_overhead_on_the_underlay() {
     let small = FleetParams {
         underlay_mtu: 9000,
         underlay_family: UnderlayFamily::Ipv4,
+        ..FleetParams::default()
     };
     let v = validate(&inputs(vec![], vec![seg.clone()], vec![]), &nodes(), &small);
     let text = only_error(&v, Check::MtuExceedsUnderlay);
@@ -337,6 +338,7 @@ fn mtu_must_leave_room_for_vxlan_overhead_on_the_underlay() {
     let v4 = FleetParams {
         underlay_mtu: 9050,
         underlay_family: UnderlayFamily::Ipv4,
+        ..FleetParams::default()
     };
     let v6 = FleetParams {
         underlay_family: UnderlayFamily::Ipv6,

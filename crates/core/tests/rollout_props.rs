@@ -17,10 +17,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use netwave_api::{Canary, FailedNode, RolloutPolicy};
+use netwave_api::{Canary, FailedNode, Quarantine, RolloutPolicy};
+use netwave_core::Sequence;
 use netwave_core::Timestamp;
 use netwave_core::render::{InputKind, InputRef};
 use netwave_core::rollout::hold;
+use netwave_core::rollout::quarantine::{NodeRecord, StreakEntry};
 use netwave_core::rollout::{
     AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan, Write,
     is_in_flight, resolve, step,
@@ -54,6 +56,9 @@ struct RevGen {
     /// 0: no hold on record; 1: a hold with the basis against the last good revision; 2: a hold with
     /// another basis.
     hold: u8,
+    /// `quarantine.afterConsecutiveFailures` (off when `None`); with it, every other failure on record
+    /// is flagged as a quarantined node's.
+    quarantine: Option<u8>,
 }
 
 fn rev_gen() -> impl Strategy<Value = RevGen> {
@@ -76,7 +81,7 @@ fn rev_gen() -> impl Strategy<Value = RevGen> {
             proptest::option::of(0u16..200),
             proptest::option::of(0u16..2000),
         ),
-        (0u8..5, 0u8..3),
+        (0u8..5, 0u8..3, proptest::option::of(1u8..4)),
     )
         .prop_map(
             |(
@@ -84,7 +89,7 @@ fn rev_gen() -> impl Strategy<Value = RevGen> {
                 (percent, budget, max_failures),
                 (canary, topology, per_domain),
                 (failed_mask, canaries_ago, progress_ago),
-                (content, hold),
+                (content, hold, quarantine),
             )| RevGen {
                 phase,
                 retry,
@@ -102,6 +107,7 @@ fn rev_gen() -> impl Strategy<Value = RevGen> {
                 progress_ago,
                 content,
                 hold,
+                quarantine,
             },
         )
 }
@@ -126,12 +132,14 @@ struct ConfigGen {
     observed_retry: u8,
     status_hash: Option<u8>,
     last_good: Option<u8>,
+    /// The configurator's record: 0, 1 none; 2 a streak of one revision; 3 quarantined.
+    record: u8,
 }
 
 fn node_gen() -> impl Strategy<Value = NodeGen> {
     let config = (
         (0u8..=MAX_REVS as u8, 0u8..2, proptest::option::of(0u8..4)),
-        (proptest::option::of(0u16..700), 0u8..5),
+        (proptest::option::of(0u16..700), 0u8..5, 0u8..4),
         (
             proptest::option::of(0u8..=MAX_REVS as u8),
             0u8..2,
@@ -142,7 +150,7 @@ fn node_gen() -> impl Strategy<Value = NodeGen> {
         .prop_map(
             |(
                 (spec_rev, spec_retry, spec_hash),
-                (assigned_ago, phase),
+                (assigned_ago, phase, record),
                 (observed_rev, observed_retry, status_hash, last_good),
             )| ConfigGen {
                 spec_rev,
@@ -154,6 +162,7 @@ fn node_gen() -> impl Strategy<Value = NodeGen> {
                 observed_retry,
                 status_hash,
                 last_good,
+                record,
             },
         );
     (0u8..10, 0u8..3, proptest::option::weighted(0.8, config)).prop_map(|(health, zone, config)| {
@@ -282,6 +291,9 @@ fn build(g: &WorldGen) -> Store {
                 .per_domain
                 .filter(|_| r.topology)
                 .map(|n| IntOrString::Int(n as i32)),
+            quarantine: r.quarantine.map(|n| Quarantine {
+                after_consecutive_failures: n as u32,
+            }),
         };
         rev.status.failed_nodes = (0..g.nodes.len())
             .filter(|i| r.failed_mask & (1 << i) != 0 && i % 3 == 0)
@@ -290,6 +302,7 @@ fn build(g: &WorldGen) -> Store {
                 reason: "ApplyFailed".into(),
                 message: String::new(),
                 at: Some(NOW.to_time()),
+                quarantined: r.quarantine.is_some() && (i / 3) % 2 == 1,
             })
             .collect();
         rev.status.canaries_updated_at = r
@@ -361,6 +374,20 @@ fn build(g: &WorldGen) -> Store {
                     last_good_revision: c.last_good.map(|r| rev_name(r % (revs + 1))),
                     reason: None,
                     message: None,
+                },
+                record: match c.record {
+                    2 => NodeRecord {
+                        streak: vec![StreakEntry {
+                            revision: rev_name(c.spec_rev % (revs + 1)),
+                            sequence: Sequence(c.spec_rev as u64),
+                        }],
+                        quarantined: None,
+                    },
+                    3 => NodeRecord {
+                        streak: Vec::new(),
+                        quarantined: Some("since then: generated".into()),
+                    },
+                    _ => NodeRecord::default(),
                 },
             },
         );
@@ -528,6 +555,38 @@ proptest! {
         }
     }
 
+    /// #27 item 10: a quarantined node gets no new revision (only a rollback to the last good one), and
+    /// a failure goes uncounted only when its node is quarantined on record once the plan's records
+    /// are written (records go first). With quarantine off in every policy, nothing is flagged.
+    #[test]
+    fn a_quarantined_node_gets_nothing_new_and_only_its_failures_go_uncounted(g in world_gen()) {
+        let store = build(&g);
+        let plan = step(&store.input(), NOW);
+        for a in &plan.assignments {
+            let quarantined = store.configs.get(&a.node).is_some_and(|c| c.record.is_quarantined());
+            prop_assert!(
+                !quarantined || a.reason == AssignReason::Rollback,
+                "quarantined {} moved to {} ({:?})", a.node, a.revision, a.reason
+            );
+        }
+        let mut after = store.clone();
+        for r in &plan.records {
+            after.apply(Write::Record(r)).expect("record applies");
+        }
+        for u in &plan.status_updates {
+            let before = &store.revisions[&u.revision].status.failed_nodes;
+            for f in u.status.failed_nodes.iter().filter(|f| f.quarantined) {
+                if before.iter().any(|b| b.node == f.node && b.quarantined) {
+                    continue;
+                }
+                prop_assert!(
+                    after.configs.get(&f.node).is_some_and(|c| c.record.is_quarantined()),
+                    "{}'s failure of {} flagged, node not quarantined", f.node, u.revision
+                );
+            }
+        }
+    }
+
     /// DESIGN.md §6 **A held change stays held**, over arbitrary worlds.
     #[test]
     fn no_node_is_moved_to_a_destructive_revision_an_admin_did_not_approve(g in world_gen()) {
@@ -608,6 +667,7 @@ fn writes_come_in_a_safe_order() {
         progress_ago: None,
         content: 0,
         hold: 0,
+        quarantine: None,
     };
     let store = build(&WorldGen {
         revisions: vec![
@@ -641,11 +701,12 @@ fn writes_come_in_a_safe_order() {
     let kinds: Vec<u8> = plan
         .writes()
         .map(|w| match w {
-            Write::Hold(_) => 0,
-            Write::Status(_) => 1,
-            Write::Assign(_) => 2,
-            Write::DeleteConfig(_) => 3,
-            Write::DeleteRevision(_) => 4,
+            Write::Record(_) => 0,
+            Write::Hold(_) => 1,
+            Write::Status(_) => 2,
+            Write::Assign(_) => 3,
+            Write::DeleteConfig(_) => 4,
+            Write::DeleteRevision(_) => 5,
         })
         .collect();
     assert!(!kinds.is_empty());

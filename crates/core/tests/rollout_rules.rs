@@ -1087,6 +1087,7 @@ fn invalid_is_at_rest_only_for_the_config_it_judged() {
             config_hash: Some("h1".into()),
             ..AgentReport::default()
         },
+        ..NodeConfigState::default()
     };
     assert!(!is_in_flight(&config("h2", Some("h2"))));
     // Agents that do not report the judged hash: the revision and retry decide, as before.

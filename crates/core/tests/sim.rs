@@ -24,6 +24,8 @@ struct Totals {
     holds: u32,
     approvals: u32,
     reactivations: u32,
+    quarantines: u32,
+    releases: u32,
     converged: u32,
 }
 
@@ -39,6 +41,8 @@ impl Totals {
         self.holds += o.holds;
         self.approvals += o.approvals;
         self.reactivations += o.reactivations;
+        self.quarantines += o.quarantines;
+        self.releases += o.releases;
         self.converged += o.final_target.is_some() as u32;
     }
 }
@@ -67,6 +71,8 @@ fn run_range(seeds: Range<u64>) -> Totals {
         totals.holds > 0 && totals.approvals > 0 && totals.reactivations > 0,
         "{totals:?}"
     );
+    // Hostile nodes and failing ones were quarantined (#27 item 10), and admins released some.
+    assert!(totals.quarantines > 0 && totals.releases > 0, "{totals:?}");
     totals
 }
 
@@ -115,6 +121,48 @@ fn without_faults_every_node_converges_to_the_target() {
             (0, 0, 0),
             "seed {seed}"
         );
+    }
+}
+
+/// #27 item 10 in the simulator: one node's agent turns hostile (reports `Invalid` on every config
+/// it is given) a third into the run, with maxFailures 1 and no other fault. Without the quarantine
+/// policy it vetoes every revision cut after that: the fleet ends on an older one. With
+/// `afterConsecutiveFailures: 2` it is quarantined once it failed two revisions the others provisioned,
+/// no revision fails after that, and the fleet settles on its target (the simulator's invariants: every
+/// node but the quarantined one updated).
+#[test]
+fn a_hostile_node_vetoes_every_revision_unless_quarantine_is_on() {
+    for seed in 0..20 {
+        let run = |quarantine: Option<u32>| {
+            let mut cfg = SimConfig::random(seed, 12).without_faults();
+            cfg.new_revision = 0.1;
+            cfg.reactivate = 0.0;
+            cfg.destructive_revision = 0.0;
+            cfg.policy.max_failures = Some(1);
+            cfg.policy.canary = None;
+            cfg.policy.quarantine = quarantine.map(|n| netwave_api::Quarantine {
+                after_consecutive_failures: n,
+            });
+            cfg.hostile = Some("node-000".into());
+            cfg.hostile_from = 50;
+            Fleet::new(cfg).run().unwrap_or_else(|v| panic!("{v}"))
+        };
+        let off = run(None);
+        let newest = format!("r{:03}", off.revisions);
+        assert_eq!(off.quarantines, 0, "seed {seed}");
+        assert!(off.failed_revisions >= 3, "seed {seed}: {off:?}");
+        assert_ne!(
+            off.final_target.as_deref(),
+            Some(newest.as_str()),
+            "seed {seed}: vetoed, the fleet ends on an older revision: {off:?}"
+        );
+        let on = run(Some(2));
+        assert_eq!(on.quarantines, 1, "seed {seed}: {on:?}");
+        assert_eq!(
+            on.failed_while_quarantined, 0,
+            "seed {seed}: nothing fails once it is quarantined: {on:?}"
+        );
+        assert!(on.final_target.is_some(), "seed {seed}");
     }
 }
 

@@ -1,4 +1,4 @@
-//! The writes: `pause`, `resume`, `retry`, `undo`, `abort`. Each names what it changes before it does,
+//! The writes: `pause`, `resume`, `retry`, `undo`, `abort`, `release`. Each names what it changes before it does,
 //! writes with the field manager `kubectl-netwave` (so `status` can say who paused), and leaves every
 //! decision about nodes to the configurator.
 //!
@@ -10,6 +10,8 @@
 //!                      ──► server-side apply of each created/changed object (forced), then a merge patch
 //!                          removing spec fields other managers still own, then deletes
 //!   abort        ──► pause the target, then undo to the last good revision
+//!   release      ──► merge patch removing a NodeNetworkConfig's netwave.dev/quarantined annotation
+//!                      (resourceVersion precondition)
 //! ```
 
 use std::collections::BTreeMap;
@@ -28,7 +30,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::cli::{AbortArgs, Output, TargetArgs, UndoArgs};
+use crate::cli::{AbortArgs, Output, ReleaseArgs, TargetArgs, UndoArgs};
 use crate::cluster::{self, FIELD_MANAGER, name};
 use crate::output::emit;
 use crate::{Exit, Term};
@@ -88,6 +90,47 @@ pub async fn pause(
             "resumed {rname} (seq {seq}): the rollout continues (`kubectl netwave status -w` follows it)"
         )?;
     }
+    Ok(Exit::Success)
+}
+
+/// `release NODE`: lifts a quarantine (`rollout::quarantine`) by removing the annotation that records
+/// it, over the object as read.
+pub async fn release(
+    client: &Client,
+    args: ReleaseArgs,
+    term: &mut Term<'_>,
+) -> anyhow::Result<Exit> {
+    let api = Api::<netwave_api::NodeNetworkConfig>::all(client.clone());
+    let node = args.node.as_str();
+    let nnc = api
+        .get(node)
+        .await
+        .with_context(|| format!("reading NodeNetworkConfig {node}"))?;
+    let annotations = nnc.metadata.annotations.clone().unwrap_or_default();
+    let Some(note) = annotations.get(netwave_api::QUARANTINED_ANNOTATION) else {
+        writeln!(term.out, "{node} is not quarantined: nothing to do")?;
+        return Ok(Exit::Success);
+    };
+    api.patch(
+        node,
+        &patch_params(),
+        &Patch::Merge(json!({"metadata": {
+            "resourceVersion": nnc.metadata.resource_version,
+            "annotations": {netwave_api::QUARANTINED_ANNOTATION: null},
+        }})),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "removing {} of {node} (it changed meanwhile? run again)",
+            netwave_api::QUARANTINED_ANNOTATION
+        )
+    })?;
+    writeln!(
+        term.out,
+        "released {node} (quarantined {note}): it gets the next revision like any node, and its \
+         failures count again"
+    )?;
     Ok(Exit::Success)
 }
 

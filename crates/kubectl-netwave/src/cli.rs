@@ -25,6 +25,7 @@ Typical session:
   kubectl netwave diff 6 7           which nodes a change touches, and how
   kubectl netwave undo --to 6        bring revision 6's inputs back (asks for --yes)
   kubectl netwave plan -f ./network  what applying a directory of manifests would do (writes nothing)
+  kubectl netwave release node-7     give a quarantined node new revisions again
 
 Listings take -o json or -o yaml. Exit codes: 0 done; 1 an error (said on stderr), or `status -w \
 --until-done` saw the revision fail; 2 a usage error, or undo/abort stopped for want of --yes; 130 \
@@ -76,6 +77,27 @@ pub enum Command {
     /// What applying a directory of manifests would do: per-node changes, validation, waves. Writes nothing.
     #[command(long_about = PLAN_HELP)]
     Plan(PlanArgs),
+    /// Release a quarantined node (spec.rollout.quarantine): it gets new revisions again.
+    #[command(long_about = RELEASE_HELP)]
+    Release(ReleaseArgs),
+}
+
+const RELEASE_HELP: &str = "\
+Release a node the configurator quarantined (spec.rollout.quarantine, or its --quarantine-after): a node that \
+failed that many revisions in a row which other nodes provisioned. While quarantined it keeps its last good \
+config, gets no new revision, and its failures do not count against maxFailures; its NodeNetworkConfig says \
+so (annotation netwave.dev/quarantined, condition Quarantined) and the gauge netwave_quarantined_nodes \
+counts it.
+
+Release removes the annotation (the same as `kubectl annotate nnc NODE netwave.dev/quarantined-`). The node \
+is then trusted like any other: it gets the next revision, and its failures count again. A revision it \
+failed is not given to it again unless that revision is retried (`kubectl netwave retry`). Find out why it \
+failed first (`kubectl describe nnc NODE`): a compromised agent is released into a veto again.";
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The node (its NodeNetworkConfig has the same name).
+    pub node: String,
 }
 
 const STATUS_HELP: &str = "\
@@ -247,6 +269,9 @@ pub struct PlanArgs {
     /// Underlay MTU fleet validation checks VXLAN MTUs against (the configurator's --underlay-mtu).
     #[arg(long, default_value_t = netwave_core::fleet::DEFAULT_UNDERLAY_MTU)]
     pub underlay_mtu: u32,
+    /// Largest folded inputs and node config, in bytes of JSON (the configurator's --max-object-bytes).
+    #[arg(long, default_value_t = netwave_core::limits::DEFAULT_MAX_OBJECT_BYTES)]
+    pub max_object_bytes: u64,
     /// Node groups shown in full before the rest are counted.
     #[arg(long, default_value_t = 20)]
     pub max_groups: usize,

@@ -123,6 +123,7 @@ pub async fn run(cli: Cli, client: Client, term: &mut Term<'_>) -> anyhow::Resul
         Command::Abort(a) => actions::abort(&client, a, term).await,
         Command::Diff(a) => changes::run(&client, a, term).await,
         Command::Plan(a) => plan::run(Some(&client), a, term).await,
+        Command::Release(a) => actions::release(&client, a, term).await,
     }
 }
 

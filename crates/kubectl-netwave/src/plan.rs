@@ -208,6 +208,7 @@ pub fn waves(
                     last_good_revision: Some(cur.into()),
                     ..Default::default()
                 },
+                record: Default::default(),
             });
         }
     }
@@ -275,6 +276,7 @@ pub fn waves(
                     name: a.node.clone(),
                     spec,
                     status: AgentReport::default(),
+                    record: Default::default(),
                 }),
             }
         }
@@ -483,10 +485,15 @@ pub async fn run(
         .collect();
     let params = FleetParams {
         underlay_mtu: args.underlay_mtu,
+        max_object_bytes: args.max_object_bytes,
         ..FleetParams::default()
     };
     let checked = render_and_validate(&inputs, &infos, &params);
-    let validation = checked.validation.to_status();
+    let mut validation = checked.validation.to_status();
+    // Inputs no revision can hold are never cut: the configurator says so on every input object.
+    if let Err(too_large) = netwave_core::limits::check_inputs(&inputs, args.max_object_bytes) {
+        validation.errors.insert(0, too_large.to_string());
+    }
 
     let (revs, objects) = match client {
         Some(c) => (

@@ -840,3 +840,43 @@ async fn kubectl_runs_the_plugin_binary() {
     let (code, _, err) = run(&["undo", "--to"]);
     assert_eq!(code, Some(2), "a usage error: {err}");
 }
+
+/// `release` lifts a quarantine (#27 item 10): the annotation the configurator wrote goes, the rest of
+/// the node config stays; a node that is not quarantined is left alone.
+#[tokio::test]
+async fn release_lifts_a_quarantine_and_nothing_else() {
+    let env = env().await;
+    let c = &env.client;
+    let (good, _) = mid_rollout(c).await;
+    let nncs = kube::Api::<netwave_api::NodeNetworkConfig>::all(c.clone());
+    let note = "since 2026-11-23T10:00:00Z: failed rev-a, rev-b in a row while other nodes provisioned them";
+    nncs.patch(
+        "node-3",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+            netwave_api::QUARANTINED_ANNOTATION: note}}})),
+    )
+    .await
+    .unwrap();
+
+    let (exit, out) = kn(c, &["release", "node-3"]).await;
+    assert_eq!(exit, Exit::Success);
+    assert!(
+        out.starts_with(&format!("released node-3 (quarantined {note})")),
+        "{out}"
+    );
+    let nnc = nncs.get("node-3").await.unwrap();
+    let annotations = nnc.metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key(netwave_api::QUARANTINED_ANNOTATION));
+    assert!(
+        annotations.contains_key("netwave.dev/assigned-at"),
+        "the rest stays"
+    );
+    assert_eq!(nnc.spec.revision, good);
+
+    let (exit, out) = kn(c, &["release", "node-3"]).await;
+    assert_eq!(exit, Exit::Success);
+    assert_eq!(out.trim(), "node-3 is not quarantined: nothing to do");
+    let e = kn_err(c, &["release", "node-9"]).await;
+    assert!(e.contains("reading NodeNetworkConfig node-9"), "{e}");
+}

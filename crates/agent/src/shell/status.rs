@@ -45,6 +45,9 @@ pub fn from_outcome(
         probes: o.probes.clone(),
         agent_version: Some(AGENT_VERSION.to_string()),
         kernel_capabilities: caps_map(caps),
+        // The configurator's (Quarantined); empty is left out of the agent's apply, so it never
+        // takes them over.
+        conditions: Vec::new(),
     }
 }
 
@@ -81,6 +84,9 @@ pub fn provisioning(
         probes: Vec::new(),
         agent_version: Some(AGENT_VERSION.to_string()),
         kernel_capabilities: caps_map(caps),
+        // The configurator's (Quarantined); empty is left out of the agent's apply, so it never
+        // takes them over.
+        conditions: Vec::new(),
     }
 }
 

@@ -482,3 +482,51 @@ pub async fn event_notes(client: &kube::Client, object: &str, reason: &str) -> V
         .filter_map(|e| e.note)
         .collect()
 }
+
+/// The repository root (for `kubectl apply -k deploy/base`).
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `kubectl …` from the repository root that must succeed.
+pub fn kubectl(env: &Env, args: &[&str]) {
+    let out = env
+        .cp()
+        .kubectl()
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// netwave's install without the workloads' images mattering (`deploy/base`: CRDs, service accounts,
+/// RBAC, the agents' admission policy), and a client holding the pod-bound token the kubelet would mount
+/// into the agent's pod on `node`: the identity an attacker who owns that node's agent has.
+pub async fn agent_on(env: &Env, node: &str) -> Client {
+    kubectl(env, &["apply", "-k", "deploy/base"]);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(env.client.clone(), "netwave-system");
+    let name = format!("netwave-agent-{node}");
+    let pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "serviceAccountName": "netwave-agent",
+                 "containers": [{"name": "agent", "image": "netwave-agent"}]},
+    }))
+    .unwrap();
+    // Pods outlive a test's reset of the shared control plane: an earlier test's is the same pod.
+    let pod = match pods.create(&PostParams::default(), &pod).await {
+        Err(kube::Error::Api(ae)) if ae.code == 409 => pods.get(&name).await.unwrap(),
+        other => other.unwrap(),
+    };
+    let token = env
+        .cp()
+        .service_account_token(&env.client, "netwave-system", "netwave-agent", Some(&pod))
+        .await
+        .unwrap();
+    env.cp().client_with_token(&token).await.unwrap()
+}

@@ -177,6 +177,62 @@ pub fn input_status(
             format!("in {revision}; fleet validation finds no problem"),
         )
     };
+    accepted(
+        (status, reason, message),
+        verdict,
+        Some(revision),
+        generation,
+        old,
+        now,
+    )
+}
+
+/// The status one object should carry while the current inputs cannot become a revision at all:
+/// `problem` says why (e.g. [`crate::limits::InputsTooLarge`]). Not accepted: `Invalid` with its own
+/// errors when it has any (as [`input_status`]), else `RevisionInvalid` with the problem; `revision`
+/// is left out, since none was cut from these inputs.
+pub fn input_status_uncut(
+    verdict: &ObjectVerdict,
+    problem: &str,
+    generation: Option<i64>,
+    old: Option<&InputStatus>,
+    now: Timestamp,
+) -> InputStatus {
+    let (reason, message) = if verdict.errors.is_empty() {
+        (
+            accepted_reasons::REVISION_INVALID,
+            format!("no problem with this object alone, but {problem}"),
+        )
+    } else {
+        (
+            accepted_reasons::INVALID,
+            format!(
+                "{} error(s), and {problem}: {}",
+                verdict.errors.len(),
+                listed(&verdict.errors)
+            ),
+        )
+    };
+    accepted(
+        (ConditionStatus::False, reason, message),
+        verdict,
+        None,
+        generation,
+        old,
+        now,
+    )
+}
+
+/// The status with this `Accepted` condition; `lastTransitionTime` stays `old`'s while the condition's
+/// status does.
+fn accepted(
+    (status, reason, message): (ConditionStatus, &str, String),
+    verdict: &ObjectVerdict,
+    revision: Option<&str>,
+    generation: Option<i64>,
+    old: Option<&InputStatus>,
+    now: Timestamp,
+) -> InputStatus {
     let previous = old.and_then(InputStatus::accepted);
     let last_transition_time = match previous {
         Some(c) if c.status == status.as_str() => c.last_transition_time.clone(),
@@ -193,7 +249,7 @@ pub fn input_status(
         }],
         selected_nodes: Some(verdict.selected_nodes),
         table_id: verdict.table_id,
-        revision: Some(revision.to_string()),
+        revision: revision.map(str::to_string),
         observed_generation: generation,
     }
 }

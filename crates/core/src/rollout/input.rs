@@ -15,6 +15,7 @@ use netwave_api::{
 use thiserror::Error;
 
 use super::policy::PolicyDefaults;
+use super::quarantine::NodeRecord;
 use super::vocab::{ConditionStatus, NODE_READY};
 use crate::types::{Sequence, Timestamp};
 
@@ -91,6 +92,9 @@ pub struct NodeConfigState {
     pub name: String,
     pub spec: AssignedSpec,
     pub status: AgentReport,
+    /// The configurator's record of the node in annotations its agent cannot write (failure streak,
+    /// quarantine: [`super::quarantine`]).
+    pub record: NodeRecord,
 }
 
 /// `NodeNetworkConfig.spec` without the config body, plus the assignment time annotation.
@@ -288,6 +292,7 @@ impl NodeConfigState {
                 reason: field(|s| &s.reason),
                 message: field(|s| &s.message),
             },
+            record: NodeRecord::from_annotations(nnc.metadata.annotations.as_ref()),
         })
     }
 }

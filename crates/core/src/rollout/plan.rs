@@ -6,11 +6,15 @@ use std::fmt;
 use netwave_api::NetworkConfigRevisionStatus;
 
 pub use super::hold::HoldRecord;
+pub use super::quarantine::RecordUpdate;
 use crate::types::{Sequence, Timestamp};
 
 /// The outcome of one step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
+    /// Node records to write first (a failure streak, a quarantine; [`super::quarantine`]): what a
+    /// failure on record in a status means for its node is on record before that status.
+    pub records: Vec<RecordUpdate>,
     /// Holds to record: the target is destructive against the last good revision and no hold with
     /// this basis is on record (set `spec.paused: true` and the two annotations).
     pub holds: Vec<HoldRecord>,
@@ -30,6 +34,7 @@ pub struct Plan {
 /// One write of a plan, in the order [`Plan::writes`] yields them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Write<'a> {
+    Record(&'a RecordUpdate),
     Hold(&'a HoldRecord),
     Status(&'a StatusUpdate),
     Assign(&'a Assignment),
@@ -38,16 +43,18 @@ pub enum Write<'a> {
 }
 
 impl Plan {
-    /// The writes in the order they must be applied: holds first (a hold is on record before any status
-    /// says so), statuses (a failure and the `Failed` phase are on record before any node is rolled
+    /// The writes in the order they must be applied: node records first (a quarantine is on record
+    /// before the failure it makes not count), holds (a hold is on record before any status says so),
+    /// statuses (a failure and the `Failed` phase are on record before any node is rolled
     /// back, a revision is `Validated` before any node gets it), then assignments, then deletions. The
     /// shell must stop at the first write that fails (a revision is only deleted once the assignments
     /// moving nodes off it are written) and may stop after any write (crash, lost lease): the next
     /// step, on any replica, recomputes the rest from what was written.
     pub fn writes(&self) -> impl Iterator<Item = Write<'_>> {
-        self.holds
+        self.records
             .iter()
-            .map(Write::Hold)
+            .map(Write::Record)
+            .chain(self.holds.iter().map(Write::Hold))
             .chain(self.status_updates.iter().map(Write::Status))
             .chain(self.assignments.iter().map(Write::Assign))
             .chain(self.delete_configs.iter().map(|n| Write::DeleteConfig(n)))
@@ -60,7 +67,8 @@ impl Plan {
 
     /// Number of API writes.
     pub fn write_count(&self) -> usize {
-        self.holds.len()
+        self.records.len()
+            + self.holds.len()
             + self.status_updates.len()
             + self.assignments.len()
             + self.delete_configs.len()
@@ -207,6 +215,9 @@ pub enum EventReason {
     RevisionSuperseded,
     /// The target is held as a destructive change until an admin resumes it.
     DestructiveChange,
+    /// A node failed enough revisions other nodes provisioned to be quarantined
+    /// ([`super::quarantine`]).
+    NodeQuarantined,
 }
 
 impl EventReason {
@@ -228,6 +239,7 @@ impl EventReason {
             EventReason::RolloutComplete => "RolloutComplete",
             EventReason::RevisionSuperseded => "RevisionSuperseded",
             EventReason::DestructiveChange => super::vocab::reasons::DESTRUCTIVE_CHANGE,
+            EventReason::NodeQuarantined => "NodeQuarantined",
         }
     }
 
@@ -240,7 +252,8 @@ impl EventReason {
             | EventReason::RollbackStarted
             | EventReason::NoLastGoodRevision
             | EventReason::ProgressDeadlineExceeded
-            | EventReason::DestructiveChange => EventType::Warning,
+            | EventReason::DestructiveChange
+            | EventReason::NodeQuarantined => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -325,6 +338,8 @@ pub enum WaitingOn {
     NotReady { count: u32, first: Vec<String> },
     /// Nodes whose `NodeNetworkConfig` cannot be decoded: state unknown, left for later.
     UnreadableConfigs { count: u32, first: Vec<String> },
+    /// Quarantined nodes ([`super::quarantine`]): left on their last good config until released.
+    Quarantined { count: u32, first: Vec<String> },
     /// The caller did not supply rendered hashes for these nodes.
     MissingRender {
         revision: String,
@@ -394,6 +409,14 @@ impl fmt::Display for WaitingOn {
                     f,
                     "{count} node(s) whose NodeNetworkConfig cannot be decoded, state unknown, left \
                      for later: "
+                )?;
+                names(f, *count, first)
+            }
+            WaitingOn::Quarantined { count, first } => {
+                write!(
+                    f,
+                    "{count} node(s) quarantined (they kept failing revisions other nodes \
+                     provisioned), left on their last good config until an admin releases them: "
                 )?;
                 names(f, *count, first)
             }

@@ -31,6 +31,9 @@ pub struct PolicyDefaults {
     /// revision's placements off the nodes (and always one that takes all of them) is held
     /// ([`super::hold`]).
     pub destructive_threshold: u32,
+    /// `--quarantine-after`: default of `spec.rollout.quarantine.afterConsecutiveFailures`; `None`
+    /// (the default) leaves quarantine off ([`super::quarantine`]).
+    pub quarantine_after: Option<u32>,
 }
 
 impl Default for PolicyDefaults {
@@ -42,6 +45,7 @@ impl Default for PolicyDefaults {
             progress_deadline_seconds: 600,
             revision_history_limit: 10,
             destructive_threshold: super::hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
+            quarantine_after: None,
         }
     }
 }
@@ -58,6 +62,9 @@ pub struct Policy {
     pub topology_key: Option<String>,
     /// Only set together with `topology_key`.
     pub max_unavailable_per_domain: Option<Budget>,
+    /// Consecutive failures of revisions other nodes provisioned that quarantine a node; `None`: off
+    /// ([`super::quarantine`]).
+    pub quarantine_after: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -105,6 +112,7 @@ impl PolicyDefaults {
             canary: None,
             topology_key: None,
             max_unavailable_per_domain: None,
+            quarantine_after: self.quarantine_after.filter(|&n| n > 0),
         }
     }
 }
@@ -163,6 +171,14 @@ pub fn resolve(spec: &RolloutPolicy, defaults: &PolicyDefaults) -> (Policy, Vec<
                 field: "maxUnavailablePerDomain",
                 source,
             }),
+        }
+    }
+    if let Some(q) = &spec.quarantine {
+        match q.after_consecutive_failures {
+            0 => errors.push(PolicyError::Zero {
+                field: "quarantine.afterConsecutiveFailures",
+            }),
+            n => policy.quarantine_after = Some(n),
         }
     }
     if let Some(canary) = &spec.canary {

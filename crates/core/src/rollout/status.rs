@@ -150,11 +150,16 @@ impl<'c> Draft<'c> {
         }
         for f in &r.failed_nodes[r.failed_nodes.len() - r.new_failures..] {
             let message = format!(
-                "node {} failed {}: {}: {}",
+                "node {} failed {}: {}: {}{}",
                 f.node,
                 r.name(),
                 f.reason,
-                f.message
+                f.message,
+                if f.quarantined {
+                    " (the node is quarantined: this failure does not count against maxFailures)"
+                } else {
+                    ""
+                }
             );
             self.event(EventReason::NodeFailed, message);
         }
@@ -617,7 +622,10 @@ fn list_failed(r: &Rev) -> String {
         .failed_nodes
         .iter()
         .take(LIST_LIMIT)
-        .map(|f| format!("{} ({})", f.node, f.reason))
+        .map(|f| {
+            let quarantined = if f.quarantined { ", quarantined" } else { "" };
+            format!("{} ({}{quarantined})", f.node, f.reason)
+        })
         .collect();
     if r.failed_nodes.len() > LIST_LIMIT {
         parts.push(format!("and {} more", r.failed_nodes.len() - LIST_LIMIT));

@@ -7,8 +7,9 @@
 //!     │
 //!     ▼ observe_fleet           nodes ⋈ configs, orphaned configs            (a node that leaves)
 //!     ▼ evaluate_revisions      fate of each: Failed / Target / Older;       (Target, Failure,
-//!     │                         target, last good, failures found now,        maxFailures, Hold)
-//!     │                         the target's hold
+//!     │                         target, last good, failures found now         maxFailures, Hold,
+//!     │                         (quarantined ones flagged), the target's hold  Quarantine)
+//!     ▼ streaks_and_suspects    streaks cleared, who goes last               (Quarantine)
 //!     ▼ order_and_budgets       domains, round-robin order, in flight,       (Order, Budget)
 //!     │                         rendered hashes
 //!     ▼ rollback_intents        ┐                                            (maxFailures, Fail fwd)
@@ -28,6 +29,7 @@ mod history;
 mod intents;
 mod observe;
 mod order;
+mod quarantine;
 mod report;
 mod revisions;
 
@@ -51,7 +53,7 @@ const MAX_ROUNDS: usize = 4;
 /// one plan: the last write per object wins, in the order objects first appeared, and every round's
 /// Events are kept. Stepping again over the applied plan therefore plans nothing.
 pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
-    let mut overlay = Overlay::new();
+    let mut overlay = Overlay::default();
     let mut plan = step_once(input, &input.revisions, &overlay, now);
     if plan.write_count() == 0 {
         return plan;
@@ -73,6 +75,9 @@ pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
 
 /// Applies a plan's writes to revisions and the spec overlay, as the API server would.
 fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan: &Plan) {
+    for r in &plan.records {
+        overlay.records.insert(r.node.clone(), r.record.clone());
+    }
     for h in &plan.holds {
         if let Some(r) = revisions.iter_mut().find(|r| r.name == h.revision) {
             h.apply(r);
@@ -84,7 +89,7 @@ fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan:
         }
     }
     for a in &plan.assignments {
-        overlay.insert(
+        overlay.specs.insert(
             a.node.clone(),
             Some(AssignedSpec {
                 revision: a.revision.clone(),
@@ -96,13 +101,19 @@ fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan:
         );
     }
     for n in &plan.delete_configs {
-        overlay.insert(n.clone(), None);
+        overlay.specs.insert(n.clone(), None);
     }
     revisions.retain(|r| !plan.delete_revisions.contains(&r.name));
 }
 
 /// Folds a later round into a plan: last write per object wins, first-appearance order is kept.
 fn merge(plan: &mut Plan, next: Plan) {
+    for r in next.records {
+        match plan.records.iter_mut().find(|p| p.node == r.node) {
+            Some(p) => *p = r,
+            None => plan.records.push(r),
+        }
+    }
     for h in next.holds {
         match plan.holds.iter_mut().find(|p| p.revision == h.revision) {
             Some(p) => *p = h,
@@ -148,6 +159,7 @@ fn step_once(
 ) -> Plan {
     let mut w = observe::observe_fleet(input, overlay, now);
     revisions::evaluate_revisions(&mut w, revisions);
+    quarantine::streaks_and_suspects(&mut w);
     order::order_and_budgets(&mut w);
     intents::rollback_intents(&mut w);
     intents::new_node_intents(&mut w);

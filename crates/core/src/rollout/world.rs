@@ -17,8 +17,9 @@ use super::hold::Removal;
 use super::input::{
     AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, RevisionState, RolloutInput,
 };
-use super::plan::{AssignReason, Assignment, WaitingOn};
+use super::plan::{AssignReason, Assignment, Event, WaitingOn};
 use super::policy::{Policy, PolicyDefaults, resolve};
+use super::quarantine::{NodeRecord, RecordUpdate};
 use super::vocab::Phase;
 use crate::types::Timestamp;
 
@@ -83,8 +84,14 @@ pub(super) fn updated_of(
 /// How many node names a status message or report lists before "and N more".
 pub(super) const LIST_LIMIT: usize = 5;
 
-/// Node specs written by earlier rounds of one step: node → new spec (`None`: config deleted).
-pub(super) type Overlay = BTreeMap<String, Option<AssignedSpec>>;
+/// What earlier rounds of one step wrote about nodes.
+#[derive(Default)]
+pub(super) struct Overlay {
+    /// Node → new spec (`None`: config deleted).
+    pub specs: BTreeMap<String, Option<AssignedSpec>>,
+    /// Node → new record (streak, quarantine).
+    pub records: BTreeMap<String, NodeRecord>,
+}
 
 /// Everything the stages of one step share. Indices into `nodes` and `revs` stand for nodes and
 /// revisions throughout: both are sorted once (nodes by name, revisions newest first) and never move.
@@ -122,6 +129,10 @@ pub(super) struct World<'a> {
     /// Why moves that were wanted did not happen, judged after the plan.
     pub refused: Refused,
     pub requeue: Requeue,
+    /// Node records to write: streaks grown or cleared, quarantines ([`super::quarantine`]).
+    pub records: Vec<RecordUpdate>,
+    /// Events about nodes decided with those records.
+    pub node_events: Vec<Event>,
 }
 
 impl<'a> World<'a> {
@@ -146,6 +157,8 @@ impl<'a> World<'a> {
             missing: BTreeMap::new(),
             refused: Refused::default(),
             requeue: Requeue { now, at: None },
+            records: Vec::new(),
+            node_events: Vec::new(),
         }
     }
 }
@@ -163,10 +176,16 @@ pub(super) struct Node<'a> {
     pub state: &'a NodeState,
     pub has_config: bool,
     pub status: &'a AgentReport,
-    /// Ready and not cordoned, and its config can be read.
+    /// Ready and not cordoned, its config can be read, and it is not quarantined.
     pub eligible: bool,
     /// Its `NodeNetworkConfig` cannot be decoded ([`RolloutInput::unreadable_configs`]).
     pub unreadable: bool,
+    /// The configurator's record of it (as an earlier round left it).
+    pub record: &'a NodeRecord,
+    /// Quarantined ([`super::quarantine`]): not eligible, its failures do not count.
+    pub quarantined: bool,
+    /// Failed the latest revisions: gets the target after every other node (with quarantine on).
+    pub suspect: bool,
     /// Index into [`Budgets::domain_names`].
     pub domain: usize,
     pub spec: Option<Spec<'a>>,
@@ -185,7 +204,23 @@ impl<'a> Node<'a> {
         self.spec
             .is_some_and(|s| updated_of(s.revision, s.hash, self.status, revision))
     }
+    /// May be made in flight by a move for `reason`: an eligible node; and a quarantined one that is
+    /// Ready and schedulable only to go back to the last good revision (off a failed one), which is
+    /// nothing new.
+    pub fn may_spend(&self, reason: AssignReason) -> bool {
+        self.eligible
+            || (self.quarantined
+                && reason == AssignReason::Rollback
+                && self.state.eligible()
+                && !self.unreadable)
+    }
 }
+
+/// The record of a node without a config.
+pub(super) static NO_RECORD: NodeRecord = NodeRecord {
+    streak: Vec::new(),
+    quarantined: None,
+};
 
 /// The report of a node without a config (or whose config an earlier round deleted).
 pub(super) static NO_REPORT: AgentReport = AgentReport {

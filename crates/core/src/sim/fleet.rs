@@ -92,6 +92,12 @@ pub struct SimConfig {
     pub reactivate: f64,
     /// Per tick: an admin resumes a held revision (approves the hold).
     pub approve: f64,
+    /// A node whose agent reports `Invalid` on every config it is given (compromised) from tick
+    /// `hostile_from` on: its name.
+    pub hostile: Option<String>,
+    pub hostile_from: u32,
+    /// Per tick: an admin releases a quarantined node (removes `netwave.dev/quarantined`).
+    pub release: f64,
 }
 
 impl SimConfig {
@@ -120,6 +126,7 @@ impl SimConfig {
             canary,
             topology_key: (domains > 1).then(|| ZONE_LABEL.to_string()),
             max_unavailable_per_domain: per_domain,
+            quarantine: None,
         };
         let chaos = rng.random_range(0.0..1.0f64);
         let faults = Faults {
@@ -152,7 +159,27 @@ impl SimConfig {
             destructive_revision: 0.2,
             reactivate: 0.01,
             approve: 0.02,
+            hostile: None,
+            hostile_from: 0,
+            release: 0.0,
         }
+        .with_quarantine_drawn(&mut rng, nodes)
+    }
+
+    /// Draws last (so the draws above stay what they were): in some runs a hostile node, in some
+    /// quarantine on (`afterConsecutiveFailures` 1 to 3) and admins releasing quarantined nodes.
+    fn with_quarantine_drawn(mut self, rng: &mut ChaCha8Rng, nodes: usize) -> SimConfig {
+        if rng.random_bool(0.3) {
+            self.policy.quarantine = Some(netwave_api::Quarantine {
+                after_consecutive_failures: rng.random_range(1..=3),
+            });
+            self.release = 0.01;
+        }
+        if nodes > 1 && rng.random_bool(0.3) {
+            self.hostile = Some(format!("node-{:03}", rng.random_range(0..nodes)));
+            self.hostile_from = rng.random_range(0..self.ticks);
+        }
+        self
     }
 
     /// The same run without any fault, node churn or leader kill (admins still create revisions; holds
@@ -162,6 +189,8 @@ impl SimConfig {
         self.admin = 0.0;
         self.approve = 0.0;
         self.invalid_revision = 0.0;
+        self.hostile = None;
+        self.release = 0.0;
         self
     }
 }
@@ -195,6 +224,11 @@ pub struct Outcome {
     pub holds: u32,
     pub approvals: u32,
     pub reactivations: u32,
+    /// Nodes quarantined (record writes that quarantine), and released by an admin.
+    pub quarantines: u32,
+    pub releases: u32,
+    /// Revisions that failed while a node was quarantined.
+    pub failed_while_quarantined: u32,
     /// The target at the end, every node updated for it (or failed on it).
     pub final_target: Option<String>,
 }
@@ -449,6 +483,24 @@ impl Fleet {
         }
     }
 
+    /// An admin releases a quarantined node: removes the annotation (the streak was cleared when it
+    /// was quarantined).
+    fn release_one(&mut self) {
+        let quarantined: Vec<String> = (self.store.configs.values())
+            .filter(|c| c.record.is_quarantined())
+            .map(|c| c.name.clone())
+            .collect();
+        if quarantined.is_empty() {
+            return;
+        }
+        let name = quarantined[self.rng.random_range(0..quarantined.len())].clone();
+        if let Some(c) = self.store.configs.get_mut(&name) {
+            c.record.quarantined = None;
+        }
+        self.outcome.releases += 1;
+        self.record(&format!("release {name}"));
+    }
+
     /// Runs the chaos phase, then the quiet phase until the fleet settles; checks every invariant.
     pub fn run(mut self) -> Result<Outcome, Violation> {
         for _ in 0..self.cfg.ticks {
@@ -590,6 +642,9 @@ impl Fleet {
         if self.cfg.approve > 0.0 && self.rng.random_bool(self.cfg.approve) {
             self.approve_holds(false);
         }
+        if self.cfg.release > 0.0 && self.rng.random_bool(self.cfg.release) {
+            self.release_one();
+        }
         if self.cfg.admin > 0.0 && self.rng.random_bool(self.cfg.admin) {
             if self.rng.random_bool(0.5) {
                 if let Some(rev) = self.store.revisions.values_mut().next_back() {
@@ -701,7 +756,10 @@ impl Fleet {
                         },
                     );
                 } else {
-                    let fail = faults.fail > 0.0 && self.rng.random_bool(faults.fail);
+                    // A hostile agent fails every config it is given, in the quiet phase too.
+                    let hostile = self.cfg.hostile.as_deref() == Some(name.as_str())
+                        && self.tick >= self.cfg.hostile_from;
+                    let fail = hostile || (faults.fail > 0.0 && self.rng.random_bool(faults.fail));
                     let hang = !fail && faults.hang > 0.0 && self.rng.random_bool(faults.hang);
                     let delay = if self.quiet {
                         1
@@ -809,6 +867,23 @@ impl Fleet {
         let before = self.in_flight();
         let mut line = String::new();
         match w {
+            Write::Record(r) => {
+                let _ = write!(
+                    line,
+                    "record {} streak={} quarantined={}",
+                    r.node,
+                    r.record.streak.len(),
+                    r.record.is_quarantined()
+                );
+                let was = self
+                    .store
+                    .configs
+                    .get(&r.node)
+                    .is_some_and(|c| c.record.is_quarantined());
+                if r.record.is_quarantined() && !was {
+                    self.outcome.quarantines += 1;
+                }
+            }
             Write::Hold(h) => {
                 let _ = write!(line, "hold {} {}", h.revision, h.basis);
                 self.outcome.holds += 1;
@@ -828,10 +903,19 @@ impl Fleet {
                         != Some(Phase::Failed.as_str())
                 {
                     self.outcome.failed_revisions += 1;
+                    if self
+                        .store
+                        .configs
+                        .values()
+                        .any(|c| c.record.is_quarantined())
+                    {
+                        self.outcome.failed_while_quarantined += 1;
+                    }
                 }
                 let known = self.store.revisions[&u.revision].status.failed_nodes.len();
                 self.outcome.node_failures +=
                     u.status.failed_nodes.len().saturating_sub(known) as u32;
+                self.check_flagged(&u.revision, &u.status.failed_nodes)?;
             }
             Write::Assign(a) => {
                 let _ = write!(
@@ -883,6 +967,15 @@ impl Fleet {
             ));
         }
         let node = &self.store.nodes[&a.node];
+        let config = self.store.configs.get(&a.node);
+        if config.is_some_and(|c| c.record.is_quarantined() && c.spec.revision != a.revision)
+            && a.reason != AssignReason::Rollback
+        {
+            return Err(self.violation(
+                "a quarantined node gets no new revision (only rollbacks to the last good one)",
+                format!("{} → {} ({:?})", a.node, a.revision, a.reason),
+            ));
+        }
         let was = self.store.configs.get(&a.node).is_some_and(is_in_flight);
         let mut after = self.store.configs.get(&a.node).cloned().unwrap_or_default();
         after.spec.revision = a.revision.clone();
@@ -894,6 +987,34 @@ impl Fleet {
             ));
         }
         self.check_hold(a)
+    }
+
+    /// A failure written as not counting (`quarantined`) belongs to a node quarantined at that moment:
+    /// records are written before statuses, so a quarantine is on record before any failure it
+    /// discounts. With quarantine off, nothing is ever flagged.
+    fn check_flagged(
+        &self,
+        revision: &str,
+        failed: &[netwave_api::FailedNode],
+    ) -> Result<(), Violation> {
+        let before = &self.store.revisions[revision].status.failed_nodes;
+        for f in failed.iter().filter(|f| f.quarantined) {
+            if before.iter().any(|b| b.node == f.node && b.quarantined) {
+                continue;
+            }
+            let on_record =
+                (self.store.configs.get(&f.node)).is_some_and(|c| c.record.is_quarantined());
+            if !on_record || self.cfg.policy.quarantine.is_none() {
+                return Err(self.violation(
+                    "only a quarantined node's failure goes uncounted",
+                    format!(
+                        "{} on {revision}: flagged, node not quarantined on record",
+                        f.node
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// DESIGN.md §6: no node is moved to a revision that removes more than the threshold of the last
@@ -1014,7 +1135,11 @@ impl Fleet {
             .collect();
         for name in self.store.nodes.keys() {
             let cfg = self.store.configs.get(name);
-            if let Some(t) = &target {
+            // A quarantined node stays where it is until an admin releases it.
+            let quarantined = cfg.is_some_and(|c| c.record.is_quarantined());
+            if let Some(t) = &target
+                && !quarantined
+            {
                 let failed_here = self.store.revisions[t]
                     .status
                     .failed_nodes
@@ -1072,6 +1197,9 @@ fn summary(plan: &Plan) -> String {
     let mut s = String::new();
     for w in plan.writes() {
         match w {
+            Write::Record(r) => {
+                let _ = write!(s, "[record {} {:?}] ", r.node, r.record);
+            }
             Write::Hold(h) => {
                 let _ = write!(s, "[hold {} {}] ", h.revision, h.basis);
             }

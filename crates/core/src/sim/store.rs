@@ -138,6 +138,7 @@ impl Store {
                     reason: None,
                     message: None,
                 },
+                record: Default::default(),
             },
         );
     }
@@ -231,6 +232,13 @@ impl Store {
     /// Applies one write as the API server would.
     pub fn apply(&mut self, write: Write<'_>) -> Result<(), StoreError> {
         match write {
+            Write::Record(r) => {
+                let cfg = self
+                    .configs
+                    .get_mut(&r.node)
+                    .ok_or_else(|| StoreError::ConfigNotFound(r.node.clone()))?;
+                cfg.record = r.record.clone();
+            }
             Write::Hold(h) => {
                 let rev = self
                     .revisions
@@ -264,6 +272,7 @@ impl Store {
                                 name: a.node.clone(),
                                 spec,
                                 status: AgentReport::default(),
+                                record: Default::default(),
                             },
                         );
                     }

@@ -40,7 +40,11 @@ pub(super) fn admit_under_budget(w: &mut World) {
             if free_pass == spends {
                 continue;
             }
-            if spends && (!n.eligible || w.budgets.full() || w.budgets.domain_full(n.domain)) {
+            if spends
+                && (!n.may_spend(intent.reason)
+                    || w.budgets.full()
+                    || w.budgets.domain_full(n.domain))
+            {
                 continue;
             }
             assign(w, intent, hash, will);
@@ -94,7 +98,7 @@ fn refusals(w: &World, intents: &[Intent]) -> Refused {
     for intent in intents {
         let n = &w.nodes[intent.node];
         let rev = &w.revs[intent.rev];
-        if n.assigned || !n.eligible {
+        if n.assigned || !n.may_spend(intent.reason) {
             continue;
         }
         let Some(hash) = w.hashes.get(intent.rev, intent.node) else {

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::super::input::{NodeConfigState, NodeState, RolloutInput};
-use super::super::world::{Intents, NO_REPORT, Node, Overlay, Spec, World, in_flight_of};
+use super::super::world::{
+    Intents, NO_RECORD, NO_REPORT, Node, Overlay, Spec, World, in_flight_of,
+};
 use crate::types::Timestamp;
 
 /// The world as observed: every node with its spec and report, the orphaned configs, and nodes by the
@@ -42,7 +44,7 @@ pub(super) fn observe_fleet<'a>(
     w.orphans = configs
         .iter()
         .zip(&matched)
-        .filter(|(c, matched)| !**matched && !matches!(overlay.get(&c.name), Some(None)))
+        .filter(|(c, matched)| !**matched && !matches!(overlay.specs.get(&c.name), Some(None)))
         .map(|(c, _)| c.name.clone())
         .collect();
     w.by_revision = by_revision(&w.nodes);
@@ -58,10 +60,10 @@ fn node_of<'a>(
     overlay: &'a Overlay,
     unreadable: bool,
 ) -> Node<'a> {
-    let over = if overlay.is_empty() {
+    let over = if overlay.specs.is_empty() {
         None
     } else {
-        overlay.get(&state.name)
+        overlay.specs.get(&state.name)
     };
     let (spec, status) = match over {
         _ if unreadable => (None, &NO_REPORT),
@@ -69,6 +71,14 @@ fn node_of<'a>(
         Some(Some(s)) => (Some(s), cfg.map_or(&NO_REPORT, |c| &c.status)),
         None => (cfg.map(|c| &c.spec), cfg.map_or(&NO_REPORT, |c| &c.status)),
     };
+    // A node's record lives on its config: one without a config (or unreadable) has none.
+    let record = match (overlay.records.get(&state.name), cfg) {
+        _ if unreadable || spec.is_none() => &NO_RECORD,
+        (Some(r), _) => r,
+        (None, Some(c)) => &c.record,
+        (None, None) => &NO_RECORD,
+    };
+    let quarantined = record.is_quarantined();
     let spec = spec.map(|s| Spec {
         revision: s.revision.as_str(),
         retry: s.retry,
@@ -79,8 +89,11 @@ fn node_of<'a>(
         state,
         has_config: spec.is_some(),
         status,
-        eligible: state.eligible() && !unreadable,
+        eligible: state.eligible() && !unreadable && !quarantined,
         unreadable,
+        record,
+        quarantined,
+        suspect: false,
         domain: 0,
         spec,
         in_flight: spec.is_some_and(|s| in_flight_of(s.revision, s.retry, s.hash, status)),

@@ -18,6 +18,14 @@ pub(super) fn order_and_budgets(w: &mut World) {
         .map_or(&defaults, |i| &w.revs[i].policy);
     let domain_names = assign_domains(&mut w.nodes, governing.topology_key.as_deref());
     w.order = round_robin(&w.nodes, domain_names.len());
+    // Quarantine on: a node that failed the latest revisions goes after every other node, so a revision
+    // meets a healthy node first (and halts there if it is bad) and the suspect's failure has evidence.
+    if governing.quarantine_after.is_some() {
+        let (mut order, last): (Vec<usize>, Vec<usize>) =
+            w.order.iter().partition(|&&i| !w.nodes[i].suspect);
+        order.extend(last);
+        w.order = order;
+    }
     w.budgets = budgets(&w.nodes, governing, domain_names);
 
     // Rendered hashes of the target and the last good revision per node (the only ones assigned).

@@ -62,14 +62,17 @@ struct Tally {
     updated: u32,
     in_progress: u32,
     queued: u32,
-    /// Not eligible: not Ready, cordoned, or its config cannot be read (`unreadable` of them).
+    /// Not eligible: not Ready, cordoned, its config cannot be read (`unreadable` of them) or
+    /// quarantined (`quarantined` of them).
     skipped: u32,
     unreadable: u32,
+    quarantined: u32,
     started: bool,
     /// The first few nodes applying it, not ready, and with a config that cannot be read.
     applying: Vec<String>,
     unready: Vec<String>,
     unreadable_first: Vec<String>,
+    quarantined_first: Vec<String>,
 }
 
 fn target_view(w: &mut World, t: usize) -> TargetView {
@@ -134,6 +137,13 @@ fn tally_target(w: &mut World, t: usize) -> Tally {
                     tally.unreadable_first.push(n.name().to_string());
                 }
             }
+            _ if n.quarantined => {
+                tally.skipped += 1;
+                tally.quarantined += 1;
+                if tally.quarantined_first.len() < LIST_LIMIT {
+                    tally.quarantined_first.push(n.name().to_string());
+                }
+            }
             _ if !n.eligible => {
                 tally.skipped += 1;
                 if tally.unready.len() < LIST_LIMIT {
@@ -194,10 +204,16 @@ fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
             first: tally.applying,
         });
     }
-    if tally.skipped > tally.unreadable {
+    if tally.skipped > tally.unreadable + tally.quarantined {
         waits.push(WaitingOn::NotReady {
-            count: tally.skipped - tally.unreadable,
+            count: tally.skipped - tally.unreadable - tally.quarantined,
             first: tally.unready,
+        });
+    }
+    if tally.quarantined > 0 {
+        waits.push(WaitingOn::Quarantined {
+            count: tally.quarantined,
+            first: tally.quarantined_first,
         });
     }
     if tally.unreadable > 0 {
@@ -212,9 +228,11 @@ fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
 /// The plan: each surviving revision's status where it changes (with the Events of its transitions),
 /// the assignments and deletions, and the report.
 pub(super) fn report(mut w: World, mut after: AfterPlan, delete_revisions: Vec<String>) -> Plan {
+    let node_events = mem::take(&mut w.node_events);
     let ctx = after.context(&w);
     let mut status_updates = Vec::new();
     let (holds, mut events) = hold_records(&w);
+    events.extend(node_events);
     for (i, rev) in ctx.revs.iter().enumerate() {
         if delete_revisions.iter().any(|d| d == rev.name()) {
             continue;
@@ -237,6 +255,7 @@ pub(super) fn report(mut w: World, mut after: AfterPlan, delete_revisions: Vec<S
     let missing = mem::take(&mut w.missing);
     let waiting = report_waiting(&w, &after.counts, target_waiting, missing);
     Plan {
+        records: mem::take(&mut w.records),
         holds,
         status_updates,
         assignments: mem::take(&mut w.assignments),

@@ -64,8 +64,7 @@ pub(super) fn evaluate_revisions<'a>(w: &mut World<'a>, revisions: &'a [Revision
         } else if w.target.is_some() {
             Fate::Older
         } else {
-            let assigned = w.by_revision.get(rev.name()).map_or(&[][..], Vec::as_slice);
-            candidate_fate(&mut rev, &w.nodes, assigned, w.now)
+            candidate_fate(&mut rev, w)
         };
         if rev.fate == Fate::Target {
             w.target = Some(w.revs.len());
@@ -116,18 +115,22 @@ fn judge_hold(w: &mut World) {
 }
 
 /// The fate of the newest revision not `Failed` on record: the target, unless fleet validation or
-/// `maxFailures` fails it now. Records the failures found this step.
-fn candidate_fate(rev: &mut Rev, nodes: &[Node], assigned: &[usize], now: Timestamp) -> Fate {
+/// `maxFailures` fails it now. Records the failures found this step, judged for quarantine first: a
+/// quarantined node's failure does not count.
+fn candidate_fate(rev: &mut Rev, w: &mut World) -> Fate {
     // A completed revision is the proven last good one: it is never failed afterwards (a node that
     // fails it later is recorded and marks it Degraded), or one bad node would roll back the fleet.
     let complete = rev.stored_phase == Some(Phase::Complete);
     if !complete && !rev.state.validation.errors.is_empty() {
         return Fate::Failed(FailCause::Validation);
     }
-    let found = detect_failures(nodes, assigned, rev, now);
+    let assigned = w.by_revision.get(rev.name()).map_or(&[][..], Vec::as_slice);
+    let found = detect_failures(&w.nodes, assigned, rev, w.now);
     rev.new_failures = found.len();
     rev.failed_nodes.extend(found);
-    if !complete && rev.failed_nodes.len() >= rev.policy.max_failures as usize {
+    super::quarantine::judge_failures(rev, &w.nodes, w.now, &mut w.records, &mut w.node_events);
+    let counted = rev.failed_nodes.iter().filter(|f| !f.quarantined).count();
+    if !complete && counted >= rev.policy.max_failures as usize {
         Fate::Failed(FailCause::MaxFailures)
     } else {
         Fate::Target
@@ -171,6 +174,7 @@ fn detect_failures(
                     .unwrap_or_else(|| AgentPhase::Invalid.as_str().to_string()),
                 message: st.message.clone().unwrap_or_default(),
                 at: Some(now.to_time()),
+                quarantined: false,
             });
         } else if spec.revision == name
             && spec.retry == retry
@@ -186,6 +190,7 @@ fn detect_failures(
                     at.to_time().0
                 ),
                 at: Some(now.to_time()),
+                quarantined: false,
             });
         }
     }
