@@ -42,6 +42,10 @@ pub enum Verb {
     delete,
 }
 
+impl Verb {
+    pub const ALL: [Verb; 3] = [Verb::create, Verb::patch, Verb::delete];
+}
+
 /// `kind` label values of `netwave_tampered_specs`.
 pub const TAMPERED_KINDS: [&str; 2] = ["NetworkConfigRevision", "NodeNetworkConfig"];
 
@@ -210,6 +214,16 @@ impl Default for Metrics {
                 kind: kind.as_str(),
             });
         }
+        // Write errors too: a counter that appears at its first increment is invisible to rate() and
+        // increase() until a second scrape (and for ever if the replica goes away first), so an outage's
+        // errors could leave the dashboard's panel and NetwaveApiErrors empty.
+        for verb in Verb::ALL {
+            for category in crate::writer::CATEGORIES {
+                let _ = m
+                    .api_errors
+                    .get_or_create(&ApiErrorLabels { verb, category });
+            }
+        }
         Metrics { registry, ..m }
     }
 }
@@ -256,5 +270,21 @@ mod tests {
             text.contains("# TYPE netwave_node_apply_duration_seconds histogram"),
             "{text}"
         );
+    }
+
+    /// Found on a real cluster (tests/tests/real_node_monitoring.rs): an API server outage's write
+    /// errors appeared as a new series on the leader, which was gone before a second scrape, and the
+    /// dashboard's "Configurator API write errors" panel stayed empty.
+    #[test]
+    fn api_write_errors_start_at_zero_for_every_verb_and_category() {
+        let text = Metrics::default().encode();
+        for verb in ["create", "patch", "delete"] {
+            for category in crate::writer::CATEGORIES {
+                let line = format!(
+                    "netwave_api_errors_total{{verb=\"{verb}\",category=\"{category}\"}} 0"
+                );
+                assert!(text.contains(&line), "{line} missing:\n{text}");
+            }
+        }
     }
 }

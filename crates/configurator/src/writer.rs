@@ -376,6 +376,18 @@ fn log_done(intent: &Intent) {
     }
 }
 
+/// Every value [`category`] returns: the `category` label values of `netwave_api_errors_total`, which
+/// exist from the start with 0 (metrics.rs).
+pub const CATEGORIES: [&str; 7] = [
+    "conflict",
+    "throttled",
+    "not_found",
+    "invalid",
+    "server",
+    "client",
+    "transport",
+];
+
 /// Small fixed set of error categories for metrics and logs.
 pub fn category(e: &kube::Error) -> &'static str {
     match e {
@@ -774,5 +786,32 @@ impl Writer {
                 self.recorder.publish(&event, regarding).await
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_category_is_one_the_metrics_start_with() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "X")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let errors = [
+            api(409),
+            api(429),
+            api(404),
+            api(422),
+            api(503),
+            api(400),
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+        ];
+        let seen: Vec<&str> = errors.iter().map(category).collect();
+        assert_eq!(seen, CATEGORIES);
     }
 }
