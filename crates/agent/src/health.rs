@@ -248,6 +248,11 @@ pub fn bgp_session(summary: &str, peer: &str) -> Result<(), String> {
     }
 }
 
+/// Told every round of probe results as it completes: the probe gauges (`netwave_agent_probe_up` is a
+/// probe's last run, so an apply's retries and the re-check after a rollback count, not only the
+/// results the verdict is about).
+pub type ProbeObserver = Arc<dyn Fn(&[ProbeResult]) + Send + Sync>;
+
 /// Runs probes. Sockets are opened on the calling thread, i.e. in its network namespace.
 #[derive(Clone)]
 pub struct Prober {
@@ -255,6 +260,7 @@ pub struct Prober {
     netlink: Netlink,
     api: Option<ApiCheck>,
     bgp: Option<BgpSummary>,
+    observer: Option<ProbeObserver>,
 }
 
 impl Prober {
@@ -264,6 +270,19 @@ impl Prober {
             netlink,
             api,
             bgp: None,
+            observer: None,
+        }
+    }
+
+    /// Who is told each round of results as it completes.
+    pub fn with_observer(mut self, observer: ProbeObserver) -> Prober {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn observe(&self, results: &[ProbeResult]) {
+        if let Some(o) = &self.observer {
+            o(results);
         }
     }
 
@@ -328,12 +347,14 @@ impl Prober {
     pub async fn run_once(&self, gating: &BTreeSet<String>) -> Vec<ProbeResult> {
         let probes = self.cfg.probes();
         let limit = Duration::from_secs_f64(self.cfg.attempt_timeout_seconds);
-        join_all(probes.iter().map(|p| async move {
+        let results = join_all(probes.iter().map(|p| async move {
             let start = Instant::now();
             let r = self.check(p, limit).await;
             result(p, r, gating, start.elapsed())
         }))
-        .await
+        .await;
+        self.observe(&results);
+        results
     }
 
     /// After an apply: retries failing probes with backoff until every gating probe passed or the
@@ -358,6 +379,7 @@ impl Prober {
                 (*i, result(p, r, gating, start.elapsed()))
             }))
             .await;
+            self.observe(&rs.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>());
             last.extend(rs);
             let gating_ok = last.values().all(|r| !r.gating || r.result == PASSED);
             let now = Instant::now();
@@ -618,6 +640,28 @@ mod tests {
             [0.0, 0.5, 1.5, 3.5, 7.5, 11.5, 15.5, 19.5, 23.5, 27.5, 30.0]
         );
         assert_eq!(start.elapsed(), Duration::from_secs(30));
+    }
+
+    /// The probe gauges are told every run as it completes: each retry, and a later re-check (after a
+    /// rollback) that passes again, so `netwave_agent_probe_up` never keeps a failure the next run
+    /// disproved.
+    #[tokio::test(start_paused = true)]
+    async fn every_round_of_results_is_observed_as_it_completes() {
+        let (p, _) = api_prober(Some(Duration::from_secs(1)));
+        let seen: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let s = seen.clone();
+        let p = p.with_observer(Arc::new(move |rs: &[ProbeResult]| {
+            let mut s = s.lock().unwrap();
+            s.extend(rs.iter().map(|r| format!("{} {}", r.name, r.result)));
+        }));
+        let gating = BTreeSet::from(["api".to_string()]);
+        p.run_until_healthy(&gating).await;
+        p.run_once(&gating).await;
+        // Tries at 0 and 0.5 s fail, 1.5 s passes; then the re-check.
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["api Failed", "api Failed", "api Passed", "api Passed"]
+        );
     }
 
     #[tokio::test(start_paused = true)]

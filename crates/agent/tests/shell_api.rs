@@ -414,6 +414,77 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
     );
 }
 
+/// A probe the target breaks and the rollback mends reads up again in `netwave_agent_probe_up` (the
+/// re-check after the rollback is the probe's last run): the gauge used to keep the apply's failure
+/// until the next successful apply, so NetwaveAgentProbeDown fired on a healthy node after every health
+/// rollback (found by tests/tests/real_node_monitoring.rs). The status keeps the failure the verdict is
+/// about.
+#[test]
+fn a_probe_the_rollback_mends_reads_up_again() {
+    in_netns("a_probe_the_rollback_mends_reads_up_again", || async {
+        let server = RealApi::start().await?;
+        let client = server.admin.clone();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+        nncs.create(
+            &PostParams::default(),
+            &NodeNetworkConfig::new("n1", spec("r1", 0, good())),
+        )
+        .await?;
+        let dir = tempfile::tempdir()?;
+        let health = dir.path().join("health.yaml");
+        // The segment's bridge must be up: r1 has it, r2 removes it.
+        std::fs::write(
+            &health,
+            "interfaces: [\"l2.10\"]\napiServer: false\nsettleSeconds: 0\ndeadlineSeconds: 1\n",
+        )?;
+        let args = agent_args(dir.path(), health, 19107)?;
+        let agent = RunningAgent::start(args, server.agent_client().await?);
+        wait_status(&nncs, "r1 Provisioned", |s| {
+            s.phase.as_deref() == Some("Provisioned")
+                && s.observed_revision.as_deref() == Some("r1")
+        })
+        .await?;
+        let up = r#"netwave_agent_probe_up{probe="interface l2.10"}"#;
+        ensure!(metric(&metrics_at(19107).await?, up) == 1.0);
+
+        let patch = json!({ "spec": spec("r2", 0, NodeConfig::default()) });
+        nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        let s = wait_status(&nncs, "r2 Invalid", |s| {
+            s.phase.as_deref() == Some("Invalid") && s.observed_revision.as_deref() == Some("r2")
+        })
+        .await?;
+        ensure!(s.reason.as_deref() == Some("HealthCheckFailed"), "{s:?}");
+        ensure!(
+            s.probes
+                .iter()
+                .any(|p| p.name == "interface l2.10" && p.result != "Passed"),
+            "the status says which probe failed r2: {:?}",
+            s.probes
+        );
+        // (r1's bridge is back: `ip link show` fails on a missing link.)
+        ip(&["link", "show", "l2.10"])?;
+        let m = metrics_at(19107).await?;
+        let rollbacks = metric(&m, "netwave_agent_rollbacks_total");
+        ensure!(rollbacks == 1.0, "one rollback: {rollbacks}\n{m}");
+        ensure!(
+            metric(&m, up) == 1.0,
+            "r1 is back and its bridge is up, so is the probe: {}",
+            m.lines()
+                .filter(|l| l.contains("probe_up"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        agent.stop().await?;
+        Ok(())
+    });
+}
+
 /// DESIGN.md §6 on the agent: its own NodeNetworkConfig stored with a value its Rust type cannot hold
 /// (`spec.retry` 2^32, written while the CRD had no bound, as an older CRD allowed) must not blind it.
 /// It reports that (an Event on the object naming the field, the gauge), applies nothing new and keeps

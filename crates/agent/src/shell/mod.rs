@@ -116,7 +116,11 @@ pub async fn run_with(
         })
     });
     let taints = health.taints.clone();
-    let mut prober = Prober::new(health, netlink.clone(), Some(api));
+    // The probe gauges follow every probe run as it completes (an apply's retries, the re-check after
+    // a rollback), not only the results its verdict is about.
+    let gauges = metrics.clone();
+    let mut prober = Prober::new(health, netlink.clone(), Some(api))
+        .with_observer(Arc::new(move |results| gauges.record_probes(results)));
     if let Some(f) = &frr {
         // `bgp` probes ask this node's FRR instance, uncached, like the apply does.
         let f = f.clone();
@@ -389,7 +393,6 @@ impl Shell {
                     self.metrics
                         .netlink_writes
                         .inc_by(self.agent.netlink.writes() - before);
-                    self.metrics.record_probes(&outcome.probes);
                     if outcome.rolled_back {
                         self.metrics.rollbacks.inc();
                     }
