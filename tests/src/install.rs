@@ -252,14 +252,26 @@ pub async fn agent_metric(name: &str) -> Result<f64> {
     metric_at((NODE_ADDR, 9091).into(), name).await
 }
 
-/// The value of metric `name` (a line `name value`) at `addr`'s /metrics.
-pub async fn metric_at(addr: std::net::SocketAddr, name: &str) -> Result<f64> {
+/// `GET /metrics` at `addr` (HTTP/1.0, so the body ends with the connection): the response, or an
+/// error after 5 s without one.
+pub async fn scrape(addr: std::net::SocketAddr) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
+    let limit = Duration::from_secs(5);
+    let mut s = tokio::time::timeout(limit, tokio::net::TcpStream::connect(addr))
+        .await
+        .with_context(|| format!("connecting to {addr}: timed out"))??;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: metrics\r\n\r\n")
         .await?;
     let mut body = String::new();
-    s.read_to_string(&mut body).await?;
+    tokio::time::timeout(limit, s.read_to_string(&mut body))
+        .await
+        .with_context(|| format!("reading {addr}/metrics: timed out"))??;
+    Ok(body)
+}
+
+/// The value of metric `name` (a line `name value`) at `addr`'s /metrics.
+pub async fn metric_at(addr: std::net::SocketAddr, name: &str) -> Result<f64> {
+    let body = scrape(addr).await?;
     body.lines()
         .find_map(|l| {
             l.strip_prefix(name)

@@ -11,10 +11,16 @@
 //! - [`probe`]: continuous UDP flows between workloads with sequence numbers: lost and reordered
 //!   packets and the longest gap per flow over a window (what a change does to traffic).
 //! - [`prometheus`]: the PrometheusRule's alert rules as a plain rule file, and a real Prometheus (Debian's)
-//!   scraping a fleet, read through its HTTP API.
+//!   scraping a fleet or, with the scrape jobs the ServiceMonitors render to, a real cluster, read through
+//!   its HTTP API.
+//! - [`kubernetes_sd`]: Prometheus's Kubernetes endpoints discovery for Debian's Prometheus, built without
+//!   it, handing the targets over as a file.
+//! - [`grafana`]: the Grafana dashboard's queries as Grafana sends them (template variables substituted).
 
 pub mod fleet;
+pub mod grafana;
 pub mod install;
+pub mod kubernetes_sd;
 pub mod netns;
 pub mod probe;
 pub mod prometheus;

@@ -459,6 +459,14 @@ impl Cluster {
     /// Node authorizer or an admission policy), one line each (`user verb resource/name: message`), read
     /// from the API server's audit log: what no component's own log can hide.
     pub fn refused(&self, namespace: &str) -> Vec<String> {
+        self.refused_at(namespace)
+            .into_iter()
+            .map(|(_, line)| line)
+            .collect()
+    }
+
+    /// [`Cluster::refused`], each with when the API server answered (unix seconds).
+    pub fn refused_at(&self, namespace: &str) -> Vec<(f64, String)> {
         let prefix = format!("system:serviceaccount:{namespace}:");
         let text = fs::read_to_string(self.path("audit.log")).unwrap_or_default();
         text.lines()
@@ -471,7 +479,11 @@ impl Cluster {
             })
             .map(|e| {
                 let o = &e["objectRef"];
-                format!(
+                let at = e["stageTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .map_or(0.0, |t| t.as_millisecond() as f64 / 1000.0);
+                let line = format!(
                     "{} {} {}{}/{}: {}",
                     e["user"]["username"].as_str().unwrap_or_default(),
                     e["verb"].as_str().unwrap_or_default(),
@@ -482,7 +494,8 @@ impl Cluster {
                         .unwrap_or_default(),
                     o["name"].as_str().unwrap_or_default(),
                     e["responseStatus"]["message"].as_str().unwrap_or_default()
-                )
+                );
+                (at, line)
             })
             .collect()
     }
@@ -526,6 +539,26 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// Every pod of `namespace` whose containers the kubelet has logged for, deleted ones included (their
+    /// logs stay until the cluster is dropped), sorted: what [`Cluster::container_log`] can read.
+    pub fn logged_pods(&self, namespace: &str) -> Vec<String> {
+        let prefix = format!("{namespace}_");
+        let mut pods: Vec<String> = fs::read_dir(self.path("pod-logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|d| {
+                // <namespace>_<pod>_<uid>: neither a namespace nor a pod name has an underscore.
+                let name = d.file_name().to_string_lossy().into_owned();
+                let rest = name.strip_prefix(&prefix)?;
+                rest.rsplit_once('_').map(|(pod, _)| pod.to_string())
+            })
+            .collect();
+        pods.sort();
+        pods.dedup();
+        pods
     }
 
     /// `ctr` against this node's containerd, in namespace k8s.io.
