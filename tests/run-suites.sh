@@ -48,10 +48,12 @@ export NETWAVE_BIN_DIR=$target_dir/debug
 
 # One job runs these binaries one after another: each builds fleets of network namespaces wired to the
 # same host address in the root namespace (tests/src/fleet.rs serialises them anyway, across processes,
-# with Fleet::lock; as one job they do not hold lanes while they wait for it).
+# with Fleet::lock; as one job they do not hold lanes while they wait for it). The real-node suites
+# (tests/tests/real_node*.rs: real_node, real_node_monitoring) are netwave-e2e binaries too and run here:
+# one kubelet per machine (netwave_control_plane::machine_lock).
 fleet_group=netwave-e2e:test:
 # Slowest first (longest-processing-time order keeps the lanes even). Measured on 2 cores: the fleet
-# group 231-277 s, failover 137-147 s, scenarios 38-42 s, frr_root 27 s; most binaries under 25 s. Jobs not
+# group 231-277 s (before real_node_monitoring, ~180 s alone, joined it), failover 137-147 s, scenarios 38-42 s, frr_root 27 s; most binaries under 25 s. Jobs not
 # named here follow in build order.
 slow=(
     fleet-group
