@@ -707,6 +707,21 @@ impl Fleet {
         Ok(())
     }
 
+    pub async fn create_layer2(&self, obj: Value) -> Result<()> {
+        let l2: netwave_api::Layer2NetworkConfiguration = serde_json::from_value(obj)?;
+        Api::all(self.client.clone())
+            .create(&PostParams::default(), &l2)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete_layer2(&self, name: &str) -> Result<()> {
+        Api::<netwave_api::Layer2NetworkConfiguration>::all(self.client.clone())
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+
     pub async fn delete_routing_table(&self, name: &str) -> Result<()> {
         Api::<netwave_api::RoutingTable>::all(self.client.clone())
             .delete(name, &DeleteParams::default())

@@ -117,17 +117,13 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
 
     // 1. A new segment every node gets.
     let t = Instant::now();
-    f.admin(
-        "POST",
-        "/apis/netwave.dev/v1alpha1/layer2networkconfigurations",
-        Some(json!({
-            "apiVersion": "netwave.dev/v1alpha1",
-            "kind": "Layer2NetworkConfiguration",
-            "metadata": {"name": "vlan120-new"},
-            "spec": {"id": 120, "vni": 1000120, "mtu": 1500,
-                     "anycastGateways": ["10.250.20.1/24"], "anycastMac": "02:00:5e:00:01:20"},
-        })),
-    )
+    f.create_layer2(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "Layer2NetworkConfiguration",
+        "metadata": {"name": "vlan120-new"},
+        "spec": {"id": 120, "vni": 1000120, "mtu": 1500,
+                 "anycastGateways": ["10.250.20.1/24"], "anycastMac": "02:00:5e:00:01:20"},
+    }))
     .await?;
     seq = settle(f, seq, "Complete").await?;
     rows.push(window(&mut probe, "add a segment (VLAN 120)", t, |_| false));
@@ -157,12 +153,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
 
     // 4. The segment of step 1 removed again.
     let t = Instant::now();
-    f.admin(
-        "DELETE",
-        "/apis/netwave.dev/v1alpha1/layer2networkconfigurations/vlan120-new",
-        None,
-    )
-    .await?;
+    f.delete_layer2("vlan120-new").await?;
     seq = settle(f, seq, "Complete").await?;
     rows.push(window(&mut probe, "remove a segment (VLAN 120)", t, |_| {
         false
@@ -232,17 +223,13 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
 
     // 7. A Node label change that re-renders one node: node-1 joins a segment selected by label.
     let t = Instant::now();
-    f.admin(
-        "POST",
-        "/apis/netwave.dev/v1alpha1/layer2networkconfigurations",
-        Some(json!({
-            "apiVersion": "netwave.dev/v1alpha1",
-            "kind": "Layer2NetworkConfiguration",
-            "metadata": {"name": "vlan130-labelled"},
-            "spec": {"id": 130, "vni": 1000130, "mtu": 1500,
-                     "nodeSelector": {"matchLabels": {"hitless.netwave.dev/extra": "yes"}}},
-        })),
-    )
+    f.create_layer2(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "Layer2NetworkConfiguration",
+        "metadata": {"name": "vlan130-labelled"},
+        "spec": {"id": 130, "vni": 1000130, "mtu": 1500,
+                 "nodeSelector": {"matchLabels": {"hitless.netwave.dev/extra": "yes"}}},
+    }))
     .await?;
     seq = settle(f, seq, "Complete").await?;
     rows.push(window(
@@ -290,7 +277,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         }
     }))
     .await?;
-    let bad = f.wait_latest(seq, &["Failed"], T).await?;
+    f.wait_latest(seq, &["Failed"], T).await?;
     let good = f
         .revisions()
         .await?
@@ -305,7 +292,6 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         t,
         |_| false,
     ));
-    let _ = bad;
     Ok(rows)
 }
 

@@ -38,7 +38,7 @@ use netwave_e2e::install::{
     NS, TAINT, agent_metric, evpn_patches, images_of, kubectl, leader, node_links, pathdiff,
     ready_pods, refusals, until, write_overlay_on,
 };
-use netwave_e2e::netns::is_root;
+use netwave_e2e::netns::{self, ip, is_root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_install_runs_on_a_real_node_under_its_own_identities() {
@@ -116,38 +116,29 @@ const PEER_VTEP: &str = "198.19.2.2";
 
 impl Peer {
     fn start() -> Result<Peer> {
-        let _ = sh("ip", &["netns", "del", PEER_NS]);
-        sh("ip", &["netns", "add", PEER_NS])?;
+        let _ = ip(&["netns", "del", PEER_NS]);
+        ip(&["netns", "add", PEER_NS])?;
         let mut peer = Peer { frr: None };
         let p = |args: &[&str]| {
             let mut full = vec!["-n", PEER_NS];
             full.extend_from_slice(args);
-            sh("ip", &full)
+            ip(&full)
         };
-        sh(
-            "ip",
-            &[
-                "link",
-                "add",
-                "nwrnpeer0",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                PEER_NS,
-            ],
-        )?;
-        sh(
-            "ip",
-            &["link", "set", "nwrnpeer0", "netns", NETNS, "name", "eth1"],
-        )?;
-        sh(
-            "ip",
-            &["-n", NETNS, "addr", "add", "198.19.1.1/30", "dev", "eth1"],
-        )?;
-        sh("ip", &["-n", NETNS, "link", "set", "eth1", "up"])?;
+        ip(&[
+            "link",
+            "add",
+            "nwrnpeer0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            PEER_NS,
+        ])?;
+        ip(&["link", "set", "nwrnpeer0", "netns", NETNS, "name", "eth1"])?;
+        ip(&["-n", NETNS, "addr", "add", "198.19.1.1/30", "dev", "eth1"])?;
+        ip(&["-n", NETNS, "link", "set", "eth1", "up"])?;
         p(&["link", "set", "lo", "up"])?;
         p(&["addr", "add", &format!("{PEER_VTEP}/32"), "dev", "lo"])?;
         p(&["addr", "add", "198.19.1.2/30", "dev", "eth0"])?;
@@ -265,7 +256,7 @@ impl Peer {
 impl Drop for Peer {
     fn drop(&mut self) {
         drop(self.frr.take());
-        let _ = sh("ip", &["netns", "del", PEER_NS]);
+        let _ = ip(&["netns", "del", PEER_NS]);
     }
 }
 
@@ -276,19 +267,9 @@ fn fdb(netns: Option<&str>) -> String {
         args.extend(["-n", n]);
     }
     args.extend(["fdb", "show"]);
-    sh("bridge", &args).unwrap_or_default()
-}
-
-fn sh(program: &str, args: &[&str]) -> Result<String> {
-    let out = std::process::Command::new(program).args(args).output()?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    netns::run("bridge", &args)
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// The underlay of the test's ConfigMap: the peer is the node's one neighbour.
@@ -306,7 +287,7 @@ fn check_frr_conf(frr_dir: &Path, config: &netwave_api::NodeConfig) -> Result<()
     use netwave_core::frr::{
         Forwarding, NeighborSettings, RemoteAsSetting, Underlay, UnderlaySettings, render,
     };
-    let hostname = sh("uname", &["-n"])?.trim().to_string();
+    let hostname = netwave_agent::frr::kernel_hostname()?;
     let underlay = Underlay::new(UnderlaySettings {
         asn: 65000,
         vtep_address: NODE_ADDR.to_string(),
@@ -321,7 +302,7 @@ fn check_frr_conf(frr_dir: &Path, config: &netwave_api::NodeConfig) -> Result<()
     let mut frr = render(config, &underlay)?;
     // The node's forwarding as its kernel has it (the agent renders FRR's view of it).
     let on = |key: &str| -> Result<bool> {
-        Ok(sh("ip", &["netns", "exec", NETNS, "sysctl", "-n", key])?.trim() != "0")
+        Ok(ip(&["netns", "exec", NETNS, "sysctl", "-n", key])?.trim() != "0")
     };
     frr.forwarding = Forwarding {
         ipv4: on("net.ipv4.ip_forward")?,
