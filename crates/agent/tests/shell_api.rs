@@ -11,8 +11,8 @@ mod real_api;
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail, ensure};
-use common::{in_netns, ip};
+use anyhow::{Context, Result, ensure};
+use common::{in_netns, ip, until};
 use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -67,22 +67,13 @@ async fn wait_status(
     what: &str,
     ok: impl Fn(&NodeNetworkConfigStatus) -> bool,
 ) -> Result<NodeNetworkConfigStatus> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let n = api.get("n1").await?;
-        if let Some(s) = n.status
-            && ok(&s)
-        {
-            return Ok(s);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!(
-                "timed out waiting for {what}; status: {:?}",
-                api.get("n1").await?.status
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(what, WAIT, async || {
+        Ok(match api.get("n1").await?.status {
+            Some(s) if ok(&s) => Ok(s),
+            s => Err(format!("status {s:?}")),
+        })
+    })
+    .await
 }
 
 /// Agent arguments for node `n1` with its state in `dir`, drift repair every second, `/metrics` on
@@ -186,18 +177,19 @@ async fn event_reasons(client: &kube::Client) -> Result<Vec<String>> {
 }
 
 async fn wait_event(client: &kube::Client, reason: &str) -> Result<()> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let reasons = event_reasons(client).await?;
-        if reasons.iter().any(|r| r == reason) {
-            return Ok(());
-        }
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no {reason} Event from the agent; its Events: {reasons:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        &format!("a {reason} Event from the agent"),
+        WAIT,
+        async || {
+            let reasons = event_reasons(client).await?;
+            Ok(if reasons.iter().any(|r| r == reason) {
+                Ok(())
+            } else {
+                Err(format!("its Events: {reasons:?}"))
+            })
+        },
+    )
+    .await
 }
 
 #[test]
@@ -281,8 +273,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             );
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 1010"));
             // Healthy: the configured taint is gone (every other one stays) and NetworkReady is True.
-            let deadline = tokio::time::Instant::now() + WAIT;
-            loop {
+            until("the taint gone and NetworkReady True", WAIT, async || {
                 let n = nodes.get("n1").await?;
                 let dump = format!("{:?} {:?}", n.spec, n.status);
                 let tainted = taint_keys(&n) != others;
@@ -290,15 +281,9 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                     c.iter()
                         .any(|c| c.type_ == "NetworkReady" && c.status == "True")
                 });
-                if !tainted && ready {
-                    break;
-                }
-                ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "taint/condition not updated: {dump}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+                Ok((!tainted && ready).then_some(()).ok_or(dump))
+            })
+            .await?;
 
             // A spec edited by hand (the config, not its hash) is refused: the kernel is not touched.
             let mut edited = good();
@@ -365,12 +350,8 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             let patch = json!({ "metadata": { "annotations": { "touch": "1" } } });
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            ensure!(
-                metric(&metrics().await?, invalid) == 1.0,
-                "re-applied without a retry bump"
-            );
-            // … a retry bump does.
+            // … a retry bump does, once: the agent sees both edits in order, so a re-apply on the first
+            // would count twice (the rule itself: invalid_revision_is_not_reapplied_until_retry_changes).
             let patch = json!({ "spec": { "retry": 1 } });
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
@@ -382,23 +363,18 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
 
             // Drift is repaired on the timer and counted.
             ip(&["link", "set", "l2.10", "mtu", "1400"])?;
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while !ip(&["link", "show", "l2.10"])?.contains("mtu 1450") {
-                ensure!(tokio::time::Instant::now() < deadline, "drift not repaired");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            until("l2.10's MTU repaired", WAIT, async || {
+                let link = ip(&["link", "show", "l2.10"])?;
+                Ok(link.contains("mtu 1450").then_some(()).ok_or(link))
+            })
+            .await?;
             // The counter moves after the repair is verified, a moment after the kernel is fixed.
-            loop {
+            until("the repair counted", WAIT, async || {
                 let m = metrics().await?;
-                if metric(&m, "netwave_agent_drift_corrections_total") >= 1.0 {
-                    break;
-                }
-                ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "drift not counted: {m}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+                let n = metric(&m, "netwave_agent_drift_corrections_total");
+                Ok((n >= 1.0).then_some(()).ok_or(m))
+            })
+            .await?;
             wait_event(&client, "DriftCorrected").await?;
             // Every status the agent wrote was accepted the first time (a refused write is retried).
             let m = metrics().await?;
@@ -518,19 +494,14 @@ fn an_agent_whose_own_config_cannot_be_decoded_reports_it_and_applies_again_once
             let may_report = serde_json::from_value(json!({"spec": {"resourceAttributes": {
                 "group": "events.k8s.io", "resource": "events", "verb": "create",
                 "namespace": "default"}}}))?;
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while !reviews
-                .create(&PostParams::default(), &may_report)
-                .await?
-                .status
-                .is_some_and(|s| s.allowed)
-            {
-                ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "Events RBAC not in force"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            until("the Events RBAC in force", WAIT, async || {
+                let review = reviews.create(&PostParams::default(), &may_report).await?;
+                Ok(match review.status {
+                    Some(s) if s.allowed => Ok(()),
+                    s => Err(format!("{s:?}")),
+                })
+            })
+            .await?;
             let agent = RunningAgent::start(args, agent_client);
             wait_status(&nncs, "r1 Provisioned", |s| {
                 s.phase.as_deref() == Some("Provisioned")
@@ -562,14 +533,14 @@ fn an_agent_whose_own_config_cannot_be_decoded_reports_it_and_applies_again_once
                 serde_json::from_value(v).unwrap()
             });
             server.install_crds(loose).await?;
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while let Err(e) = raw.patch("n1", &dry, &retry(1 << 32)).await {
-                ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "loose CRD not in force: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            until("the loose CRD in force", WAIT, async || {
+                Ok(raw
+                    .patch("n1", &dry, &retry(1 << 32))
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()))
+            })
+            .await?;
             raw.patch("n1", &PatchParams::default(), &retry(1 << 32))
                 .await?;
             server
@@ -685,22 +656,27 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             let marker = dir.path().join("state/applying.json");
-            let deadline = tokio::time::Instant::now() + WAIT;
-            while !(marker.exists() && ip(&["-o", "link", "show"])?.contains("vx.20")) {
-                ensure!(tokio::time::Instant::now() < deadline, "r2 never started");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until("r2 started", WAIT, async || {
+                let vx20 = ip(&["-o", "link", "show"])?.contains("vx.20");
+                Ok((marker.exists() && vx20)
+                    .then_some(())
+                    .ok_or(format!("marker: {}, vx.20: {vx20}", marker.exists())))
+            })
+            .await?;
             tb.faults().partition(Partition::Token("agent-n1".into()));
 
             // The agent rolls back on its own, without the API server.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while ip(&["-o", "link", "show"])?.contains("vx.20") || marker.exists() {
-                ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "no local rollback while cut off"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            until(
+                "a local rollback while cut off",
+                Duration::from_secs(10),
+                async || {
+                    let vx20 = ip(&["-o", "link", "show"])?.contains("vx.20");
+                    Ok((!vx20 && !marker.exists())
+                        .then_some(())
+                        .ok_or(format!("marker: {}, vx.20: {vx20}", marker.exists())))
+                },
+            )
+            .await?;
             let s = nncs.get("n1").await?.status.unwrap_or_default();
             ensure!(
                 s.phase.as_deref() != Some("Invalid"),
@@ -709,14 +685,12 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
 
             // Still cut off, with the Invalid report undelivered: drift is repaired all the same.
             ip(&["link", "del", "vx.10"])?;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-            while !ip(&["-o", "link", "show"])?.contains("vx.10") {
-                ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "no drift repair while the API server is unreachable"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            let cut_off = "a drift repair while the API server is unreachable";
+            until(cut_off, Duration::from_secs(10), async || {
+                let links = ip(&["-o", "link", "show"])?;
+                Ok(links.contains("vx.10").then_some(()).ok_or(links))
+            })
+            .await?;
 
             // SIGTERM while cut off: the agent stops after its short grace for undelivered reports.
             let _ = stop.send(());
@@ -863,14 +837,11 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
             "coalesce-time 100",
         ])?;
         wait_event(&client, "DriftCorrected").await?;
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while fr.running()? != body(&want) {
-            ensure!(
-                tokio::time::Instant::now() < deadline,
-                "FRR drift not repaired"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until("FRR's drift repaired", WAIT, async || {
+            let running = fr.running()?;
+            Ok((running == body(&want)).then_some(()).ok_or(running))
+        })
+        .await?;
         ensure!(
             metric(
                 &metrics_at(19101).await?,
