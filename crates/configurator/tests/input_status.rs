@@ -190,7 +190,8 @@ async fn input_status_writes_only_on_change() {
             + r.list(&lp).await.unwrap().items.len()
     };
     env.tb().reset_counters();
-    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "10"]));
+    let (a, port) = args_with_metrics(&["--max-unavailable", "10"]);
+    let c = Configurator::start(env.client.clone(), a);
     eventually(T, "the rollout to complete", || async {
         match revisions(&env.client).await.as_slice() {
             [r] if phase(r) == "Complete" => Ok(()),
@@ -208,13 +209,13 @@ async fn input_status_writes_only_on_change() {
         .map(|k| c.get("patch", &format!("{k}/status")))
         .sum::<u64>()
     };
-    // Wait out a few resyncs (2 s) and the agents' last reports.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The agents' last reports and a few resyncs (2 s) handled.
+    reconciles_pass(port, 3.0).await;
     let during = status_writes(&env.tb().counters());
     eprintln!("input status writes: {during} for {objects} objects over a 20-node rollout");
     assert_eq!(during as usize, objects, "one write per object");
     env.tb().reset_counters();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    reconciles_pass(port, 3.0).await;
     assert_eq!(status_writes(&env.tb().counters()), 0, "steady: no writes");
 
     // A node joins: only the objects whose selector matches it change (their node count).
@@ -226,7 +227,12 @@ async fn input_status_writes_only_on_change() {
         ),
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    eventually(T, "the joining node's status writes", || async {
+        let n = status_writes(&env.tb().counters());
+        (n >= 1).then_some(()).ok_or(format!("{n}"))
+    })
+    .await;
+    reconciles_pass(port, 3.0).await;
     let join = status_writes(&env.tb().counters());
     eprintln!("input status writes for one joining node: {join} of {objects} objects");
     assert!(join >= 1 && (join as usize) < objects, "{join}");

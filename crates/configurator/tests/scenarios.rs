@@ -53,7 +53,8 @@ async fn pause_stops_new_assignments_and_resume_completes() {
     add_nodes(&env.client, &node_names(8)).await;
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(400));
     apply_samples(&env.client).await;
-    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
+    let (a, port) = args_with_metrics(&["--max-unavailable", "2"]);
+    let c = Configurator::start(env.client.clone(), a);
     let rev = eventually(T, "a revision rolling out", || async {
         match revisions(&env.client).await.as_slice() {
             [r] if r.status.as_ref().is_some_and(|s| s.in_progress > 0) => {
@@ -88,13 +89,18 @@ async fn pause_stops_new_assignments_and_resume_completes() {
         "the Paused condition names who paused"
     );
     // In-flight nodes finish; nobody new is assigned while paused.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let assigned = configs(&env.client)
-        .await
-        .values()
-        .filter(|c| c.spec.revision == rev)
-        .count();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let assigned = eventually(T, "the in-flight nodes to finish", || async {
+        let now = configs(&env.client).await;
+        let busy = now
+            .values()
+            .filter(|c| in_flight(c) && c.spec.revision == rev)
+            .count();
+        (busy == 0)
+            .then(|| now.values().filter(|c| c.spec.revision == rev).count())
+            .ok_or(format!("{busy} in flight"))
+    })
+    .await;
+    reconciles_pass(port, 3.0).await;
     let configs_now = configs(&env.client).await;
     assert_eq!(
         configs_now
@@ -451,7 +457,8 @@ async fn an_input_that_fails_validation_touches_no_node() {
         .create(&PostParams::default(), &dup)
         .await
         .unwrap();
-    let c = Configurator::start(env.client.clone(), args(&[]));
+    let (a, port) = args_with_metrics(&[]);
+    let c = Configurator::start(env.client.clone(), a);
     let r = only_revision(&env, "Failed").await;
     let st = r.status.unwrap();
     assert!(
@@ -459,7 +466,7 @@ async fn an_input_that_fails_validation_touches_no_node() {
         "{st:#?}"
     );
     assert_eq!(condition_of(&st, "Validated"), Some("False".into()));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    reconciles_pass(port, 3.0).await;
     assert!(
         configs(&env.client)
             .await
@@ -491,7 +498,8 @@ async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
         .create(&PostParams::default(), &rt)
         .await
         .expect("the API server accepts it: the schema cannot see a route's kernel identity");
-    let c = Configurator::start(env.client.clone(), args(&[]));
+    let (a, port) = args_with_metrics(&[]);
+    let c = Configurator::start(env.client.clone(), a);
     let r = only_revision(&env, "Failed").await;
     let st = r.status.unwrap();
     assert!(
@@ -502,7 +510,7 @@ async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
         "{:#?}",
         st.validation
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    reconciles_pass(port, 3.0).await;
     assert!(configs(&env.client).await.is_empty(), "no node was touched");
     // The Warning that the inputs equal a failed revision advises what can help: a retry cannot fix
     // a validation failure, so it says to fix the inputs, with the error.
@@ -545,7 +553,8 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
     add_nodes(&env.client, &node_names(3)).await;
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
     apply_samples(&env.client).await;
-    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    let (a, port) = args_with_metrics(&["--max-unavailable", "3"]);
+    let c = Configurator::start(env.client.clone(), a);
     let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
     let before = configs(&env.client).await;
 
@@ -595,7 +604,7 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
         message.contains("removes ") && message.contains("vrf/") && message.contains("resume"),
         "{message}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    reconciles_pass(port, 3.0).await;
     let specs = |m: &std::collections::BTreeMap<String, netwave_api::NodeNetworkConfig>| {
         m.iter()
             .map(|(n, c)| (n.clone(), c.spec.revision.clone()))
@@ -701,23 +710,6 @@ async fn delete_every_input(client: &kube::Client) {
 /// Every object of `deploy/samples/`, created as `client`.
 async fn apply_samples_as(client: &kube::Client) {
     apply_samples(client).await;
-}
-
-async fn metric(port: u16, series: &str) -> Option<f64> {
-    let (_, body) = http_get(port, "/metrics").await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
-/// Waits until the configurator has reconciled `n` more times: what proves that nothing moved.
-async fn reconciles_pass(port: u16, n: f64) {
-    const SERIES: &str = "netwave_reconcile_duration_seconds_count";
-    let start = metric(port, SERIES).await.expect(SERIES);
-    eventually(T, &format!("{n} more reconciles"), || async {
-        let now = metric(port, SERIES).await.unwrap_or_default();
-        (now >= start + n).then_some(()).ok_or(format!("{now}"))
-    })
-    .await;
 }
 
 /// The revision named `name`, once `check` accepts it.

@@ -35,12 +35,6 @@ fn tamper_route() -> Patch<json_patch::Patch> {
     )
 }
 
-async fn metric(port: u16, series: &str) -> Option<f64> {
-    let (_, body) = http_get(port, "/metrics").await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     let env = testbed_env().await;
@@ -105,7 +99,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
             && notes[0].contains("put back"),
         "{notes:?}"
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    reconciles_pass(metrics_port, 3.0).await;
     assert_eq!(
         specs(&configs(&env.client).await),
         before,
@@ -165,7 +159,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
             .ok_or_else(|| "not 1".to_string())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    reconciles_pass(metrics_port, 3.0).await;
     let after = specs(&configs(&env.client).await);
     assert_eq!(
         after, before,

@@ -88,12 +88,6 @@ fn dry() -> PatchParams {
     }
 }
 
-async fn metric(port: u16, series: &str) -> Option<f64> {
-    let (_, body) = http_get(port, "/metrics").await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
 /// Every object of a kind, as the fixed configurator watches them (a typed list fails on the bad one).
 async fn decoded<K>(client: &Client) -> Vec<Decoded<K>>
 where
@@ -156,28 +150,9 @@ impl Proc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Completed reconciles, from its metrics.
-    async fn reconciles(&self) -> f64 {
-        metric(
-            self.metrics_port,
-            "netwave_reconcile_duration_seconds_count ",
-        )
-        .await
-        .unwrap_or(0.0)
-    }
-
     /// Waits until it has reconciled `n` more times: a negative ("nothing was cut") holds over them.
     async fn reconciles_pass(&self, n: f64) {
-        let from = self.reconciles().await;
-        eventually(T, "reconciles to pass", || async {
-            let now = self.reconciles().await;
-            if now >= from + n {
-                Ok(())
-            } else {
-                Err(format!("{now} reconciles, waiting for {}", from + n))
-            }
-        })
-        .await;
+        reconciles_pass(self.metrics_port, n).await
     }
 }
 

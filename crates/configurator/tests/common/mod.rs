@@ -214,6 +214,40 @@ pub fn args(extra: &[&str]) -> Args {
     args
 }
 
+/// [`args`] with `--metrics-addr` on a free port, and the port: for [`reconciles_pass`].
+pub fn args_with_metrics(extra: &[&str]) -> (Args, u16) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut all = extra.to_vec();
+    all.extend(["--metrics-addr", &addr]);
+    (args(&all), port)
+}
+
+/// One series' value from the metrics on `port`.
+pub async fn metric(port: u16, series: &str) -> Option<f64> {
+    let (_, body) = http_get(port, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Waits until the configurator with metrics on `port` has reconciled `n` more times: a negative
+/// ("nothing was assigned") holds over them.
+pub async fn reconciles_pass(port: u16, n: f64) {
+    const SERIES: &str = "netwave_reconcile_duration_seconds_count ";
+    let start = metric(port, SERIES).await.unwrap_or_default();
+    eventually(
+        Duration::from_secs(60),
+        &format!("{n} more reconciles"),
+        || async {
+            let now = metric(port, SERIES).await.unwrap_or_default();
+            (now >= start + n)
+                .then_some(())
+                .ok_or(format!("{now}, from {start}"))
+        },
+    )
+    .await;
+}
+
 /// A configurator running in this process; `stop` ends it gracefully, drop aborts it (tests share an API
 /// server, so nothing of one test may go on acting in the next).
 pub struct Configurator {
