@@ -856,31 +856,16 @@ impl Fleet {
         .await
     }
 
-    /// Polls `check` every 100 ms until it returns Ok, or fails after `timeout` with the last state and
-    /// the tails of the process logs.
-    pub async fn eventually<T, F, Fut>(
-        &self,
-        timeout: Duration,
-        what: &str,
-        mut check: F,
-    ) -> Result<T>
+    /// Polls `check` until it returns Ok, or fails after `timeout` with the last state and the tails of
+    /// the process logs.
+    pub async fn eventually<T, F, Fut>(&self, timeout: Duration, what: &str, check: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, String>>,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match check().await {
-                Ok(v) => return Ok(v),
-                Err(last) if Instant::now() >= deadline => {
-                    bail!(
-                        "timed out after {timeout:?} waiting for {what}: {last}\n{}",
-                        self.logs_tail(8)
-                    )
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
+        netwave_control_plane::poll::eventually(what, timeout, check)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}\n{}", self.logs_tail(8)))
     }
 
     /// The last lines of every process log (for failure messages).

@@ -4,7 +4,7 @@
 //! writes in any component's log). Used by `tests/tests/real_node*.rs`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -156,8 +156,8 @@ pub fn kubectl(cluster: &Cluster, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Polls `f` every 250 ms until it returns `Some`, or fails after `timeout` with `what` and the cluster's
-/// logs.
+/// Polls `f` until it returns `Some`, or fails after `timeout` with `what`, the last error and the
+/// cluster's logs.
 pub async fn until<T, F, Fut>(
     cluster: &Cluster,
     what: &str,
@@ -168,20 +168,24 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) | Err(_) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(250)).await
+    let waited = netwave_control_plane::poll::eventually(what, timeout, || {
+        let answer = f();
+        async move {
+            match answer.await {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) => Err("not yet".to_string()),
+                Err(e) => Err(format!("{e:#}")),
             }
-            r => bail!(
-                "{what}: not within {timeout:?} ({:?})\n{}\n{}",
-                r.err(),
-                pods_summary(cluster).await,
-                cluster.logs_tail(10)
-            ),
         }
+    })
+    .await;
+    match waited {
+        Ok(v) => Ok(v),
+        Err(e) => bail!(
+            "{e:#}\n{}\n{}",
+            pods_summary(cluster).await,
+            cluster.logs_tail(10)
+        ),
     }
 }
 

@@ -26,6 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use netwave_control_plane::poll::until;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -202,21 +203,19 @@ impl Prometheus {
             log,
             child,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let ready = until("prometheus ready", Duration::from_secs(30), async || {
             if let Ok(Some(status)) = p.child.try_wait() {
-                bail!(
-                    "prometheus exited ({status}) before it was ready:\n{}",
-                    p.log_tail(20)
-                );
+                bail!("prometheus exited ({status}) before it was ready");
             }
-            if let Ok((200, _)) = p.get("/-/ready").await {
-                return Ok(p);
-            }
-            if Instant::now() >= deadline {
-                bail!("prometheus not ready after 30 s:\n{}", p.log_tail(20));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(match p.get("/-/ready").await {
+                Ok((200, _)) => Ok(()),
+                r => Err(format!("{r:?}")),
+            })
+        })
+        .await;
+        match ready {
+            Ok(()) => Ok(p),
+            Err(e) => bail!("{e:#}:\n{}", p.log_tail(20)),
         }
     }
 
@@ -226,6 +225,31 @@ impl Prometheus {
 
     /// Replaces the rule file with `rules` and reloads (SIGHUP, by pid); returns once the rules API
     /// lists exactly the new groups.
+    /// Waits until Prometheus has evaluated every rule group `n` more times: an alert that has not
+    /// fired by then did not fire on what it has scraped.
+    pub async fn evaluations_pass(&self, n: u32) -> Result<()> {
+        let last_evaluations = async || -> Result<Vec<String>> {
+            let data = self.api("/api/v1/rules").await?;
+            Ok(data["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|g| g["lastEvaluation"].to_string())
+                .collect())
+        };
+        for _ in 0..n {
+            let before = last_evaluations().await?;
+            until("a rule evaluation", Duration::from_secs(60), async || {
+                let now = last_evaluations().await?;
+                let done =
+                    now.len() == before.len() && now.iter().zip(&before).all(|(a, b)| a != b);
+                Ok(done.then_some(()).ok_or(format!("{now:?}")))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     pub async fn reload_rules(&self, rules: &Value) -> Result<()> {
         fs::write(
             self.dir.join("rules.json"),
@@ -241,26 +265,28 @@ impl Prometheus {
             .args(["-HUP", &self.pid().to_string()])
             .status()?;
         ensure!(status.success(), "kill -HUP {}: {status}", self.pid());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let data = self.api("/api/v1/rules").await?;
-            let loaded: std::collections::BTreeSet<&str> = data["groups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|g| g["name"].as_str())
-                .collect();
-            if loaded == want {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "prometheus did not load rule groups {want:?} within 30 s (it has {loaded:?}):\n{}",
-                    self.log_tail(10)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let loaded = until(
+            "prometheus to load the rule groups",
+            Duration::from_secs(30),
+            async || {
+                let data = self.api("/api/v1/rules").await?;
+                let loaded: std::collections::BTreeSet<String> = data["groups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|g| g["name"].as_str().map(str::to_string))
+                    .collect();
+                let have: std::collections::BTreeSet<&str> =
+                    loaded.iter().map(String::as_str).collect();
+                Ok(if have == want {
+                    Ok(())
+                } else {
+                    Err(format!("want {want:?}, it has {loaded:?}"))
+                })
+            },
+        )
+        .await;
+        loaded.map_err(|e| anyhow::anyhow!("{e:#}:\n{}", self.log_tail(10)))
     }
 
     /// The last `lines` lines of its log.

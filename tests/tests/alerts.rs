@@ -226,7 +226,7 @@ async fn prometheus_scraping_a_fleet_fires_the_failed_revision_alerts_and_sees_n
     .unwrap();
     let rolled_out = t0.elapsed();
     // Two evaluations after the scrapes above.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    prom.evaluations_pass(2).await.unwrap();
     let alerts = prom.alerts().await.unwrap();
     assert!(
         alerts.iter().all(|a| a.state != "firing"

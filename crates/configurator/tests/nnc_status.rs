@@ -36,7 +36,8 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
     let names = node_names(2);
     add_nodes(&client, &names).await;
     apply_samples(&client).await;
-    let _configurator = Configurator::start(client.clone(), args(&[]));
+    let (a, port) = args_with_metrics(&[]);
+    let _configurator = Configurator::start(client.clone(), a);
     let agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
     let first = eventually(T, "both nodes Provisioned", || async {
         let c = configs(&client).await;
@@ -99,7 +100,7 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
         Some("Provisioned")
     );
     // With no agent answering, it stays Pending (nothing else turns it back to Provisioned).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    reconciles_pass(port, 3.0).await;
     let still = &configs(&client).await[&names[0]];
     assert_eq!(
         still.status.as_ref().unwrap().phase.as_deref(),

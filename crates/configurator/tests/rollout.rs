@@ -172,7 +172,8 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     });
     let _agents = spawn_agents(env.client.clone(), behaviour, Duration::from_millis(50));
     apply_samples(&env.client).await;
-    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    let (a, port) = args_with_metrics(&["--max-unavailable", "3"]);
+    let c = Configurator::start(env.client.clone(), a);
     let good = eventually(T, "the first revision to complete", || async {
         match revisions(&env.client).await.as_slice() {
             [r] if phase(r) == "Complete" => Ok(r.metadata.name.clone().unwrap()),
@@ -216,7 +217,7 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     .await;
 
     // Nothing is assigned the failed revision afterwards, even after more reconciles.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    reconciles_pass(port, 3.0).await;
     let configs = configs(&env.client).await;
     assert!(
         configs.values().all(|c| c.spec.revision == good),

@@ -601,17 +601,12 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
     mut f: impl FnMut() -> F,
 ) -> T {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let timeout = std::time::Duration::from_secs(secs);
+    netwave_control_plane::poll::until(what, timeout, async || {
+        Ok(f().await.ok_or_else(|| "not yet".to_string()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// The whole loop with the real configurator (in-process) and simulated agents: `status -w` follows a

@@ -23,6 +23,7 @@
 
 pub mod frr;
 pub mod node;
+pub mod poll;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -270,18 +271,21 @@ impl ControlPlane {
             Some(self.dir.path()),
             Some("1"),
         )?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", client))
-            .await
-            .is_err()
-        {
-            if let Some(status) = etcd.exited() {
-                bail!("etcd exited ({status}) before serving:\n{}", tail(&log));
+        let listening = poll::until_send("etcd to listen", Duration::from_secs(30), || {
+            let exited = etcd.exited();
+            async move {
+                if let Some(status) = exited {
+                    bail!("etcd exited ({status}) before serving");
+                }
+                Ok(tokio::net::TcpStream::connect(("127.0.0.1", client))
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()))
             }
-            if Instant::now() > deadline {
-                bail!("etcd did not listen within 30 s:\n{}", tail(&log));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await;
+        if let Err(e) = listening {
+            bail!("{e:#}:\n{}", tail(&log));
         }
         self.etcd = Some(etcd);
         Ok(())
@@ -328,28 +332,24 @@ impl ControlPlane {
             None,
         )?;
         let client = self.client().await?;
-        let deadline = started + self.opts.start_timeout;
-        loop {
-            let req = http::Request::get("/readyz").body(Vec::new())?;
-            if let Ok(body) = client.request_text(req).await
-                && body.trim() == "ok"
-            {
-                break;
+        let timeout = self.opts.start_timeout.saturating_sub(started.elapsed());
+        let client = &client;
+        let ready = poll::until_send("kube-apiserver ready", timeout, || {
+            let exited = server.exited();
+            async move {
+                if let Some(status) = exited {
+                    bail!("kube-apiserver exited ({status}) before ready");
+                }
+                let req = http::Request::get("/readyz").body(Vec::new())?;
+                Ok(match client.request_text(req).await {
+                    Ok(body) if body.trim() == "ok" => Ok(()),
+                    r => Err(format!("/readyz: {r:?}")),
+                })
             }
-            if let Some(status) = server.exited() {
-                bail!(
-                    "kube-apiserver exited ({status}) before ready:\n{}",
-                    tail(&log)
-                );
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "kube-apiserver not ready within {:?}:\n{}",
-                    self.opts.start_timeout,
-                    tail(&log)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        })
+        .await;
+        if let Err(e) = ready {
+            bail!("{e:#}:\n{}", tail(&log));
         }
         eprintln!(
             "control plane: kube-apiserver ready on {} in {:.1} s",
@@ -482,10 +482,11 @@ impl ControlPlane {
                 .with_context(|| format!("applying CRD {name}"))?;
             names.push(name);
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for name in names {
-            loop {
-                let crd = api.get(&name).await?;
+        let what = format!("CRDs {names:?} Established");
+        let (api, names) = (&api, &names);
+        poll::until_send(&what, Duration::from_secs(30), || async move {
+            for name in names {
+                let crd = api.get(name).await?;
                 let established = crd
                     .status
                     .as_ref()
@@ -494,16 +495,13 @@ impl ControlPlane {
                         c.iter()
                             .any(|c| c.type_ == "Established" && c.status == "True")
                     });
-                if established {
-                    break;
+                if !established {
+                    return Ok(Err(format!("{name}: {:?}", crd.status)));
                 }
-                if Instant::now() > deadline {
-                    bail!("CRD {name} not Established within 30 s: {:?}", crd.status);
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-        }
-        Ok(())
+            Ok(Ok(()))
+        })
+        .await
     }
 
     /// Deletes what tests create, so the next test starts from an empty cluster: every object of the

@@ -14,7 +14,6 @@ pub mod frr;
 use std::future::Future;
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -138,23 +137,5 @@ impl Drop for PeerNs {
     }
 }
 
-/// Polls `check` every 25 ms until it answers `Ok(Ok(value))`. `Ok(Err(state))` means "not yet" and
-/// names what it saw; after `timeout` the error names `what` and the last state. An `Err` ends the wait
-/// at once.
-pub async fn until<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Result<Result<T, String>>,
-) -> Result<T> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let last = match check().await? {
-            Ok(v) => return Ok(v),
-            Err(last) => last,
-        };
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+#[allow(unused_imports)]
+pub use netwave_control_plane::poll::until;

@@ -340,22 +340,16 @@ pub async fn configs(client: &Client) -> BTreeMap<String, NodeNetworkConfig> {
         .collect()
 }
 
-/// Polls `check` until it returns Some, or panics after `timeout` with the last state.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+/// Polls `check` until it returns Ok, or panics after `timeout` with the last state
+/// (`netwave_control_plane::poll`).
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) if tokio::time::Instant::now() >= deadline => {
-                panic!("timed out waiting for {what}: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    netwave_control_plane::poll::eventually(what, timeout, check)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 /// A revision's phase (or "" when it has no status yet).
