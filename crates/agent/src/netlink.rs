@@ -114,6 +114,9 @@ pub struct ReconcileReport {
 pub struct Netlink {
     handle: Handle,
     writes: Arc<AtomicU64>,
+    /// Reads of the whole kernel state ([`Netlink::observe`]): an apply makes one before it changes
+    /// anything and passes it down (#30).
+    observations: Arc<AtomicU64>,
     settings: NodeSettings,
 }
 
@@ -122,6 +125,14 @@ pub struct Netlink {
 pub struct Snapshot {
     pub observed: Observed,
     pub index: BTreeMap<String, u32>,
+}
+
+/// Of `names`, those no unmarked link of `snap` holds (see [`Netlink::not_foreign`]).
+pub fn not_foreign_in(snap: &Snapshot, names: impl IntoIterator<Item = String>) -> Vec<String> {
+    names
+        .into_iter()
+        .filter(|n| !snap.observed.foreign_links.contains(n))
+        .collect()
 }
 
 fn io_err(e: rtnetlink::Error) -> io::Error {
@@ -140,6 +151,7 @@ impl Netlink {
         Ok(Netlink {
             handle,
             writes: Arc::new(AtomicU64::new(0)),
+            observations: Arc::new(AtomicU64::new(0)),
             settings,
         })
     }
@@ -151,6 +163,11 @@ impl Netlink {
     /// Netlink writes since this socket was opened.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Kernel observations ([`Netlink::observe`]) since this socket was opened.
+    pub fn observations(&self) -> u64 {
+        self.observations.load(Ordering::Relaxed)
     }
 
     async fn dump(
@@ -240,6 +257,7 @@ impl Netlink {
 
     /// Reads every managed object (and the names of all other links) from the kernel.
     pub async fn observe(&self) -> Result<Snapshot, NetlinkError> {
+        self.observations.fetch_add(1, Ordering::Relaxed);
         let links = self
             .dump(
                 RouteNetlinkMessage::GetLink(LinkMessage::default()),
@@ -386,10 +404,7 @@ impl Netlink {
         names: impl IntoIterator<Item = String>,
     ) -> Result<Vec<String>, NetlinkError> {
         let snap = self.observe().await?;
-        Ok(names
-            .into_iter()
-            .filter(|n| !snap.observed.foreign_links.contains(n))
-            .collect())
+        Ok(not_foreign_in(&snap, names))
     }
 
     /// Marks as the agent's the links among `names` that exist without the ownership alias: links an
@@ -436,11 +451,27 @@ impl Netlink {
     /// is sometimes needed because the kernel itself removes state as a side effect (e.g. enslaving to a
     /// VRF cycles the device, which drops its IPv6 addresses). Gives up after three passes.
     pub async fn reconcile(&self, desired: &Dataplane) -> Result<ReconcileReport, NetlinkError> {
+        let snap = self.observe().await?;
+        self.reconcile_from(desired, snap).await
+    }
+
+    /// [`Netlink::reconcile`] whose first pass diffs against `first`, an observation the caller just
+    /// made (the apply's preflight): the kernel is read once before it is changed. Later passes, and the
+    /// verify, observe afresh, so a kernel that moved since `first` still converges.
+    pub async fn reconcile_from(
+        &self,
+        desired: &Dataplane,
+        first: Snapshot,
+    ) -> Result<ReconcileReport, NetlinkError> {
         const PASSES: usize = 3;
         let start = self.writes();
         let mut applied = Vec::new();
+        let mut first = Some(first);
         for _ in 0..PASSES {
-            let mut snap = self.observe().await?;
+            let mut snap = match first.take() {
+                Some(snap) => snap,
+                None => self.observe().await?,
+            };
             let ops = diff(desired, &snap.observed)?;
             if ops.is_empty() {
                 return Ok(ReconcileReport {

@@ -33,7 +33,7 @@ use netwave_api::{NodeConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus, Pr
 use crate::backup::{Applying, BackupError, LastGood, Rejected, StateDir};
 use crate::frr::{Frr, FrrApplyError, FrrTimings};
 use crate::health::{Prober, first_gating_failure, gating};
-use crate::netlink::{Netlink, NetlinkError, ReconcileReport};
+use crate::netlink::{self, Netlink, NetlinkError, ReconcileReport};
 use netwave_api::vocab::NodePhase;
 use netwave_core::dataplane::{Capabilities, Dataplane, desired, missing_features};
 use netwave_core::frr::bgp_content;
@@ -456,6 +456,9 @@ struct Prepared<'a> {
     frr_timings: FrrTimings,
     /// VRF bridges whose new L3 VNI zebra must bind before they come up.
     hold: Vec<(String, u32)>,
+    /// The kernel as preflight read it: the one observation before the change (the marker's links and
+    /// the first reconcile pass come from it).
+    kernel: netlink::Snapshot,
 }
 
 /// Stage 2's result: what changed, and whether the change itself went through.
@@ -478,19 +481,24 @@ impl Agent {
     /// a change the kernel cannot make in place (a VXLAN's VNI) deletes and recreates a link the agent
     /// already owned, and a restore recreates what the apply removed.
     pub async fn may_create(&self, want: &Dataplane) -> Vec<String> {
+        match self.netlink.observe().await {
+            Ok(snap) => self.may_create_in(want, &snap),
+            Err(e) => {
+                tracing::warn!(error = %e, "listing links before an apply failed; a crash mid-apply may leave links to adopt by hand");
+                Vec::new()
+            }
+        }
+    }
+
+    /// [`Agent::may_create`] on an observation the apply already made.
+    fn may_create_in(&self, want: &Dataplane, snap: &netlink::Snapshot) -> Vec<String> {
         let mut names: BTreeSet<String> = want.links.keys().cloned().collect();
         if let Ok(Some(lg)) = self.last_good()
             && let Ok(dp) = self.dataplane(&lg.config)
         {
             names.extend(dp.links.into_keys());
         }
-        match self.netlink.not_foreign(names).await {
-            Ok(names) => names,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing links before an apply failed; a crash mid-apply may leave links to adopt by hand");
-                Vec::new()
-            }
-        }
+        netlink::not_foreign_in(snap, names)
     }
 
     /// The last good config from disk; a corrupt file is reported as `Err` and never used.
@@ -570,7 +578,7 @@ impl Agent {
             Ok(p) => p,
             Err((reason, detail)) => return invalid(reason, detail),
         };
-        let changed = match self.change(t, &prepared).await {
+        let changed = match self.change(t, prepared).await {
             Ok(c) => c,
             Err((reason, detail)) => return invalid(reason, detail),
         };
@@ -633,12 +641,12 @@ impl Agent {
                 format!("this kernel does not support {}", names.join(", ")),
             ));
         }
-        let snap = self
+        let kernel = self
             .netlink
             .observe()
             .await
             .map_err(|e| (Reason::ApplyFailed, format!("observe: {e}")))?;
-        netwave_core::dataplane::diff::diff(&want, &snap.observed)
+        netwave_core::dataplane::diff::diff(&want, &kernel.observed)
             .map_err(|e| (Reason::ApplyFailed, e.to_string()))?;
         let hold = match &frr {
             Some((frr, _)) => frr.l3_vni_hold(&t.config).await.map_err(|e| {
@@ -654,13 +662,14 @@ impl Agent {
             frr,
             frr_timings,
             hold,
+            kernel,
         })
     }
 
     /// Stage 2: the change. The probes that pass now gate the change; the applying marker is written
     /// ahead (so a crash mid-way is recovered); the kernel is reconciled, then FRR (zebra learns VXLAN
     /// devices and VRFs from the kernel). `Err` only when the marker cannot be written: nothing changed.
-    async fn change(&self, t: &Target, p: &Prepared<'_>) -> Result<Changed, (Reason, String)> {
+    async fn change(&self, t: &Target, p: Prepared<'_>) -> Result<Changed, (Reason, String)> {
         let before = self.prober.run_once(&Default::default()).await;
         let gate = gating(&before);
         // Carry over how often this very apply was interrupted before (see `recover`).
@@ -673,7 +682,7 @@ impl Agent {
             .map_or(0, |i| i.interruptions);
         // Written ahead: if the agent dies between creating a link and marking it, recovery knows
         // the unmarked link is its own.
-        let creating = self.may_create(&p.want).await;
+        let creating = self.may_create_in(&p.want, &p.kernel);
         self.state
             .mark_applying(&Applying {
                 revision: t.revision.clone(),
@@ -694,7 +703,7 @@ impl Agent {
                 link.up = false;
             }
         }
-        let kernel = self.netlink.reconcile(&first).await;
+        let kernel = self.netlink.reconcile_from(&first, p.kernel).await;
         let mut timings = ApplyTimings {
             netlink: start.elapsed(),
             frr: None,

@@ -170,6 +170,38 @@ fn config_that_cuts_the_probe_target_is_rolled_back_and_reported_invalid() {
     );
 }
 
+/// #30: an apply reads the kernel once before it changes it. Preflight's observation is passed down to
+/// the applying marker (which links are not foreign) and the first reconcile pass; only the verify after
+/// a change reads it again. A config the node already runs is read once and not written.
+#[test]
+fn an_apply_observes_the_kernel_once_before_changing_it() {
+    in_netns(
+        "an_apply_observes_the_kernel_once_before_changing_it",
+        || async {
+            let e = env(health()).await?;
+            let nl = &e.agent.netlink;
+            let before = nl.observations();
+            let out = e.agent.apply(&target("r1", good())).await;
+            ensure!(out.reason.is_none() && out.applied > 0, "{out:?}");
+            let changing = nl.observations() - before;
+            // One before the change, one verify per pass (a VRF enslave can take a second pass).
+            ensure!(
+                (2..=3).contains(&changing),
+                "an apply that changed the kernel observed it {changing} times"
+            );
+            let before = nl.observations();
+            let out = e.agent.apply(&target("r2", good())).await;
+            ensure!(out.reason.is_none() && out.applied == 0, "{out:?}");
+            let unchanged = nl.observations() - before;
+            ensure!(
+                unchanged == 1,
+                "an apply of the config the node runs observed the kernel {unchanged} times"
+            );
+            Ok(())
+        },
+    );
+}
+
 #[test]
 fn apply_error_restores_and_names_the_step() {
     in_netns("apply_error_restores_and_names_the_step", || async {

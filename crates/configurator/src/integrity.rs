@@ -34,7 +34,7 @@ use kube::Resource;
 use netwave_core::revision::{self, Tampered};
 use netwave_core::{Timestamp, render};
 
-use crate::reconcile::Snapshot;
+use crate::snapshot::Snapshot;
 
 /// How long a revision may be seen without its inputs before they count as gone: the configurator
 /// writes the inputs right after the revision, and the two watches may deliver them in either order.

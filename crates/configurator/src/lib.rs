@@ -17,5 +17,6 @@ pub mod liveness;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
+pub mod snapshot;
 pub mod watch;
 pub mod writer;

@@ -9,114 +9,37 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use kube::Resource;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType as KubeEventType;
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    InputStatus, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigInputs,
-    NetworkConfigRevision, NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec,
-    RevisionInputs, RolloutPolicy, ValidationResult,
+    InputStatus, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
+    NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
+    RolloutPolicy, ValidationResult,
 };
 use netwave_core::fleet::{self, FleetParams};
 use netwave_core::limits::{self, InputsTooLarge};
 use netwave_core::render::{InputKind, InputRef, NodeInfo, RenderedNode};
-use netwave_core::revision::{self, Decision, ExistingRevision, InputSettle};
+use netwave_core::revision::{self, ExistingRevision, InputSettle};
+use netwave_core::rollout::cut::{self, Cut, Rolling};
 use netwave_core::rollout::hold::{self, Footprint};
 use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{
     self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef,
     ObjectVerdict, Plan, PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
-use netwave_core::undecodable::{self, Holds, Kind, Undecodable};
+use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Timestamp};
-use netwave_runtime::decoded::Decoded;
 use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
 
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
+pub use crate::snapshot::Snapshot;
+use crate::snapshot::live;
 use crate::watch::Stores;
 use crate::writer::{Intent, Writer};
-
-/// Everything a reconcile reads, taken from the stores at one moment.
-#[derive(Clone, Default)]
-pub struct Snapshot {
-    pub vrfs: Vec<Arc<netwave_api::VRFRouteConfiguration>>,
-    pub layer2s: Vec<Arc<netwave_api::Layer2NetworkConfiguration>>,
-    pub routing_tables: Vec<Arc<netwave_api::RoutingTable>>,
-    pub nodes: Vec<Arc<Node>>,
-    pub node_configs: Vec<Arc<NodeNetworkConfig>>,
-    pub revisions: Vec<Arc<NetworkConfigRevision>>,
-    /// The revisions' inputs, each under its revision's name.
-    pub revision_inputs: Vec<Arc<NetworkConfigInputs>>,
-    /// Live objects of the kinds above that do not decode (not in those lists), with their uid.
-    pub undecodable: Vec<(Undecodable, Option<String>)>,
-}
-
-impl Snapshot {
-    pub fn take(stores: &Stores) -> Self {
-        let mut bad = Vec::new();
-        Snapshot {
-            vrfs: decoded(stores.vrfs.state(), Kind::Vrf, &mut bad),
-            layer2s: decoded(stores.layer2s.state(), Kind::Layer2, &mut bad),
-            routing_tables: decoded(stores.routing_tables.state(), Kind::RoutingTable, &mut bad),
-            nodes: stores.nodes.state(),
-            node_configs: decoded(stores.node_configs.state(), Kind::NodeConfig, &mut bad),
-            revisions: decoded(stores.revisions.state(), Kind::Revision, &mut bad),
-            revision_inputs: decoded(
-                stores.revision_inputs.state(),
-                Kind::RevisionInputs,
-                &mut bad,
-            ),
-            undecodable: bad,
-        }
-    }
-
-    /// What the objects that do not decode hold back.
-    pub fn holds(&self) -> Holds {
-        let bad: Vec<Undecodable> = self.undecodable.iter().map(|(u, _)| u.clone()).collect();
-        undecodable::holds(&bad)
-    }
-
-    /// The inputs object of the revision `name`, if it is there.
-    pub fn inputs_object(&self, name: &str) -> Option<&NetworkConfigInputs> {
-        self.revision_inputs
-            .iter()
-            .find(|i| i.metadata.name.as_deref() == Some(name) && live(i.as_ref()))
-            .map(AsRef::as_ref)
-    }
-
-    /// The inputs of the revision `name`, if they are there.
-    pub fn inputs_of(&self, name: &str) -> Option<&RevisionInputs> {
-        self.inputs_object(name).map(|i| &i.spec)
-    }
-}
-
-/// The objects of one kind that decode; the live ones that do not go to `bad`.
-fn decoded<K>(
-    objects: Vec<Arc<Decoded<K>>>,
-    kind: Kind,
-    bad: &mut Vec<(Undecodable, Option<String>)>,
-) -> Vec<Arc<K>> {
-    let mut out = Vec::with_capacity(objects.len());
-    for o in objects {
-        match o.as_ref() {
-            Decoded::Object(k) => out.push(k.clone()),
-            Decoded::Undecodable(u) if u.metadata.deletion_timestamp.is_none() => bad.push((
-                Undecodable {
-                    kind,
-                    name: u.metadata.name.clone().unwrap_or_default(),
-                    error: u.error.clone(),
-                },
-                u.metadata.uid.clone(),
-            )),
-            Decoded::Undecodable(_) => {}
-        }
-    }
-    out
-}
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -125,10 +48,6 @@ pub struct Settings {
     pub resync: Duration,
     /// Quiet time the inputs need before a revision is cut from them (see [`InputSettle`]).
     pub input_settle: Duration,
-}
-
-fn live<K: Resource>(o: &K) -> bool {
-    o.meta().deletion_timestamp.is_none() && o.meta().name.is_some()
 }
 
 /// The admin inputs folded into one snapshot, canonically sorted.
@@ -273,7 +192,25 @@ fn object_ref(kind: &str, name: &str, uid: Option<String>) -> ObjectReference {
     }
 }
 
-/// Decides what to write. Pure apart from the cache.
+impl Outcome {
+    /// Nothing decided: `intents` (if any) are written and the next reconcile goes on from there.
+    fn only(intents: Vec<Intent>, tampered: Findings) -> Self {
+        Outcome {
+            intents,
+            plan: None,
+            requeue_at: None,
+            equals_failed: None,
+            inputs_pending: false,
+            tampered,
+            configs: Vec::new(),
+            too_large: None,
+        }
+    }
+}
+
+/// Decides what to write. Pure apart from the cache. Stages: integrity (tampered specs put back) →
+/// [`observe_fleet`] → the cut ([`rollout::cut`]: a revision created or reactivated ends the reconcile)
+/// → [`step_input`] → [`render_for_step`] → [`judge_inputs`] → the step → [`plan_intents`].
 pub fn compute(
     s: &Snapshot,
     settings: &Settings,
@@ -285,54 +222,128 @@ pub fn compute(
     if !holds.rollout.is_empty() {
         // A revision or its inputs cannot be decoded: what nodes run, and where a failure would take
         // them back, is unknown. Nothing is written until it is fixed; `Reconciler` reports it.
-        return Outcome {
-            intents: Vec::new(),
-            plan: None,
-            requeue_at: None,
-            equals_failed: None,
-            inputs_pending: false,
-            tampered: Findings::default(),
-            configs: Vec::new(),
-            too_large: None,
-        };
+        return Outcome::only(Vec::new(), Findings::default());
     }
-    // 0. Specs someone edited. A revision that the current inputs can put back is put back before
-    //    anything else is decided; the others are never rendered again.
+    // Specs someone edited. A revision that the current inputs can put back is put back before
+    // anything else is decided; the others are never rendered again.
     let tampered = cache.integrity.check(s, now);
-    // 1. Does the current input set need a new revision (or an old one back)?
     let inputs = fold_inputs(s);
     let hash = revision::inputs_hash(&inputs);
     let restores = restore_revisions(s, &tampered, &inputs, &hash);
     if !restores.is_empty() {
-        return Outcome {
-            intents: restores,
-            plan: None,
-            requeue_at: None,
-            equals_failed: None,
-            inputs_pending: false,
-            tampered,
-            configs: Vec::new(),
-            too_large: None,
-        };
+        return Outcome::only(restores, tampered);
     }
     if !tampered.awaiting_inputs.is_empty() {
         // A revision without its inputs yet (they are written right after it): nothing is decided
         // on a partial view. Their watch event wakes the loop; the requeue ends the grace.
         return Outcome {
-            intents: Vec::new(),
-            plan: None,
             requeue_at: Some(Timestamp(now.0 + 1000)),
-            equals_failed: None,
-            inputs_pending: false,
-            tampered,
-            configs: Vec::new(),
-            too_large: None,
+            ..Outcome::only(Vec::new(), tampered)
         };
     }
-    // The nodes as render sees them (also for the hold of a revision cut now).
-    let mut node_infos = Vec::new();
-    let mut node_states = Vec::new();
-    // Live nodes by name, and whether each is eligible (Ready and not cordoned): for placeholders.
+    let (fleet, node_states) = observe_fleet(s, &holds);
+    let existing: Vec<ExistingRevision> = live_revisions(s)
+        .map(|r| ExistingRevision::from_object(r))
+        .collect();
+    let decision = revision::decide(&hash, &existing, sequence_floor(s));
+    let max_bytes = settings.fleet.max_object_bytes;
+    let rolling = match cut::cut(
+        &hash,
+        decision,
+        settle,
+        settings.input_settle,
+        now,
+        !holds.cutting.is_empty(),
+        || limits::check_inputs(&inputs, max_bytes),
+    ) {
+        Cut::Create {
+            name,
+            sequence,
+            hash,
+        } => {
+            // The new revision shows up through the watch and the next reconcile rolls it out.
+            let revision = NewRevision {
+                name,
+                sequence,
+                hash,
+                inputs,
+            };
+            let intents = create_revision(s, settings, cache, &fleet, &tampered, revision);
+            return Outcome::only(intents, tampered);
+        }
+        Cut::Reactivate { name, new_sequence } => {
+            return Outcome::only(reactivate_revision(s, &name, new_sequence, now), tampered);
+        }
+        Cut::Roll(rolling) => rolling,
+    };
+    if rolling.settle_started {
+        info!(inputs = %hash, settle = ?settings.input_settle, "inputs changed: a revision is cut once they stop changing");
+    }
+    if let Some(name) = rolling.current.as_ref().filter(|_| rolling.equals_failed) {
+        debug!(revision = %name, "inputs equal a failed revision; bump its spec.retry or change the inputs");
+    }
+
+    let mut input = step_input(s, settings, &holds, node_states);
+    let mut renders = render_for_step(s, settings, cache, &fleet, &tampered, &mut input);
+    let current = Current {
+        inputs: &inputs,
+        hash: &hash,
+        rolling: &rolling,
+    };
+    let statuses = judge_inputs(s, settings, cache, &fleet, &current, &mut renders, now);
+    cache.retain(&renders.used);
+
+    let plan = rollout::step(&input, now);
+    let mut intents = plan_intents(s, &plan, &renders.rendered, &tampered, now);
+    intents.extend(unrestorable_revision_events(s, &tampered));
+    intents.extend(placeholders(s, &fleet.eligible, &plan));
+    intents.extend(quarantine_conditions(s, &plan, now));
+    // Last: the input objects' status never holds up a rollout write.
+    intents.extend(statuses);
+    let requeue_at = [plan.report.requeue_at, rolling.settle_until]
+        .into_iter()
+        .flatten()
+        .min();
+    Outcome {
+        intents,
+        plan: Some(plan),
+        requeue_at,
+        equals_failed: rolling.current.filter(|_| rolling.equals_failed),
+        inputs_pending: rolling.settle_until.is_some(),
+        tampered,
+        configs: input.configs,
+        too_large: rolling.too_large.map(|t| (hash, t)),
+    }
+}
+
+fn live_revisions(s: &Snapshot) -> impl Iterator<Item = &Arc<NetworkConfigRevision>> {
+    s.revisions.iter().filter(|r| live(r.as_ref()))
+}
+
+/// The highest sequence any node config holds: sequences stay monotonic when history is deleted.
+fn sequence_floor(s: &Snapshot) -> u64 {
+    s.node_configs
+        .iter()
+        .map(|n| n.spec.sequence)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The live nodes as render sees them, and which of them get placeholders.
+pub(crate) struct Fleet<'s> {
+    /// Sorted by name.
+    infos: Vec<NodeInfo>,
+    /// A hash of every node's name and labels: a render is reused while it is the same.
+    fingerprint: u64,
+    /// Live nodes by name, and whether each is eligible (Ready and not cordoned): for placeholders. A
+    /// node whose config cannot be decoded is left out (never written, placeholder or not).
+    eligible: BTreeMap<&'s str, bool>,
+}
+
+/// The fleet's nodes (a node that does not read is skipped with a warning), and their step states.
+fn observe_fleet<'s>(s: &'s Snapshot, holds: &Holds) -> (Fleet<'s>, Vec<NodeState>) {
+    let mut infos = Vec::new();
+    let mut states = Vec::new();
     let mut eligible: BTreeMap<&str, bool> = BTreeMap::new();
     for n in s.nodes.iter().filter(|n| live(n.as_ref())) {
         match NodeState::from_api(n) {
@@ -340,194 +351,148 @@ pub fn compute(
                 if let Some(name) = n.metadata.name.as_deref() {
                     eligible.insert(name, st.eligible());
                 }
-                node_infos.push(NodeInfo {
+                infos.push(NodeInfo {
                     name: st.name.clone(),
                     labels: st.labels.clone(),
                 });
-                node_states.push(st);
+                states.push(st);
             }
             Err(e) => warn!(error = %e, "skipping node"),
         }
     }
-    // A node config that cannot be decoded is never written, placeholder or not.
     eligible.retain(|n, _| !holds.unreadable_nodes.contains(*n));
-    node_infos.sort();
+    infos.sort();
     let fingerprint = {
         let mut h = DefaultHasher::new();
-        for n in &node_infos {
+        for n in &infos {
             (&n.name, &n.labels).hash(&mut h);
         }
         h.finish()
     };
-    let existing: Vec<ExistingRevision> = s
+    let fleet = Fleet {
+        infos,
+        fingerprint,
+        eligible,
+    };
+    (fleet, states)
+}
+
+impl RenderCache {
+    /// [`RenderCache::get`] on the current fleet.
+    fn on(
+        &mut self,
+        fleet: &Fleet,
+        settings: &Settings,
+        hash: &str,
+        inputs: &RevisionInputs,
+    ) -> Arc<Rendered> {
+        self.get(
+            hash,
+            inputs,
+            &fleet.infos,
+            fleet.fingerprint,
+            &settings.fleet,
+        )
+    }
+}
+
+/// A revision to create from the current inputs.
+struct NewRevision {
+    name: String,
+    sequence: u64,
+    hash: String,
+    inputs: RevisionInputs,
+}
+
+/// The create of a revision cut from the current inputs: held if it is destructive, measured against
+/// the last good revision (never the current target), the rule the step holds every target to. Created
+/// held, an admin can approve it before any step saw it.
+fn create_revision(
+    s: &Snapshot,
+    settings: &Settings,
+    cache: &mut RenderCache,
+    fleet: &Fleet,
+    tampered: &Findings,
+    new: NewRevision,
+) -> Vec<Intent> {
+    let states: Vec<RevisionState> = live_revisions(s)
+        .filter_map(|r| RevisionState::from_api(r, ValidationResult::default()).ok())
+        .collect();
+    let last_good = rollout::last_good(&states).and_then(|lg| {
+        // A tampered revision is never rendered again (its inputs are not what it hashes to).
+        if tampered.revisions.contains_key(&lg.name) {
+            return None;
+        }
+        let rendered = cache.on(fleet, settings, &lg.hash, s.inputs_of(&lg.name)?);
+        Some((lg.name.as_str(), rendered))
+    });
+    let candidate = cache.on(fleet, settings, &new.hash, &new.inputs);
+    let held = hold::hold_on_creation(
+        &new.name,
+        Sequence(new.sequence),
+        &candidate.footprint,
+        last_good.as_ref().map(|(n, r)| (*n, r.footprint.as_ref())),
+        settings.defaults.destructive_threshold,
+    );
+    let spec = NetworkConfigRevisionSpec {
+        hash: new.hash,
+        sequence: new.sequence,
+        rollout: RolloutPolicy::default(),
+        paused: held.is_some(),
+        retry: 0,
+    };
+    let event = held.as_ref().map(|h| cut::held_event(h, new.sequence));
+    let mut intents = vec![Intent::CreateRevision {
+        name: new.name,
+        spec: Box::new(spec),
+        inputs: Box::new(new.inputs),
+        hold: held,
+    }];
+    intents.extend(event.map(|e| event_intent(s, &e, "Revision")));
+    intents
+}
+
+/// Makes an older good revision the target again, with the Event that says so.
+fn reactivate_revision(s: &Snapshot, name: &str, new_sequence: u64, now: Timestamp) -> Vec<Intent> {
+    let created = s
         .revisions
         .iter()
-        .filter(|r| live(r.as_ref()))
-        .map(|r| ExistingRevision::from_object(r))
-        .collect();
-    let floor = s
-        .node_configs
-        .iter()
-        .map(|n| n.spec.sequence)
-        .max()
-        .unwrap_or(0);
-    let mut equals_failed = None;
-    let mut settle_until = None;
-    // The revision cut from the current inputs, once there is one: the input objects' status judges it.
-    let mut current = None;
-    let decision = revision::decide(&hash, &existing, floor);
-    match &decision {
-        Decision::Create { .. } | Decision::Reactivate { .. } => {
-            settle_until = settle.wait_until(&hash, now, settings.input_settle);
-        }
-        Decision::EqualsFailed { .. } | Decision::NoChange { .. } => settle.settled(),
-    }
-    // Inputs no revision could hold are never cut: nothing is half-written (a revision whose inputs
-    // the API server refuses), the target rolls on, and the inputs' status says why.
-    let too_large = match &decision {
-        Decision::Create { .. } if settle_until.is_none() && holds.cutting.is_empty() => {
-            limits::check_inputs(&inputs, settings.fleet.max_object_bytes).err()
-        }
-        _ => None,
-    };
-    match decision {
-        // An input that cannot be decoded must not vanish from a new revision (its network would go
-        // from every node): no revision is cut or reactivated meanwhile; the target rolls on.
-        _ if !holds.cutting.is_empty() => {}
-        Decision::Create { .. } | Decision::Reactivate { .. } if settle_until.is_some() => {
-            // Not yet: the current target keeps rolling out meanwhile.
-            if settle.first_sight(now) {
-                info!(inputs = %hash, settle = ?settings.input_settle, "inputs changed: a revision is cut once they stop changing");
-            }
-        }
-        Decision::Create { .. } if too_large.is_some() => {}
-        Decision::Create {
-            name,
-            sequence,
-            hash,
-        } => {
-            // Measured against the last good revision (never the current target), the rule the step
-            // holds every target to: created held, an admin can approve it before any step saw it.
-            let states: Vec<RevisionState> = (s.revisions.iter())
-                .filter(|r| live(r.as_ref()))
-                .filter_map(|r| RevisionState::from_api(r, ValidationResult::default()).ok())
-                .collect();
-            let last_good = rollout::last_good(&states).and_then(|lg| {
-                // A tampered revision is never rendered again (its inputs are not what it hashes to).
-                if tampered.revisions.contains_key(&lg.name) {
-                    return None;
-                }
-                let rendered = cache.get(
-                    &lg.hash,
-                    s.inputs_of(&lg.name)?,
-                    &node_infos,
-                    fingerprint,
-                    &settings.fleet,
-                );
-                Some((lg.name.as_str(), rendered))
-            });
-            let candidate = cache.get(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
-            let held = hold::hold_on_creation(
-                &name,
-                Sequence(sequence),
-                &candidate.footprint,
-                last_good.as_ref().map(|(n, r)| (*n, r.footprint.as_ref())),
-                settings.defaults.destructive_threshold,
-            );
-            let spec = NetworkConfigRevisionSpec {
-                hash,
-                sequence,
-                rollout: RolloutPolicy::default(),
-                paused: held.is_some(),
-                retry: 0,
-            };
-            let mut intents = vec![Intent::CreateRevision {
-                name: name.clone(),
-                spec: Box::new(spec),
-                inputs: Box::new(inputs),
-                hold: held.clone(),
-            }];
-            if let Some(h) = &held {
-                intents.push(Intent::Event {
-                    regarding: object_ref("NetworkConfigRevision", &name, None),
-                    type_: KubeEventType::Warning,
-                    reason: rollout::reasons::DESTRUCTIVE_CHANGE.into(),
-                    action: "Revision".into(),
-                    note: h.event_note(Sequence(sequence)),
-                });
-            }
-            // The new revision shows up through the watch and the next reconcile rolls it out.
-            return Outcome {
-                intents,
-                plan: None,
-                requeue_at: None,
-                equals_failed: None,
-                inputs_pending: false,
-                tampered,
-                configs: Vec::new(),
-                too_large: None,
-            };
-        }
-        Decision::Reactivate { name, new_sequence } => {
-            let created = s
-                .revisions
-                .iter()
-                .find(|r| r.metadata.name.as_deref() == Some(&name))
-                .map(|r| r.spec.sequence)
-                .unwrap_or_default();
-            let uid = uid_of_revision(s, &name);
-            return Outcome {
-                intents: vec![
-                    Intent::ReactivateRevision {
-                        name: name.clone(),
-                        sequence: new_sequence,
-                        at: now.truncate_to_secs().to_rfc3339(),
-                    },
-                    Intent::Event {
-                        regarding: object_ref("NetworkConfigRevision", &name, uid),
-                        type_: KubeEventType::Normal,
-                        reason: "RevisionReactivated".into(),
-                        action: "Revision".into(),
-                        note: format!(
-                            "the inputs equal {name} (created as sequence {created}) again: it is the \
-                             target again as sequence {new_sequence} (status.activeSequence) and rolls \
-                             out afresh; it reads Progressing until its nodes are back"
-                        ),
-                    },
-                ],
-                plan: None,
-                requeue_at: None,
-                equals_failed: None,
-                inputs_pending: false,
-                tampered,
-                configs: Vec::new(),
-                too_large: None,
-            };
-        }
-        Decision::EqualsFailed { name } => {
-            debug!(revision = %name, "inputs equal a failed revision; bump its spec.retry or change the inputs");
-            current = Some(name.clone());
-            equals_failed = Some(name);
-        }
-        Decision::NoChange { name } => current = Some(name),
-    }
+        .find(|r| r.metadata.name.as_deref() == Some(name))
+        .map(|r| r.spec.sequence)
+        .unwrap_or_default();
+    vec![
+        Intent::ReactivateRevision {
+            name: name.to_string(),
+            sequence: new_sequence,
+            at: now.truncate_to_secs().to_rfc3339(),
+        },
+        event_intent(
+            s,
+            &cut::reactivated_event(name, created, new_sequence),
+            "Revision",
+        ),
+    ]
+}
 
-    // 2. Build the step input.
-    // A placeholder holds no assignment: to the step, its node has no config yet.
+/// The step's input: every live revision (with the validation on record until it is rendered), the
+/// nodes and their configs (a placeholder holds no assignment: to the step, its node has none yet).
+fn step_input(
+    s: &Snapshot,
+    settings: &Settings,
+    holds: &Holds,
+    nodes: Vec<NodeState>,
+) -> RolloutInput {
     let configs: Vec<NodeConfigState> = s
         .node_configs
         .iter()
         .filter(|c| !c.spec.is_placeholder())
         .filter_map(|c| NodeConfigState::from_api(c).ok())
         .collect();
-    let revisions: Vec<&Arc<NetworkConfigRevision>> =
-        s.revisions.iter().filter(|r| live(r.as_ref())).collect();
-    let mut input = RolloutInput {
+    RolloutInput {
         defaults: settings.defaults.clone(),
-        revisions: revisions
-            .iter()
+        revisions: live_revisions(s)
             // Revisions the step will not render keep the validation on record (a Failed revision's
-            // errors must stay in its status); the ones it may roll out are validated afresh below.
+            // errors must stay in its status); the ones it may roll out are validated afresh.
             .filter_map(|r| {
                 let stored = r
                     .status
@@ -537,25 +502,43 @@ pub fn compute(
                 RevisionState::from_api(r, stored).ok()
             })
             .collect(),
-        nodes: node_states,
+        nodes,
         configs,
         unreadable_configs: holds.unreadable_nodes.clone(),
         rendered: RenderedHashes::default(),
         footprints: Default::default(),
+    }
+}
+
+/// The renders of the revisions the step may assign, and the cache keys this reconcile used.
+struct Renders {
+    rendered: BTreeMap<String, Arc<Rendered>>,
+    used: BTreeSet<(String, u64)>,
+}
+
+/// Renders and validates what the step may assign, into `input` (hashes, footprints, validation). A
+/// tampered revision is never rendered: its nodes get nothing from it, and the step sees why in its
+/// validation.
+fn render_for_step(
+    s: &Snapshot,
+    settings: &Settings,
+    cache: &mut RenderCache,
+    fleet: &Fleet,
+    tampered: &Findings,
+    input: &mut RolloutInput,
+) -> Renders {
+    let mut out = Renders {
+        rendered: BTreeMap::new(),
+        used: BTreeSet::new(),
     };
-    // 3. Render and validate what the step may assign.
-    let mut used = BTreeSet::new();
-    let mut rendered: BTreeMap<String, Arc<Rendered>> = BTreeMap::new();
-    for name in rollout::revisions_to_render(&input) {
-        let Some(rev) = revisions
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(&name))
+    for name in rollout::revisions_to_render(input) {
+        let Some(rev) = live_revisions(s).find(|r| r.metadata.name.as_deref() == Some(&name))
         else {
             continue;
         };
+        let state = input.revisions.iter_mut().find(|s| s.name == name);
         if let Some(t) = tampered.revisions.get(&name) {
-            // Never rendered: its nodes get nothing from it, and the step sees why in its validation.
-            if let Some(state) = input.revisions.iter_mut().find(|s| s.name == name) {
+            if let Some(state) = state {
                 state.validation = ValidationResult {
                     errors: vec![t.to_string()],
                     warnings: Vec::new(),
@@ -566,61 +549,86 @@ pub fn compute(
         let Some(rev_inputs) = s.inputs_of(&name) else {
             continue;
         };
-        let r = cache.get(
-            &rev.spec.hash,
-            rev_inputs,
-            &node_infos,
-            fingerprint,
-            &settings.fleet,
-        );
-        used.insert((rev.spec.hash.clone(), fingerprint));
-        input.rendered.set_revision(name.clone(), r.hashes.clone());
-        input.footprints.insert(name.clone(), r.footprint.clone());
-        if let Some(state) = input.revisions.iter_mut().find(|s| s.name == name) {
+        let r = cache.on(fleet, settings, &rev.spec.hash, rev_inputs);
+        if let Some(state) = state {
             state.validation = r.validation.clone();
         }
-        rendered.insert(name, r);
+        out.used.insert((rev.spec.hash.clone(), fleet.fingerprint));
+        input.rendered.set_revision(name.clone(), r.hashes.clone());
+        input.footprints.insert(name.clone(), r.footprint.clone());
+        out.rendered.insert(name, r);
     }
-    let statuses = if let Some(problem) = &too_large {
-        let verdicts = cache.verdicts(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
-        used.insert((hash.clone(), fingerprint));
-        let problem = problem.to_string();
-        input_statuses(s, &verdicts, |verdict, generation, old| {
-            rollout::input_status_uncut(verdict, &problem, generation, old, now)
-        })
-    } else {
-        current.map_or_else(Vec::new, |name| {
-            let errors = rendered
-                .get(&name)
-                .map(|r| r.validation.errors.clone())
-                .or_else(|| {
-                    revisions
-                        .iter()
-                        .find(|r| r.metadata.name.as_deref() == Some(&name))
-                        .and_then(|r| r.status.as_ref())
-                        .map(|st| st.validation.errors.clone())
-                })
-                .unwrap_or_default();
-            let verdicts =
-                cache.verdicts(&hash, &inputs, &node_infos, fingerprint, &settings.fleet);
-            used.insert((hash.clone(), fingerprint));
-            input_statuses(s, &verdicts, |verdict, generation, old| {
-                rollout::input_status(verdict, &name, &errors, generation, old, now)
-            })
-        })
-    };
-    cache.retain(&used);
+    out
+}
 
-    // 4. Step and translate the plan.
-    let plan = rollout::step(&input, now);
-    let uid_of = |name: &str| {
-        revisions
-            .iter()
-            .find(|r| r.metadata.name.as_deref() == Some(name))
-            .and_then(|r| r.metadata.uid.clone())
+/// The current inputs and what the cut said about them.
+struct Current<'a> {
+    inputs: &'a RevisionInputs,
+    hash: &'a str,
+    rolling: &'a Rolling,
+}
+
+/// The status of every input object: judged against the revision cut from the current inputs, or
+/// refused whole when they are too large to cut; none while they wait for a revision.
+fn judge_inputs(
+    s: &Snapshot,
+    settings: &Settings,
+    cache: &mut RenderCache,
+    fleet: &Fleet,
+    current: &Current,
+    renders: &mut Renders,
+    now: Timestamp,
+) -> Vec<Intent> {
+    let mut verdicts = || {
+        renders
+            .used
+            .insert((current.hash.to_string(), fleet.fingerprint));
+        cache.verdicts(
+            current.hash,
+            current.inputs,
+            &fleet.infos,
+            fleet.fingerprint,
+            &settings.fleet,
+        )
     };
+    if let Some(problem) = &current.rolling.too_large {
+        let verdicts = verdicts();
+        let problem = problem.to_string();
+        return input_statuses(s, &verdicts, |verdict, generation, old| {
+            rollout::input_status_uncut(verdict, &problem, generation, old, now)
+        });
+    }
+    let Some(name) = &current.rolling.current else {
+        return Vec::new();
+    };
+    let errors = renders
+        .rendered
+        .get(name)
+        .map(|r| r.validation.errors.clone())
+        .or_else(|| {
+            live_revisions(s)
+                .find(|r| r.metadata.name.as_deref() == Some(name))
+                .and_then(|r| r.status.as_ref())
+                .map(|st| st.validation.errors.clone())
+        })
+        .unwrap_or_default();
+    let verdicts = verdicts();
+    input_statuses(s, &verdicts, |verdict, generation, old| {
+        rollout::input_status(verdict, name, &errors, generation, old, now)
+    })
+}
+
+/// The plan as writes, in the order they must land: node records first (a quarantine is on record
+/// before the failure it makes not count), holds, revision status, assignments, node configs put
+/// back, deletes, then the plan's Events.
+fn plan_intents(
+    s: &Snapshot,
+    plan: &Plan,
+    rendered: &BTreeMap<String, Arc<Rendered>>,
+    tampered: &Findings,
+    now: Timestamp,
+) -> Vec<Intent> {
     let mut intents = Vec::new();
-    // Node records first: a quarantine is on record before the failure it makes not count.
     for r in &plan.records {
         intents.push(Intent::NodeRecord {
             node: r.node.clone(),
@@ -628,8 +636,7 @@ pub fn compute(
         });
     }
     for h in &plan.holds {
-        let resource_version = revisions
-            .iter()
+        let resource_version = live_revisions(s)
             .find(|r| r.metadata.name.as_deref() == Some(h.revision.as_str()))
             .and_then(|r| r.metadata.resource_version.clone());
         intents.push(Intent::HoldRevision {
@@ -661,54 +668,44 @@ pub fn compute(
             assigned_at: a.assigned_at.to_rfc3339(),
         });
     }
-    intents.extend(restore_node_configs(s, &tampered, &rendered, &plan, now));
+    intents.extend(restore_node_configs(s, tampered, rendered, plan, now));
     for name in &plan.delete_configs {
         intents.push(Intent::DeleteNodeConfig { name: name.clone() });
     }
     for name in &plan.delete_revisions {
         intents.push(Intent::DeleteRevision { name: name.clone() });
     }
-    for e in &plan.events {
-        let regarding = match &e.object {
-            ObjectRef::Revision(n) => object_ref("NetworkConfigRevision", n, uid_of(n)),
-            ObjectRef::NodeConfig(n) => {
-                let uid = s
-                    .node_configs
-                    .iter()
-                    .find(|c| c.metadata.name.as_deref() == Some(n))
-                    .and_then(|c| c.metadata.uid.clone());
-                object_ref("NodeNetworkConfig", n, uid)
-            }
-        };
-        intents.push(Intent::Event {
-            regarding,
-            type_: match e.type_ {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: e.reason.as_str().to_string(),
-            action: "Rollout".into(),
-            note: e.message.clone(),
-        });
-    }
-    let requeue_at = [plan.report.requeue_at, settle_until]
-        .into_iter()
-        .flatten()
-        .min();
-    intents.extend(unrestorable_revision_events(s, &tampered));
-    intents.extend(placeholders(s, &eligible, &plan));
-    intents.extend(quarantine_conditions(s, &plan, now));
-    // Last: the input objects' status never holds up a rollout write.
-    intents.extend(statuses);
-    Outcome {
-        intents,
-        plan: Some(plan),
-        requeue_at,
-        equals_failed,
-        inputs_pending: settle_until.is_some(),
-        tampered,
-        configs: input.configs,
-        too_large: too_large.map(|t| (hash, t)),
+    intents.extend(plan.events.iter().map(|e| event_intent(s, e, "Rollout")));
+    intents
+}
+
+/// A core Event as an Event write about the live object it names.
+fn event_intent(s: &Snapshot, e: &rollout::Event, action: &str) -> Intent {
+    let regarding = match &e.object {
+        ObjectRef::Revision(n) => {
+            let uid = live_revisions(s)
+                .find(|r| r.metadata.name.as_deref() == Some(n))
+                .and_then(|r| r.metadata.uid.clone());
+            object_ref("NetworkConfigRevision", n, uid)
+        }
+        ObjectRef::NodeConfig(n) => {
+            let uid = s
+                .node_configs
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(n))
+                .and_then(|c| c.metadata.uid.clone());
+            object_ref("NodeNetworkConfig", n, uid)
+        }
+    };
+    Intent::Event {
+        regarding,
+        type_: match e.type_ {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        },
+        reason: e.reason.as_str().to_string(),
+        action: action.into(),
+        note: e.message.clone(),
     }
 }
 
@@ -1603,5 +1600,190 @@ mod tests {
         let mut condition = progressing(4);
         condition.conditions[0].status = "False".into();
         assert!(!counters_only(&stored, &condition));
+    }
+
+    /// `compute` on built snapshots (no API server): the cut stage's outcomes.
+    mod compute_table {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use kube::api::ObjectMeta;
+        use netwave_api::{NetworkConfigRevision, RoutingTable};
+        use netwave_core::Timestamp;
+        use netwave_core::revision::{self, InputSettle};
+
+        use crate::reconcile::{RenderCache, Settings, Snapshot, compute, fold_inputs};
+        use crate::writer::Intent;
+
+        const NOW: Timestamp = Timestamp(1_700_000_000_000);
+
+        fn settings(settle: Duration) -> Settings {
+            Settings {
+                defaults: Default::default(),
+                fleet: Default::default(),
+                resync: Duration::from_secs(60),
+                input_settle: settle,
+            }
+        }
+
+        fn table(name: &str, id: u32) -> Arc<RoutingTable> {
+            let mut t: RoutingTable = serde_json::from_value(serde_json::json!({
+                "apiVersion": "netwave.dev/v1alpha1", "kind": "RoutingTable",
+                "metadata": {"name": name, "generation": 1},
+                "spec": {"tableId": id},
+            }))
+            .expect("a RoutingTable");
+            t.metadata.uid = Some(format!("uid-{name}"));
+            Arc::new(t)
+        }
+
+        /// A live revision of the inputs `s` folds into now, as sequence `sequence` in `phase`.
+        fn revision_of(
+            s: &Snapshot,
+            name: &str,
+            sequence: u64,
+            phase: &str,
+        ) -> Arc<NetworkConfigRevision> {
+            let hash = revision::inputs_hash(&fold_inputs(s));
+            let mut r: NetworkConfigRevision = serde_json::from_value(serde_json::json!({
+                "apiVersion": "netwave.dev/v1alpha1", "kind": "NetworkConfigRevision",
+                "metadata": {"name": name, "uid": format!("uid-{name}")},
+                "spec": {"hash": hash, "sequence": sequence},
+                "status": {"phase": phase},
+            }))
+            .expect("a NetworkConfigRevision");
+            r.metadata = ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                ..r.metadata
+            };
+            Arc::new(r)
+        }
+
+        fn run(s: &Snapshot, settle: Duration) -> crate::reconcile::Outcome {
+            compute(
+                s,
+                &settings(settle),
+                &mut RenderCache::default(),
+                &mut InputSettle::default(),
+                NOW,
+            )
+        }
+
+        #[test]
+        fn new_inputs_cut_a_revision_once_settled() {
+            let s = Snapshot {
+                routing_tables: vec![table("rt-a", 100)],
+                ..Default::default()
+            };
+            let hash = revision::inputs_hash(&fold_inputs(&s));
+            let out = run(&s, Duration::ZERO);
+            let [
+                Intent::CreateRevision {
+                    name, spec, hold, ..
+                },
+            ] = out.intents.as_slice()
+            else {
+                panic!("one CreateRevision, got {:?}", out.intents);
+            };
+            assert_eq!(name, &revision::revision_name(&hash));
+            assert_eq!(
+                (spec.sequence, spec.paused, hold.is_none()),
+                (1, false, true)
+            );
+            assert!(
+                out.plan.is_none(),
+                "nothing else is decided until the watch shows it"
+            );
+
+            // Still changing: nothing is cut, the target rolls on, and the reconcile comes back then.
+            let out = run(&s, Duration::from_secs(10));
+            assert!(
+                !out.intents
+                    .iter()
+                    .any(|i| matches!(i, Intent::CreateRevision { .. }))
+            );
+            assert!(out.inputs_pending);
+            assert_eq!(out.requeue_at, Some(Timestamp(NOW.0 + 10_000)));
+        }
+
+        #[test]
+        fn inputs_equal_to_an_older_good_revision_reactivate_it() {
+            let mut s = Snapshot {
+                routing_tables: vec![table("rt-a", 100)],
+                ..Default::default()
+            };
+            let old = revision_of(&s, "rev-old", 1, "Complete");
+            s.routing_tables = vec![table("rt-b", 200)];
+            let new = revision_of(&s, "rev-new", 2, "Complete");
+            s.routing_tables = vec![table("rt-a", 100)];
+            s.revisions = vec![old, new];
+            let out = run(&s, Duration::ZERO);
+            let [
+                Intent::ReactivateRevision { name, sequence, .. },
+                Intent::Event {
+                    regarding,
+                    reason,
+                    note,
+                    ..
+                },
+            ] = out.intents.as_slice()
+            else {
+                panic!("a reactivation and its Event, got {:?}", out.intents);
+            };
+            assert_eq!((name.as_str(), *sequence), ("rev-old", 3));
+            assert_eq!(reason, "RevisionReactivated");
+            assert_eq!(regarding.uid.as_deref(), Some("uid-rev-old"));
+            assert!(
+                note.contains("(created as sequence 1) again") && note.contains("as sequence 3"),
+                "{note}"
+            );
+        }
+
+        #[test]
+        fn inputs_equal_to_a_failed_revision_cut_nothing() {
+            let mut s = Snapshot {
+                routing_tables: vec![table("rt-a", 100)],
+                ..Default::default()
+            };
+            s.revisions = vec![revision_of(&s, "rev-bad", 1, "Failed")];
+            let out = run(&s, Duration::ZERO);
+            assert_eq!(out.equals_failed.as_deref(), Some("rev-bad"));
+            assert!(out.plan.is_some(), "the step rolls the current target on");
+            assert!(!out.intents.iter().any(|i| matches!(
+                i,
+                Intent::CreateRevision { .. } | Intent::ReactivateRevision { .. }
+            )));
+        }
+
+        #[test]
+        fn inputs_too_large_for_one_object_are_never_cut() {
+            let s = Snapshot {
+                routing_tables: vec![table("rt-a", 100), table("rt-b", 200)],
+                ..Default::default()
+            };
+            let mut settings = settings(Duration::ZERO);
+            settings.fleet.max_object_bytes = 64;
+            let out = compute(
+                &s,
+                &settings,
+                &mut RenderCache::default(),
+                &mut InputSettle::default(),
+                NOW,
+            );
+            assert!(out.too_large.is_some());
+            assert!(
+                !out.intents
+                    .iter()
+                    .any(|i| matches!(i, Intent::CreateRevision { .. }))
+            );
+            // Every input says why, and names no revision.
+            let refused = out
+                .intents
+                .iter()
+                .filter(|i| matches!(i, Intent::InputStatus { .. }))
+                .count();
+            assert_eq!(refused, 2);
+        }
     }
 }

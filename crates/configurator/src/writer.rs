@@ -376,18 +376,6 @@ fn log_done(intent: &Intent) {
     }
 }
 
-/// Every value [`category`] returns: the `category` label values of `netwave_api_errors_total`, which
-/// exist from the start with 0 (metrics.rs).
-pub const CATEGORIES: [&str; 7] = [
-    "conflict",
-    "throttled",
-    "not_found",
-    "invalid",
-    "server",
-    "client",
-    "transport",
-];
-
 /// Small fixed set of error categories for metrics and logs.
 pub fn category(e: &kube::Error) -> &'static str {
     match e {
@@ -812,6 +800,6 @@ mod tests {
             kube::Error::LinesCodecMaxLineLengthExceeded,
         ];
         let seen: Vec<&str> = errors.iter().map(category).collect();
-        assert_eq!(seen, CATEGORIES);
+        assert_eq!(seen, crate::metrics::CATEGORIES);
     }
 }

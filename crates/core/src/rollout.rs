@@ -118,6 +118,7 @@
 //!   the record lives).
 
 mod accepted;
+pub mod cut;
 pub mod hold;
 mod input;
 mod plan;

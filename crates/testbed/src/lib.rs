@@ -21,12 +21,14 @@
 //! no conversion webhooks, no admission, no authentication (tokens only identify clients for
 //! partitions); namespace deletion is immediate.
 
+pub mod cause;
 pub mod events;
 pub mod faults;
 pub mod resources;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod shared;
 pub mod ssa;
 pub mod status;
 pub mod store;
@@ -46,7 +48,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 pub use faults::{Action, Budget, Faults, Match, Partition, RequestCounts, Rule};
-use server::Shared;
+use shared::Shared;
 use store::Store;
 
 /// Errors of starting the testbed.

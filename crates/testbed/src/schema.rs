@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::{Map, Value};
 
-use crate::status::Cause;
+use crate::cause::Cause;
 
 /// A compiled structural schema node.
 #[derive(Debug, Clone, Default)]

@@ -3,7 +3,7 @@
 //! and the `/testbed/*` admin endpoint.
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,69 +13,17 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 
-use crate::faults::{Counters, Decision, Faults, Partition, RequestInfo, Rule};
+use crate::faults::{Decision, Partition, RequestInfo, Rule};
 use crate::selector::{FieldSelector, LabelSelector, Selectors};
+use crate::shared::Shared;
 use crate::status::ApiError;
 use crate::store::Store;
 use crate::table;
+use crate::table::metadata_view;
 use crate::verbs::{self, DeleteOptions, FieldValidation, PatchKind, Target, WriteOptions};
-use crate::watch::{self, WatchParams, metadata_view};
+use crate::watch::{self, WatchParams};
 
 pub type Body = BoxBody<Bytes, std::io::Error>;
-
-/// Everything the request handlers share.
-#[derive(Debug)]
-pub struct Shared {
-    store: Mutex<Store>,
-    /// Latest resourceVersion, bumped after every write so watches wake up.
-    pub notify: tokio::sync::watch::Sender<u64>,
-    pub faults: Faults,
-    pub counters: Counters,
-    pub bookmark_interval: Duration,
-    pub gc: std::sync::atomic::AtomicBool,
-    pub server_address: String,
-}
-
-impl Shared {
-    pub fn new(
-        store: Store,
-        bookmark_interval: Duration,
-        gc: bool,
-        server_address: String,
-    ) -> Self {
-        let rv = store.resource_version();
-        Shared {
-            store: Mutex::new(store),
-            notify: tokio::sync::watch::Sender::new(rv),
-            faults: Faults::default(),
-            counters: Counters::default(),
-            bookmark_interval,
-            gc: std::sync::atomic::AtomicBool::new(gc),
-            server_address,
-        }
-    }
-
-    pub fn lock(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs a write under the lock and wakes watches.
-    pub fn write<T>(&self, f: impl FnOnce(&mut Store) -> T) -> T {
-        let mut st = self.lock();
-        let out = f(&mut st);
-        let rv = st.resource_version();
-        drop(st);
-        self.notify.send_if_modified(|v| {
-            if *v != rv {
-                *v = rv;
-                true
-            } else {
-                false
-            }
-        });
-        out
-    }
-}
 
 fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into())

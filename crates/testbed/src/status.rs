@@ -2,17 +2,8 @@
 
 use serde_json::{Value, json};
 
+pub use crate::cause::Cause;
 use crate::resources::ResourceType;
-
-/// One field-level problem (a `causes[]` entry of a `Status`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cause {
-    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldManagerConflict`, ...
-    pub reason: String,
-    pub message: String,
-    /// Field path such as `spec.vni` or `.spec.holderIdentity`.
-    pub field: String,
-}
 
 /// An API error answered as a `Status` body with `code`.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 
 use crate::resources::{Column, ResourceType};
 use crate::store::Object;
-use crate::watch::metadata_view;
 
 /// Evaluates the simple JSONPath subset printer columns use: `.a.b`, `.a[0].b`, `.a['x.y']`.
 pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
@@ -199,6 +198,12 @@ pub fn table(
         })
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta, "columnDefinitions": defs, "rows": rows})
+}
+
+/// An object as `PartialObjectMetadata` (its metadata only), for `as=PartialObjectMetadata` and the
+/// rows of a Table.
+pub fn metadata_view(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
 
 #[cfg(test)]

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::selector::Selectors;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::store::{Event, EventType, Object};
+use crate::table::metadata_view;
 use crate::verbs::{Target, present};
 
 /// Query parameters of a watch.
@@ -51,10 +52,6 @@ fn raw_line(kind: &str, json: &[u8]) -> Bytes {
     out.extend_from_slice(json);
     out.extend_from_slice(b"}\n");
     Bytes::from(out)
-}
-
-pub fn metadata_view(obj: &Value) -> Value {
-    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
 
 struct Watcher {

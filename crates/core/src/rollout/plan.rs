@@ -218,6 +218,8 @@ pub enum EventReason {
     /// A node failed enough revisions other nodes provisioned to be quarantined
     /// ([`super::quarantine`]).
     NodeQuarantined,
+    /// The inputs equal an older good revision again: it is the target again ([`super::cut`]).
+    RevisionReactivated,
 }
 
 impl EventReason {
@@ -240,6 +242,7 @@ impl EventReason {
             EventReason::RevisionSuperseded => "RevisionSuperseded",
             EventReason::DestructiveChange => super::vocab::reasons::DESTRUCTIVE_CHANGE,
             EventReason::NodeQuarantined => "NodeQuarantined",
+            EventReason::RevisionReactivated => "RevisionReactivated",
         }
     }
 
