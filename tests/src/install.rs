@@ -348,11 +348,12 @@ impl SimNodes {
         let heartbeat_names = me.names.clone();
         let heartbeat_admin = admin.clone();
         me.tasks.push(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
             loop {
+                every.tick().await;
                 for n in &heartbeat_names {
                     let _ = heartbeat(&heartbeat_admin, n).await;
                 }
-                tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }));
         for name in names {

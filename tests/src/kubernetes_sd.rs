@@ -50,7 +50,9 @@ impl EndpointsDiscovery {
             let started = std::time::Instant::now();
             let mut last = None;
             let mut last_error = String::new();
+            let mut ticks = tokio::time::interval(every);
             loop {
+                ticks.tick().await;
                 match discover(&client, namespaces.as_deref()).await {
                     Ok(groups) => {
                         let text = serde_json::to_string_pretty(&groups).unwrap_or_default();
@@ -93,7 +95,6 @@ impl EndpointsDiscovery {
                         }
                     }
                 }
-                tokio::time::sleep(every).await;
             }
         });
         EndpointsDiscovery { task, refusals }

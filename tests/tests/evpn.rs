@@ -219,13 +219,11 @@ async fn evpn_installs_the_flood_entries_pings_cross_nodes_and_a_new_segment_rea
     assert_ne!(rev1, rev2);
     let mut provisioned: BTreeMap<String, Duration> = BTreeMap::new();
     let mut listed: BTreeMap<String, Duration> = BTreeMap::new();
-    let deadline = Instant::now() + T;
-    while listed.len() < nodes.len() || provisioned.len() < nodes.len() {
-        assert!(
-            Instant::now() < deadline,
-            "rollout of {rev2}: provisioned {provisioned:?}, VNI listed {listed:?}\n{}",
-            f.logs_tail(10)
-        );
+    let what = format!("every node provisioned on {rev2} with VNI {NEW_VNI} in FRR");
+    netwave_control_plane::poll::until(&what, T, async || {
+        if listed.len() == nodes.len() && provisioned.len() == nodes.len() {
+            return Ok(Ok(()));
+        }
         let mut has: BTreeMap<String, bool> = BTreeMap::new();
         for n in &nodes {
             let vnis = f.frr(n).unwrap().evpn_vnis().unwrap();
@@ -245,8 +243,12 @@ async fn evpn_installs_the_flood_entries_pings_cross_nodes_and_a_new_segment_rea
                 provisioned.entry(n.clone()).or_insert(t.elapsed());
             }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Ok(Err(format!(
+            "provisioned {provisioned:?}, VNI listed {listed:?}"
+        )))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", f.logs_tail(10)));
     f.wait_phase(&rev2, &["Complete"], T).await.unwrap();
     let rollout2 = t.elapsed();
     let mut order: Vec<(&Duration, &String)> = listed.iter().map(|(n, d)| (d, n)).collect();

@@ -589,20 +589,20 @@ impl Bgp {
     /// The view once no peer has received an UPDATE for a second: a change's routes have propagated,
     /// and the next scenario starts from a still network.
     async fn quiet(f: &Fleet) -> anyhow::Result<Bgp> {
-        let mut last = Bgp::read(f)?;
-        let deadline = Instant::now() + T;
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut last = (Instant::now(), Bgp::read(f)?);
+        netwave_control_plane::poll::until("BGP to go quiet for a second", T, async || {
             let now = Bgp::read(f)?;
-            if now.updates == last.updates {
-                return Ok(now);
+            if now.updates != last.1.updates {
+                last = (Instant::now(), now);
+                return Ok(Err("UPDATEs still arriving".to_string()));
             }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "BGP UPDATEs did not stop within {T:?}"
-            );
-            last = now;
-        }
+            Ok(if last.0.elapsed() >= Duration::from_secs(1) {
+                Ok(now)
+            } else {
+                Err("quiet for less than a second".to_string())
+            })
+        })
+        .await
     }
 
     fn churn(&self, after: &Bgp, evpn: &Evpn<'_>) -> Churn {

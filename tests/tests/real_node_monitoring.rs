@@ -397,11 +397,12 @@ impl AlertLog {
         let seen: Arc<Mutex<BTreeMap<String, Seen>>> = Arc::default();
         let log = seen.clone();
         let task = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(500));
             loop {
+                every.tick().await;
                 if let Ok(alerts) = prom.alerts().await {
                     record(&log, &alerts);
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         });
         AlertLog { seen, task }

@@ -67,28 +67,33 @@ async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
     // Sample the fleet while it rolls: never more than maxUnavailable (2) nodes in flight (spec
     // revision not yet reported Provisioned, whatever revision: intermediate ones count too).
     let mut max_in_flight = 0;
-    let deadline = Instant::now() + T;
-    let name = loop {
-        let configs = f.configs().await.unwrap();
-        // A placeholder (queued, nothing assigned) is not in flight: nothing is applied there.
-        let in_flight = configs
-            .values()
-            .filter(|c| !c.spec.is_placeholder() && !provisioned_on(c, &c.spec.revision))
-            .count();
-        max_in_flight = max_in_flight.max(in_flight);
-        let revs = f.revisions().await.unwrap();
-        if let Some(r) = revs.last() {
-            let name = r.metadata.name.clone().unwrap();
-            if phase(r) == "Complete"
-                && configs.len() == 6
-                && configs.values().all(|c| provisioned_on(c, &name))
-            {
-                break name;
+    let name =
+        netwave_control_plane::poll::until("six nodes on a Complete revision", T, async || {
+            let configs = f.configs().await?;
+            // A placeholder (queued, nothing assigned) is not in flight: nothing is applied there.
+            let in_flight = configs
+                .values()
+                .filter(|c| !c.spec.is_placeholder() && !provisioned_on(c, &c.spec.revision))
+                .count();
+            max_in_flight = max_in_flight.max(in_flight);
+            let revs = f.revisions().await?;
+            if let Some(r) = revs.last() {
+                let name = r.metadata.name.clone().unwrap_or_default();
+                if phase(r) == "Complete"
+                    && configs.len() == 6
+                    && configs.values().all(|c| provisioned_on(c, &name))
+                {
+                    return Ok(Ok(name));
+                }
             }
-        }
-        assert!(Instant::now() < deadline, "{}", f.logs_tail(10));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+            Ok(Err(format!(
+                "{} configs, newest revision {:?}",
+                configs.len(),
+                revs.last().map(phase)
+            )))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", f.logs_tail(10)));
     assert!(
         max_in_flight <= 2,
         "{max_in_flight} nodes in flight at once"

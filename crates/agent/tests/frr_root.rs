@@ -472,18 +472,16 @@ fn frr_off_refuses_bgp_content_before_any_change() {
 /// Waits until `frr`'s session to `peer` is (or, with `up == false`, is not) Established.
 async fn wait_session(frr: &Frr, peer: &str, up: bool, within: Duration) -> Result<Duration> {
     let start = Instant::now();
-    loop {
+    let what = format!("the session to {peer} {}", if up { "up" } else { "down" });
+    netwave_control_plane::poll::until(&what, within, async || {
         let summary = frr.bgp_summary().await?;
-        if health::bgp_session(&summary, peer).is_ok() == up {
-            return Ok(start.elapsed());
-        }
-        ensure!(
-            start.elapsed() < within,
-            "session to {peer} still {} after {within:?}: {summary}",
-            if up { "down" } else { "up" }
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Ok(if health::bgp_session(&summary, peer).is_ok() == up {
+            Ok(start.elapsed())
+        } else {
+            Err(summary.to_string())
+        })
+    })
+    .await
 }
 
 #[test]

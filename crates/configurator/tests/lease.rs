@@ -79,13 +79,9 @@ async fn exactly_one_leader_and_fast_handover_on_release() {
     let started = Instant::now();
     let _ = leader.stop.take().unwrap().send(());
     leader.task.await.unwrap();
-    while !follower.gate.is_leader() {
-        assert!(
-            started.elapsed() < Duration::from_millis(1200),
-            "handover after release took too long"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Within 1.2 s of the leader being asked to stop.
+    let within = Duration::from_millis(1200).saturating_sub(started.elapsed());
+    leads(&follower.gate, "the handover after release", within).await;
     let lease: Lease = Api::namespaced(env.client.clone(), "netwave-system")
         .get("netwave-configurator")
         .await
@@ -98,11 +94,7 @@ async fn a_partitioned_leader_stops_before_anyone_else_starts() {
     let env = testbed_env().await;
     let a = replica(env.tb(), "a");
     // Let `a` win first.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !a.gate.is_leader() {
-        assert!(Instant::now() < deadline, "a never became leader");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    leads(&a.gate, "a to lead", Duration::from_secs(3)).await;
     let b = replica(env.tb(), "b");
     watch_exclusion(&a, &b, Duration::from_millis(500)).await;
     // Cut `a` off from the API server: it cannot renew, and must give up on its own clock.
@@ -126,25 +118,28 @@ async fn a_partitioned_leader_stops_before_anyone_else_starts() {
 async fn a_crashed_leader_is_replaced_within_the_lease_duration() {
     let env = testbed_env().await;
     let a = replica(env.tb(), "a");
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !a.gate.is_leader() {
-        assert!(Instant::now() < deadline, "a never became leader");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    leads(&a.gate, "a to lead", Duration::from_secs(3)).await;
     let b = replica(env.tb(), "b");
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Crash: no release, the lease just stops being renewed.
     a.task.abort();
     let crashed = Instant::now();
-    while !b.gate.is_leader() {
-        assert!(
-            crashed.elapsed() < config("b").lease_duration + Duration::from_millis(800),
-            "takeover too slow"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let within = config("b").lease_duration + Duration::from_millis(800);
+    leads(&b.gate, "b to take over", within).await;
     assert!(
         crashed.elapsed() >= Duration::from_millis(400),
         "took over before the lease could have expired"
     );
+}
+
+/// Waits until `gate` leads: fails the test after `within`, naming `what`.
+async fn leads(gate: &LeaderGate, what: &str, within: Duration) {
+    netwave_control_plane::poll::until(what, within, async || {
+        Ok(gate
+            .is_leader()
+            .then_some(())
+            .ok_or_else(|| "not leading".to_string()))
+    })
+    .await
+    .unwrap();
 }

@@ -967,8 +967,10 @@ async fn api_faults_slow_the_rollout_but_fail_nothing() {
     let cutter = {
         let env = env.clone();
         tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(700));
+            every.tick().await; // the first tick is at once
             loop {
-                tokio::time::sleep(Duration::from_millis(700)).await;
+                every.tick().await;
                 env.tb().faults().cut_watches();
             }
         })

@@ -419,24 +419,28 @@ impl Cluster {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<bool>>,
     {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if check().await.unwrap_or(false) {
-                return Ok(());
-            }
-            for (name, p) in &mut self.procs {
-                if let Some(status) = p.exited() {
-                    bail!(
-                        "{name} exited ({status}) while waiting for {what}:\n{}",
-                        tail(&self.dir.path().join(format!("{name}.log")))
-                    );
+        let dir = self.dir.path().to_path_buf();
+        let procs = &mut self.procs;
+        let waited = crate::poll::until_send(what, timeout, || {
+            let exited = procs.iter_mut().find_map(|(name, p)| {
+                let status = p.exited()?;
+                let log = tail(&dir.join(format!("{name}.log")));
+                Some(format!("{name} exited ({status}):\n{log}"))
+            });
+            let answer = check();
+            async move {
+                if let Some(exited) = exited {
+                    bail!("{exited}");
                 }
+                Ok(match answer.await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err("not yet".to_string()),
+                    Err(e) => Err(format!("{e:#}")),
+                })
             }
-            if Instant::now() > deadline {
-                bail!("no {what} within {timeout:?}:\n{}", self.logs_tail(15));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        })
+        .await;
+        waited.map_err(|e| anyhow::anyhow!("{e:#}\n{}", self.logs_tail(15)))
     }
 
     /// The last lines of every component's log.

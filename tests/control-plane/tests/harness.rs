@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
+use netwave_control_plane::poll::until;
 use netwave_control_plane::{ControlPlane, Options, shared};
 
 #[tokio::test]
@@ -74,41 +75,44 @@ async fn a_killed_owner_takes_its_servers_with_it() {
         .unwrap();
     let marker = std::env::temp_dir().join(format!("owner-{}", std::process::id()));
     // Longer than the owner's own limits (etcd 30 s, kube-apiserver 90 s), so that it reports first.
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
     let said = || std::fs::read_to_string(&output).unwrap_or_default();
-    let dir = loop {
-        if let Ok(d) = std::fs::read_to_string(&marker) {
-            break std::path::PathBuf::from(d);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!(
-                "the owner exited ({status}) before starting its control plane:\n{}",
-                said()
-            );
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "owner never started its control plane:\n{}",
-            said()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let started = until(
+        "the owner to start its control plane",
+        Duration::from_secs(180),
+        async || {
+            if let Ok(d) = std::fs::read_to_string(&marker) {
+                return Ok(Ok(std::path::PathBuf::from(d)));
+            }
+            if let Some(status) = child.try_wait()? {
+                anyhow::bail!("the owner exited ({status}) before starting its control plane");
+            }
+            Ok(Err("no marker yet".to_string()))
+        },
+    )
+    .await;
+    let dir = started.unwrap_or_else(|e| panic!("{e:#}:\n{}", said()));
     let pids = server_pids(&dir);
     assert_eq!(pids.len(), 2, "{pids:?}");
     child.kill().unwrap();
     child.wait().unwrap();
     let _ = std::fs::remove_file(&marker);
     let _ = std::fs::remove_file(&output);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    for pid in pids {
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "server {pid} outlived its killed owner"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    until(
+        "the servers to end with their killed owner",
+        Duration::from_secs(20),
+        async || {
+            let alive: Vec<_> = pids
+                .iter()
+                .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+                .collect();
+            Ok(alive
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("alive: {alive:?}")))
+        },
+    )
+    .await
+    .unwrap();
 }
 
 /// Run by `a_killed_owner_takes_its_servers_with_it` as a separate process.
