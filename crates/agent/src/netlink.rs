@@ -501,141 +501,7 @@ impl Netlink {
     }
 
     async fn exec(&self, op: &NetOp, index: &BTreeMap<String, u32>) -> Result<(), NetlinkError> {
-        let idx = |name: &str| {
-            index
-                .get(name)
-                .copied()
-                .ok_or_else(|| NetlinkError::MissingDevice {
-                    op: op.to_string(),
-                    name: name.to_string(),
-                })
-        };
-        let (msg, flags) = match op {
-            NetOp::DelRule(r) => (RouteNetlinkMessage::DelRule(rule_msg(r)), 0),
-            NetOp::AddRule(r) => (
-                RouteNetlinkMessage::NewRule(rule_msg(r)),
-                NLM_F_CREATE | NLM_F_EXCL,
-            ),
-            NetOp::DelRoute(r) => {
-                let mut m = route_msg(&r.key, &r.action, index, op)?;
-                // Match whatever next hop it has: the key identifies our route.
-                m.attributes
-                    .retain(|a| !matches!(a, RouteAttribute::Gateway(_) | RouteAttribute::Oif(_)));
-                m.header.scope = RouteScope::NoWhere;
-                (RouteNetlinkMessage::DelRoute(m), 0)
-            }
-            NetOp::AddRoute(r) => (
-                RouteNetlinkMessage::NewRoute(route_msg(&r.key, &r.action, index, op)?),
-                NLM_F_CREATE | NLM_F_EXCL,
-            ),
-            NetOp::ReplaceRoute(r) => (
-                RouteNetlinkMessage::NewRoute(route_msg(&r.key, &r.action, index, op)?),
-                NLM_F_CREATE | NLM_F_REPLACE,
-            ),
-            NetOp::DelAddr { dev, addr } => (
-                RouteNetlinkMessage::DelAddress(addr_msg(idx(dev)?, addr)),
-                0,
-            ),
-            NetOp::AddAddr { dev, addr } => (
-                RouteNetlinkMessage::NewAddress(addr_msg(idx(dev)?, addr)),
-                NLM_F_CREATE | NLM_F_EXCL,
-            ),
-            NetOp::DelLink { name, .. } => {
-                let mut m = LinkMessage::default();
-                m.header.index = idx(name)?;
-                (RouteNetlinkMessage::DelLink(m), 0)
-            }
-            NetOp::AddLink {
-                name,
-                kind,
-                mtu,
-                mac,
-            } => {
-                let mut m = LinkMessage::default();
-                m.attributes.push(LinkAttribute::IfName(name.clone()));
-                if let Some(mtu) = mtu {
-                    m.attributes.push(LinkAttribute::Mtu(*mtu));
-                }
-                if let Some(mac) = mac {
-                    m.attributes.push(LinkAttribute::Address(mac.0.to_vec()));
-                }
-                let (k, data) = match kind {
-                    LinkKind::Vrf { table } => (
-                        InfoKind::Vrf,
-                        Some(InfoData::Vrf(vec![InfoVrf::TableId(*table)])),
-                    ),
-                    LinkKind::Bridge => (InfoKind::Bridge, None),
-                    LinkKind::Vxlan {
-                        vni,
-                        local,
-                        port,
-                        learning,
-                    } => {
-                        let mut d = vec![
-                            InfoVxlan::Id(*vni),
-                            InfoVxlan::Port(*port),
-                            InfoVxlan::Learning(*learning),
-                        ];
-                        match local {
-                            Some(IpAddr::V4(a)) => d.push(InfoVxlan::Local(*a)),
-                            Some(IpAddr::V6(a)) => d.push(InfoVxlan::Local6(*a)),
-                            None => {}
-                        }
-                        (InfoKind::Vxlan, Some(InfoData::Vxlan(d)))
-                    }
-                    LinkKind::Vlan { parent, id } => {
-                        m.attributes.push(LinkAttribute::Link(idx(parent)?));
-                        (
-                            InfoKind::Vlan,
-                            Some(InfoData::Vlan(vec![InfoVlan::Id(*id)])),
-                        )
-                    }
-                };
-                let mut info = vec![LinkInfo::Kind(k)];
-                info.extend(data.map(LinkInfo::Data));
-                m.attributes.push(LinkAttribute::LinkInfo(info));
-                (RouteNetlinkMessage::NewLink(m), NLM_F_CREATE | NLM_F_EXCL)
-            }
-            NetOp::SetLink { name, change, .. } => {
-                let mut m = LinkMessage::default();
-                m.header.index = idx(name)?;
-                if change.mark {
-                    m.attributes
-                        .push(LinkAttribute::IfAlias(MANAGED_ALIAS.to_string()));
-                }
-                if let Some(mtu) = change.mtu {
-                    m.attributes.push(LinkAttribute::Mtu(mtu));
-                }
-                if let Some(mac) = change.mac {
-                    m.attributes.push(LinkAttribute::Address(mac.0.to_vec()));
-                }
-                match &change.master {
-                    Some(Some(master)) => {
-                        m.attributes.push(LinkAttribute::Controller(idx(master)?))
-                    }
-                    Some(None) => m.attributes.push(LinkAttribute::Controller(0)),
-                    None => {}
-                }
-                if let Some(up) = change.up {
-                    m.header.change_mask |= LinkFlags::Up;
-                    if up {
-                        m.header.flags |= LinkFlags::Up;
-                    }
-                }
-                (RouteNetlinkMessage::SetLink(m), 0)
-            }
-            NetOp::SetNeighSuppress { name, on } => {
-                let mut m = LinkMessage::default();
-                m.header.index = idx(name)?;
-                m.attributes.push(LinkAttribute::LinkInfo(vec![
-                    LinkInfo::PortKind(InfoPortKind::Bridge),
-                    LinkInfo::PortData(InfoPortData::BridgePort(vec![
-                        InfoBridgePort::NeighSupress(*on),
-                    ])),
-                ]));
-                (RouteNetlinkMessage::NewLink(m), 0)
-            }
-        };
+        let (msg, flags) = op_message(op, index)?;
         self.write(msg, flags)
             .await
             .map_err(|source| NetlinkError::Write {
@@ -881,6 +747,168 @@ fn addr_msg(index: u32, addr: &IpNet) -> AddressMessage {
     }
     m.attributes.push(AddressAttribute::Address(addr.addr()));
     m
+}
+
+/// The netlink message (and its flags) that carries out `op`; devices are named by their index.
+fn op_message(
+    op: &NetOp,
+    index: &BTreeMap<String, u32>,
+) -> Result<(RouteNetlinkMessage, u16), NetlinkError> {
+    let idx = |name: &str| {
+        index
+            .get(name)
+            .copied()
+            .ok_or_else(|| NetlinkError::MissingDevice {
+                op: op.to_string(),
+                name: name.to_string(),
+            })
+    };
+    Ok(match op {
+        NetOp::DelRule(r) => (RouteNetlinkMessage::DelRule(rule_msg(r)), 0),
+        NetOp::AddRule(r) => (
+            RouteNetlinkMessage::NewRule(rule_msg(r)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ),
+        NetOp::DelRoute(r) => {
+            let mut m = route_msg(&r.key, &r.action, index, op)?;
+            // Match whatever next hop it has: the key identifies our route.
+            m.attributes
+                .retain(|a| !matches!(a, RouteAttribute::Gateway(_) | RouteAttribute::Oif(_)));
+            m.header.scope = RouteScope::NoWhere;
+            (RouteNetlinkMessage::DelRoute(m), 0)
+        }
+        NetOp::AddRoute(r) => (
+            RouteNetlinkMessage::NewRoute(route_msg(&r.key, &r.action, index, op)?),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ),
+        NetOp::ReplaceRoute(r) => (
+            RouteNetlinkMessage::NewRoute(route_msg(&r.key, &r.action, index, op)?),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        ),
+        NetOp::DelAddr { dev, addr } => (
+            RouteNetlinkMessage::DelAddress(addr_msg(idx(dev)?, addr)),
+            0,
+        ),
+        NetOp::AddAddr { dev, addr } => (
+            RouteNetlinkMessage::NewAddress(addr_msg(idx(dev)?, addr)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ),
+        NetOp::DelLink { name, .. } => {
+            let mut m = LinkMessage::default();
+            m.header.index = idx(name)?;
+            (RouteNetlinkMessage::DelLink(m), 0)
+        }
+        NetOp::AddLink {
+            name,
+            kind,
+            mtu,
+            mac,
+        } => (
+            RouteNetlinkMessage::NewLink(new_link_msg(name, kind, *mtu, *mac, &idx)?),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ),
+        NetOp::SetLink { name, change, .. } => (
+            RouteNetlinkMessage::SetLink(set_link_msg(idx(name)?, change, &idx)?),
+            0,
+        ),
+        NetOp::SetNeighSuppress { name, on } => {
+            let mut m = LinkMessage::default();
+            m.header.index = idx(name)?;
+            m.attributes.push(LinkAttribute::LinkInfo(vec![
+                LinkInfo::PortKind(InfoPortKind::Bridge),
+                LinkInfo::PortData(InfoPortData::BridgePort(vec![
+                    InfoBridgePort::NeighSupress(*on),
+                ])),
+            ]));
+            (RouteNetlinkMessage::NewLink(m), 0)
+        }
+    })
+}
+
+/// A new link of `kind` (a VLAN's parent named by its index).
+fn new_link_msg(
+    name: &str,
+    kind: &LinkKind,
+    mtu: Option<u32>,
+    mac: Option<Mac>,
+    idx: &impl Fn(&str) -> Result<u32, NetlinkError>,
+) -> Result<LinkMessage, NetlinkError> {
+    let mut m = LinkMessage::default();
+    m.attributes.push(LinkAttribute::IfName(name.to_string()));
+    if let Some(mtu) = mtu {
+        m.attributes.push(LinkAttribute::Mtu(mtu));
+    }
+    if let Some(mac) = mac {
+        m.attributes.push(LinkAttribute::Address(mac.0.to_vec()));
+    }
+    let (k, data) = match kind {
+        LinkKind::Vrf { table } => (
+            InfoKind::Vrf,
+            Some(InfoData::Vrf(vec![InfoVrf::TableId(*table)])),
+        ),
+        LinkKind::Bridge => (InfoKind::Bridge, None),
+        LinkKind::Vxlan {
+            vni,
+            local,
+            port,
+            learning,
+        } => {
+            let mut d = vec![
+                InfoVxlan::Id(*vni),
+                InfoVxlan::Port(*port),
+                InfoVxlan::Learning(*learning),
+            ];
+            match local {
+                Some(IpAddr::V4(a)) => d.push(InfoVxlan::Local(*a)),
+                Some(IpAddr::V6(a)) => d.push(InfoVxlan::Local6(*a)),
+                None => {}
+            }
+            (InfoKind::Vxlan, Some(InfoData::Vxlan(d)))
+        }
+        LinkKind::Vlan { parent, id } => {
+            m.attributes.push(LinkAttribute::Link(idx(parent)?));
+            (
+                InfoKind::Vlan,
+                Some(InfoData::Vlan(vec![InfoVlan::Id(*id)])),
+            )
+        }
+    };
+    let mut info = vec![LinkInfo::Kind(k)];
+    info.extend(data.map(LinkInfo::Data));
+    m.attributes.push(LinkAttribute::LinkInfo(info));
+    Ok(m)
+}
+
+/// The attribute changes of link `index` (a new master named by its index, 0 for none).
+fn set_link_msg(
+    index: u32,
+    change: &netwave_core::dataplane::diff::LinkChange,
+    idx: &impl Fn(&str) -> Result<u32, NetlinkError>,
+) -> Result<LinkMessage, NetlinkError> {
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    if change.mark {
+        m.attributes
+            .push(LinkAttribute::IfAlias(MANAGED_ALIAS.to_string()));
+    }
+    if let Some(mtu) = change.mtu {
+        m.attributes.push(LinkAttribute::Mtu(mtu));
+    }
+    if let Some(mac) = change.mac {
+        m.attributes.push(LinkAttribute::Address(mac.0.to_vec()));
+    }
+    match &change.master {
+        Some(Some(master)) => m.attributes.push(LinkAttribute::Controller(idx(master)?)),
+        Some(None) => m.attributes.push(LinkAttribute::Controller(0)),
+        None => {}
+    }
+    if let Some(up) = change.up {
+        m.header.change_mask |= LinkFlags::Up;
+        if up {
+            m.header.flags |= LinkFlags::Up;
+        }
+    }
+    Ok(m)
 }
 
 fn route_msg(

@@ -120,6 +120,17 @@ impl Default for Metrics {
             quarantined_nodes: Gauge::default(),
             registry: Registry::default(),
         };
+        m.register_rollout(&mut registry);
+        m.register_reconcile(&mut registry);
+        m.zero_series();
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// The rollout's metrics: revisions, nodes, assignments, failures and durations.
+    fn register_rollout(&self, registry: &mut Registry) {
+        let m = self;
         registry.register("revisions", "Revisions by phase", m.revisions.clone());
         registry.register(
             "rollout_nodes",
@@ -161,6 +172,11 @@ impl Default for Metrics {
             "Time from a revision becoming target to Complete",
             m.rollout_duration.clone(),
         );
+    }
+
+    /// The reconcile's own metrics: durations, API errors, leadership, inputs and odd objects.
+    fn register_reconcile(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "reconcile_duration_seconds",
             "Time of one reconcile (snapshot, plan, writes)",
@@ -209,6 +225,10 @@ impl Default for Metrics {
              they get no new revision until an admin releases them",
             m.quarantined_nodes.clone(),
         );
+    }
+
+    fn zero_series(&self) {
+        let m = self;
         // Every phase and state exists from the start with 0, so alerts and dashboards see zeros
         // instead of missing series.
         for phase in netwave_api::vocab::RevisionPhase::ALL {
@@ -237,11 +257,8 @@ impl Default for Metrics {
                     .get_or_create(&ApiErrorLabels { verb, category });
             }
         }
-        Metrics { registry, ..m }
     }
-}
 
-impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)

@@ -569,6 +569,7 @@ impl Writer {
 
     async fn send(&self, intent: &Intent) -> Result<(), kube::Error> {
         let revisions: Api<NetworkConfigRevision> = Api::all(self.client.clone());
+        let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         match intent {
             Intent::CreateRevision {
@@ -577,24 +578,8 @@ impl Writer {
                 inputs,
                 hold,
             } => {
-                let mut ncr = NetworkConfigRevision::new(name, (**spec).clone());
-                if let Some(h) = hold {
-                    ncr.meta_mut().annotations = Some(hold_annotations(h));
-                }
-                ncr.meta_mut().labels = Some(managed_by());
-                let pp = create_params();
-                let created = match revisions.create(&pp, &ncr).await {
-                    // Created by us earlier (the watch has not shown it yet, or before a crash) or by
-                    // the previous leader: the content is the same.
-                    Err(kube::Error::Api(ae)) if ae.code == 409 => revisions.get(name).await?,
-                    other => {
-                        let created = other?;
-                        // A hold says so in its Event.
-                        info!(revision = %name, sequence = spec.sequence, held = hold.is_some(), "created revision");
-                        created
-                    }
-                };
-                put_inputs(&self.client, &created, inputs).await
+                self.create_revision(name, spec, inputs, hold.as_ref())
+                    .await
             }
             Intent::HoldRevision {
                 hold: h,
@@ -607,12 +592,8 @@ impl Writer {
                     },
                     "spec": { "paused": true },
                 });
-                let pp = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..PatchParams::default()
-                };
                 revisions
-                    .patch(&h.revision, &pp, &Patch::Merge(&patch))
+                    .patch(&h.revision, &merge_params(), &Patch::Merge(&patch))
                     .await
                     .map(drop)
             }
@@ -624,32 +605,13 @@ impl Writer {
                 put_inputs(&self.client, &revision, inputs).await
             }
             Intent::ReactivateRevision { name, sequence, at } => {
-                let patch = json!({ "status": {
-                    "activeSequence": sequence,
-                    "reactivatedAt": at,
-                    "phase": netwave_api::vocab::RevisionPhase::Pending.as_str(),
-                    "startedAt": null,
-                    "completedAt": null,
-                    "canariesUpdatedAt": null,
-                    "lastProgressAt": null,
-                    "failedNodes": [],
-                    "failed": 0,
-                }});
-                let pp = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..PatchParams::default()
-                };
-                revisions
-                    .patch_status(name, &pp, &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
+                reactivate_revision(&revisions, name, *sequence, at).await
             }
             Intent::ApplyNodeConfig {
                 node,
                 spec,
                 assigned_at,
             } => {
-                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
                 let patch = json!({
                     "apiVersion": "netwave.dev/v1alpha1",
                     "kind": "NodeNetworkConfig",
@@ -659,22 +621,8 @@ impl Writer {
                 let written = nncs.patch(node, &apply, &Patch::Apply(&patch)).await?;
                 mark_pending(&nncs, &written).await
             }
-            Intent::NodeRecord { node, record } => {
-                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
-                let annotations: serde_json::Map<String, serde_json::Value> = record
-                    .annotations()
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
-                    .collect();
-                let patch = json!({ "metadata": { "annotations": annotations } });
-                let pp = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..PatchParams::default()
-                };
-                nncs.patch(node, &pp, &Patch::Merge(&patch)).await.map(drop)
-            }
+            Intent::NodeRecord { node, record } => put_node_record(&nncs, node, record).await,
             Intent::NodeCondition { node, condition } => {
-                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
                 let conditions: Vec<&Condition> = condition.iter().collect();
                 let patch = json!({
                     "apiVersion": "netwave.dev/v1alpha1",
@@ -698,59 +646,15 @@ impl Writer {
                     .map(drop)
             }
             Intent::InputStatus { kind, name, status } => {
-                let patch = json!({
-                    "apiVersion": "netwave.dev/v1alpha1",
-                    "kind": kind.as_str(),
-                    "status": status,
-                });
-                let patch = Patch::Apply(&patch);
-                let c = self.client.clone();
-                match kind {
-                    InputKind::Vrf => Api::<VRFRouteConfiguration>::all(c)
-                        .patch_status(name, &apply, &patch)
-                        .await
-                        .map(drop),
-                    InputKind::Layer2 => Api::<Layer2NetworkConfiguration>::all(c)
-                        .patch_status(name, &apply, &patch)
-                        .await
-                        .map(drop),
-                    InputKind::RoutingTable => Api::<RoutingTable>::all(c)
-                        .patch_status(name, &apply, &patch)
-                        .await
-                        .map(drop),
-                }
+                self.put_input_status(kind, name, status).await
             }
-            Intent::DeleteRevision { name } => {
-                // The inputs go with it: by garbage collection where a controller manager runs (they
-                // are owned by the revision), and here for where none does.
-                let inputs: Api<NetworkConfigInputs> = Api::all(self.client.clone());
-                for deleted in [
-                    revisions
-                        .delete(name, &DeleteParams::default())
-                        .await
-                        .map(drop),
-                    inputs
-                        .delete(name, &DeleteParams::default())
-                        .await
-                        .map(drop),
-                ] {
-                    match deleted {
-                        Err(kube::Error::Api(ae)) if ae.code == 404 => {}
-                        other => other?,
-                    }
-                }
-                Ok(())
-            }
+            Intent::DeleteRevision { name } => self.delete_revision(name).await,
             Intent::QueueNode {
                 node,
                 message,
                 resource_version,
-            } => {
-                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
-                queue_node(&nncs, node, message, resource_version.as_deref()).await
-            }
+            } => queue_node(&nncs, node, message, resource_version.as_deref()).await,
             Intent::DeleteNodeConfig { name } => {
-                let nncs: Api<NodeNetworkConfig> = Api::all(self.client.clone());
                 match nncs.delete(name, &DeleteParams::default()).await {
                     Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
                     other => other.map(drop),
@@ -775,6 +679,139 @@ impl Writer {
             }
         }
     }
+
+    /// A revision (held as a destructive change when `hold` says so), then its inputs.
+    async fn create_revision(
+        &self,
+        name: &str,
+        spec: &NetworkConfigRevisionSpec,
+        inputs: &RevisionInputs,
+        hold: Option<&HoldRecord>,
+    ) -> Result<(), kube::Error> {
+        let revisions: Api<NetworkConfigRevision> = Api::all(self.client.clone());
+        let mut ncr = NetworkConfigRevision::new(name, spec.clone());
+        if let Some(h) = hold {
+            ncr.meta_mut().annotations = Some(hold_annotations(h));
+        }
+        ncr.meta_mut().labels = Some(managed_by());
+        let pp = create_params();
+        let created = match revisions.create(&pp, &ncr).await {
+            // Created by us earlier (the watch has not shown it yet, or before a crash) or by
+            // the previous leader: the content is the same.
+            Err(kube::Error::Api(ae)) if ae.code == 409 => revisions.get(name).await?,
+            other => {
+                let created = other?;
+                // A hold says so in its Event.
+                info!(revision = %name, sequence = spec.sequence, held = hold.is_some(), "created revision");
+                created
+            }
+        };
+        put_inputs(&self.client, &created, inputs).await
+    }
+
+    /// Server-side apply of an input object's whole status.
+    async fn put_input_status(
+        &self,
+        kind: &InputKind,
+        name: &str,
+        status: &InputStatus,
+    ) -> Result<(), kube::Error> {
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = json!({
+            "apiVersion": "netwave.dev/v1alpha1",
+            "kind": kind.as_str(),
+            "status": status,
+        });
+        let patch = Patch::Apply(&patch);
+        let c = self.client.clone();
+        match kind {
+            InputKind::Vrf => Api::<VRFRouteConfiguration>::all(c)
+                .patch_status(name, &apply, &patch)
+                .await
+                .map(drop),
+            InputKind::Layer2 => Api::<Layer2NetworkConfiguration>::all(c)
+                .patch_status(name, &apply, &patch)
+                .await
+                .map(drop),
+            InputKind::RoutingTable => Api::<RoutingTable>::all(c)
+                .patch_status(name, &apply, &patch)
+                .await
+                .map(drop),
+        }
+    }
+
+    /// A revision and its inputs; either already gone is fine.
+    async fn delete_revision(&self, name: &str) -> Result<(), kube::Error> {
+        // The inputs go with it: by garbage collection where a controller manager runs (they
+        // are owned by the revision), and here for where none does.
+        let revisions: Api<NetworkConfigRevision> = Api::all(self.client.clone());
+        let inputs: Api<NetworkConfigInputs> = Api::all(self.client.clone());
+        for deleted in [
+            revisions
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(drop),
+            inputs
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(drop),
+        ] {
+            match deleted {
+                Err(kube::Error::Api(ae)) if ae.code == 404 => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Merge patches by the configurator, under its field manager.
+fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+/// An older good revision the target again under `sequence`, with a fresh rollout in its status.
+async fn reactivate_revision(
+    revisions: &Api<NetworkConfigRevision>,
+    name: &str,
+    sequence: u64,
+    at: &str,
+) -> Result<(), kube::Error> {
+    let patch = json!({ "status": {
+        "activeSequence": sequence,
+        "reactivatedAt": at,
+        "phase": netwave_api::vocab::RevisionPhase::Pending.as_str(),
+        "startedAt": null,
+        "completedAt": null,
+        "canariesUpdatedAt": null,
+        "lastProgressAt": null,
+        "failedNodes": [],
+        "failed": 0,
+    }});
+    revisions
+        .patch_status(name, &merge_params(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+}
+
+/// Both annotations of a node's record on its NodeNetworkConfig, a missing one removed.
+async fn put_node_record(
+    nncs: &Api<NodeNetworkConfig>,
+    node: &str,
+    record: &NodeRecord,
+) -> Result<(), kube::Error> {
+    let annotations: serde_json::Map<String, serde_json::Value> = record
+        .annotations()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
+        .collect();
+    let patch = json!({ "metadata": { "annotations": annotations } });
+    nncs.patch(node, &merge_params(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]

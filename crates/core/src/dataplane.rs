@@ -570,22 +570,47 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
         dp: Dataplane::default(),
         origin: BTreeMap::new(),
     };
-    let vxlan = |vni: u32| LinkKind::Vxlan {
-        vni,
-        local: settings.vxlan_local,
-        port: settings.vxlan_port,
-        learning: false,
-    };
     for (i, vrf) in cfg.vrfs.iter().enumerate() {
-        let at = format!("vrfs[{i}]");
-        b.add_link(
+        b.add_vrf(&format!("vrfs[{i}]"), vrf)?;
+    }
+    for (i, l2) in cfg.layer2s.iter().enumerate() {
+        b.add_layer2(&format!("layer2s[{i}]"), l2)?;
+    }
+    for (i, r) in cfg.routes.iter().enumerate() {
+        b.add_route(format!("routes[{i}]"), r)?;
+    }
+    for (i, r) in cfg.rules.iter().enumerate() {
+        b.add_rule(&format!("rules[{i}]"), r)?;
+    }
+    b.check_masters()?;
+    Ok(b.dp)
+}
+
+impl Builder<'_> {
+    fn vxlan(&self, vni: u32) -> LinkKind {
+        LinkKind::Vxlan {
+            vni,
+            local: self.settings.vxlan_local,
+            port: self.settings.vxlan_port,
+            learning: false,
+        }
+    }
+
+    /// A VRF's device with its loopbacks, its source-based-routing VRF and rules, and its layer-3
+    /// VNI (a bridge in the VRF with a VXLAN port).
+    fn add_vrf(&mut self, at: &str, vrf: &netwave_api::VrfConfig) -> Result<(), ModelError> {
+        self.add_link(
             format!("{at}.device"),
             new_link(&vrf.device, LinkKind::Vrf { table: vrf.table }, None),
         )?;
         // Loopbacks: the node's addresses on the VRF device itself, the VRF's own loopback (its
         // connected routes are the VRF's, and its BGP instance redistributes them).
         if !vrf.loopbacks.is_empty() {
-            let link = b.dp.links.get_mut(&vrf.device).expect("added just above");
+            let link = self
+                .dp
+                .links
+                .get_mut(&vrf.device)
+                .expect("added just above");
             for (j, lb) in vrf.loopbacks.iter().enumerate() {
                 let field = format!("{at}.loopbacks[{j}].address");
                 let net = parse_net(&field, &lb.address)?;
@@ -604,13 +629,13 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
         // Source-based routing: the local VRF `s-<vrf>` (FRR fills its table) and one rule per source
         // prefix in front of the main table.
         if let Some(sbr) = &vrf.sbr {
-            b.add_link(
+            self.add_link(
                 format!("{at}.sbr.device"),
                 new_link(&sbr.device, LinkKind::Vrf { table: sbr.table }, None),
             )?;
             for (j, p) in sbr.prefixes.iter().enumerate() {
                 let from = parse_net(&format!("{at}.sbr.prefixes[{j}]"), p)?.trunc();
-                b.dp.rules.insert(Rule {
+                self.dp.rules.insert(Rule {
                     family: match from {
                         IpNet::V4(_) => Family::V4,
                         IpNet::V6(_) => Family::V6,
@@ -627,14 +652,17 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
         if let (Some(vni), Some(br), Some(vx)) = (vrf.vni, &vrf.bridge, &vrf.vxlan) {
             let mut bridge = new_link(br, LinkKind::Bridge, Some(vrf.mtu));
             bridge.master = Some(vrf.device.clone());
-            b.add_link(format!("{at}.bridge"), bridge)?;
-            let mut port = new_link(vx, vxlan(vni), Some(vrf.mtu));
+            self.add_link(format!("{at}.bridge"), bridge)?;
+            let mut port = new_link(vx, self.vxlan(vni), Some(vrf.mtu));
             port.master = Some(br.clone());
-            b.add_link(format!("{at}.vxlan"), port)?;
+            self.add_link(format!("{at}.vxlan"), port)?;
         }
+        Ok(())
     }
-    for (i, l2) in cfg.layer2s.iter().enumerate() {
-        let at = format!("layer2s[{i}]");
+
+    /// A layer-2 segment: its bridge (anycast MAC and gateways), VXLAN port and, with a trunk,
+    /// VLAN sub-interface.
+    fn add_layer2(&mut self, at: &str, l2: &netwave_api::Layer2Config) -> Result<(), ModelError> {
         let mut bridge = new_link(&l2.bridge, LinkKind::Bridge, Some(l2.mtu));
         bridge.master = l2.vrf.clone();
         if let Some(mac) = &l2.anycast_mac {
@@ -650,12 +678,12 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
                 return Err(invalid(field, gw, "listed twice"));
             }
         }
-        b.add_link(format!("{at}.bridge"), bridge)?;
-        let mut port = new_link(&l2.vxlan, vxlan(l2.vni), Some(l2.mtu));
+        self.add_link(format!("{at}.bridge"), bridge)?;
+        let mut port = new_link(&l2.vxlan, self.vxlan(l2.vni), Some(l2.mtu));
         port.master = Some(l2.bridge.clone());
         port.neigh_suppress = l2.neigh_suppression;
-        b.add_link(format!("{at}.vxlan"), port)?;
-        if let Some(trunk) = &settings.vlan_trunk {
+        self.add_link(format!("{at}.vxlan"), port)?;
+        if let Some(trunk) = &self.settings.vlan_trunk {
             let mut sub = new_link(
                 &vlan_device(l2.vlan),
                 LinkKind::Vlan {
@@ -665,13 +693,14 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
                 Some(l2.mtu),
             );
             sub.master = Some(l2.bridge.clone());
-            b.add_link(format!("{at}.vlan"), sub)?;
+            self.add_link(format!("{at}.vlan"), sub)?;
         }
+        Ok(())
     }
-    for (i, r) in cfg.routes.iter().enumerate() {
-        let at = format!("routes[{i}]");
+
+    fn add_route(&mut self, at: String, r: &RouteConfig) -> Result<(), ModelError> {
         let route = route(r, &at)?;
-        if let Some(action) = b.dp.routes.get(&route.key) {
+        if let Some(action) = self.dp.routes.get(&route.key) {
             // Render merges identical routes; two routes with one kernel identity cannot both exist.
             if action != &route.action {
                 return Err(ModelError::DuplicateRoute {
@@ -680,10 +709,12 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
                 });
             }
         }
-        b.dp.routes.insert(route.key, route.action);
+        self.dp.routes.insert(route.key, route.action);
+        Ok(())
     }
-    for (i, r) in cfg.rules.iter().enumerate() {
-        let at = format!("rules[{i}]");
+
+    /// A policy rule, once per family its prefixes allow (both without a prefix).
+    fn add_rule(&mut self, at: &str, r: &netwave_api::RuleConfig) -> Result<(), ModelError> {
         let from = r
             .from
             .as_deref()
@@ -707,7 +738,7 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
             (None, _) => vec![Family::V4, Family::V6],
         };
         for family in fams {
-            b.dp.rules.insert(Rule {
+            self.dp.rules.insert(Rule {
                 family,
                 priority: r.priority,
                 table: r.table,
@@ -716,18 +747,22 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
                 iif: r.iif.clone(),
             });
         }
+        Ok(())
     }
-    // Masters must be links of this dataplane: the agent never enslaves into a device it does not own.
-    for link in b.dp.links.values() {
-        if let Some(m) = &link.master
-            && !b.dp.links.contains_key(m)
-        {
-            return Err(ModelError::DeviceName {
-                field: b.origin[&link.name].clone(),
-                name: m.clone(),
-                why: format!("master of {} is not a device of this config", link.name),
-            });
+
+    /// Masters must be links of this dataplane: the agent never enslaves into a device it does not own.
+    fn check_masters(&self) -> Result<(), ModelError> {
+        for link in self.dp.links.values() {
+            if let Some(m) = &link.master
+                && !self.dp.links.contains_key(m)
+            {
+                return Err(ModelError::DeviceName {
+                    field: self.origin[&link.name].clone(),
+                    name: m.clone(),
+                    why: format!("master of {} is not a device of this config", link.name),
+                });
+            }
         }
+        Ok(())
     }
-    Ok(b.dp)
 }

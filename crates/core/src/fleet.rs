@@ -556,6 +556,20 @@ impl Validator<'_> {
     }
 
     fn per_object(&mut self) {
+        self.selector_errors();
+        for i in 0..self.ix.vrfs.len() {
+            self.check_vrf(i);
+        }
+        for i in 0..self.ix.l2s.len() {
+            self.check_layer2(i);
+        }
+        for i in 0..self.ix.rts.len() {
+            self.check_routing_table(i);
+        }
+        self.placement();
+    }
+
+    fn selector_errors(&mut self) {
         for (obj, errors) in self.ix.selector_errors.clone() {
             for e in errors {
                 self.out.errors.push(Finding {
@@ -567,148 +581,163 @@ impl Validator<'_> {
                 });
             }
         }
+    }
+
+    /// Why an overlay MTU does not fit the underlay with VXLAN's overhead (`None`: it fits).
+    fn mtu_problem(&self, mtu: u32) -> Option<String> {
         let overhead = self.params.underlay_family.vxlan_overhead();
         let underlay = self.params.underlay_mtu;
         let family = match self.params.underlay_family {
             UnderlayFamily::Ipv4 => "IPv4",
             UnderlayFamily::Ipv6 => "IPv6",
         };
-        let mtu_problem = |mtu: u32| {
-            (mtu + overhead > underlay).then(|| {
+        (mtu + overhead > underlay).then(|| {
+            format!(
+                "MTU {mtu} plus {overhead} bytes of VXLAN-over-{family} overhead exceeds the underlay \
+                 MTU {underlay} (at most {} fits)",
+                underlay.saturating_sub(overhead)
+            )
+        })
+    }
+
+    fn check_vrf(&mut self, i: usize) {
+        let o = Obj::Vrf(i);
+        let s = &self.ix.vrfs[i].spec;
+        let mut problems = validate_vrf(s);
+        check_vrf_name(&s.vrf, "spec.vrf", &mut problems);
+        if let Some(vni) = s.vni {
+            check_range(u64::from(vni), 1, 16_777_215, "spec.vni", &mut problems);
+        }
+        if let Some(mtu) = s.mtu {
+            check_range(u64::from(mtu), 1000, 9000, "spec.mtu", &mut problems);
+        }
+        check_range(u64::from(s.seq), 1, 65534, "spec.seq", &mut problems);
+        let too_long: Vec<String> = if s.vni.is_some() {
+            vec![vrf_bridge_name(&s.vrf), vrf_vxlan_name(&s.vrf)]
+        } else {
+            Vec::new()
+        }
+        .into_iter()
+        .filter(|d| d.len() > MAX_DEVICE_NAME)
+        .collect();
+        let mtu = s
+            .vni
+            .and(self.mtu_problem(s.mtu.unwrap_or(DEFAULT_VRF_MTU)));
+        for p in problems {
+            self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+        }
+        for (field, items) in [("import", &s.import), ("export", &s.export)] {
+            self.shadowed_items(o, field, items);
+        }
+        if !too_long.is_empty() {
+            self.object_error(
+                Check::DeviceNameTooLong,
+                o,
+                "spec.vrf",
                 format!(
-                    "MTU {mtu} plus {overhead} bytes of VXLAN-over-{family} overhead exceeds the underlay \
-                     MTU {underlay} (at most {} fits)",
-                    underlay.saturating_sub(overhead)
-                )
-            })
-        };
-        for i in 0..self.ix.vrfs.len() {
-            let o = Obj::Vrf(i);
-            let s = &self.ix.vrfs[i].spec;
-            let mut problems = validate_vrf(s);
-            check_vrf_name(&s.vrf, "spec.vrf", &mut problems);
-            if let Some(vni) = s.vni {
-                check_range(u64::from(vni), 1, 16_777_215, "spec.vni", &mut problems);
-            }
-            if let Some(mtu) = s.mtu {
-                check_range(u64::from(mtu), 1000, 9000, "spec.mtu", &mut problems);
-            }
-            check_range(u64::from(s.seq), 1, 65534, "spec.seq", &mut problems);
-            let too_long: Vec<String> = if s.vni.is_some() {
-                vec![vrf_bridge_name(&s.vrf), vrf_vxlan_name(&s.vrf)]
-            } else {
-                Vec::new()
-            }
-            .into_iter()
-            .filter(|d| d.len() > MAX_DEVICE_NAME)
-            .collect();
-            let mtu = s.vni.and(mtu_problem(s.mtu.unwrap_or(DEFAULT_VRF_MTU)));
-            for p in problems {
-                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
-            }
-            for (field, items) in [("import", &s.import), ("export", &s.export)] {
-                for (b, a) in netwave_api::validate::shadowed_items(items) {
-                    let ia = &items[a];
-                    let action = match ia.action {
-                        netwave_api::PrefixAction::Permit => "permit",
-                        netwave_api::PrefixAction::Deny => "deny",
-                    };
-                    let message = format!(
-                        "never matches: {field}[{a}] ({} {} with seq {}) comes first and matches every \
-                         prefix this item does (items apply in seq order; one without seq has its \
-                         position + 1)",
-                        action,
-                        ia.cidr,
-                        ia.effective_seq(a),
-                    );
-                    let nodes = self.nodes_of(&[o]);
-                    self.push(
-                        false,
-                        Check::ShadowedPrefixItem,
-                        &[o],
-                        Some(format!("spec.{field}[{b}]")),
-                        message,
-                        nodes,
-                    );
-                }
-            }
-            if !too_long.is_empty() {
-                self.object_error(
-                    Check::DeviceNameTooLong,
-                    o,
-                    "spec.vrf",
-                    format!(
-                        "device names {} are longer than {MAX_DEVICE_NAME} characters (a VRF with a VNI \
-                         needs a name of at most {} characters)",
-                        too_long.join(", "),
-                        MAX_DEVICE_NAME - 3
-                    ),
-                );
-            }
-            if let Some(m) = mtu {
-                self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
-            }
-            let sbr = sbr_vrf_name(&s.vrf);
-            if !s.sbr_prefixes.is_empty() && sbr.len() > MAX_DEVICE_NAME {
-                self.object_error(
-                    Check::DeviceNameTooLong,
-                    o,
-                    "spec.sbrPrefixes",
-                    format!(
-                        "the source-based-routing VRF {sbr} is longer than {MAX_DEVICE_NAME} characters \
-                         (a VRF with sbrPrefixes needs a name of at most {} characters)",
-                        MAX_DEVICE_NAME - 2
-                    ),
-                );
+                    "device names {} are longer than {MAX_DEVICE_NAME} characters (a VRF with a VNI \
+                     needs a name of at most {} characters)",
+                    too_long.join(", "),
+                    MAX_DEVICE_NAME - 3
+                ),
+            );
+        }
+        if let Some(m) = mtu {
+            self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
+        }
+        let sbr = sbr_vrf_name(&s.vrf);
+        if !s.sbr_prefixes.is_empty() && sbr.len() > MAX_DEVICE_NAME {
+            self.object_error(
+                Check::DeviceNameTooLong,
+                o,
+                "spec.sbrPrefixes",
+                format!(
+                    "the source-based-routing VRF {sbr} is longer than {MAX_DEVICE_NAME} characters \
+                     (a VRF with sbrPrefixes needs a name of at most {} characters)",
+                    MAX_DEVICE_NAME - 2
+                ),
+            );
+        }
+    }
+
+    /// Warnings for a VRF's import or export items that an earlier item always matches first.
+    fn shadowed_items(&mut self, o: Obj, field: &str, items: &[netwave_api::PrefixItem]) {
+        for (b, a) in netwave_api::validate::shadowed_items(items) {
+            let ia = &items[a];
+            let action = match ia.action {
+                netwave_api::PrefixAction::Permit => "permit",
+                netwave_api::PrefixAction::Deny => "deny",
+            };
+            let message = format!(
+                "never matches: {field}[{a}] ({} {} with seq {}) comes first and matches every \
+                 prefix this item does (items apply in seq order; one without seq has its \
+                 position + 1)",
+                action,
+                ia.cidr,
+                ia.effective_seq(a),
+            );
+            let nodes = self.nodes_of(&[o]);
+            self.push(
+                false,
+                Check::ShadowedPrefixItem,
+                &[o],
+                Some(format!("spec.{field}[{b}]")),
+                message,
+                nodes,
+            );
+        }
+    }
+
+    fn check_layer2(&mut self, i: usize) {
+        let o = Obj::L2(i);
+        let s = &self.ix.l2s[i].spec;
+        let mut problems = validate_layer2(s);
+        check_range(u64::from(s.id), 1, 4094, "spec.id", &mut problems);
+        check_range(u64::from(s.vni), 1, 16_777_215, "spec.vni", &mut problems);
+        check_range(u64::from(s.mtu), 1000, 9000, "spec.mtu", &mut problems);
+        if let Some(vrf) = &s.vrf {
+            check_vrf_name(vrf, "spec.vrf", &mut problems);
+        }
+        let mtu = self.mtu_problem(s.mtu);
+        for p in problems {
+            self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+        }
+        if let Some(m) = mtu {
+            self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
+        }
+    }
+
+    fn check_routing_table(&mut self, i: usize) {
+        let o = Obj::Rt(i);
+        let s = &self.ix.rts[i].spec;
+        let problems = validate_routing_table(s);
+        self.routes_of_one_table(o, &problems);
+        let mut long = Vec::new();
+        for (j, r) in s.routes.iter().enumerate() {
+            if let Some(dev) = r.dev.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
+                long.push((format!("spec.routes[{j}].dev"), dev.clone()));
             }
         }
-        for i in 0..self.ix.l2s.len() {
-            let o = Obj::L2(i);
-            let s = &self.ix.l2s[i].spec;
-            let mut problems = validate_layer2(s);
-            check_range(u64::from(s.id), 1, 4094, "spec.id", &mut problems);
-            check_range(u64::from(s.vni), 1, 16_777_215, "spec.vni", &mut problems);
-            check_range(u64::from(s.mtu), 1000, 9000, "spec.mtu", &mut problems);
-            if let Some(vrf) = &s.vrf {
-                check_vrf_name(vrf, "spec.vrf", &mut problems);
-            }
-            let mtu = mtu_problem(s.mtu);
-            for p in problems {
-                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
-            }
-            if let Some(m) = mtu {
-                self.object_error(Check::MtuExceedsUnderlay, o, "spec.mtu", m);
+        for (j, r) in s.rules.iter().enumerate() {
+            if let Some(dev) = r.iif.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
+                long.push((format!("spec.rules[{j}].iif"), dev.clone()));
             }
         }
-        for i in 0..self.ix.rts.len() {
-            let o = Obj::Rt(i);
-            let s = &self.ix.rts[i].spec;
-            let problems = validate_routing_table(s);
-            self.routes_of_one_table(o, &problems);
-            let mut long = Vec::new();
-            for (j, r) in s.routes.iter().enumerate() {
-                if let Some(dev) = r.dev.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
-                    long.push((format!("spec.routes[{j}].dev"), dev.clone()));
-                }
-            }
-            for (j, r) in s.rules.iter().enumerate() {
-                if let Some(dev) = r.iif.as_ref().filter(|d| d.len() > MAX_DEVICE_NAME) {
-                    long.push((format!("spec.rules[{j}].iif"), dev.clone()));
-                }
-            }
-            for p in problems {
-                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
-            }
-            for (field, dev) in long {
-                self.object_error(
-                    Check::DeviceNameTooLong,
-                    o,
-                    &field,
-                    format!("device name {dev} is longer than {MAX_DEVICE_NAME} characters"),
-                );
-            }
+        for p in problems {
+            self.object_error(Check::ObjectSpec, o, &p.path, p.message);
         }
-        // Placement warnings.
+        for (field, dev) in long {
+            self.object_error(
+                Check::DeviceNameTooLong,
+                o,
+                &field,
+                format!("device name {dev} is longer than {MAX_DEVICE_NAME} characters"),
+            );
+        }
+    }
+
+    /// Placement warnings: no nodes at all, or an object whose selector matches none.
+    fn placement(&mut self) {
         if self.ix.nodes.is_empty() {
             if self.all_objects().next().is_some() {
                 self.push(

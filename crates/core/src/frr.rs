@@ -179,6 +179,28 @@ pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
 /// more specific routes stay advertised, as with the reference.
 pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, FrrError> {
     check_vnis(config)?;
+    let vrfs = checked_vrfs(config)?;
+    let vnis = layer2_route_targets(config, underlay.asn())?;
+    let vtep = IpNet::V4(Ipv4Net::new(underlay.vtep(), 32).expect("/32 is a valid length"));
+    let (prefix_lists, route_maps) = policies(&vrfs, vtep);
+    let bgp = default_instance(&vrfs, underlay, vtep, vnis);
+    let vrf_bgp = vrf_instances(&vrfs, &bgp, underlay);
+    Ok(FrrConfig {
+        hostname: underlay.hostname().map(str::to_string),
+        forwarding: Forwarding::ON,
+        vrf_vnis: vrfs
+            .iter()
+            .filter_map(|v| Some((v.device.clone(), v.vni?)))
+            .collect(),
+        bgp,
+        vrf_bgp,
+        prefix_lists,
+        route_maps,
+    })
+}
+
+/// The node's VRFs, checked, by device name: no device twice, at most `MAX_VRFS`.
+fn checked_vrfs(config: &NodeConfig) -> Result<Vec<Vrf>, FrrError> {
     let mut vrfs = config
         .vrfs
         .iter()
@@ -195,12 +217,16 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
     if vrfs.len() > MAX_VRFS {
         return Err(FrrError::TooManyVrfs { count: vrfs.len() });
     }
-    let vnis = layer2_route_targets(config, underlay.asn())?;
+    Ok(vrfs)
+}
 
+type RouteMaps = BTreeMap<String, BTreeMap<u16, RouteMapEntry>>;
+
+/// The prefix lists and route maps: the underlay's (only the VTEP out), and each VRF's import
+/// into the default instance and export out of it.
+fn policies(vrfs: &[Vrf], vtep: IpNet) -> (BTreeMap<String, PrefixList>, RouteMaps) {
     let mut prefix_lists = BTreeMap::new();
-    let mut route_maps: BTreeMap<String, BTreeMap<u16, RouteMapEntry>> = BTreeMap::new();
-
-    let vtep = IpNet::V4(Ipv4Net::new(underlay.vtep(), 32).expect("/32 is a valid length"));
+    let mut route_maps: RouteMaps = BTreeMap::new();
     prefix_lists.insert(
         VTEP_PREFIX_LIST.to_string(),
         PrefixList {
@@ -262,7 +288,16 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
             }
         }
     }
+    (prefix_lists, route_maps)
+}
 
+/// The default instance: the underlay's peers, the VTEP, EVPN, and the VRFs it imports from.
+fn default_instance(
+    vrfs: &[Vrf],
+    underlay: &Underlay,
+    vtep: IpNet,
+    vnis: BTreeMap<u32, BTreeSet<String>>,
+) -> BgpInstance {
     let mut neighbors: Vec<(Peer, RemoteAs)> = underlay
         .neighbors()
         .iter()
@@ -301,7 +336,7 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
             import_vrfs: importing,
         }
     };
-    let bgp = BgpInstance {
+    BgpInstance {
         asn: underlay.asn(),
         vrf: None,
         router_id: underlay.router_id(),
@@ -319,8 +354,11 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
             vnis,
             ..EvpnFamily::default()
         }),
-    };
+    }
+}
 
+/// The VRFs' BGP instances, in the order FRR prints them.
+fn vrf_instances(vrfs: &[Vrf], bgp: &BgpInstance, underlay: &Underlay) -> Vec<BgpInstance> {
     // FRR prints BGP instances in creation order, and the default instance's `import vrf` lines
     // create the instances they name: first IPv4's, then IPv6's, then the rest as the text goes.
     let mut order: Vec<&Vrf> = Vec::new();
@@ -342,19 +380,7 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
         .collect();
     // Last, so every VRF they import from already exists (an `import vrf` line would create it).
     vrf_bgp.extend(vrfs.iter().filter_map(|v| sbr_instance(v, underlay)));
-
-    Ok(FrrConfig {
-        hostname: underlay.hostname().map(str::to_string),
-        forwarding: Forwarding::ON,
-        vrf_vnis: vrfs
-            .iter()
-            .filter_map(|v| Some((v.device.clone(), v.vni?)))
-            .collect(),
-        bgp,
-        vrf_bgp,
-        prefix_lists,
-        route_maps,
-    })
+    vrf_bgp
 }
 
 fn vrf_instance(v: &Vrf, underlay: &Underlay) -> BgpInstance {

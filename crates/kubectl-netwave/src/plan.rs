@@ -27,7 +27,7 @@ use netwave_core::fleet::{FleetParams, render_and_validate};
 use netwave_core::render::RenderedNode;
 use netwave_core::revision::{canonical_inputs, inputs_hash, revision_name};
 use netwave_core::rollout::{
-    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, NodeState, Phase,
+    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, NodeState, Phase, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput, step,
 };
 use netwave_core::{Sequence, Timestamp};
@@ -172,6 +172,64 @@ pub fn waves(
     defaults: PolicyDefaults,
 ) -> Waves {
     let t0 = Timestamp::from_secs(1_000_000);
+    let mut input = settled_fleet(nodes, current, new, defaults, t0);
+    let mut out = Waves {
+        skipped: nodes.iter().filter(|n| !n.eligible()).count(),
+        ..Default::default()
+    };
+    let mut now = t0.plus_secs(60);
+    // Each step either assigns, completes or waits on a clock; a budget of one moves one node a step.
+    for _ in 0..nodes.len() * 2 + 20 {
+        let plan = step(&input, now);
+        let wave = carry_out(&mut input, &plan, new.0);
+        if wave.count > 0 || wave.fast_path > 0 {
+            out.waves.push(wave);
+        }
+        all_provisioned(&mut input);
+        let phase = input
+            .revisions
+            .iter()
+            .find(|r| r.name == new.0)
+            .and_then(|r| r.status.phase.clone());
+        match phase.as_deref() {
+            Some(p) if p == Phase::Complete.as_str() => return out,
+            Some(p) if p == Phase::Failed.as_str() => {
+                out.incomplete = Some("the revision would fail".into());
+                return out;
+            }
+            _ => {}
+        }
+        // Next step: when the step asked to be woken (a canary bake), else a second later.
+        now = plan
+            .report
+            .requeue_at
+            .filter(|t| t.0 > now.0)
+            .unwrap_or(now.plus_secs(1));
+        if plan.write_count() == 0 && plan.report.requeue_at.is_none() {
+            out.incomplete = Some(
+                plan.report
+                    .waiting
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+            return out;
+        }
+    }
+    out.incomplete = Some("did not complete within the simulation's step limit".into());
+    out
+}
+
+/// The rollout's input before the new revision: `current` Complete and provisioned on every node
+/// it has a config for, then `new` created with the default policy.
+fn settled_fleet(
+    nodes: &[NodeState],
+    current: Option<(&str, &BTreeMap<String, String>)>,
+    new: (&str, &BTreeMap<String, String>),
+    defaults: PolicyDefaults,
+    t0: Timestamp,
+) -> RolloutInput {
     let mut rendered = RenderedHashes::default();
     let mut revisions = Vec::new();
     let mut configs = Vec::new();
@@ -222,7 +280,7 @@ pub fn waves(
         validation: ValidationResult::default(),
         ..Default::default()
     });
-    let mut input = RolloutInput {
+    RolloutInput {
         defaults,
         revisions,
         nodes: nodes.to_vec(),
@@ -231,102 +289,67 @@ pub fn waves(
         rendered,
         // No footprints: the waves show the rollout as it goes once any hold is approved.
         footprints: Default::default(),
-    };
-    let mut out = Waves {
-        skipped: nodes.iter().filter(|n| !n.eligible()).count(),
-        ..Default::default()
-    };
-    let mut now = t0.plus_secs(60);
-    // Each step either assigns, completes or waits on a clock; a budget of one moves one node a step.
-    for _ in 0..nodes.len() * 2 + 20 {
-        let plan = step(&input, now);
-        for u in &plan.status_updates {
-            if let Some(r) = input.revisions.iter_mut().find(|r| r.name == u.revision) {
-                r.status = u.status.clone();
-            }
-        }
-        let mut wave = Wave {
-            count: 0,
-            first: Vec::new(),
-            canary: false,
-            fast_path: 0,
-        };
-        for a in &plan.assignments {
-            if a.revision == new.0 {
-                if a.reason == AssignReason::FastPath {
-                    wave.fast_path += 1;
-                } else {
-                    wave.count += 1;
-                    wave.canary |= a.reason == AssignReason::Canary;
-                    if wave.first.len() < 3 {
-                        wave.first.push(a.node.clone());
-                    }
-                }
-            }
-            let spec = AssignedSpec {
-                revision: a.revision.clone(),
-                sequence: a.sequence,
-                config_hash: a.config_hash.clone(),
-                retry: a.retry,
-                assigned_at: Some(a.assigned_at),
-            };
-            match input.configs.iter_mut().find(|c| c.name == a.node) {
-                Some(c) => c.spec = spec,
-                None => input.configs.push(NodeConfigState {
-                    name: a.node.clone(),
-                    spec,
-                    status: AgentReport::default(),
-                    record: Default::default(),
-                }),
-            }
-        }
-        if wave.count > 0 || wave.fast_path > 0 {
-            out.waves.push(wave);
-        }
-        // Every agent answers at once.
-        for c in &mut input.configs {
-            c.status = AgentReport {
-                phase: Some(AgentPhase::Provisioned),
-                observed_revision: Some(c.spec.revision.clone()),
-                observed_retry: Some(c.spec.retry),
-                config_hash: Some(c.spec.config_hash.clone()),
-                last_good_revision: Some(c.spec.revision.clone()),
-                ..Default::default()
-            };
-        }
-        let phase = input
-            .revisions
-            .iter()
-            .find(|r| r.name == new.0)
-            .and_then(|r| r.status.phase.clone());
-        match phase.as_deref() {
-            Some(p) if p == Phase::Complete.as_str() => return out,
-            Some(p) if p == Phase::Failed.as_str() => {
-                out.incomplete = Some("the revision would fail".into());
-                return out;
-            }
-            _ => {}
-        }
-        // Next step: when the step asked to be woken (a canary bake), else a second later.
-        now = plan
-            .report
-            .requeue_at
-            .filter(|t| t.0 > now.0)
-            .unwrap_or(now.plus_secs(1));
-        if plan.write_count() == 0 && plan.report.requeue_at.is_none() {
-            out.incomplete = Some(
-                plan.report
-                    .waiting
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            );
-            return out;
+    }
+}
+
+/// Writes a step's status updates and assignments into the input; returns the wave of `new`
+/// they make.
+fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
+    for u in &plan.status_updates {
+        if let Some(r) = input.revisions.iter_mut().find(|r| r.name == u.revision) {
+            r.status = u.status.clone();
         }
     }
-    out.incomplete = Some("did not complete within the simulation's step limit".into());
-    out
+    let mut wave = Wave {
+        count: 0,
+        first: Vec::new(),
+        canary: false,
+        fast_path: 0,
+    };
+    for a in &plan.assignments {
+        if a.revision == new {
+            if a.reason == AssignReason::FastPath {
+                wave.fast_path += 1;
+            } else {
+                wave.count += 1;
+                wave.canary |= a.reason == AssignReason::Canary;
+                if wave.first.len() < 3 {
+                    wave.first.push(a.node.clone());
+                }
+            }
+        }
+        let spec = AssignedSpec {
+            revision: a.revision.clone(),
+            sequence: a.sequence,
+            config_hash: a.config_hash.clone(),
+            retry: a.retry,
+            assigned_at: Some(a.assigned_at),
+        };
+        match input.configs.iter_mut().find(|c| c.name == a.node) {
+            Some(c) => c.spec = spec,
+            None => input.configs.push(NodeConfigState {
+                name: a.node.clone(),
+                spec,
+                status: AgentReport::default(),
+                record: Default::default(),
+            }),
+        }
+    }
+    wave
+}
+
+/// Every agent answers at once: Provisioned with what it is assigned.
+fn all_provisioned(input: &mut RolloutInput) {
+    for c in &mut input.configs {
+        c.status = AgentReport {
+            phase: Some(AgentPhase::Provisioned),
+            observed_revision: Some(c.spec.revision.clone()),
+            observed_retry: Some(c.spec.retry),
+            config_hash: Some(c.spec.config_hash.clone()),
+            last_good_revision: Some(c.spec.revision.clone()),
+            ..Default::default()
+        };
+    }
 }
 
 /// Everything `plan` shows.

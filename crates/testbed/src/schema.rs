@@ -233,22 +233,7 @@ fn walk(s: &Schema, v: &mut Value, path: &str, out: &mut Outcome) -> bool {
             return false;
         }
     }
-    // Type.
-    let type_ok = if s.int_or_string {
-        is_integer(v) || v.is_string()
-    } else {
-        match s.type_.as_deref() {
-            None => true,
-            Some("object") => v.is_object(),
-            Some("array") => v.is_array(),
-            Some("string") => v.is_string(),
-            Some("integer") => is_integer(v),
-            Some("number") => v.is_number(),
-            Some("boolean") => v.is_boolean(),
-            Some(_) => true,
-        }
-    };
-    if !type_ok {
+    if !type_ok(s, v) {
         let expected = if s.int_or_string {
             "integer or string".to_string()
         } else {
@@ -278,122 +263,150 @@ fn walk(s: &Schema, v: &mut Value, path: &str, out: &mut Outcome) -> bool {
     }
     match v {
         Value::Object(map) => walk_object(s, map, path, out),
-        Value::Array(items) => {
-            if let Some(min) = s.min_items
-                && (items.len() as u64) < min
-            {
-                out.errors.push(invalid(
-                    path,
-                    &Value::Array(Vec::new()),
-                    &format!("{path} in body should have at least {min} items"),
-                ));
-            }
-            if let Some(max) = s.max_items
-                && (items.len() as u64) > max
-            {
-                out.errors.push(Cause {
-                    reason: "FieldValueTooMany".into(),
-                    message: format!("Too many: {}: must have at most {max} items", items.len()),
-                    field: path.to_string(),
-                });
-            }
-            if let Some(is) = &s.items {
-                let mut kept = Vec::with_capacity(items.len());
-                for (i, mut item) in std::mem::take(items).into_iter().enumerate() {
-                    let p = format!("{path}[{i}]");
-                    if item.is_null() && !is.nullable && is.default.is_none() {
-                        out.errors.push(invalid(
-                            &p,
-                            &item,
-                            &format!(
-                                "{p} in body must be of type {}: \"null\"",
-                                is.type_.clone().unwrap_or_default()
-                            ),
-                        ));
-                        kept.push(item);
-                        continue;
-                    }
-                    walk(is, &mut item, &p, out);
-                    kept.push(item);
-                }
-                *items = kept;
-            }
-        }
-        Value::String(st) => {
-            let len = st.chars().count() as u64;
-            if let Some(max) = s.max_length
-                && len > max
-            {
-                out.errors.push(Cause {
-                    reason: "FieldValueTooLong".into(),
-                    message: format!("Too long: may not be more than {max} bytes"),
-                    field: path.to_string(),
-                });
-            }
-            if let Some(min) = s.min_length
-                && len < min
-            {
-                out.errors.push(invalid(
-                    path,
-                    v,
-                    &format!("{path} in body should be at least {min} chars long"),
-                ));
-            }
-            if let Value::String(st) = v
-                && let Some((p, re)) = &s.pattern
-                && !re.is_match(st)
-            {
-                out.errors.push(invalid(
-                    path,
-                    v,
-                    &format!("{path} in body should match '{p}'"),
-                ));
-            }
-        }
-        Value::Number(n) => {
-            let f = n.as_f64().unwrap_or(0.0);
-            if let Some(min) = s.minimum {
-                let bad = if s.exclusive_minimum {
-                    f <= min
-                } else {
-                    f < min
-                };
-                if bad {
-                    let op = if s.exclusive_minimum {
-                        "greater than"
-                    } else {
-                        "greater than or equal to"
-                    };
-                    out.errors.push(invalid(
-                        path,
-                        v,
-                        &format!("{path} in body should be {op} {}", fmt_num(min)),
-                    ));
-                }
-            }
-            if let Some(max) = s.maximum {
-                let bad = if s.exclusive_maximum {
-                    f >= max
-                } else {
-                    f > max
-                };
-                if bad {
-                    let op = if s.exclusive_maximum {
-                        "less than"
-                    } else {
-                        "less than or equal to"
-                    };
-                    out.errors.push(invalid(
-                        path,
-                        v,
-                        &format!("{path} in body should be {op} {}", fmt_num(max)),
-                    ));
-                }
-            }
-        }
+        Value::Array(items) => walk_array(s, items, path, out),
+        Value::String(_) => check_string(s, v, path, out),
+        Value::Number(_) => check_number(s, v, path, out),
         _ => {}
     }
     true
+}
+
+/// Whether the value has the schema's type (any, where the schema names none).
+fn type_ok(s: &Schema, v: &Value) -> bool {
+    if s.int_or_string {
+        is_integer(v) || v.is_string()
+    } else {
+        match s.type_.as_deref() {
+            None => true,
+            Some("object") => v.is_object(),
+            Some("array") => v.is_array(),
+            Some("string") => v.is_string(),
+            Some("integer") => is_integer(v),
+            Some("number") => v.is_number(),
+            Some("boolean") => v.is_boolean(),
+            Some(_) => true,
+        }
+    }
+}
+
+/// An array's item count bounds, then each item walked (a null item that may not be null is an
+/// error and kept as it is).
+fn walk_array(s: &Schema, items: &mut Vec<Value>, path: &str, out: &mut Outcome) {
+    if let Some(min) = s.min_items
+        && (items.len() as u64) < min
+    {
+        out.errors.push(invalid(
+            path,
+            &Value::Array(Vec::new()),
+            &format!("{path} in body should have at least {min} items"),
+        ));
+    }
+    if let Some(max) = s.max_items
+        && (items.len() as u64) > max
+    {
+        out.errors.push(Cause {
+            reason: "FieldValueTooMany".into(),
+            message: format!("Too many: {}: must have at most {max} items", items.len()),
+            field: path.to_string(),
+        });
+    }
+    let Some(is) = &s.items else { return };
+    let mut kept = Vec::with_capacity(items.len());
+    for (i, mut item) in std::mem::take(items).into_iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        if item.is_null() && !is.nullable && is.default.is_none() {
+            out.errors.push(invalid(
+                &p,
+                &item,
+                &format!(
+                    "{p} in body must be of type {}: \"null\"",
+                    is.type_.clone().unwrap_or_default()
+                ),
+            ));
+            kept.push(item);
+            continue;
+        }
+        walk(is, &mut item, &p, out);
+        kept.push(item);
+    }
+    *items = kept;
+}
+
+/// A string's length bounds and pattern.
+fn check_string(s: &Schema, v: &Value, path: &str, out: &mut Outcome) {
+    let Value::String(st) = v else { return };
+    let len = st.chars().count() as u64;
+    if let Some(max) = s.max_length
+        && len > max
+    {
+        out.errors.push(Cause {
+            reason: "FieldValueTooLong".into(),
+            message: format!("Too long: may not be more than {max} bytes"),
+            field: path.to_string(),
+        });
+    }
+    if let Some(min) = s.min_length
+        && len < min
+    {
+        out.errors.push(invalid(
+            path,
+            v,
+            &format!("{path} in body should be at least {min} chars long"),
+        ));
+    }
+    if let Some((p, re)) = &s.pattern
+        && !re.is_match(st)
+    {
+        out.errors.push(invalid(
+            path,
+            v,
+            &format!("{path} in body should match '{p}'"),
+        ));
+    }
+}
+
+/// A number's minimum and maximum (each exclusive or not).
+fn check_number(s: &Schema, v: &Value, path: &str, out: &mut Outcome) {
+    let Value::Number(n) = v else { return };
+    let f = n.as_f64().unwrap_or(0.0);
+    if let Some(min) = s.minimum {
+        let bad = if s.exclusive_minimum {
+            f <= min
+        } else {
+            f < min
+        };
+        if bad {
+            let op = if s.exclusive_minimum {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            out.errors.push(invalid(
+                path,
+                v,
+                &format!("{path} in body should be {op} {}", fmt_num(min)),
+            ));
+        }
+    }
+    if let Some(max) = s.maximum {
+        let bad = if s.exclusive_maximum {
+            f >= max
+        } else {
+            f > max
+        };
+        if bad {
+            let op = if s.exclusive_maximum {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            out.errors.push(invalid(
+                path,
+                v,
+                &format!("{path} in body should be {op} {}", fmt_num(max)),
+            ));
+        }
+    }
 }
 
 fn fmt_num(f: f64) -> String {

@@ -397,50 +397,92 @@ async fn resource_request(
         ["watch", r @ ..] => (true, r),
         r => (false, r),
     };
-    // Resolve namespace/resource/name/subresource.
-    let target = {
-        let st = shared.lock();
-        let namespaced_path = rest.len() >= 3
-            && rest[0] == "namespaces"
-            && st
-                .registry
-                .lookup(group, version, rest[2])
-                .is_some_and(|t| t.namespaced);
-        let (ns, plural, name, sub) = if namespaced_path {
-            (Some(rest[1].to_string()), rest[2], rest.get(3), rest.get(4))
-        } else {
-            (
-                None,
-                *rest.first().ok_or_else(not_found_path)?,
-                rest.get(1),
-                rest.get(2),
-            )
-        };
-        let rt = st
-            .registry
-            .lookup(group, version, plural)
-            .ok_or_else(not_found_path)?;
-        if rest.len() > if namespaced_path { 5 } else { 3 } {
-            return Err(not_found_path());
-        }
-        let status = match sub {
-            None => false,
-            Some(&"status") if rt.status => true,
-            Some(_) => return Err(not_found_path()),
-        };
-        if !rt.namespaced && ns.is_some() {
-            return Err(not_found_path());
-        }
-        Target {
-            rt,
-            version: version.to_string(),
-            namespace: ns,
-            name: name.map(|n| n.to_string()),
-            status,
-        }
-    };
+    let target = resolve_target(shared, group, version, rest)?;
     let watch = legacy_watch || query.flag("watch");
     let verb = verb_of(req.method(), target.name.is_some(), watch);
+    admit(shared, &target, verb, client).await?;
+    let accept = header_text(&req, header::ACCEPT);
+    let content_type = header_text(&req, header::CONTENT_TYPE);
+    let (_parts, body) = read_body(req).await?;
+    let call = Call {
+        shared,
+        opts: write_options(shared, &query, client),
+        query: &query,
+        client,
+        t: target,
+        as_table: accept.contains("as=Table"),
+        as_meta: accept.contains("as=PartialObjectMetadata"),
+    };
+    match verb {
+        "get" => call.get(),
+        "list" => call.list(),
+        "watch" => call.watch(),
+        "create" => call.create(&body),
+        "update" => call.update(&body),
+        "patch" => call.patch(&content_type, &body),
+        "delete" => call.delete(&body),
+        "deletecollection" => call.delete_collection(&body),
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Resolves a resource path (after the group/version) to namespace, resource type, name and
+/// subresource; an unknown resource or a malformed path is a 404.
+fn resolve_target(
+    shared: &Shared,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Target, ApiError> {
+    let st = shared.lock();
+    let namespaced_path = rest.len() >= 3
+        && rest[0] == "namespaces"
+        && st
+            .registry
+            .lookup(group, version, rest[2])
+            .is_some_and(|t| t.namespaced);
+    let (ns, plural, name, sub) = if namespaced_path {
+        (Some(rest[1].to_string()), rest[2], rest.get(3), rest.get(4))
+    } else {
+        (
+            None,
+            *rest.first().ok_or_else(not_found_path)?,
+            rest.get(1),
+            rest.get(2),
+        )
+    };
+    let rt = st
+        .registry
+        .lookup(group, version, plural)
+        .ok_or_else(not_found_path)?;
+    if rest.len() > if namespaced_path { 5 } else { 3 } {
+        return Err(not_found_path());
+    }
+    let status = match sub {
+        None => false,
+        Some(&"status") if rt.status => true,
+        Some(_) => return Err(not_found_path()),
+    };
+    if !rt.namespaced && ns.is_some() {
+        return Err(not_found_path());
+    }
+    Ok(Target {
+        rt,
+        version: version.to_string(),
+        namespace: ns,
+        name: name.map(|n| n.to_string()),
+        status,
+    })
+}
+
+/// Counts the request for its client and applies any injected fault (a delay, or a failure the
+/// request ends with).
+async fn admit(
+    shared: &Shared,
+    target: &Target,
+    verb: &'static str,
+    client: &Client,
+) -> Result<(), ApiError> {
     let resource = if target.status {
         format!("{}/status", target.rt.plural)
     } else {
@@ -459,36 +501,37 @@ async fn resource_request(
         token: &client.token,
     };
     match shared.faults.decide(&info) {
-        Decision::Pass => {}
-        Decision::Delay(d) => tokio::time::sleep(d).await,
+        Decision::Pass => Ok(()),
+        Decision::Delay(d) => {
+            tokio::time::sleep(d).await;
+            Ok(())
+        }
         Decision::Fail(code) => {
             let reason = match code {
                 429 => "TooManyRequests",
                 503 => "ServiceUnavailable",
                 _ => "InternalError",
             };
-            return Err(ApiError::new(
+            Err(ApiError::new(
                 code,
                 reason,
                 format!("injected fault: {verb} {resource}"),
-            ));
+            ))
         }
     }
-    let accept = req
-        .headers()
-        .get(header::ACCEPT)
+}
+
+fn header_text(req: &Request<Incoming>, name: header::HeaderName) -> String {
+    req.headers()
+        .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
-        .to_string();
-    let content_type = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let (_parts, body) = read_body(req).await?;
-    let opts = WriteOptions {
-        manager: manager_from(&query, client),
+        .to_string()
+}
+
+fn write_options(shared: &Shared, query: &Query, client: &Client) -> WriteOptions {
+    WriteOptions {
+        manager: manager_from(query, client),
         dry_run: query.get("dryRun").is_some_and(|d| d == "All"),
         force: query.flag("force"),
         validation: match query.get("fieldValidation") {
@@ -497,197 +540,228 @@ async fn resource_request(
             _ => FieldValidation::Warn,
         },
         gc: shared.gc.load(std::sync::atomic::Ordering::Relaxed),
-    };
-    let t = target;
-    let as_table = accept.contains("as=Table");
-    let as_meta = accept.contains("as=PartialObjectMetadata");
-    match verb {
-        "get" => {
-            let obj = verbs::get(&shared.lock(), &t)?;
-            if as_table {
-                let rv = obj.value()["metadata"]["resourceVersion"].clone();
-                Ok(json_response(
-                    200,
-                    &table::table(
-                        &t.rt,
-                        &t.version,
-                        &[obj],
-                        query.get("includeObject").unwrap_or("Metadata"),
-                        json!({"resourceVersion": rv}),
-                    ),
-                ))
-            } else if as_meta {
-                Ok(json_response(200, &metadata_view(&obj.value())))
-            } else {
-                Ok(object_response(200, &obj))
-            }
-        }
-        "list" => {
-            let sel = selectors(&query, &t.rt)?;
-            let limit = query.get("limit").and_then(|l| l.parse().ok());
-            let page = verbs::list(&shared.lock(), &t, &sel, limit, query.get("continue"))?;
-            let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
-            if let Some(c) = &page.continue_token {
-                meta["continue"] = json!(c);
-                meta["remainingItemCount"] = json!(page.remaining.unwrap_or(0));
-            }
-            if as_table {
-                let include = query.get("includeObject").unwrap_or("Metadata");
-                return Ok(json_response(
-                    200,
-                    &table::table(&t.rt, &t.version, &page.items, include, meta),
-                ));
-            }
-            let (kind, api_version) = if as_meta {
-                (
-                    "PartialObjectMetadataList".to_string(),
-                    "meta.k8s.io/v1".to_string(),
-                )
-            } else {
-                (format!("{}List", t.rt.kind), t.rt.api_version(&t.version))
-            };
-            let mut out = Vec::with_capacity(256 + page.items.len() * 512);
-            out.extend_from_slice(
-                format!("{{\"kind\":\"{kind}\",\"apiVersion\":\"{api_version}\",\"metadata\":")
-                    .as_bytes(),
-            );
-            serde_json::to_writer(&mut out, &meta).expect("JSON serializes");
-            out.extend_from_slice(b",\"items\":[");
-            for (i, o) in page.items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                if as_meta {
-                    serde_json::to_writer(&mut out, &metadata_view(&o.value()))
-                        .expect("JSON serializes");
-                } else {
-                    out.extend_from_slice(&o.json);
-                }
-            }
-            out.extend_from_slice(b"]}");
-            Ok(bytes_response(200, out))
-        }
-        "watch" => {
-            let sel = selectors(&query, &t.rt)?;
-            let bookmarks = query.flag("allowWatchBookmarks");
-            let send_initial = query.get("sendInitialEvents").map(|v| v == "true");
-            if send_initial == Some(true) && !bookmarks {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "sendInitialEvents requires allowWatchBookmarks=true",
-                ));
-            }
-            let p = WatchParams {
-                resource_version: query.get("resourceVersion").map(String::from),
-                bookmarks,
-                timeout: query
-                    .get("timeoutSeconds")
-                    .and_then(|s| s.parse().ok())
-                    .map(Duration::from_secs),
-                send_initial_events: send_initial,
-                selectors: sel,
-                metadata_only: as_meta,
-                table: as_table
-                    .then(|| query.get("includeObject").unwrap_or("Metadata").to_string()),
-                user_agent: client.user_agent.clone(),
-                token: client.token.clone(),
-            };
-            let rx = watch::start(shared.clone(), t, p);
-            let stream =
-                futures::stream::unfold(
-                    rx,
-                    |mut rx| async move { rx.recv().await.map(|c| (c, rx)) },
-                )
-                .map(|c| c.map(Frame::data));
-            let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            r.headers_mut().insert(
-                header::TRANSFER_ENCODING,
-                HeaderValue::from_static("chunked"),
-            );
-            Ok(r)
-        }
-        "create" => {
-            let v = parse_json(&body)?;
-            let w = shared.write(|st| verbs::create(st, &t, v, &opts))?;
-            Ok(with_warnings(
-                object_response(
-                    if w.created { 201 } else { 200 },
-                    &verbs::present(&w.object, &t),
-                ),
-                &w.warnings,
-            ))
-        }
-        "update" => {
-            let v = parse_json(&body)?;
-            let w = shared.write(|st| verbs::replace(st, &t, v, &opts))?;
-            Ok(with_warnings(
-                object_response(200, &verbs::present(&w.object, &t)),
-                &w.warnings,
-            ))
-        }
-        "patch" => {
-            let ct = content_type.split(';').next().unwrap_or_default().trim();
-            let kind = match ct {
-                "application/json-patch+json" => PatchKind::Json,
-                "application/merge-patch+json" => PatchKind::Merge,
-                "application/strategic-merge-patch+json" => PatchKind::Strategic,
-                "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
-                _ => {
-                    return Err(ApiError::unsupported_media(
-                        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
-                    ));
-                }
-            };
-            let w = shared.write(|st| verbs::patch(st, &t, kind, &body, &opts))?;
-            let code = if w.created { 201 } else { 200 };
-            Ok(with_warnings(
-                object_response(code, &verbs::present(&w.object, &t)),
-                &w.warnings,
-            ))
-        }
-        "delete" => {
-            let mut del = if body.is_empty() {
-                DeleteOptions::default()
-            } else {
-                DeleteOptions::from_body(&parse_json(&body)?)
-            };
-            if query.get("propagationPolicy") == Some("Orphan") {
-                del.orphan = true;
-            }
-            let obj = shared.write(|st| verbs::delete(st, &t, &del, &opts))?;
-            Ok(object_response(200, &verbs::present(&obj, &t)))
-        }
-        "deletecollection" => {
-            let sel = selectors(&query, &t.rt)?;
-            let del = if body.is_empty() {
-                DeleteOptions::default()
-            } else {
-                DeleteOptions::from_body(&parse_json(&body)?)
-            };
-            let items = shared.write(|st| -> Result<Vec<Value>, ApiError> {
-                let page = verbs::list(st, &t, &sel, None, None)?;
-                let mut out = Vec::new();
-                for o in page.items {
-                    let one = Target {
-                        name: Some(o.name.clone()),
-                        namespace: o.namespace.clone(),
-                        ..t.clone()
-                    };
-                    out.push(verbs::delete(st, &one, &del, &opts)?.value());
-                }
-                Ok(out)
-            })?;
+    }
+}
+
+/// The body's patch kind, from its Content-Type; anything else is a 415.
+fn patch_kind(content_type: &str) -> Result<PatchKind, ApiError> {
+    let ct = content_type.split(';').next().unwrap_or_default().trim();
+    match ct {
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
+        _ => Err(ApiError::unsupported_media(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        )),
+    }
+}
+
+fn delete_options(body: &Bytes) -> Result<DeleteOptions, ApiError> {
+    Ok(if body.is_empty() {
+        DeleteOptions::default()
+    } else {
+        DeleteOptions::from_body(&parse_json(body)?)
+    })
+}
+
+/// One resolved, admitted resource request: the verb handlers below serve it.
+struct Call<'a> {
+    shared: &'a Arc<Shared>,
+    t: Target,
+    query: &'a Query,
+    client: &'a Client,
+    opts: WriteOptions,
+    /// `Accept: ...;as=Table`: the response is a Table.
+    as_table: bool,
+    /// `Accept: ...;as=PartialObjectMetadata`: the response carries metadata only.
+    as_meta: bool,
+}
+
+impl Call<'_> {
+    fn include_object(&self) -> &str {
+        self.query.get("includeObject").unwrap_or("Metadata")
+    }
+
+    fn get(&self) -> Result<Response<Body>, ApiError> {
+        let t = &self.t;
+        let obj = verbs::get(&self.shared.lock(), t)?;
+        if self.as_table {
+            let rv = obj.value()["metadata"]["resourceVersion"].clone();
             Ok(json_response(
                 200,
-                &json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(&t.version), "metadata": {}, "items": items}),
+                &table::table(
+                    &t.rt,
+                    &t.version,
+                    &[obj],
+                    self.include_object(),
+                    json!({"resourceVersion": rv}),
+                ),
             ))
+        } else if self.as_meta {
+            Ok(json_response(200, &metadata_view(&obj.value())))
+        } else {
+            Ok(object_response(200, &obj))
         }
-        _ => Err(ApiError::method_not_allowed()),
+    }
+
+    fn list(&self) -> Result<Response<Body>, ApiError> {
+        let (t, query) = (&self.t, self.query);
+        let sel = selectors(query, &t.rt)?;
+        let limit = query.get("limit").and_then(|l| l.parse().ok());
+        let page = verbs::list(&self.shared.lock(), t, &sel, limit, query.get("continue"))?;
+        let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+        if let Some(c) = &page.continue_token {
+            meta["continue"] = json!(c);
+            meta["remainingItemCount"] = json!(page.remaining.unwrap_or(0));
+        }
+        if self.as_table {
+            return Ok(json_response(
+                200,
+                &table::table(&t.rt, &t.version, &page.items, self.include_object(), meta),
+            ));
+        }
+        let (kind, api_version) = if self.as_meta {
+            (
+                "PartialObjectMetadataList".to_string(),
+                "meta.k8s.io/v1".to_string(),
+            )
+        } else {
+            (format!("{}List", t.rt.kind), t.rt.api_version(&t.version))
+        };
+        let mut out = Vec::with_capacity(256 + page.items.len() * 512);
+        out.extend_from_slice(
+            format!("{{\"kind\":\"{kind}\",\"apiVersion\":\"{api_version}\",\"metadata\":")
+                .as_bytes(),
+        );
+        serde_json::to_writer(&mut out, &meta).expect("JSON serializes");
+        out.extend_from_slice(b",\"items\":[");
+        for (i, o) in page.items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if self.as_meta {
+                serde_json::to_writer(&mut out, &metadata_view(&o.value()))
+                    .expect("JSON serializes");
+            } else {
+                out.extend_from_slice(&o.json);
+            }
+        }
+        out.extend_from_slice(b"]}");
+        Ok(bytes_response(200, out))
+    }
+
+    fn watch(self) -> Result<Response<Body>, ApiError> {
+        let query = self.query;
+        let sel = selectors(query, &self.t.rt)?;
+        let bookmarks = query.flag("allowWatchBookmarks");
+        let send_initial = query.get("sendInitialEvents").map(|v| v == "true");
+        if send_initial == Some(true) && !bookmarks {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "sendInitialEvents requires allowWatchBookmarks=true",
+            ));
+        }
+        let p = WatchParams {
+            resource_version: query.get("resourceVersion").map(String::from),
+            bookmarks,
+            timeout: query
+                .get("timeoutSeconds")
+                .and_then(|s| s.parse().ok())
+                .map(Duration::from_secs),
+            send_initial_events: send_initial,
+            selectors: sel,
+            metadata_only: self.as_meta,
+            table: self.as_table.then(|| self.include_object().to_string()),
+            user_agent: self.client.user_agent.clone(),
+            token: self.client.token.clone(),
+        };
+        let rx = watch::start(self.shared.clone(), self.t, p);
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) })
+                .map(|c| c.map(Frame::data));
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r.headers_mut().insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        Ok(r)
+    }
+
+    fn create(&self, body: &Bytes) -> Result<Response<Body>, ApiError> {
+        let v = parse_json(body)?;
+        let w = self
+            .shared
+            .write(|st| verbs::create(st, &self.t, v, &self.opts))?;
+        Ok(with_warnings(
+            object_response(
+                if w.created { 201 } else { 200 },
+                &verbs::present(&w.object, &self.t),
+            ),
+            &w.warnings,
+        ))
+    }
+
+    fn update(&self, body: &Bytes) -> Result<Response<Body>, ApiError> {
+        let v = parse_json(body)?;
+        let w = self
+            .shared
+            .write(|st| verbs::replace(st, &self.t, v, &self.opts))?;
+        Ok(with_warnings(
+            object_response(200, &verbs::present(&w.object, &self.t)),
+            &w.warnings,
+        ))
+    }
+
+    fn patch(&self, content_type: &str, body: &Bytes) -> Result<Response<Body>, ApiError> {
+        let kind = patch_kind(content_type)?;
+        let w = self
+            .shared
+            .write(|st| verbs::patch(st, &self.t, kind, body, &self.opts))?;
+        let code = if w.created { 201 } else { 200 };
+        Ok(with_warnings(
+            object_response(code, &verbs::present(&w.object, &self.t)),
+            &w.warnings,
+        ))
+    }
+
+    fn delete(&self, body: &Bytes) -> Result<Response<Body>, ApiError> {
+        let mut del = delete_options(body)?;
+        if self.query.get("propagationPolicy") == Some("Orphan") {
+            del.orphan = true;
+        }
+        let obj = self
+            .shared
+            .write(|st| verbs::delete(st, &self.t, &del, &self.opts))?;
+        Ok(object_response(200, &verbs::present(&obj, &self.t)))
+    }
+
+    fn delete_collection(&self, body: &Bytes) -> Result<Response<Body>, ApiError> {
+        let t = &self.t;
+        let sel = selectors(self.query, &t.rt)?;
+        let del = delete_options(body)?;
+        let items = self.shared.write(|st| -> Result<Vec<Value>, ApiError> {
+            let page = verbs::list(st, t, &sel, None, None)?;
+            let mut out = Vec::new();
+            for o in page.items {
+                let one = Target {
+                    name: Some(o.name.clone()),
+                    namespace: o.namespace.clone(),
+                    ..t.clone()
+                };
+                out.push(verbs::delete(st, &one, &del, &self.opts)?.value());
+            }
+            Ok(out)
+        })?;
+        Ok(json_response(
+            200,
+            &json!({"kind": format!("{}List", t.rt.kind), "apiVersion": t.rt.api_version(&t.version), "metadata": {}, "items": items}),
+        ))
     }
 }
 

@@ -324,220 +324,30 @@ struct Commit<'a> {
 }
 
 fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<Written, ApiError> {
-    let rt = t.rt.clone();
     let name = t.name().to_string();
     new["apiVersion"] = json!(t.api_version());
-    new["kind"] = json!(rt.kind);
+    new["kind"] = json!(t.rt.kind);
     let now = now();
-    let mut warnings = Vec::new();
     let old_value = c.old.as_ref().map(|o| o.value());
     match &old_value {
-        None => {
-            let uid = st.new_uid();
-            let m = meta_mut(&mut new);
-            m.insert("uid".into(), json!(uid));
-            m.insert("creationTimestamp".into(), json!(now));
-            m.remove("deletionTimestamp");
-            m.remove("deletionGracePeriodSeconds");
-            m.remove("resourceVersion");
-            if rt.generation {
-                m.insert("generation".into(), json!(1));
-            } else {
-                m.remove("generation");
-            }
-            if rt.status && rt.custom && !t.status {
-                new.as_object_mut().map(|o| o.remove("status"));
-            }
-            if rt.is_namespace() {
-                new["status"] = json!({"phase": "Active"});
-            }
-        }
-        Some(old) => {
-            let body_rv = new["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if !body_rv.is_empty()
-                && Some(body_rv.as_str()) != old["metadata"]["resourceVersion"].as_str()
-            {
-                return Err(ApiError::stale(&rt, &name));
-            }
-            if body_rv.is_empty() && c.require_rv {
-                return Err(ApiError::invalid(
-                    &rt,
-                    &name,
-                    vec![Cause {
-                        reason: "FieldValueInvalid".into(),
-                        message: "Invalid value: 0x0: must be specified for an update".into(),
-                        field: "metadata.resourceVersion".into(),
-                    }],
-                ));
-            }
-            if t.status {
-                // The status subresource changes status only.
-                let status = new.get("status").cloned();
-                let managed = new["metadata"].get("managedFields").cloned();
-                new = old.clone();
-                if c.preset_managed
-                    && let Some(m) = managed
-                {
-                    new["metadata"]["managedFields"] = m;
-                }
-                match status {
-                    Some(s) => new["status"] = s,
-                    None => {
-                        new.as_object_mut().map(|o| o.remove("status"));
-                    }
-                }
-            } else if rt.status {
-                match old.get("status") {
-                    Some(s) => new["status"] = s.clone(),
-                    None => {
-                        new.as_object_mut().map(|o| o.remove("status"));
-                    }
-                }
-            }
-            let keep = [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "name",
-                "namespace",
-                "resourceVersion",
-            ];
-            let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
-            let m = meta_mut(&mut new);
-            for k in keep {
-                match old_meta.get(k) {
-                    Some(v) => m.insert(k.into(), v.clone()),
-                    None => m.remove(k),
-                };
-            }
-            if old_meta.contains_key("deletionTimestamp") {
-                let before: Vec<&Value> = old_meta
-                    .get("finalizers")
-                    .and_then(|f| f.as_array())
-                    .map(|a| a.iter().collect())
-                    .unwrap_or_default();
-                let added = m
-                    .get("finalizers")
-                    .and_then(|f| f.as_array())
-                    .is_some_and(|a| a.iter().any(|f| !before.contains(&f)));
-                if added {
-                    return Err(ApiError::invalid(
-                        &rt,
-                        &name,
-                        vec![Cause {
-                            reason: "FieldValueForbidden".into(),
-                            message: "Forbidden: no new finalizers can be added if the object is being deleted".into(),
-                            field: "metadata.finalizers".into(),
-                        }],
-                    ));
-                }
-            }
-        }
+        None => init_created(st, t, &mut new, &now),
+        Some(old) => carry_over(t, &mut new, old, &c)?,
     }
-    // Schema: prune, default, validate.
-    if let Some(schema) = rt.schemas.get(&t.version) {
-        let out = schema::enforce(schema, &mut new);
-        if !out.pruned.is_empty() {
-            match c.opts.validation {
-                FieldValidation::Strict => {
-                    let list: Vec<String> = out
-                        .pruned
-                        .iter()
-                        .map(|p| format!("unknown field \"{p}\""))
-                        .collect();
-                    return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {}",
-                        list.join(", ")
-                    )));
-                }
-                FieldValidation::Warn => {
-                    warnings.extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")))
-                }
-                FieldValidation::Ignore => {}
-            }
-        }
-        if !out.errors.is_empty() {
-            return Err(ApiError::invalid(&rt, &name, out.errors));
-        }
+    let warnings = enforce_schema(t, &mut new, c.opts.validation)?;
+    check_name_and_metadata(&t.rt, &name, &new)?;
+    let defined = if t.rt.is_crd() {
+        Some(define_crd(st, t, &mut new, old_value.as_ref(), &now)?)
+    } else {
+        None
+    };
+    if let Some(old) = &old_value {
+        bump_generation(&t.rt, old, &mut new);
     }
-    let event_name_ok = rt.plural == "events"; // event names carry a dot-hex suffix, any case
-    if !is_dns_subdomain(&name) && !event_name_ok {
-        return Err(ApiError::invalid(
-            &rt,
-            &name,
-            vec![Cause {
-                reason: "FieldValueInvalid".into(),
-                message: format!(
-                    "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-                ),
-                field: "metadata.name".into(),
-            }],
-        ));
-    }
-    let meta_errors = metadata_errors(&new["metadata"]);
-    if !meta_errors.is_empty() {
-        return Err(ApiError::invalid(&rt, &name, meta_errors));
-    }
-    // A CRD is checked and accepted as the apiextensions server would.
-    let mut defined = None;
-    if rt.is_crd() {
-        let d = resources::from_crd(&new).map_err(|(field, message)| {
-            ApiError::invalid(
-                &rt,
-                &name,
-                vec![Cause {
-                    reason: "FieldValueInvalid".into(),
-                    message,
-                    field,
-                }],
-            )
-        })?;
-        if let Some(other) = st.registry.get(&d.key())
-            && !other.custom
-        {
-            return Err(ApiError::invalid(
-                &rt,
-                &name,
-                vec![Cause {
-                    reason: "FieldValueInvalid".into(),
-                    message: "Invalid value: built-in resource".into(),
-                    field: "spec.names.plural".into(),
-                }],
-            ));
-        }
-        // Conditions keep their transition times across updates (no spurious changes).
-        let conditions = old_value
-            .as_ref()
-            .map(|o| o["status"]["conditions"].clone())
-            .filter(|c| c.is_array());
-        new["status"] = json!({
-            "acceptedNames": new["spec"]["names"],
-            "storedVersions": [d.versions.first()],
-            "conditions": conditions.unwrap_or_else(|| json!([
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
-            ])),
-        });
-        defined = Some(d);
-    }
-    if let Some(old) = &old_value
-        && rt.generation
-        && without_meta_status(old) != without_meta_status(&new)
-    {
-        let g = old["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
-        new["metadata"]["generation"] = json!(g);
-    }
-    let api_version = t.api_version();
-    let subresource = if t.status { "status" } else { "" };
     if !c.preset_managed {
+        let api_version = t.api_version();
         let writer = Writer {
             manager: &c.opts.manager,
-            subresource,
+            subresource: if t.status { "status" } else { "" },
             api_version: &api_version,
             time: &now,
             scope: t.scope(),
@@ -554,31 +364,278 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
             warnings,
         });
     }
+    Ok(store_written(st, t, new, &c, defined, warnings))
+}
+
+/// A new object's server-set metadata (uid, creation time, generation) and initial status.
+fn init_created(st: &mut Store, t: &Target, new: &mut Value, now: &str) {
+    let rt = &t.rt;
+    let uid = st.new_uid();
+    let m = meta_mut(new);
+    m.insert("uid".into(), json!(uid));
+    m.insert("creationTimestamp".into(), json!(now));
+    m.remove("deletionTimestamp");
+    m.remove("deletionGracePeriodSeconds");
+    m.remove("resourceVersion");
+    if rt.generation {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+    if rt.status && rt.custom && !t.status {
+        new.as_object_mut().map(|o| o.remove("status"));
+    }
+    if rt.is_namespace() {
+        new["status"] = json!({"phase": "Active"});
+    }
+}
+
+/// An update of `old`: the resourceVersion precondition, status from the right side of the
+/// subresource split, the server-owned metadata kept, and no finalizer added while deleting.
+fn carry_over(t: &Target, new: &mut Value, old: &Value, c: &Commit<'_>) -> Result<(), ApiError> {
+    let (rt, name) = (&t.rt, t.name());
+    let body_rv = new["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !body_rv.is_empty() && Some(body_rv.as_str()) != old["metadata"]["resourceVersion"].as_str()
+    {
+        return Err(ApiError::stale(rt, name));
+    }
+    if body_rv.is_empty() && c.require_rv {
+        return Err(ApiError::invalid(
+            rt,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: 0x0: must be specified for an update".into(),
+                field: "metadata.resourceVersion".into(),
+            }],
+        ));
+    }
+    split_status(t, new, old, c.preset_managed);
+    let keep = [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "name",
+        "namespace",
+        "resourceVersion",
+    ];
+    let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
+    let m = meta_mut(new);
+    for k in keep {
+        match old_meta.get(k) {
+            Some(v) => m.insert(k.into(), v.clone()),
+            None => m.remove(k),
+        };
+    }
+    if old_meta.contains_key("deletionTimestamp") {
+        let before: Vec<&Value> = old_meta
+            .get("finalizers")
+            .and_then(|f| f.as_array())
+            .map(|a| a.iter().collect())
+            .unwrap_or_default();
+        let added = m
+            .get("finalizers")
+            .and_then(|f| f.as_array())
+            .is_some_and(|a| a.iter().any(|f| !before.contains(&f)));
+        if added {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                vec![Cause {
+                    reason: "FieldValueForbidden".into(),
+                    message:
+                        "Forbidden: no new finalizers can be added if the object is being deleted"
+                            .into(),
+                    field: "metadata.finalizers".into(),
+                }],
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The status subresource changes status only; the main resource keeps the stored status.
+fn split_status(t: &Target, new: &mut Value, old: &Value, preset_managed: bool) {
+    if t.status {
+        let status = new.get("status").cloned();
+        let managed = new["metadata"].get("managedFields").cloned();
+        *new = old.clone();
+        if preset_managed && let Some(m) = managed {
+            new["metadata"]["managedFields"] = m;
+        }
+        match status {
+            Some(s) => new["status"] = s,
+            None => {
+                new.as_object_mut().map(|o| o.remove("status"));
+            }
+        }
+    } else if t.rt.status {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                new.as_object_mut().map(|o| o.remove("status"));
+            }
+        }
+    }
+}
+
+/// Schema: prune, default, validate. Returns the warnings for pruned fields (or refuses them
+/// under strict field validation).
+fn enforce_schema(
+    t: &Target,
+    new: &mut Value,
+    validation: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let mut warnings = Vec::new();
+    let Some(schema) = t.rt.schemas.get(&t.version) else {
+        return Ok(warnings);
+    };
+    let out = schema::enforce(schema, new);
+    if !out.pruned.is_empty() {
+        match validation {
+            FieldValidation::Strict => {
+                let list: Vec<String> = out
+                    .pruned
+                    .iter()
+                    .map(|p| format!("unknown field \"{p}\""))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    "strict decoding error: {}",
+                    list.join(", ")
+                )));
+            }
+            FieldValidation::Warn => {
+                warnings.extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")))
+            }
+            FieldValidation::Ignore => {}
+        }
+    }
+    if !out.errors.is_empty() {
+        return Err(ApiError::invalid(&t.rt, t.name(), out.errors));
+    }
+    Ok(warnings)
+}
+
+fn check_name_and_metadata(rt: &ResourceType, name: &str, new: &Value) -> Result<(), ApiError> {
+    let event_name_ok = rt.plural == "events"; // event names carry a dot-hex suffix, any case
+    if !is_dns_subdomain(name) && !event_name_ok {
+        return Err(ApiError::invalid(
+            rt,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                ),
+                field: "metadata.name".into(),
+            }],
+        ));
+    }
+    let meta_errors = metadata_errors(&new["metadata"]);
+    if !meta_errors.is_empty() {
+        return Err(ApiError::invalid(rt, name, meta_errors));
+    }
+    Ok(())
+}
+
+/// A CRD is checked and accepted as the apiextensions server would; returns the resource type
+/// it defines (registered once the CRD is stored).
+fn define_crd(
+    st: &Store,
+    t: &Target,
+    new: &mut Value,
+    old: Option<&Value>,
+    now: &str,
+) -> Result<ResourceType, ApiError> {
+    let (rt, name) = (&t.rt, t.name());
+    let d = resources::from_crd(new).map_err(|(field, message)| {
+        ApiError::invalid(
+            rt,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message,
+                field,
+            }],
+        )
+    })?;
+    if let Some(other) = st.registry.get(&d.key())
+        && !other.custom
+    {
+        return Err(ApiError::invalid(
+            rt,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: built-in resource".into(),
+                field: "spec.names.plural".into(),
+            }],
+        ));
+    }
+    // Conditions keep their transition times across updates (no spurious changes).
+    let conditions = old
+        .map(|o| o["status"]["conditions"].clone())
+        .filter(|c| c.is_array());
+    new["status"] = json!({
+        "acceptedNames": new["spec"]["names"],
+        "storedVersions": [d.versions.first()],
+        "conditions": conditions.unwrap_or_else(|| json!([
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ])),
+    });
+    Ok(d)
+}
+
+/// metadata.generation moves when anything but metadata and status changed.
+fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if rt.generation && without_meta_status(old) != without_meta_status(new) {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
+        new["metadata"]["generation"] = json!(g);
+    }
+}
+
+/// Stores the checked object: nothing on a dry run, a removal once a deleting object has no
+/// finalizers left, else a put (and the resource type a CRD defines registered).
+fn store_written(
+    st: &mut Store,
+    t: &Target,
+    new: Value,
+    c: &Commit<'_>,
+    defined: Option<ResourceType>,
+    warnings: Vec<String>,
+) -> Written {
+    let rt = &t.rt;
     let key = t.key();
     let finished = new["metadata"].get("deletionTimestamp").is_some()
         && new["metadata"]["finalizers"]
             .as_array()
             .is_none_or(|f| f.is_empty());
     if c.opts.dry_run {
-        return Ok(Written {
+        return Written {
             object: Arc::new(Object::from_value(&new)),
             created: c.old.is_none(),
             warnings,
-        });
+        };
     }
     if finished {
         let last = st
-            .remove(&rt, &key)
+            .remove(rt, &key)
             .unwrap_or_else(|| Arc::new(Object::from_value(&new)));
-        after_removal(st, &rt, &last, c.opts.gc);
-        return Ok(Written {
+        after_removal(st, rt, &last, c.opts.gc);
+        return Written {
             object: last,
             created: false,
             warnings,
-        });
+        };
     }
     let created = c.old.is_none();
-    let stored = st.put(&rt, &key, new);
+    let stored = st.put(rt, &key, new);
     if let Some(d) = defined {
         if let Some(old_def) = st.registry.get(&d.key())
             && old_def.namespaced != d.namespaced
@@ -587,11 +644,11 @@ fn commit(st: &mut Store, t: &Target, mut new: Value, c: Commit<'_>) -> Result<W
         }
         st.registry.register(d);
     }
-    Ok(Written {
+    Written {
         object: stored,
         created,
         warnings,
-    })
+    }
 }
 
 pub fn create(

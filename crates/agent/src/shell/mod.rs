@@ -94,6 +94,69 @@ pub async fn run_with(
         .await
         .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
 
+    let (agent, taints) = build_agent(&args, &client, &metrics).await?;
+    info!(
+        node = %args.node_name, %metrics_addr, %health_addr, caps = ?agent.caps,
+        frr = ?agent.frr.as_ref().map(|f| f.config_file()),
+        "netwave-agent starting"
+    );
+    log_last_good(&agent, &args);
+
+    // Crash recovery before anything else touches the kernel.
+    let interrupted = agent.recover().await?;
+    if let Some(o) = &interrupted {
+        warn!(revision = %o.revision, message = %o.message, "recovered from an interrupted apply");
+        metrics.rollbacks.inc();
+    }
+
+    let selector = format!("metadata.name={}", args.node_name);
+    let nnc_rx = watch_one::<NodeNetworkConfig>(Api::all(client.clone()), &selector, ready.clone());
+    let node_rx = watch_one::<Node>(
+        Api::all(client.clone()),
+        &selector,
+        http::Readiness::default(),
+    );
+
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: Some(args.node_name.clone()),
+        },
+    );
+    let reporter = ApiReporter::start(
+        client,
+        args.node_name.clone(),
+        taints,
+        recorder,
+        metrics.clone(),
+    );
+    let shell = Shell {
+        node: args.node_name.clone(),
+        agent,
+        metrics,
+        reporter,
+        reported: None,
+        backup_problem: None,
+        undecodable: None,
+    };
+    let watches = Watches {
+        nnc: nnc_rx,
+        node: node_rx,
+    };
+    shell
+        .run(watches, args.drift_interval, interrupted, shutdown)
+        .await;
+    Ok(())
+}
+
+/// The agent's kernel, FRR and probe sides from its flags; also the taints its health config
+/// manages. Bad FRR settings or health config stop the agent here.
+async fn build_agent(
+    args: &Args,
+    client: &Client,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<(Agent, Vec<String>)> {
     let health = match &args.health_config {
         Some(p) => HealthConfig::load(p)?,
         None => HealthConfig::default(),
@@ -138,14 +201,12 @@ pub async fn run_with(
         frr,
         timings: Default::default(),
     };
-    info!(
-        node = %args.node_name, %metrics_addr, %health_addr, caps = ?agent.caps,
-        frr = ?agent.frr.as_ref().map(|f| f.config_file()),
-        "netwave-agent starting"
-    );
+    Ok((agent, taints))
+}
 
-    // What a restarted agent (a new pod, a node reboot) starts from, said once: with a backup, a node
-    // config of the same hash is not applied again (zero kernel writes) and drift from it is repaired.
+/// What a restarted agent (a new pod, a node reboot) starts from, said once: with a backup, a node
+/// config of the same hash is not applied again (zero kernel writes) and drift from it is repaired.
+fn log_last_good(agent: &Agent, args: &Args) {
     match agent.last_good() {
         Ok(Some(lg)) => info!(
             revision = %lg.revision, config_hash = %lg.config_hash, dir = %args.state_dir.display(),
@@ -159,82 +220,64 @@ pub async fn run_with(
             warn!(error = %e, dir = %args.state_dir.display(), "the last good config on disk cannot be read")
         }
     }
+}
 
-    // Crash recovery before anything else touches the kernel.
-    let mut interrupted = agent.recover().await?;
-    if let Some(o) = &interrupted {
-        warn!(revision = %o.revision, message = %o.message, "recovered from an interrupted apply");
-        metrics.rollbacks.inc();
-    }
+/// The agent's two watches: its NodeNetworkConfig and its Node.
+struct Watches {
+    nnc: channel::Receiver<Option<Decoded<NodeNetworkConfig>>>,
+    node: channel::Receiver<Option<Decoded<Node>>>,
+}
 
-    let selector = format!("metadata.name={}", args.node_name);
-    let nnc_rx = watch_one::<NodeNetworkConfig>(Api::all(client.clone()), &selector, ready.clone());
-    let mut node_rx = watch_one::<Node>(
-        Api::all(client.clone()),
-        &selector,
-        http::Readiness::default(),
-    );
-
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: Some(args.node_name.clone()),
-        },
-    );
-    let reporter = ApiReporter::start(
-        client,
-        args.node_name.clone(),
-        taints,
-        recorder,
-        metrics.clone(),
-    );
-    let mut shell = Shell {
-        node: args.node_name.clone(),
-        agent,
-        metrics,
-        reporter,
-        reported: None,
-        backup_problem: None,
-        undecodable: None,
-    };
-    let mut drift = tokio::time::interval(args.drift_interval);
-    drift.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick fires at once: after a node reboot the running config is back within seconds, not
-    // after a full drift interval.
-    let mut nnc_rx = nnc_rx;
-    tokio::pin!(shutdown);
-    loop {
-        let nnc = nnc_rx.borrow_and_update().clone();
-        match nnc {
-            Some(Decoded::Object(nnc)) => {
-                shell.decodes();
-                if let Some(o) = interrupted.take() {
-                    shell.report(&nnc, &o);
+impl Shell {
+    /// The loop: handle the NodeNetworkConfig whenever it changes, repair drift every
+    /// `drift_interval`, take the taints off again when the Node changes; until `shutdown`.
+    async fn run(
+        mut self,
+        watches: Watches,
+        drift_interval: Duration,
+        mut interrupted: Option<Outcome>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        let Watches {
+            nnc: mut nnc_rx,
+            node: mut node_rx,
+        } = watches;
+        let mut drift = tokio::time::interval(drift_interval);
+        drift.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick fires at once: after a node reboot the running config is back within seconds, not
+        // after a full drift interval.
+        tokio::pin!(shutdown);
+        loop {
+            let nnc = nnc_rx.borrow_and_update().clone();
+            match nnc {
+                Some(Decoded::Object(nnc)) => {
+                    self.decodes();
+                    if let Some(o) = interrupted.take() {
+                        self.report(&nnc, &o);
+                    }
+                    self.handle(&nnc).await;
                 }
-                shell.handle(&nnc).await;
+                Some(d @ Decoded::Undecodable(_)) => self.undecodable(&d),
+                None => {}
             }
-            Some(d @ Decoded::Undecodable(_)) => shell.undecodable(&d),
-            None => {}
+            tokio::select! {
+                r = nnc_rx.changed() => if r.is_err() { break },
+                // Someone re-tainted a healthy node (or the Node came back): take our taints off again.
+                r = node_rx.changed() => {
+                    if r.is_err() { break }
+                    self.reporter.node_changed();
+                    continue;
+                }
+                _ = drift.tick() => {
+                    let regarding = nnc_rx.borrow().as_ref().map(|n| n.object_ref(&()));
+                    self.repair_drift(regarding).await;
+                }
+                _ = &mut shutdown => break,
+            }
         }
-        tokio::select! {
-            r = nnc_rx.changed() => if r.is_err() { break },
-            // Someone re-tainted a healthy node (or the Node came back): take our taints off again.
-            r = node_rx.changed() => {
-                if r.is_err() { break }
-                shell.reporter.node_changed();
-                continue;
-            }
-            _ = drift.tick() => {
-                let regarding = nnc_rx.borrow().as_ref().map(|n| n.object_ref(&()));
-                shell.repair_drift(regarding).await;
-            }
-            _ = &mut shutdown => break,
-        }
+        info!("netwave-agent stopping");
+        self.reporter.shutdown(REPORT_GRACE).await;
     }
-    info!("netwave-agent stopping");
-    shell.reporter.shutdown(REPORT_GRACE).await;
-    Ok(())
 }
 
 /// A watch on the single object `selector` names; the latest object (or `None` once deleted) is published

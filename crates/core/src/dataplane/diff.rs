@@ -190,63 +190,10 @@ pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, Diff
     {
         return Err(DiffError::ForeignLink { name: name.clone() });
     }
-
+    let plan = LinkPlan::new(desired, actual);
     let mut ops = Vec::new();
-
-    // Links that go away entirely or must be recreated (a kind parameter such as the VNI changed).
-    let mut removed: BTreeMap<&str, &Link> = BTreeMap::new();
-    let mut created: Vec<&Link> = Vec::new();
-    for (name, have) in &actual.links {
-        match desired.links.get(name) {
-            None => {
-                removed.insert(name, have);
-            }
-            Some(want) if want.kind != have.kind => {
-                removed.insert(name, have);
-                created.push(want);
-            }
-            Some(_) => {}
-        }
-    }
-    created.extend(
-        desired
-            .links
-            .values()
-            .filter(|l| !actual.links.contains_key(&l.name)),
-    );
-    created.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
-
-    for r in actual.rules.difference(&desired.rules) {
-        ops.push(NetOp::DelRule(r.clone()));
-    }
-    // Routes through a removed link vanish with it; deleting them first is harmless and keeps the list
-    // independent of that kernel behaviour.
-    for (key, action) in &actual.routes {
-        if !desired.routes.contains_key(key) {
-            ops.push(NetOp::DelRoute(route(key, action)));
-        }
-    }
-    for (name, have) in &actual.links {
-        if removed.contains_key(name.as_str()) {
-            continue;
-        }
-        let want = &desired.links[name];
-        for addr in have.addresses.difference(&want.addresses) {
-            ops.push(NetOp::DelAddr {
-                dev: name.clone(),
-                addr: *addr,
-            });
-        }
-    }
-    let mut dels: Vec<&Link> = removed.values().copied().collect();
-    dels.sort_by(|a, b| (b.kind.rank(), &a.name).cmp(&(a.kind.rank(), &b.name)));
-    for l in dels {
-        ops.push(NetOp::DelLink {
-            name: l.name.clone(),
-            kind: l.kind.clone(),
-        });
-    }
-    for l in &created {
+    plan.removals(desired, actual, &mut ops);
+    for l in &plan.created {
         ops.push(NetOp::AddLink {
             name: l.name.clone(),
             kind: l.kind.clone(),
@@ -254,94 +201,178 @@ pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, Diff
             mac: l.mac,
         });
     }
+    plan.link_changes(desired, actual, &mut ops);
+    plan.additions(desired, actual, &mut ops);
+    debug_assert!(ops.windows(2).all(|w| w[0].stage() <= w[1].stage()));
+    Ok(ops)
+}
 
-    // Attribute changes, masters before ports.
-    let fresh: BTreeSet<&str> = created.iter().map(|l| l.name.as_str()).collect();
-    let mut order: Vec<&Link> = desired.links.values().collect();
-    order.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
-    // A link's master changes, or its master is recreated (which releases every port of the old one).
-    let master_lost = |want: &Link, have: &Link| {
+/// Links that go away entirely or must be recreated (a kind parameter such as the VNI changed),
+/// and the links to create, masters first.
+struct LinkPlan<'a> {
+    removed: BTreeMap<&'a str, &'a Link>,
+    created: Vec<&'a Link>,
+}
+
+impl<'a> LinkPlan<'a> {
+    fn new(desired: &'a Dataplane, actual: &'a Dataplane) -> Self {
+        let mut removed: BTreeMap<&str, &Link> = BTreeMap::new();
+        let mut created: Vec<&Link> = Vec::new();
+        for (name, have) in &actual.links {
+            match desired.links.get(name) {
+                None => {
+                    removed.insert(name, have);
+                }
+                Some(want) if want.kind != have.kind => {
+                    removed.insert(name, have);
+                    created.push(want);
+                }
+                Some(_) => {}
+            }
+        }
+        created.extend(
+            desired
+                .links
+                .values()
+                .filter(|l| !actual.links.contains_key(&l.name)),
+        );
+        created.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
+        LinkPlan { removed, created }
+    }
+
+    /// Rules, routes and addresses that go, then the removed links, ports before masters.
+    fn removals(&self, desired: &Dataplane, actual: &Dataplane, ops: &mut Vec<NetOp>) {
+        for r in actual.rules.difference(&desired.rules) {
+            ops.push(NetOp::DelRule(r.clone()));
+        }
+        // Routes through a removed link vanish with it; deleting them first is harmless and keeps the list
+        // independent of that kernel behaviour.
+        for (key, action) in &actual.routes {
+            if !desired.routes.contains_key(key) {
+                ops.push(NetOp::DelRoute(route(key, action)));
+            }
+        }
+        for (name, have) in &actual.links {
+            if self.removed.contains_key(name.as_str()) {
+                continue;
+            }
+            let want = &desired.links[name];
+            for addr in have.addresses.difference(&want.addresses) {
+                ops.push(NetOp::DelAddr {
+                    dev: name.clone(),
+                    addr: *addr,
+                });
+            }
+        }
+        let mut dels: Vec<&Link> = self.removed.values().copied().collect();
+        dels.sort_by(|a, b| (b.kind.rank(), &a.name).cmp(&(a.kind.rank(), &b.name)));
+        for l in dels {
+            ops.push(NetOp::DelLink {
+                name: l.name.clone(),
+                kind: l.kind.clone(),
+            });
+        }
+    }
+
+    /// A link's master changes, or its master is recreated (which releases every port of the old one).
+    fn master_lost(&self, want: &Link, have: &Link) -> bool {
         want.master != have.master
             || want
                 .master
                 .as_deref()
-                .is_some_and(|m| removed.contains_key(m))
-    };
-    let mut port_flags = Vec::new();
-    let mut addrs = Vec::new();
-    for want in order {
-        let is_new = fresh.contains(want.name.as_str());
-        let have = (!is_new).then(|| &actual.links[&want.name]);
-        let change = match have {
-            None => LinkChange {
-                mark: true,
-                master: want.master.as_ref().map(|m| Some(m.clone())),
-                up: want.up.then_some(true),
-                ..LinkChange::default()
-            },
-            Some(have) => LinkChange {
-                mark: false,
-                mtu: want.mtu.filter(|m| have.mtu != Some(*m)),
-                mac: want.mac.filter(|m| have.mac != Some(*m)),
-                master: master_lost(want, have).then(|| want.master.clone()),
-                up: (want.up != have.up).then_some(want.up),
-            },
-        };
-        if change != LinkChange::default() {
-            ops.push(NetOp::SetLink {
-                name: want.name.clone(),
-                rank: want.kind.rank(),
-                change,
-            });
+                .is_some_and(|m| self.removed.contains_key(m))
+    }
+
+    /// Attribute changes, masters before ports; then the bridge-port flags, then the addresses.
+    fn link_changes(&self, desired: &Dataplane, actual: &Dataplane, ops: &mut Vec<NetOp>) {
+        let fresh: BTreeSet<&str> = self.created.iter().map(|l| l.name.as_str()).collect();
+        let mut order: Vec<&Link> = desired.links.values().collect();
+        order.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
+        let mut port_flags = Vec::new();
+        let mut addrs = Vec::new();
+        for want in order {
+            let is_new = fresh.contains(want.name.as_str());
+            let have = (!is_new).then(|| &actual.links[&want.name]);
+            let change = match have {
+                None => LinkChange {
+                    mark: true,
+                    master: want.master.as_ref().map(|m| Some(m.clone())),
+                    up: want.up.then_some(true),
+                    ..LinkChange::default()
+                },
+                Some(have) => LinkChange {
+                    mark: false,
+                    mtu: want.mtu.filter(|m| have.mtu != Some(*m)),
+                    mac: want.mac.filter(|m| have.mac != Some(*m)),
+                    master: self.master_lost(want, have).then(|| want.master.clone()),
+                    up: (want.up != have.up).then_some(want.up),
+                },
+            };
+            if change != LinkChange::default() {
+                ops.push(NetOp::SetLink {
+                    name: want.name.clone(),
+                    rank: want.kind.rank(),
+                    change,
+                });
+            }
+            port_flags.extend(self.neigh_suppress(desired, want, have));
+            let have_addrs = have.map(|h| &h.addresses);
+            for addr in &want.addresses {
+                if !have_addrs.is_some_and(|h| h.contains(addr)) {
+                    addrs.push(NetOp::AddAddr {
+                        dev: want.name.clone(),
+                        addr: *addr,
+                    });
+                }
+            }
         }
-        // The flag lives on the bridge port, so it is (re)applied whenever the link is (re)enslaved.
+        ops.extend(port_flags);
+        ops.extend(addrs);
+    }
+
+    /// The flag lives on the bridge port, so it is (re)applied whenever the link is (re)enslaved.
+    fn neigh_suppress(
+        &self,
+        desired: &Dataplane,
+        want: &Link,
+        have: Option<&Link>,
+    ) -> Option<NetOp> {
         let master_is_bridge = want
             .master
             .as_ref()
             .and_then(|m| desired.links.get(m))
             .is_some_and(|m| m.kind == LinkKind::Bridge);
-        if master_is_bridge {
-            let reenslaved = have.is_none_or(|h| master_lost(want, h));
-            let current = if reenslaved {
-                false
-            } else {
-                have.is_some_and(|h| h.neigh_suppress)
-            };
-            if want.neigh_suppress != current {
-                port_flags.push(NetOp::SetNeighSuppress {
-                    name: want.name.clone(),
-                    on: want.neigh_suppress,
-                });
-            }
+        if !master_is_bridge {
+            return None;
         }
-        let have_addrs = have.map(|h| &h.addresses);
-        for addr in &want.addresses {
-            if !have_addrs.is_some_and(|h| h.contains(addr)) {
-                addrs.push(NetOp::AddAddr {
-                    dev: want.name.clone(),
-                    addr: *addr,
-                });
-            }
-        }
+        let reenslaved = have.is_none_or(|h| self.master_lost(want, h));
+        let current = if reenslaved {
+            false
+        } else {
+            have.is_some_and(|h| h.neigh_suppress)
+        };
+        (want.neigh_suppress != current).then(|| NetOp::SetNeighSuppress {
+            name: want.name.clone(),
+            on: want.neigh_suppress,
+        })
     }
-    ops.extend(port_flags);
-    ops.extend(addrs);
 
-    for (key, action) in &desired.routes {
-        // A route through a recreated device was removed by the kernel with the old device.
-        let through_new = matches!(action, RouteAction::Unicast { dev: Some(d), .. } if removed.contains_key(d.as_str()));
-        match actual.routes.get(key) {
-            None => ops.push(NetOp::AddRoute(route(key, action))),
-            Some(_) if through_new => ops.push(NetOp::AddRoute(route(key, action))),
-            Some(have) if !route_matches(action, have) => {
-                ops.push(NetOp::ReplaceRoute(route(key, action)))
+    /// Routes and rules to add or replace.
+    fn additions(&self, desired: &Dataplane, actual: &Dataplane, ops: &mut Vec<NetOp>) {
+        for (key, action) in &desired.routes {
+            // A route through a recreated device was removed by the kernel with the old device.
+            let through_new = matches!(action, RouteAction::Unicast { dev: Some(d), .. } if self.removed.contains_key(d.as_str()));
+            match actual.routes.get(key) {
+                None => ops.push(NetOp::AddRoute(route(key, action))),
+                Some(_) if through_new => ops.push(NetOp::AddRoute(route(key, action))),
+                Some(have) if !route_matches(action, have) => {
+                    ops.push(NetOp::ReplaceRoute(route(key, action)))
+                }
+                Some(_) => {}
             }
-            Some(_) => {}
+        }
+        for r in desired.rules.difference(&actual.rules) {
+            ops.push(NetOp::AddRule(r.clone()));
         }
     }
-    for r in desired.rules.difference(&actual.rules) {
-        ops.push(NetOp::AddRule(r.clone()));
-    }
-    debug_assert!(ops.windows(2).all(|w| w[0].stage() <= w[1].stage()));
-    Ok(ops)
 }

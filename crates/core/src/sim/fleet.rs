@@ -690,133 +690,163 @@ impl Fleet {
 
     /// Every agent looks at its NNC and acts. Returns the number of status reports.
     fn agents_act(&mut self, faults: &Faults) -> u32 {
-        let now = self.now;
         let mut reports = 0;
         let names: Vec<String> = self.agents.keys().cloned().collect();
         for name in names {
             let mut agent = self.agents.remove(&name).expect("listed");
-            // Down: wait for the restart; an interrupted apply is undone from the backup.
-            if let Some(until) = agent.down_until {
-                if now < until {
-                    self.agents.insert(name, agent);
-                    continue;
-                }
-                agent.down_until = None;
-                if agent.pending.take().is_some() {
-                    agent.running = agent
-                        .last_good
-                        .as_ref()
-                        .map(|lg| self.store.hash_of(lg, &name));
-                }
-                agent.handled = None;
-                self.record(&format!("restart {name}"));
-            }
-            if faults.crash > 0.0 && self.rng.random_bool(faults.crash) {
-                agent.down_until = Some(now.plus_secs(self.rng.random_range(1..=5)));
-                self.record(&format!("crash {name}"));
-                self.agents.insert(name, agent);
-                continue;
-            }
-            let Some(cfg) = self.store.configs.get(&name) else {
-                self.agents.insert(name, agent);
-                continue;
-            };
-            let spec = cfg.spec.clone();
-            let key = key_of(&spec);
-            if agent.handled.as_ref() != Some(&key) {
-                agent.handled = Some(key.clone());
-                agent.pending = None;
-                let report_base = AgentReport {
-                    observed_revision: Some(spec.revision.clone()),
-                    observed_retry: Some(spec.retry),
-                    observed_config_hash: Some(spec.config_hash.clone()),
-                    last_good_revision: agent.last_good.clone(),
-                    ..AgentReport::default()
-                };
-                if agent.invalid.contains(&key) {
-                    self.report(
-                        &name,
-                        AgentReport {
-                            phase: Some(AgentPhase::Invalid),
-                            config_hash: agent.running.clone(),
-                            reason: Some("ApplyFailed".into()),
-                            ..report_base
-                        },
-                    );
-                } else if agent.running.as_deref() == Some(spec.config_hash.as_str()) {
-                    // Same config: nothing to apply.
-                    agent.last_good = Some(spec.revision.clone());
-                    self.report(
-                        &name,
-                        AgentReport {
-                            phase: Some(AgentPhase::Provisioned),
-                            config_hash: agent.running.clone(),
-                            last_good_revision: agent.last_good.clone(),
-                            ..report_base
-                        },
-                    );
-                } else {
-                    // A hostile agent fails every config it is given, in the quiet phase too.
-                    let hostile = self.cfg.hostile.as_deref() == Some(name.as_str())
-                        && self.tick >= self.cfg.hostile_from;
-                    let fail = hostile || (faults.fail > 0.0 && self.rng.random_bool(faults.fail));
-                    let hang = !fail && faults.hang > 0.0 && self.rng.random_bool(faults.hang);
-                    let delay = if self.quiet {
-                        1
-                    } else {
-                        self.rng.random_range(1..=6)
-                    };
-                    agent.pending = Some(Pending {
-                        done_at: (!hang).then(|| now.plus_secs(delay)),
-                        fail,
-                    });
-                    self.report(
-                        &name,
-                        AgentReport {
-                            phase: Some(AgentPhase::Provisioning),
-                            config_hash: agent.running.clone(),
-                            ..report_base
-                        },
-                    );
-                }
-                reports += 1;
-            } else if let Some(p) = &agent.pending
-                && p.done_at.is_some_and(|t| now >= t)
+            if self.agent_up(&name, &mut agent, faults)
+                && let Some(cfg) = self.store.configs.get(&name)
             {
-                let fail = p.fail;
-                agent.pending = None;
-                if fail {
-                    agent.invalid.insert(key_of(&spec));
-                    agent.running = agent
-                        .last_good
-                        .as_ref()
-                        .map(|lg| self.store.hash_of(lg, &name));
-                } else {
-                    agent.running = Some(spec.config_hash.clone());
-                    agent.last_good = Some(spec.revision.clone());
-                }
-                self.report(
-                    &name,
-                    AgentReport {
-                        phase: Some(if fail {
-                            AgentPhase::Invalid
-                        } else {
-                            AgentPhase::Provisioned
-                        }),
-                        observed_revision: Some(spec.revision.clone()),
-                        observed_retry: Some(spec.retry),
-                        observed_config_hash: Some(spec.config_hash.clone()),
-                        config_hash: agent.running.clone(),
-                        last_good_revision: agent.last_good.clone(),
-                        reason: fail.then(|| "ApplyFailed".to_string()),
-                        message: None,
-                    },
-                );
-                reports += 1;
+                let spec = cfg.spec.clone();
+                reports += self.agent_acts(&name, &mut agent, &spec, faults);
             }
             self.agents.insert(name, agent);
         }
         reports
+    }
+
+    /// Whether the agent runs this tick. Down: it waits for the restart, and an interrupted apply
+    /// is undone from the backup; it may crash now.
+    fn agent_up(&mut self, name: &str, agent: &mut Agent, faults: &Faults) -> bool {
+        let now = self.now;
+        if let Some(until) = agent.down_until {
+            if now < until {
+                return false;
+            }
+            agent.down_until = None;
+            if agent.pending.take().is_some() {
+                agent.running = agent
+                    .last_good
+                    .as_ref()
+                    .map(|lg| self.store.hash_of(lg, name));
+            }
+            agent.handled = None;
+            self.record(&format!("restart {name}"));
+        }
+        if faults.crash > 0.0 && self.rng.random_bool(faults.crash) {
+            agent.down_until = Some(now.plus_secs(self.rng.random_range(1..=5)));
+            self.record(&format!("crash {name}"));
+            return false;
+        }
+        true
+    }
+
+    /// A running agent with a config: takes up a new spec, or finishes its pending apply. Returns
+    /// the number of status reports (0 or 1).
+    fn agent_acts(
+        &mut self,
+        name: &str,
+        agent: &mut Agent,
+        spec: &crate::rollout::AssignedSpec,
+        faults: &Faults,
+    ) -> u32 {
+        let key = key_of(spec);
+        if agent.handled.as_ref() != Some(&key) {
+            agent.handled = Some(key.clone());
+            agent.pending = None;
+            self.take_up(name, agent, spec, &key, faults);
+            return 1;
+        }
+        let Some(p) = &agent.pending else { return 0 };
+        if p.done_at.is_none_or(|t| self.now < t) {
+            return 0;
+        }
+        let fail = p.fail;
+        agent.pending = None;
+        if fail {
+            agent.invalid.insert(key_of(spec));
+            agent.running = agent
+                .last_good
+                .as_ref()
+                .map(|lg| self.store.hash_of(lg, name));
+        } else {
+            agent.running = Some(spec.config_hash.clone());
+            agent.last_good = Some(spec.revision.clone());
+        }
+        self.report(
+            name,
+            AgentReport {
+                phase: Some(if fail {
+                    AgentPhase::Invalid
+                } else {
+                    AgentPhase::Provisioned
+                }),
+                observed_revision: Some(spec.revision.clone()),
+                observed_retry: Some(spec.retry),
+                observed_config_hash: Some(spec.config_hash.clone()),
+                config_hash: agent.running.clone(),
+                last_good_revision: agent.last_good.clone(),
+                reason: fail.then(|| "ApplyFailed".to_string()),
+                message: None,
+            },
+        );
+        1
+    }
+
+    /// A new spec: Invalid at once if this agent failed it before, Provisioned if it is the
+    /// running config, else Provisioning with an apply pending (failing, hanging or done later).
+    fn take_up(
+        &mut self,
+        name: &str,
+        agent: &mut Agent,
+        spec: &crate::rollout::AssignedSpec,
+        key: &(String, u32, String),
+        faults: &Faults,
+    ) {
+        let now = self.now;
+        let report_base = AgentReport {
+            observed_revision: Some(spec.revision.clone()),
+            observed_retry: Some(spec.retry),
+            observed_config_hash: Some(spec.config_hash.clone()),
+            last_good_revision: agent.last_good.clone(),
+            ..AgentReport::default()
+        };
+        if agent.invalid.contains(key) {
+            self.report(
+                name,
+                AgentReport {
+                    phase: Some(AgentPhase::Invalid),
+                    config_hash: agent.running.clone(),
+                    reason: Some("ApplyFailed".into()),
+                    ..report_base
+                },
+            );
+        } else if agent.running.as_deref() == Some(spec.config_hash.as_str()) {
+            // Same config: nothing to apply.
+            agent.last_good = Some(spec.revision.clone());
+            self.report(
+                name,
+                AgentReport {
+                    phase: Some(AgentPhase::Provisioned),
+                    config_hash: agent.running.clone(),
+                    last_good_revision: agent.last_good.clone(),
+                    ..report_base
+                },
+            );
+        } else {
+            // A hostile agent fails every config it is given, in the quiet phase too.
+            let hostile =
+                self.cfg.hostile.as_deref() == Some(name) && self.tick >= self.cfg.hostile_from;
+            let fail = hostile || (faults.fail > 0.0 && self.rng.random_bool(faults.fail));
+            let hang = !fail && faults.hang > 0.0 && self.rng.random_bool(faults.hang);
+            let delay = if self.quiet {
+                1
+            } else {
+                self.rng.random_range(1..=6)
+            };
+            agent.pending = Some(Pending {
+                done_at: (!hang).then(|| now.plus_secs(delay)),
+                fail,
+            });
+            self.report(
+                name,
+                AgentReport {
+                    phase: Some(AgentPhase::Provisioning),
+                    config_hash: agent.running.clone(),
+                    ..report_base
+                },
+            );
+        }
     }
 
     /// The leader's turn: rebuild the input from the store, step, apply writes one at a time.
