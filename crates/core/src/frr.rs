@@ -705,6 +705,48 @@ fn as_peering_error(peering: &str, e: FrrError) -> FrrError {
     }
 }
 
+/// One session a node's BGPPeering promises once applied, as the agent's health gate checks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeeringSession {
+    /// The BGPPeering's name.
+    pub peering: String,
+    /// FRR's name of the VRF: `default` or the VRF device.
+    pub vrf: String,
+    /// The peer group (listen ranges: any workload of it) or the address.
+    pub session: WorkloadId,
+    /// Seconds the session may take to reach Established: its hold time (at most
+    /// [`MAX_PEERING_WAIT`]), or the datacenter profile's (9 s) when it has none.
+    pub within_seconds: u16,
+}
+
+/// The longest an agent waits for a peering session after an apply, whatever its hold time (FRR takes
+/// up to 65535 s; a node's verdict must not wait hours).
+pub const MAX_PEERING_WAIT: u16 = 600;
+
+/// Every session of `config`'s BGPPeerings, in FRR's order per VRF. Peers FRR cannot render (which
+/// [`render`] refuses) are left out. Pure.
+pub fn peering_sessions(config: &NodeConfig) -> Vec<PeeringSession> {
+    let mut out = Vec::new();
+    for p in &config.bgp_peers {
+        let Ok((sessions, _)) = check_peer(p) else {
+            continue;
+        };
+        for w in sessions {
+            let within = match w.timers {
+                Some((_, hold)) if hold > 0 => hold.min(MAX_PEERING_WAIT),
+                _ => underlay::DATACENTER_HOLD,
+            };
+            out.push(PeeringSession {
+                peering: p.name.clone(),
+                vrf: p.vrf.clone().unwrap_or_else(|| DEFAULT_VRF.to_string()),
+                session: w.id,
+                within_seconds: within,
+            });
+        }
+    }
+    out
+}
+
 fn entry(prefix_list: Option<(Family, String)>, source_vrf: Option<String>) -> RouteMapEntry {
     RouteMapEntry {
         action: Action::Permit,

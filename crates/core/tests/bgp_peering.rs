@@ -374,3 +374,54 @@ fn a_peer_in_a_vrf_the_node_lacks_is_refused_before_frr_sees_it() {
         }
     );
 }
+
+#[test]
+fn each_session_must_come_up_within_its_hold_time() {
+    use netwave_core::frr::{PeeringSession, WorkloadId, peering_sessions};
+    let mut p = peering("bgpaas-test", "vlan1");
+    p.spec.hold_time = Some("90s".into());
+    p.spec.keepalive_time = Some("30s".into());
+    let mut lo = loopback("lo-peer", &["10.250.4.10"]);
+    lo.spec.hold_time = Some("18h".into());
+    lo.spec.keepalive_time = Some("1h".into());
+    let inputs = fleet_inputs(vec![p, loopback("plain", &["10.250.5.10"])]);
+    let config = render(&inputs, &nodes()).expect("renders")["n1"].config();
+    let session = |peering: &str, vrf: &str, session: WorkloadId, within_seconds| PeeringSession {
+        peering: peering.into(),
+        vrf: vrf.into(),
+        session,
+        within_seconds,
+    };
+    assert_eq!(
+        peering_sessions(&config),
+        [
+            session(
+                "bgpaas-test",
+                "m2m",
+                WorkloadId::Group("nw-peer-bgpaas-test-v4".into()),
+                90
+            ),
+            session(
+                "bgpaas-test",
+                "m2m",
+                WorkloadId::Group("nw-peer-bgpaas-test-v6".into()),
+                90
+            ),
+            // No hold time of its own: the datacenter profile's 9 s.
+            session(
+                "plain",
+                "default",
+                WorkloadId::Address("10.250.5.10".parse().unwrap()),
+                9
+            ),
+        ]
+    );
+    // An hour-long hold time does not make a node wait an hour for its verdict.
+    let mut config = render(&fleet_inputs(vec![lo]), &nodes()).expect("renders")["n1"].config();
+    config.bgp_peers[0].hold_time = Some(65000);
+    config.bgp_peers[0].keepalive_time = Some(3600);
+    assert_eq!(
+        peering_sessions(&config)[0].within_seconds,
+        netwave_core::frr::MAX_PEERING_WAIT
+    );
+}
