@@ -692,6 +692,9 @@ impl Fleet {
                 Manifest::RoutingTable(o) => {
                     Api::all(self.client.clone()).create(&pp, o).await?;
                 }
+                Manifest::BgpPeering(o) => {
+                    Api::all(self.client.clone()).create(&pp, o).await?;
+                }
                 other => bail!("{} is not an input object", other.name()),
             }
         }

@@ -56,6 +56,7 @@ fn manifest(v: Value) -> Manifest {
     match v["kind"].as_str() {
         Some("Layer2NetworkConfiguration") => Manifest::Layer2(serde_json::from_value(v).unwrap()),
         Some("VRFRouteConfiguration") => Manifest::Vrf(serde_json::from_value(v).unwrap()),
+        Some("BGPPeering") => Manifest::BgpPeering(serde_json::from_value(v).unwrap()),
         k => panic!("no manifest kind {k:?}"),
     }
 }
@@ -487,6 +488,209 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
         halted.as_secs_f64(),
         test_start.elapsed().as_secs_f64(),
     );
+    let run = f.net.run_id.clone();
+    drop(f);
+    assert_eq!(namespaces_of(&run), Vec::<String>::new(), "namespaces left");
+}
+
+/// BGP as a service (#29) in the VRF path: a BGP speaker (a second FRR bgpd, AS 65511, in a workload
+/// namespace on node-0's segment vlan130 of VRF cluster) peers with node-0 through the listen range
+/// the BGPPeering gives that segment; the prefix it announces (10.250.53.1/32, inside its import list)
+/// reaches VRF cluster on node-1 through EVPN (type-5) and answers pings from there. The peering then
+/// names another AS: node-0's session never comes up within the 9 s hold time, node-0 fails the
+/// revision naming the peering, and is rolled back; the session and the route come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm_bgp_peering_reaches_other_nodes_through_evpn_and_a_wrong_asn_rolls_back() {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let test_start = Instant::now();
+    let mut f = Fleet::start(
+        Bins::build().expect("netwave binaries"),
+        FleetOptions {
+            nodes: 2,
+            max_unavailable: 1,
+            frr: true,
+            pools: Some(true),
+            server: ApiServer::Testbed,
+            health_deadline_secs: 30.0,
+            apply_timeout: Duration::from_secs(240),
+            ..FleetOptions::default()
+        },
+    )
+    .await
+    .expect("fleet with FRR starts");
+    let nodes = f.node_names();
+    let mut inputs = samples().unwrap();
+    inputs.push(single_node_segment(130, &nodes[0]));
+    inputs.push(single_node_segment(131, &nodes[1]));
+    f.apply(&inputs).await.unwrap();
+    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    f.wait_all_on(rev1.metadata.name.as_deref().unwrap(), T)
+        .await
+        .unwrap();
+
+    // The speaker: it calls the segment's gateway every second until the node listens.
+    let speaker_ns = f
+        .net
+        .add_workload_on(&nodes[0], 4, "l2.130", "10.250.30.20/24", "10.250.30.1")
+        .unwrap();
+    ip(&["-n", &speaker_ns, "link", "set", "lo", "up"]).unwrap();
+    ip(&[
+        "-n",
+        &speaker_ns,
+        "addr",
+        "add",
+        "10.250.53.1/32",
+        "dev",
+        "lo",
+    ])
+    .unwrap();
+    let speaker = netwave_control_plane::frr::FrrInstance::start_in(&speaker_ns).unwrap();
+    speaker
+        .vtysh(&[
+            "-c",
+            "configure terminal",
+            "-c",
+            "router bgp 65511",
+            "-c",
+            "bgp router-id 10.250.30.20",
+            "-c",
+            "no bgp default ipv4-unicast",
+            "-c",
+            &format!(
+                "neighbor 10.250.30.1 remote-as {}",
+                netwave_e2e::fleet::FRR_ASN
+            ),
+            "-c",
+            "neighbor 10.250.30.1 timers connect 1",
+            "-c",
+            "address-family ipv4 unicast",
+            "-c",
+            "network 10.250.53.1/32",
+            "-c",
+            "neighbor 10.250.30.1 activate",
+        ])
+        .unwrap();
+    let b = f
+        .net
+        .add_workload_on(&nodes[1], 2, "l2.131", "10.250.31.10/24", "10.250.31.1")
+        .unwrap();
+
+    let peering = |asn: u32| {
+        json!({
+            "apiVersion": "netwave.dev/v1alpha1",
+            "kind": "BGPPeering",
+            "metadata": {"name": "bgpaas"},
+            "spec": {
+                "peeringVlan": {"name": format!("vlan130-{}", nodes[0])},
+                "remoteASN": asn,
+                "enableBFD": false,
+                "holdTime": "9s",
+                "keepaliveTime": "3s",
+                "maximumPrefixes": 10,
+                "import": [{"cidr": "10.250.53.0/24", "le": 32, "action": "permit"}],
+                "export": [{"cidr": "10.250.0.0/16", "le": 32, "action": "permit"}],
+                "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": nodes[0].clone()}},
+            }
+        })
+    };
+    let t = Instant::now();
+    f.apply(&[manifest(peering(65511))]).await.unwrap();
+    let rev2 = f
+        .wait_latest(rev1.spec.sequence, &["Complete"], T)
+        .await
+        .unwrap();
+    let rev2_name = rev2.metadata.name.clone().unwrap();
+    f.wait_all_on(&rev2_name, T).await.unwrap();
+    let rolled_out = t.elapsed();
+    let configs = f.configs().await.unwrap();
+    let probes = &configs[&nodes[0]].status.as_ref().unwrap().probes;
+    let established = probes
+        .iter()
+        .find(|p| p.name == "bgp-peering bgpaas nw-peer-bgpaas-v4 vrf cluster")
+        .unwrap_or_else(|| panic!("node-0 reports the peering's session: {probes:?}"));
+    assert_eq!(established.result, "Passed", "{established:?}");
+    let to_established = established.duration_seconds.unwrap_or_default();
+
+    let fr1 = f.frr(&nodes[1]).unwrap();
+    let t = Instant::now();
+    f.eventually(
+        T,
+        "the speaker's prefix in VRF cluster on node-1",
+        || async {
+            let routes = fr1
+                .vtysh(&["-c", "show ip route vrf cluster 10.250.53.1/32"])
+                .map_err(|e| e.to_string())?;
+            if routes.contains("10.250.53.1/32") && routes.contains("bgp") {
+                Ok(())
+            } else {
+                Err(routes)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let evpn = t.elapsed();
+    let ping = ping_eventually(
+        &f,
+        &b,
+        "10.250.53.1",
+        "node-1's vlan131 → the speaker's prefix",
+    )
+    .await;
+
+    // The wrong AS: FRR refuses the speaker, the session is gone, node-0 fails within the hold time.
+    let peerings: kube::Api<netwave_api::BGPPeering> = kube::Api::all(f.client.clone());
+    let t = Instant::now();
+    peerings
+        .patch(
+            "bgpaas",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"remoteASN": 65599}})),
+        )
+        .await
+        .unwrap();
+    let failed = f
+        .wait_latest(rev2.spec.sequence, &["Failed"], T)
+        .await
+        .unwrap();
+    let st = failed.status.clone().unwrap();
+    assert_eq!(st.failed_nodes[0].node, nodes[0], "{:?}", st.failed_nodes);
+    assert!(
+        st.failed_nodes[0]
+            .message
+            .contains("bgp-peering bgpaas nw-peer-bgpaas-v4 vrf cluster: not Established within its hold time (9 s)"),
+        "the failure names the peering: {:?}",
+        st.failed_nodes[0]
+    );
+    f.wait_all_on(&rev2_name, T).await.unwrap();
+    let rolled_back = t.elapsed();
+    let running = f.frr(&nodes[0]).unwrap().running().unwrap();
+    assert!(
+        running.contains("neighbor nw-peer-bgpaas-v4 remote-as 65511"),
+        "node-0's FRR is back on the good peering:\n{running}"
+    );
+    ping_eventually(
+        &f,
+        &b,
+        "10.250.53.1",
+        "the speaker's prefix after the rollback",
+    )
+    .await;
+    println!(
+        "BGPPeering (full kernel, 2 nodes): rolled out in {:.1}s; session Established {:.2}s after \
+         node-0 applied it; prefix in VRF cluster on node-1 {:.1}s later, first ping {:.1}s; wrong \
+         AS failed and rolled back in {:.1}s; test {:.1}s",
+        rolled_out.as_secs_f64(),
+        to_established,
+        evpn.as_secs_f64(),
+        ping.as_secs_f64(),
+        rolled_back.as_secs_f64(),
+        test_start.elapsed().as_secs_f64(),
+    );
+    drop(speaker);
     let run = f.net.run_id.clone();
     drop(f);
     assert_eq!(namespaces_of(&run), Vec::<String>::new(), "namespaces left");

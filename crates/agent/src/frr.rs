@@ -23,7 +23,7 @@
 //! pure function of the last good NodeConfig and the underlay, so it is re-rendered, never stored.
 //!
 //! **What needs FRR** ([`bgp_content`]): a VRF's `vni`, `routeTarget`, `import`, `export`, `aggregate` and
-//! `communities`: they mean nothing without BGP, so a node with FRR off refuses them (`FrrUnavailable`)
+//! `communities`, and every BGPPeering: they mean nothing without BGP, so a node with FRR off refuses them (`FrrUnavailable`)
 //! instead of applying the kernel half. A layer-2 segment does not: its bridge and VXLAN device are
 //! kernel objects that work with statically installed flood entries (as the rootless e2e fleet and the
 //! demo do), and with FRR on, `advertise-all-vni` makes every one an EVPN VNI without a line of its own.
@@ -731,6 +731,15 @@ impl Frr {
     pub async fn bgp_summary(&self) -> Result<String, FrrApplyError> {
         self.show("show bgp summary json", |text| Ok(text.to_string()))
             .await
+    }
+
+    /// `show bgp vrf VRF neighbors json` (`default` for the default instance): the sessions of the
+    /// node's BGPPeerings, dynamic ones with their peer group.
+    pub async fn bgp_neighbors(&self, vrf: &str) -> Result<String, FrrApplyError> {
+        self.show(&format!("show bgp vrf {vrf} neighbors json"), |text| {
+            Ok(text.to_string())
+        })
+        .await
     }
 
     /// `vtysh -c <command>`, then `parse` on its output; a failure names the command.

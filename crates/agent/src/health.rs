@@ -1,6 +1,8 @@
 //! Health probes around an apply: interfaces that must be up (name globs), TCP connect and ICMP echo
 //! reachability targets, BGP sessions that must be Established (FRR's `show bgp summary json`, when
-//! the agent runs FRR), and an uncached API-server probe.
+//! the agent runs FRR), and an uncached API-server probe. The node config's BGPPeerings bring their
+//! own gate ([`peering_session`], run by the agent's judge after these): each session must reach
+//! Established within its hold time of the apply, whatever it was before.
 //!
 //! Gating (DESIGN.md §4): every probe runs once *before* the apply; only probes that passed then can fail
 //! the apply afterwards (a target that was already unreachable says nothing about the new config). After
@@ -246,6 +248,59 @@ pub fn bgp_session(summary: &str, peer: &str) -> Result<(), String> {
             states.into_iter().collect::<Vec<_>>().join(", ")
         ))
     }
+}
+
+/// Whether a BGPPeering's session is Established, from FRR 8.4's `show bgp vrf VRF neighbors json`
+/// (neighbours by address, each with `bgpState` and, for a dynamic one, its `peerGroup`). A peer group
+/// (listen ranges) needs one Established workload; an address its own session. Otherwise the message
+/// says what FRR shows: no workload connected (a wrong AS number is refused before a neighbour
+/// appears), or the states. Pure.
+pub fn peering_session(
+    neighbors: &str,
+    session: &netwave_core::frr::WorkloadId,
+) -> Result<(), String> {
+    use netwave_core::frr::WorkloadId;
+    let v: serde_json::Value = serde_json::from_str(neighbors)
+        .map_err(|e| format!("show bgp neighbors json is not JSON: {e}"))?;
+    let state = |n: &serde_json::Value| {
+        n.get("bgpState")
+            .and_then(|s| s.as_str())
+            .unwrap_or("unknown")
+            .to_string()
+    };
+    let states: Vec<(String, String)> = match session {
+        WorkloadId::Address(a) => v
+            .get(a.to_string())
+            .map(|n| (a.to_string(), state(n)))
+            .into_iter()
+            .collect(),
+        WorkloadId::Group(g) => v
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, n)| n.get("peerGroup").and_then(|p| p.as_str()) == Some(g))
+            .map(|(addr, n)| (addr.clone(), state(n)))
+            .collect(),
+    };
+    if states.iter().any(|(_, s)| s == "Established") {
+        return Ok(());
+    }
+    if states.is_empty() {
+        return Err(match session {
+            WorkloadId::Address(a) => format!("{a} is not a neighbour of this node's FRR"),
+            WorkloadId::Group(_) => "no workload has connected (a workload with another AS number \
+                                     is refused before it shows)"
+                .to_string(),
+        });
+    }
+    Err(format!(
+        "not Established ({})",
+        states
+            .iter()
+            .map(|(a, s)| format!("{a} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 /// Told every round of probe results as it completes: the probe gauges (`netwave_agent_probe_up` is a
@@ -499,6 +554,48 @@ fn checksum(b: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `show bgp vrf default neighbors json` as FRR 8.4 printed it for a workload of a listen range
+    /// (trimmed), plus a second one still connecting and a numbered neighbour.
+    const NEIGHBORS: &str = r#"{
+      "198.18.50.2": {"remoteAs": 65511, "peerGroup": "nw-peer-t-v4", "bgpState": "Established"},
+      "198.18.50.3": {"remoteAs": 65511, "peerGroup": "nw-peer-t-v4", "bgpState": "OpenSent"},
+      "198.18.51.9": {"remoteAs": 65512, "peerGroup": "nw-peer-u-v4", "bgpState": "OpenConfirm"},
+      "10.250.4.10": {"remoteAs": 65511, "bgpState": "Active"}
+    }"#;
+
+    #[test]
+    fn a_peering_session_is_established_by_any_workload_of_its_group_or_its_own_address() {
+        use netwave_core::frr::WorkloadId;
+        let group = |g: &str| WorkloadId::Group(g.into());
+        assert_eq!(peering_session(NEIGHBORS, &group("nw-peer-t-v4")), Ok(()));
+        assert_eq!(
+            peering_session(NEIGHBORS, &group("nw-peer-u-v4")),
+            Err("not Established (198.18.51.9 OpenConfirm)".into())
+        );
+        assert_eq!(
+            peering_session("{}", &group("nw-peer-t-v4")),
+            Err(
+                "no workload has connected (a workload with another AS number is refused before \
+                 it shows)"
+                    .into()
+            )
+        );
+        let addr = WorkloadId::Address("10.250.4.10".parse().unwrap());
+        assert_eq!(
+            peering_session(NEIGHBORS, &addr),
+            Err("not Established (10.250.4.10 Active)".into())
+        );
+        assert_eq!(
+            peering_session("{}", &addr),
+            Err("10.250.4.10 is not a neighbour of this node's FRR".into())
+        );
+        assert!(
+            peering_session("nonsense", &addr)
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
 
     /// The shape FRR 8.4 prints (trimmed): an unnumbered peer by interface, a numbered one by address.
     const SUMMARY: &str = r#"{

@@ -23,7 +23,7 @@
 //! re-renders the last good config's text instead of keeping a copy, and drift repair compares FRR's
 //! running config with that same text.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -741,17 +741,28 @@ impl Agent {
     /// last good config. Any failure (of the change or of a probe) restores the last good config
     /// (`last_good_revision` names it, for the outcome when the restore cannot).
     async fn judge(&self, t: &Target, c: Changed, last_good_revision: Option<String>) -> Outcome {
+        let applied_at = Instant::now();
         let (failure, probes, applied) = match c.result {
             Err((reason, detail, n)) => (Some((reason, detail)), Vec::new(), n),
             Ok(n) => {
                 tokio::time::sleep(self.prober.cfg.settle()).await;
-                let after = self.prober.run_until_healthy(&c.gate).await;
-                let fail = first_gating_failure(&after).map(|r| {
+                let mut after = self.prober.run_until_healthy(&c.gate).await;
+                let mut fail = first_gating_failure(&after).map(|r| {
                     (
                         Reason::HealthCheckFailed,
                         format!("{}: {}", r.name, r.message.as_deref().unwrap_or("failed")),
                     )
                 });
+                if fail.is_none() {
+                    let peerings = self.peerings_established(&t.config, applied_at).await;
+                    fail = first_gating_failure(&peerings).map(|r| {
+                        (
+                            Reason::HealthCheckFailed,
+                            format!("{}: {}", r.name, r.message.as_deref().unwrap_or("failed")),
+                        )
+                    });
+                    after.extend(peerings);
+                }
                 (fail, after, n)
             }
         };
@@ -804,6 +815,87 @@ impl Agent {
         )
         .with_work(applied, writes, probes)
         .rolled_back()
+    }
+
+    /// The health gate of the config's BGPPeerings: every session must reach Established within its
+    /// hold time of the apply (`netwave_core::frr::peering_sessions`), whatever it was before (a new
+    /// peering has no earlier state to gate on: it is what the revision promises). One probe result
+    /// per session, always gating, its duration the time to Established; FRR is asked once per VRF
+    /// and round, every 200 ms. Without FRR there is nothing to ask (and no such config is applied).
+    async fn peerings_established(
+        &self,
+        config: &NodeConfig,
+        applied_at: Instant,
+    ) -> Vec<ProbeResult> {
+        let sessions = netwave_core::frr::peering_sessions(config);
+        let Some(frr) = self.frr.as_ref().filter(|_| !sessions.is_empty()) else {
+            return Vec::new();
+        };
+        let name = |s: &netwave_core::frr::PeeringSession| {
+            let vrf = if s.vrf == "default" {
+                String::new()
+            } else {
+                format!(" vrf {}", s.vrf)
+            };
+            format!("bgp-peering {} {}{vrf}", s.peering, s.session)
+        };
+        let mut results: Vec<Option<ProbeResult>> = vec![None; sessions.len()];
+        loop {
+            let mut shown: BTreeMap<&str, Result<String, String>> = BTreeMap::new();
+            for (i, s) in sessions.iter().enumerate() {
+                if results[i]
+                    .as_ref()
+                    .is_some_and(|r| r.result == crate::health::PASSED)
+                {
+                    continue;
+                }
+                let answer = match shown.get(s.vrf.as_str()) {
+                    Some(a) => a.clone(),
+                    None => {
+                        let a = frr.bgp_neighbors(&s.vrf).await.map_err(|e| e.to_string());
+                        shown.insert(&s.vrf, a.clone());
+                        a
+                    }
+                };
+                let verdict =
+                    answer.and_then(|text| crate::health::peering_session(&text, &s.session));
+                let elapsed = applied_at.elapsed();
+                let within = Duration::from_secs(u64::from(s.within_seconds));
+                let message = match &verdict {
+                    Ok(()) => None,
+                    Err(why) if elapsed >= within => Some(format!(
+                        "not Established within its hold time ({} s) of the apply: {why}",
+                        s.within_seconds
+                    )),
+                    Err(_) => continue,
+                };
+                results[i] = Some(ProbeResult {
+                    name: name(s),
+                    gating: true,
+                    result: if verdict.is_ok() {
+                        crate::health::PASSED
+                    } else {
+                        crate::health::FAILED
+                    }
+                    .into(),
+                    message,
+                    duration_seconds: Some((elapsed.as_secs_f64() * 1000.0).round() / 1000.0),
+                });
+                if verdict.is_ok() {
+                    tracing::info!(
+                        peering = %s.peering,
+                        session = %s.session,
+                        vrf = %s.vrf,
+                        seconds = elapsed.as_secs_f64(),
+                        "BGPPeering session Established"
+                    );
+                }
+            }
+            if results.iter().all(Option::is_some) {
+                return results.into_iter().flatten().collect();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Puts the last good config back (or removes every managed object when there is none yet). A corrupt

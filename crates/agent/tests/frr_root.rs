@@ -606,3 +606,158 @@ fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns
         Ok(())
     });
 }
+
+/// A node config with one BGPPeering: a listen range on 198.18.9.0/24 in the default VRF for AS
+/// `remote_asn`, hold 3 s, accepting 198.18.53.0/24 and longer, sending nothing.
+fn with_peering(mut config: NodeConfig, remote_asn: u32) -> NodeConfig {
+    use netwave_api::{BgpPeerConfig, PrefixAction, PrefixItem};
+    config.bgp_peers = vec![BgpPeerConfig {
+        name: "bgpaas".into(),
+        vrf: None,
+        listen_ranges: vec!["198.18.9.0/24".into()],
+        addresses: vec![],
+        remote_asn,
+        bfd: false,
+        maximum_prefixes: Some(10),
+        hold_time: Some(3),
+        keepalive_time: Some(1),
+        import: vec![PrefixItem {
+            cidr: "198.18.53.0/24".into(),
+            seq: Some(1),
+            ge: None,
+            le: Some(32),
+            action: PrefixAction::Permit,
+        }],
+        export: vec![],
+    }];
+    config
+}
+
+/// BGP as a service (#29): a workload (its own FRR in a namespace of its own, AS 65511, announcing
+/// 198.18.53.1/32 and 198.18.54.1/32) peers with the node over a listen range the agent renders from
+/// the node's BGPPeering. The health gate waits for the session: r1 is Provisioned once it is
+/// Established (its time is the probe's duration), and the node takes the allowed prefix only. r2
+/// names another AS: FRR refuses the workload, no session within the 3 s hold time fails the node with
+/// the peering named, and the agent rolls back to r1, whose session comes back.
+#[test]
+fn a_bgp_peering_that_does_not_come_up_within_its_hold_time_is_rolled_back() {
+    let test = "a_bgp_peering_that_does_not_come_up_within_its_hold_time_is_rolled_back";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let peer = PeerNs::new()?;
+        let pid = peer.pid().to_string();
+        ip(&[
+            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
+        ])?;
+        ip(&["addr", "add", "198.18.9.1/24", "dev", "veth0"])?;
+        ip(&["link", "set", "veth0", "up"])?;
+        // node() puts the VTEP on lo and turns forwarding on.
+        let workload = peer.run(|| {
+            ip(&["link", "set", "lo", "up"])?;
+            ip(&["addr", "add", "198.18.53.1/32", "dev", "lo"])?;
+            ip(&["addr", "add", "198.18.54.1/32", "dev", "lo"])?;
+            ip(&["addr", "add", "198.18.9.2/24", "dev", "veth1"])?;
+            ip(&["link", "set", "veth1", "up"])?;
+            let w = FrrDaemons::start()?;
+            w.vtysh(&[
+                "-c",
+                "configure terminal",
+                "-c",
+                "router bgp 65511",
+                "-c",
+                "bgp router-id 198.18.9.2",
+                "-c",
+                "no bgp default ipv4-unicast",
+                "-c",
+                "neighbor 198.18.9.1 remote-as 65000",
+                "-c",
+                // A workload that retries every second: the node listens only once r1 is applied.
+                "neighbor 198.18.9.1 timers connect 1",
+                "-c",
+                "address-family ipv4 unicast",
+                "-c",
+                "network 198.18.53.1/32",
+                "-c",
+                "network 198.18.54.1/32",
+                "-c",
+                "neighbor 198.18.9.1 activate",
+            ])?;
+            Ok(w)
+        })?;
+        let n = node().await?;
+        let r1 = with_peering(segments(&[10]), 65511);
+        let start = Instant::now();
+        let out = n.agent.apply(&target("r1", r1.clone())).await;
+        ensure!(out.reason.is_none(), "r1: {}", out.message);
+        let probe = out
+            .probes
+            .iter()
+            .find(|p| p.name == "bgp-peering bgpaas nw-peer-bgpaas-v4")
+            .with_context(|| format!("{:?}", out.probes))?;
+        ensure!(probe.gating && probe.result == health::PASSED, "{probe:?}");
+        eprintln!(
+            "r1: BGPPeering session Established {:.2} s after the apply (whole apply {:.2} s)",
+            probe.duration_seconds.unwrap_or_default(),
+            start.elapsed().as_secs_f64()
+        );
+        frr_runs(&n, &r1)?;
+        // The workload's updates follow the session: wait for the allowed one.
+        let mut routes = String::new();
+        for _ in 0..50 {
+            routes = n.fr.vtysh(&["-c", "show ip bgp json"])?;
+            if routes.contains("198.18.53.1/32") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        ensure!(
+            routes.contains("198.18.53.1/32") && !routes.contains("198.18.54.1/32"),
+            "the import list takes 198.18.53.1/32 only: {routes}"
+        );
+
+        let r2 = with_peering(segments(&[10]), 65599);
+        let start = Instant::now();
+        let out = n.agent.apply(&target("r2", r2)).await;
+        let took = start.elapsed();
+        ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
+        ensure!(
+            out.message.starts_with(
+                "HealthCheckFailed: bgp-peering bgpaas nw-peer-bgpaas-v4: not Established within its \
+                 hold time (3 s) of the apply: no workload has connected"
+            ),
+            "{}",
+            out.message
+        );
+        ensure!(out.rolled_back, "{out:?}");
+        frr_runs(&n, &r1)?;
+        let back = Instant::now();
+        loop {
+            let neighbors = n
+                .agent
+                .frr
+                .as_ref()
+                .context("FRR on")?
+                .bgp_neighbors("default")
+                .await?;
+            let id = netwave_core::frr::WorkloadId::Group("nw-peer-bgpaas-v4".into());
+            if health::peering_session(&neighbors, &id).is_ok() {
+                break;
+            }
+            ensure!(
+                back.elapsed() < Duration::from_secs(20),
+                "the session did not come back after the rollback: {neighbors}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!(
+            "r2 (wrong AS) refused after {:.1} s and rolled back; the session Established again {:.2} s \
+             later",
+            took.as_secs_f64(),
+            back.elapsed().as_secs_f64()
+        );
+        drop(workload);
+        Ok(())
+    });
+}

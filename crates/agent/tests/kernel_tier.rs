@@ -68,6 +68,7 @@ fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
 
 fn vrf_config() -> NodeConfig {
     NodeConfig {
+        bgp_peers: Vec::new(),
         vrfs: vec![vrf("blue", 100, 5000), vrf("red", 200, 6000)],
         layer2s: vec![l2(10, Some("vr.blue")), l2(20, None)],
         routes: vec![

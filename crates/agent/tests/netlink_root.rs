@@ -52,6 +52,7 @@ fn route(
 
 fn config() -> NodeConfig {
     NodeConfig {
+        bgp_peers: Vec::new(),
         vrfs: vec![],
         layer2s: vec![l2(10, 1010), l2(20, 1020)],
         routes: vec![

@@ -116,6 +116,15 @@ fn anycast_mac_with_gateways() -> Vec<Value> {
     })]
 }
 
+/// A BGPPeering peers over a segment or with workload addresses, never both, never neither.
+fn one_peering_kind() -> Vec<Value> {
+    vec![json!({
+        "rule": "has(self.peeringVlan) != has(self.loopbackPeer)",
+        "message": "exactly one of peeringVlan (a layer-2 segment to listen on) or loopbackPeer (workload addresses) is required",
+        "reason": "FieldValueInvalid",
+    })]
+}
+
 /// (kind, path of property names under `spec`, where `[]` means the list's items, rules).
 fn rules() -> Vec<(&'static str, &'static [&'static str], Vec<Value>)> {
     vec![
@@ -153,6 +162,12 @@ fn rules() -> Vec<(&'static str, &'static [&'static str], Vec<Value>)> {
             &["rules", "[]", "priority"],
             rule_priority(),
         ),
+        ("BGPPeering", &[], one_peering_kind()),
+        ("BGPPeering", &["import", "[]"], prefix_item()),
+        ("BGPPeering", &["import", "[]", "cidr"], network()),
+        ("BGPPeering", &["export", "[]"], prefix_item()),
+        ("BGPPeering", &["export", "[]", "cidr"], network()),
+        ("BGPPeering", &["loopbackPeer", "ips", "[]"], ip_address()),
     ]
 }
 
@@ -207,6 +222,17 @@ fn bounds() -> Vec<(&'static str, &'static [&'static str], &'static str, u32)> {
         ("RoutingTable", &["rules"], "maxItems", 10000),
         ("RoutingTable", &["rules", "[]", "from"], "maxLength", ADDR),
         ("RoutingTable", &["rules", "[]", "to"], "maxLength", ADDR),
+        ("BGPPeering", &["import"], "maxItems", 2048),
+        ("BGPPeering", &["import", "[]", "cidr"], "maxLength", ADDR),
+        ("BGPPeering", &["export"], "maxItems", 2048),
+        ("BGPPeering", &["export", "[]", "cidr"], "maxLength", ADDR),
+        ("BGPPeering", &["loopbackPeer", "ips"], "maxItems", 2),
+        (
+            "BGPPeering",
+            &["loopbackPeer", "ips", "[]"],
+            "maxLength",
+            ADDR,
+        ),
     ]
 }
 

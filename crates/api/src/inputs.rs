@@ -327,3 +327,94 @@ pub struct Rule {
     #[schemars(range(min = 1, max = 4294967295u32))]
     pub priority: u32,
 }
+
+/// A BGP session between the selected nodes' FRR and a workload (BGP as a service:
+/// das-schiff-network-operator's `BGPPeering`, every field kept). Either `peeringVlan`: the nodes accept
+/// sessions from any address of the segment's anycast gateway subnets (`bgp listen range`, in the
+/// segment's VRF); or `loopbackPeer`: the nodes peer with these workload addresses in the default VRF
+/// (multihop, TTL security 2 hops).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "BGPPeering",
+    plural = "bgppeerings",
+    shortname = "bgpp",
+    category = "netwave",
+    derive = "PartialEq",
+    status = "InputStatus",
+    doc = "A BGP session between the selected nodes and a workload: a listen range on a layer-2 segment (in its VRF) or workload loopback addresses, with the workload's ASN, BFD, timers, a prefix limit and import/export prefix lists.",
+    printcolumn(name = "VLAN", type_ = "string", json_path = ".spec.peeringVlan.name"),
+    printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.remoteASN"),
+    printcolumn(name = "BFD", type_ = "boolean", json_path = ".spec.enableBFD"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BGPPeeringSpec {
+    /// The layer-2 segment (its `Layer2NetworkConfiguration`'s name) the workloads peer over: every
+    /// anycast gateway subnet of it becomes a listen range in the segment's VRF.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peering_vlan: Option<BgpPeeringVlan>,
+    /// Workload addresses the nodes peer with in the default VRF (multihop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loopback_peer: Option<BgpPeeringLoopback>,
+    /// The workload's AS number.
+    #[serde(rename = "remoteASN")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub remote_asn: u32,
+    /// Run BFD on the session (FRR's bfdd), so a dead workload is noticed in about a second instead of
+    /// the hold time.
+    #[serde(rename = "enableBFD", default)]
+    pub enable_bfd: bool,
+    /// Received prefixes allowed per address family; more tear the session down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub maximum_prefixes: Option<u32>,
+    /// BGP hold time, a duration such as `90s` or `1m30s`: 0 (no hold timer) or 3 s to 65535 s, whole
+    /// seconds. FRR's default (9 s under the datacenter profile) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_time: Option<String>,
+    /// BGP keepalive interval, a duration such as `30s`: whole seconds, below the hold time. Set
+    /// together with `holdTime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_time: Option<String>,
+    /// Prefixes accepted from the workload (evaluated in `seq` order; no match rejects).
+    #[serde(default)]
+    pub import: Vec<PrefixItem>,
+    /// Prefixes announced to the workload (evaluated in `seq` order; no match rejects).
+    #[serde(default)]
+    pub export: Vec<PrefixItem>,
+    /// Nodes that get this peering. All nodes when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+}
+
+/// `spec.peeringVlan` of a BGPPeering.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub struct BgpPeeringVlan {
+    /// Name of the `Layer2NetworkConfiguration` object.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// `spec.loopbackPeer` of a BGPPeering.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+pub struct BgpPeeringLoopback {
+    /// The workload's addresses, one IPv4 and/or one IPv6.
+    #[serde(rename = "ips")]
+    pub ip_addresses: Vec<String>,
+}

@@ -4,8 +4,8 @@
 //!  admins edit                      configurator writes                agent writes
 //!  VRFRouteConfiguration ┐
 //!  Layer2NetworkConfig.  ├─ fold ─► NetworkConfigRevision ─ render ─► NodeNetworkConfig.spec
-//!  RoutingTable          ┘          (content hash,                    NodeNetworkConfig.status
-//!                                    rollout status)
+//!  RoutingTable          │          (content hash,                    NodeNetworkConfig.status
+//!  BGPPeering            ┘           rollout status)
 //!                                   + NetworkConfigInputs, same name
 //!                                    (the immutable snapshot)
 //! ```
@@ -54,6 +54,7 @@ fn generated() -> Vec<(&'static str, CustomResourceDefinition)> {
             Layer2NetworkConfiguration::crd(),
         ),
         ("routingtables.yaml", RoutingTable::crd()),
+        ("bgppeerings.yaml", BGPPeering::crd()),
         ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
         ("networkconfiginputs.yaml", NetworkConfigInputs::crd()),
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::{
-    Layer2NetworkConfiguration, NetworkConfigRevision, NodeNetworkConfig, RoutingTable,
+    BGPPeering, Layer2NetworkConfiguration, NetworkConfigRevision, NodeNetworkConfig, RoutingTable,
     VRFRouteConfiguration,
 };
 
@@ -19,6 +19,7 @@ pub enum Manifest {
     Vrf(VRFRouteConfiguration),
     Layer2(Layer2NetworkConfiguration),
     RoutingTable(RoutingTable),
+    BgpPeering(BGPPeering),
     Revision(Box<NetworkConfigRevision>),
     NodeConfig(NodeNetworkConfig),
 }
@@ -29,6 +30,7 @@ impl Manifest {
             Manifest::Vrf(o) => o.meta(),
             Manifest::Layer2(o) => o.meta(),
             Manifest::RoutingTable(o) => o.meta(),
+            Manifest::BgpPeering(o) => o.meta(),
             Manifest::Revision(o) => o.meta(),
             Manifest::NodeConfig(o) => o.meta(),
         };
@@ -41,6 +43,7 @@ impl Manifest {
             Manifest::Vrf(o) => serde_json::to_value(o),
             Manifest::Layer2(o) => serde_json::to_value(o),
             Manifest::RoutingTable(o) => serde_json::to_value(o),
+            Manifest::BgpPeering(o) => serde_json::to_value(o),
             Manifest::Revision(o) => serde_json::to_value(o),
             Manifest::NodeConfig(o) => serde_json::to_value(o),
         };
@@ -107,6 +110,7 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
                 Manifest::Layer2(typed(&doc).map_err(|m| err(&location, m))?)
             }
             "RoutingTable" => Manifest::RoutingTable(typed(&doc).map_err(|m| err(&location, m))?),
+            "BGPPeering" => Manifest::BgpPeering(typed(&doc).map_err(|m| err(&location, m))?),
             "NetworkConfigRevision" => {
                 Manifest::Revision(Box::new(typed(&doc).map_err(|m| err(&location, m))?))
             }

@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::inputs::{
-    Layer2NetworkConfigurationSpec, PrefixItem, RouteType, RoutingTableSpec,
+    BGPPeeringSpec, Layer2NetworkConfigurationSpec, PrefixItem, RouteType, RoutingTableSpec,
     VRFRouteConfigurationSpec,
 };
 
@@ -154,6 +154,9 @@ pub struct RevisionInputs {
     pub layer2s: Vec<NamedLayer2>,
     #[serde(default)]
     pub routing_tables: Vec<NamedRoutingTable>,
+    /// Left out when empty, so revisions cut before BGPPeerings existed keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bgp_peerings: Vec<NamedBgpPeering>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -172,6 +175,12 @@ pub struct NamedLayer2 {
 pub struct NamedRoutingTable {
     pub name: String,
     pub spec: RoutingTableSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NamedBgpPeering {
+    pub name: String,
+    pub spec: BGPPeeringSpec,
 }
 
 /// The schema pattern of the string form of a count-or-percent: 1% to 100% (what
@@ -474,6 +483,47 @@ pub struct NodeConfig {
     pub routes: Vec<RouteConfig>,
     #[serde(default)]
     pub rules: Vec<RuleConfig>,
+    /// BGP sessions with workloads (BGPPeerings), by name. Left out when empty, so configs without
+    /// them keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bgp_peers: Vec<BgpPeerConfig>,
+}
+
+/// One BGPPeering on this node, resolved: where FRR listens or whom it calls, and the session's
+/// settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BgpPeerConfig {
+    /// The BGPPeering's name.
+    pub name: String,
+    /// VRF device the session lives in (the peering segment's VRF); the default VRF when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vrf: Option<String>,
+    /// `peeringVlan`: the segment's anycast gateway subnets, canonical and sorted; FRR accepts
+    /// sessions from any address in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen_ranges: Vec<String>,
+    /// `loopbackPeer`: the workload addresses FRR peers with (multihop), canonical and sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    #[serde(rename = "remoteASN")]
+    pub remote_asn: u32,
+    #[serde(default)]
+    pub bfd: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum_prefixes: Option<u32>,
+    /// Seconds (`spec.holdTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_time: Option<u32>,
+    /// Seconds (`spec.keepaliveTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_time: Option<u32>,
+    /// Accepted from the workload, items with their effective `seq`, sorted by it.
+    #[serde(default)]
+    pub import: Vec<PrefixItem>,
+    /// Announced to the workload, same form.
+    #[serde(default)]
+    pub export: Vec<PrefixItem>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

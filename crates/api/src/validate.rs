@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::inputs::{
-    Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, RoutingTableSpec,
+    BGPPeeringSpec, Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, RoutingTableSpec,
     VRFRouteConfigurationSpec,
 };
 
@@ -422,5 +422,206 @@ pub fn validate_routing_table(spec: &RoutingTableSpec) -> Vec<FieldError> {
             p.push(at, "`from` and `to` are of different address families");
         }
     }
+    p.0
+}
+
+/// The longest BGP hold time and keepalive interval FRR takes, in seconds.
+pub const MAX_BGP_TIMER: u32 = 65535;
+
+/// A Go duration as Kubernetes writes a `metav1.Duration` (`90s`, `1m30s`, `1.5m`, `0`) in whole
+/// seconds. Units `h`, `m`, `s`, `ms`, `us`/`µs`, `ns`; a negative or fractional-second total is an
+/// error, as is one over `max` seconds.
+pub fn parse_duration_seconds(s: &str, max: u32) -> Result<u32, String> {
+    let bad = || format!("{s:?} is not a duration (e.g. 90s, 1m30s)");
+    if s == "0" {
+        return Ok(0);
+    }
+    if s.starts_with('-') {
+        return Err(format!("{s:?} is negative"));
+    }
+    let rest = s.strip_prefix('+').unwrap_or(s);
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    // Nanoseconds, exactly: the integer and fraction parts are kept apart until the unit is known.
+    let mut total: u128 = 0;
+    let mut r = rest;
+    while !r.is_empty() {
+        let int_len = r.bytes().take_while(u8::is_ascii_digit).count();
+        let (int, after) = r.split_at(int_len);
+        let (frac, after) = match after.strip_prefix('.') {
+            Some(a) => {
+                let n = a.bytes().take_while(u8::is_ascii_digit).count();
+                a.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int.is_empty() && frac.is_empty() {
+            return Err(bad());
+        }
+        let unit_len = after
+            .char_indices()
+            .find(|(_, c)| c.is_ascii_digit() || *c == '.')
+            .map_or(after.len(), |(i, _)| i);
+        let (unit, tail) = after.split_at(unit_len);
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return Err(bad()),
+        };
+        let int: u128 = if int.is_empty() {
+            0
+        } else {
+            int.parse().map_err(|_| bad())?
+        };
+        let frac_ns = if frac.is_empty() {
+            0
+        } else {
+            let digits = &frac[..frac.len().min(18)];
+            let f: u128 = digits.parse().map_err(|_| bad())?;
+            f * scale / 10u128.pow(digits.len() as u32)
+        };
+        total = int
+            .checked_mul(scale)
+            .and_then(|v| v.checked_add(frac_ns))
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+        r = tail;
+    }
+    if !total.is_multiple_of(1_000_000_000) {
+        return Err(format!(
+            "{s} is not a whole number of seconds (BGP timers are in seconds)"
+        ));
+    }
+    let secs = total / 1_000_000_000;
+    u32::try_from(secs)
+        .ok()
+        .filter(|&v| v <= max)
+        .ok_or_else(|| format!("{s} is {secs} s, longer than {max} s"))
+}
+
+/// The hold time and keepalive interval of a BGPPeering in seconds, when both are set and valid.
+/// Problems (one without the other, out of FRR's ranges, keepalive not below hold) go to `p`.
+fn bgp_timers(spec: &BGPPeeringSpec, p: &mut Problems) -> Option<(u32, u32)> {
+    let parse = |field: &str, v: &Option<String>, p: &mut Problems| {
+        v.as_ref().and_then(|v| {
+            parse_duration_seconds(v, MAX_BGP_TIMER)
+                .map_err(|e| p.push(format!("spec.{field}"), e))
+                .ok()
+        })
+    };
+    let hold = parse("holdTime", &spec.hold_time, p);
+    let keepalive = parse("keepaliveTime", &spec.keepalive_time, p);
+    match (&spec.hold_time, &spec.keepalive_time) {
+        (Some(_), None) => p.push(
+            "spec.keepaliveTime",
+            "required with holdTime: FRR sets the two together (e.g. keepaliveTime 30s with holdTime 90s)",
+        ),
+        (None, Some(_)) => p.push(
+            "spec.holdTime",
+            "required with keepaliveTime: FRR sets the two together (e.g. holdTime 90s with keepaliveTime 30s)",
+        ),
+        _ => {}
+    }
+    let (hold, keepalive) = (hold?, keepalive?);
+    let mut ok = true;
+    if (1..3).contains(&hold) {
+        p.push(
+            "spec.holdTime",
+            format!("{hold} s: a hold time is 0 (no hold timer) or 3 s to {MAX_BGP_TIMER} s"),
+        );
+        ok = false;
+    }
+    if hold == 0 && keepalive != 0 {
+        p.push(
+            "spec.keepaliveTime",
+            format!(
+                "{keepalive} s with holdTime 0: without a hold timer no keepalives are sent; set 0"
+            ),
+        );
+        ok = false;
+    } else if hold > 0 && keepalive >= hold {
+        p.push(
+            "spec.keepaliveTime",
+            format!("{keepalive} s is not below holdTime ({hold} s): the session would expire between keepalives"),
+        );
+        ok = false;
+    }
+    ok.then_some((hold, keepalive))
+}
+
+/// The hold time and keepalive of a valid BGPPeering in seconds (`None` when not set).
+pub fn bgp_peering_timers(spec: &BGPPeeringSpec) -> Option<(u32, u32)> {
+    bgp_timers(spec, &mut Problems::default())
+}
+
+/// Problems with one `BGPPeering` spec that the spec alone shows. Which segment it names, and whether
+/// that segment is in a VRF, is fleet validation's.
+pub fn validate_bgp_peering(spec: &BGPPeeringSpec) -> Vec<FieldError> {
+    let mut p = Problems::default();
+    match (&spec.peering_vlan, &spec.loopback_peer) {
+        (None, None) => p.push(
+            "spec",
+            "one of peeringVlan (a layer-2 segment to listen on) or loopbackPeer (workload addresses) is required",
+        ),
+        (Some(_), Some(_)) => p.push(
+            "spec.loopbackPeer",
+            "peeringVlan and loopbackPeer exclude each other: make two BGPPeerings",
+        ),
+        _ => {}
+    }
+    if let Some(vlan) = &spec.peering_vlan
+        && vlan.name.is_empty()
+    {
+        p.push(
+            "spec.peeringVlan.name",
+            "must name a Layer2NetworkConfiguration",
+        );
+    }
+    if let Some(lo) = &spec.loopback_peer {
+        if lo.ip_addresses.is_empty() {
+            p.push("spec.loopbackPeer.ips", "at least one address is required");
+        }
+        let mut families: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, ip) in lo.ip_addresses.iter().enumerate() {
+            let at = format!("spec.loopbackPeer.ips[{i}]");
+            match ip.parse::<IpAddr>() {
+                Err(_) => p.push(
+                    at,
+                    format!("{ip} is not an IP address (e.g. 10.250.3.1 or fd00::1)"),
+                ),
+                Ok(addr) => {
+                    let fam = if addr.is_ipv4() { "IPv4" } else { "IPv6" };
+                    if addr.is_unspecified() || addr.is_loopback() || addr.is_multicast() {
+                        p.push(
+                            at,
+                            format!("{ip} is not a unicast address a workload can have"),
+                        );
+                    } else if let Some(first) = first_seen(&mut families, fam, i) {
+                        p.push(
+                            at,
+                            format!("a second {fam} address: spec.loopbackPeer.ips[{first}] is the peering's {fam} address (one per family)"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if spec.remote_asn == 0 {
+        p.push("spec.remoteASN", "0 is not an AS number (1 to 4294967295)");
+    }
+    if spec.maximum_prefixes == Some(0) {
+        p.push(
+            "spec.maximumPrefixes",
+            "0 would tear the session down on the first prefix; omit it for no limit",
+        );
+    }
+    bgp_timers(spec, &mut p);
+    check_prefix_list(&spec.import, "import", &mut p);
+    check_prefix_list(&spec.export, "export", &mut p);
     p.0
 }

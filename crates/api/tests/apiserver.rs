@@ -58,7 +58,7 @@ async fn with_crds() -> Shared {
         !err.contains("Warning"),
         "the server warns about our CRDs:\n{err}"
     );
-    assert_eq!(out.lines().count(), 6, "six CRDs: {out}");
+    assert_eq!(out.lines().count(), 7, "seven CRDs: {out}");
     ok(
         &cp,
         &[
@@ -244,7 +244,27 @@ spec:
             "priorities 32766 and 32767 belong to the kernel's main/default rules",
         ],
     );
-    let o = kubectl(&cp, &["get", "l2,vrf,rt", "-o", "name"], None);
+    refused(
+        r#"
+apiVersion: netwave.dev/v1alpha1
+kind: BGPPeering
+metadata: {name: both-kinds}
+spec:
+  peeringVlan: {name: vlan1}
+  loopbackPeer: {ips: [10.250.3.300]}
+  remoteASN: 65511
+  import: [{cidr: 10.250.3.1/24, action: permit}]
+  export: []
+"#,
+        &[
+            "exactly one of peeringVlan (a layer-2 segment to listen on) or loopbackPeer",
+            "spec.loopbackPeer.ips[0]",
+            "must be an IP address",
+            "spec.import[0].cidr",
+            "must be a network address",
+        ],
+    );
+    let o = kubectl(&cp, &["get", "l2,vrf,rt,bgpp", "-o", "name"], None);
     assert_eq!(text(&o).0, "", "nothing was stored");
     // The samples (good objects of every shape) still apply.
     ok(&cp, &["apply", "--dry-run=server", "-f", "deploy/samples/"]);
@@ -397,4 +417,48 @@ spec:
         ],
     );
     assert_eq!((via.as_str(), paused.as_str()), ("10.250.11.254", "true"));
+}
+
+/// das-schiff-network-operator's BGP-as-a-service manifest (their `bgpaas` e2e BGPPeering, old API
+/// group), with only `apiVersion` rewritten, applies with every field kept (the fixture the FRR goldens
+/// render, crates/core/tests/golden/frr/das-schiff-bgpaas.yaml), and `kubectl get bgpp` shows it.
+#[tokio::test]
+async fn das_schiffs_bgpaas_peering_applies_with_only_the_api_version_changed() {
+    let cp = with_crds().await;
+    let fixture = repo().join("crates/core/tests/golden/frr/das-schiff-bgpaas.yaml");
+    let yaml = std::fs::read_to_string(&fixture).expect("fixture");
+    let out = ok(&cp, &["apply", "-f", fixture.to_str().expect("utf-8")]);
+    assert!(
+        out.contains("bgppeering.netwave.dev/bgpaas-test created"),
+        "{out}"
+    );
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).expect("fixture YAML");
+    for doc in docs.iter().filter(|d| d["kind"] == "BGPPeering") {
+        let name = doc["metadata"]["name"].as_str().expect("name");
+        let stored: serde_json::Value =
+            serde_json::from_str(&ok(&cp, &["get", "bgpp", name, "-o", "json"])).expect("JSON");
+        assert_eq!(
+            stored["spec"], doc["spec"],
+            "{name}: every field kept as written"
+        );
+    }
+    let listed = ok(&cp, &["get", "bgpp"]);
+    let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "VLAN", "ASN", "BFD", "ACCEPTED", "NODES", "AGE"],
+        "{listed}"
+    );
+    let row = listed
+        .lines()
+        .find(|l| l.starts_with("bgpaas-test "))
+        .expect("listed");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        &cols[..4],
+        ["bgpaas-test", "vlan1", "65511", "false"],
+        "{listed}"
+    );
+    let again = ok(&cp, &["apply", "-f", fixture.to_str().expect("utf-8")]);
+    assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
 }

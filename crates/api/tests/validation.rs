@@ -392,3 +392,30 @@ fn an_item_an_earlier_one_covers_never_matches() {
         );
     }
 }
+
+#[test]
+fn bgp_timers_read_kubernetes_durations_in_whole_seconds() {
+    use netwave_api::validate::parse_duration_seconds;
+    for (text, secs) in [
+        ("90s", 90),
+        ("1m30s", 90),
+        ("1.5m", 90),
+        ("0", 0),
+        ("0s", 0),
+        ("3000ms", 3),
+        ("1h", 3600),
+    ] {
+        assert_eq!(parse_duration_seconds(text, 65535), Ok(secs), "{text}");
+    }
+    for (text, want) in [
+        ("90", "\"90\" is not a duration (e.g. 90s, 1m30s)"),
+        ("1500ms", "1500ms is not a whole number of seconds"),
+        ("-3s", "\"-3s\" is negative"),
+        ("19h", "19h is 68400 s, longer than 65535 s"),
+        ("", "\"\" is not a duration"),
+        ("s", "\"s\" is not a duration"),
+    ] {
+        let err = parse_duration_seconds(text, 65535).expect_err(text);
+        assert!(err.starts_with(want), "{text}: {err}");
+    }
+}

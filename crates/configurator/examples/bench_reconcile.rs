@@ -177,6 +177,7 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                     InputKind::Vrf => set(&mut s.vrfs, &name, |o| o.status = st),
                     InputKind::Layer2 => set(&mut s.layer2s, &name, |o| o.status = st),
                     InputKind::RoutingTable => set(&mut s.routing_tables, &name, |o| o.status = st),
+                    InputKind::BgpPeering => set(&mut s.bgp_peerings, &name, |o| o.status = st),
                 }
             }
             Intent::HoldRevision { hold: h, .. } => {

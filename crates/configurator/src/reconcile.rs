@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType as KubeEventType;
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    InputStatus, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
+    InputStatus, NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
     NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
     RolloutPolicy, ValidationResult,
 };
@@ -54,6 +54,15 @@ pub struct Settings {
 pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
     let name = |m: &kube::core::ObjectMeta| m.name.clone().unwrap_or_default();
     revision::canonical_inputs(&RevisionInputs {
+        bgp_peerings: s
+            .bgp_peerings
+            .iter()
+            .filter(|o| live(o.as_ref()))
+            .map(|o| NamedBgpPeering {
+                name: name(&o.metadata),
+                spec: o.spec.clone(),
+            })
+            .collect(),
         vrfs: s
             .vrfs
             .iter()
@@ -818,6 +827,11 @@ fn input_statuses(
         s.routing_tables
             .iter()
             .map(|o| (InputKind::RoutingTable, &o.metadata, o.status.as_ref())),
+    )
+    .chain(
+        s.bgp_peerings
+            .iter()
+            .map(|o| (InputKind::BgpPeering, &o.metadata, o.status.as_ref())),
     );
     let mut out = Vec::new();
     for (kind, meta, old) in objects {
@@ -854,6 +868,9 @@ fn uid_of_input(s: &Snapshot, o: &InputRef) -> Option<String> {
             .find(|x| x.metadata.name.as_deref() == name))
         .and_then(|x| x.metadata.uid.clone()),
         InputKind::RoutingTable => (s.routing_tables.iter())
+            .find(|x| x.metadata.name.as_deref() == name)
+            .and_then(|x| x.metadata.uid.clone()),
+        InputKind::BgpPeering => (s.bgp_peerings.iter())
             .find(|x| x.metadata.name.as_deref() == name)
             .and_then(|x| x.metadata.uid.clone()),
     }

@@ -16,8 +16,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use netwave_api::{
-    Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
-    RoutingTable, VRFRouteConfiguration,
+    BGPPeering, Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision,
+    NodeNetworkConfig, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_runtime::decoded::Decoded;
 use serde::de::DeserializeOwned;
@@ -32,6 +32,7 @@ pub struct Stores {
     pub vrfs: Store<Decoded<VRFRouteConfiguration>>,
     pub layer2s: Store<Decoded<Layer2NetworkConfiguration>>,
     pub routing_tables: Store<Decoded<RoutingTable>>,
+    pub bgp_peerings: Store<Decoded<BGPPeering>>,
     pub nodes: Store<Node>,
     pub node_configs: Store<Decoded<NodeNetworkConfig>>,
     pub revisions: Store<Decoded<NetworkConfigRevision>>,
@@ -45,6 +46,7 @@ impl Stores {
         self.vrfs.wait_until_ready().await.is_ok()
             && self.layer2s.wait_until_ready().await.is_ok()
             && self.routing_tables.wait_until_ready().await.is_ok()
+            && self.bgp_peerings.wait_until_ready().await.is_ok()
             && self.nodes.wait_until_ready().await.is_ok()
             && self.node_configs.wait_until_ready().await.is_ok()
             && self.revisions.wait_until_ready().await.is_ok()
@@ -59,6 +61,7 @@ pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
         vrfs: reflect_decoded(client, changed.clone(), live, |_| {}),
         layer2s: reflect_decoded(client, changed.clone(), live, |_| {}),
         routing_tables: reflect_decoded(client, changed.clone(), live, |_| {}),
+        bgp_peerings: reflect_decoded(client, changed.clone(), live, |_| {}),
         nodes: reflect_with(Api::all(client.clone()), changed.clone(), live, slim_node),
         node_configs: reflect_decoded(client, changed.clone(), live, slim_node_config),
         revisions: reflect_decoded(client, changed.clone(), live, |_| {}),

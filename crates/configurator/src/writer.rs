@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
+use netwave_api::BGPPeering;
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
     NODE_PHASE_QUEUED, NetworkConfigInputs, NetworkConfigRevision, NetworkConfigRevisionSpec,
@@ -734,6 +735,10 @@ impl Writer {
                 .await
                 .map(drop),
             InputKind::RoutingTable => Api::<RoutingTable>::all(c)
+                .patch_status(name, &apply, &patch)
+                .await
+                .map(drop),
+            InputKind::BgpPeering => Api::<BGPPeering>::all(c)
                 .patch_status(name, &apply, &patch)
                 .await
                 .map(drop),

@@ -41,6 +41,7 @@ async fn cost(
         "vrfrouteconfigurations",
         "layer2networkconfigurations",
         "routingtables",
+        "bgppeerings",
     ]
     .iter()
     .map(|k| counts.get("patch", &format!("{k}/status")))

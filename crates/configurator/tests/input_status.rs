@@ -204,6 +204,7 @@ async fn input_status_writes_only_on_change() {
             "vrfrouteconfigurations",
             "layer2networkconfigurations",
             "routingtables",
+            "bgppeerings",
         ]
         .iter()
         .map(|k| c.get("patch", &format!("{k}/status")))
@@ -237,4 +238,112 @@ async fn input_status_writes_only_on_change() {
     eprintln!("input status writes for one joining node: {join} of {objects} objects");
     assert!(join >= 1 && (join as usize) < objects, "{join}");
     c.stop().await;
+}
+
+/// A BGPPeering is an input like the others (#29): folded into the revision and onto the nodes its
+/// selector picks (their NodeNetworkConfig carries the resolved session: the segment's VRF and gateway
+/// subnets), with `Accepted` and NODES in its status; one naming a segment that does not exist reads
+/// `Accepted=False` naming the field, and no node gets the revision that has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bgp_peering_reads_accepted_with_its_nodes_and_a_bad_one_names_its_field() {
+    use netwave_api::BGPPeering;
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(100));
+    apply_samples(&env.client).await;
+    let peering = |name: &str, segment: &str| -> BGPPeering {
+        serde_json::from_value(json!({
+            "apiVersion": "netwave.dev/v1alpha1",
+            "kind": "BGPPeering",
+            "metadata": {"name": name},
+            "spec": {
+                "peeringVlan": {"name": segment},
+                "remoteASN": 65511,
+                "enableBFD": true,
+                "holdTime": "9s",
+                "keepaliveTime": "3s",
+                "import": [{"cidr": "10.250.3.0/24", "le": 32, "action": "permit"}],
+                "export": [],
+            },
+        }))
+        .unwrap()
+    };
+    let api = Api::<BGPPeering>::all(env.client.clone());
+    api.create(
+        &PostParams::default(),
+        &peering("bgpaas", "vlan100-frontend"),
+    )
+    .await
+    .unwrap();
+    let _c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    eventually(T, "the samples and the peering rolled out", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == "Complete" => Ok(()),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    for (node, c) in configs(&env.client).await {
+        let peers = &c.spec.config.bgp_peers;
+        assert_eq!(peers.len(), 1, "{node}: {peers:?}");
+        assert_eq!(peers[0].vrf.as_deref(), Some("cluster"), "{node}");
+        assert_eq!(
+            peers[0].listen_ranges,
+            ["10.250.0.0/24", "fd00:250::/64"],
+            "{node}"
+        );
+        assert_eq!(
+            (peers[0].keepalive_time, peers[0].hold_time),
+            (Some(3), Some(9))
+        );
+        assert!(peers[0].bfd, "{node}");
+    }
+    let row = eventually(T, "the peering accepted on 3 nodes", || async {
+        let r = rows(&kubectl(&env, &["get", "bgpp", "bgpaas"])).remove(0);
+        if r["ACCEPTED"] == "True" && r["NODES"] == "3" {
+            Ok(r)
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+    assert_eq!(row["VLAN"], "vlan100-frontend");
+
+    api.create(&PostParams::default(), &peering("orphan", "vlan999"))
+        .await
+        .unwrap();
+    let message = eventually(T, "the orphan peering not accepted", || async {
+        let st = api.get("orphan").await.unwrap().status.unwrap_or_default();
+        match st.accepted() {
+            Some(c) if c.status == "False" && c.reason == "Invalid" => Ok(c.message.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        message.contains("spec.peeringVlan.name: segment vlan999 does not exist"),
+        "{message}"
+    );
+    let failed = eventually(T, "the revision with the orphan failed", || async {
+        let rs = revisions(&env.client).await;
+        match rs.last() {
+            Some(r) if rs.len() == 2 && phase(r) == "Failed" => Ok(r.clone()),
+            _ => Err(format!("{:?}", rs.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    let errors = failed.status.unwrap().validation.errors;
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("BGPPeering/orphan spec.peeringVlan.name")),
+        "{errors:?}"
+    );
+    for (node, c) in configs(&env.client).await {
+        assert_ne!(
+            Some(c.spec.revision.as_str()),
+            failed.metadata.name.as_deref(),
+            "{node} got the failed revision"
+        );
+    }
 }

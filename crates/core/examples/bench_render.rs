@@ -416,6 +416,7 @@ fn inputs(n_nodes: usize, worst_case: bool) -> RevisionInputs {
         })
         .collect();
     RevisionInputs {
+        bgp_peerings: Vec::new(),
         vrfs,
         layer2s,
         routing_tables,

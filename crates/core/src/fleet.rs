@@ -122,8 +122,17 @@ pub enum Check {
     SharedRoutingTable,
     /// Warning: there are no nodes at all.
     NoNodes,
-    /// Warning: a VRF's import or export item can never match (an earlier item covers it).
+    /// A VRF's import or export item can never match (an earlier item covers it): a warning for a
+    /// VRF, an error for a BGPPeering (its lists are what a workload may announce and is sent).
     ShadowedPrefixItem,
+    /// A BGPPeering's `peeringVlan` names no Layer2NetworkConfiguration.
+    MissingPeeringSegment,
+    /// A BGPPeering's segment is in no VRF, or has no anycast gateway to listen on.
+    PeeringSegmentUnusable,
+    /// A BGPPeering is on nodes its segment is not on.
+    PeeringSegmentNotOnNode,
+    /// Two BGPPeerings listen on overlapping ranges, or peer with one address, in one VRF of a node.
+    PeeringOverlap,
 }
 
 impl Check {
@@ -153,6 +162,10 @@ impl Check {
             Check::SharedRoutingTable => "SharedRoutingTable",
             Check::NoNodes => "NoNodes",
             Check::ShadowedPrefixItem => "ShadowedPrefixItem",
+            Check::MissingPeeringSegment => "MissingPeeringSegment",
+            Check::PeeringSegmentUnusable => "PeeringSegmentUnusable",
+            Check::PeeringSegmentNotOnNode => "PeeringSegmentNotOnNode",
+            Check::PeeringOverlap => "PeeringOverlap",
         }
     }
 }
@@ -331,6 +344,11 @@ fn oversized_configs(
                     .iter()
                     .position(|v| v.name == o.name)
                     .map(|i| ix.rt_sel[i]),
+                InputKind::BgpPeering => ix
+                    .peerings
+                    .iter()
+                    .position(|v| v.name == o.name)
+                    .map(|i| ix.peering_sel[i]),
             };
             group.is_some_and(|g| sel.is_some_and(|s| g.has(s)))
         };
@@ -455,6 +473,7 @@ pub fn validate(
     v.routes_and_rules();
     v.loopbacks();
     v.sbr_prefixes();
+    v.bgp_peerings();
     v.out.errors.sort();
     v.out.errors.dedup();
     v.out.warnings.sort();
@@ -468,6 +487,7 @@ enum Obj {
     Vrf(usize),
     L2(usize),
     Rt(usize),
+    Peer(usize),
 }
 
 struct Validator<'a> {
@@ -482,6 +502,7 @@ impl Validator<'_> {
             Obj::Vrf(i) => InputRef::new(InputKind::Vrf, &self.ix.vrfs[i].name),
             Obj::L2(i) => InputRef::new(InputKind::Layer2, &self.ix.l2s[i].name),
             Obj::Rt(i) => InputRef::new(InputKind::RoutingTable, &self.ix.rts[i].name),
+            Obj::Peer(i) => InputRef::new(InputKind::BgpPeering, &self.ix.peerings[i].name),
         }
     }
 
@@ -490,15 +511,18 @@ impl Validator<'_> {
             Obj::Vrf(i) => self.ix.vrf_sel[i],
             Obj::L2(i) => self.ix.l2_sel[i],
             Obj::Rt(i) => self.ix.rt_sel[i],
+            Obj::Peer(i) => self.ix.peering_sel[i],
         }
     }
 
     fn all_objects(&self) -> impl Iterator<Item = Obj> + use<> {
         let (v, l, r) = (self.ix.vrfs.len(), self.ix.l2s.len(), self.ix.rts.len());
+        let p = self.ix.peerings.len();
         (0..v)
             .map(Obj::Vrf)
             .chain((0..l).map(Obj::L2))
             .chain((0..r).map(Obj::Rt))
+            .chain((0..p).map(Obj::Peer))
     }
 
     /// Nodes where any of `objs` is.
@@ -762,6 +786,160 @@ impl Validator<'_> {
                     "selects no node, so it is rolled out nowhere".into(),
                     Vec::new(),
                 );
+            }
+        }
+    }
+
+    /// BGPPeerings: each spec on its own, the segment a `peeringVlan` names (it exists, is in a VRF,
+    /// has a gateway subnet to listen on and is on every node the peering is), and no two peerings
+    /// listening on overlapping ranges or calling one address in one VRF of a node (FRR would give the
+    /// session to one of them).
+    fn bgp_peerings(&mut self) {
+        for i in 0..self.ix.peerings.len() {
+            let o = Obj::Peer(i);
+            let s = &self.ix.peerings[i].spec;
+            for p in netwave_api::validate::validate_bgp_peering(s) {
+                self.object_error(Check::ObjectSpec, o, &p.path, p.message);
+            }
+            for (field, items) in [("import", &s.import), ("export", &s.export)] {
+                for (b, a) in netwave_api::validate::shadowed_items(items) {
+                    self.object_error(
+                        Check::ShadowedPrefixItem,
+                        o,
+                        &format!("spec.{field}[{b}]"),
+                        format!(
+                            "never matches: spec.{field}[{a}] ({}, seq {}) comes first and matches every \
+                             prefix this item does; reorder or remove one (items apply in seq order; one \
+                             without seq has its position + 1)",
+                            items[a].cidr,
+                            items[a].effective_seq(a)
+                        ),
+                    );
+                }
+            }
+            let Some(vlan) = s.peering_vlan.as_ref().map(|v| v.name.clone()) else {
+                continue;
+            };
+            if vlan.is_empty() {
+                continue;
+            }
+            let Some(l) = self.ix.l2s.iter().position(|l| l.name == vlan) else {
+                self.object_error(
+                    Check::MissingPeeringSegment,
+                    o,
+                    "spec.peeringVlan.name",
+                    format!("segment {vlan} does not exist (no Layer2NetworkConfiguration is named {vlan})"),
+                );
+                continue;
+            };
+            let seg = &self.ix.l2s[l].spec;
+            // The peering is what is wrong (the segment may serve other purposes): only it is named.
+            if seg.vrf.is_none() {
+                self.object_error(
+                    Check::PeeringSegmentUnusable,
+                    o,
+                    "spec.peeringVlan.name",
+                    format!(
+                        "segment {vlan} is in no VRF (its spec.vrf is empty): a peering segment's \
+                         sessions live in the segment's VRF"
+                    ),
+                );
+            }
+            if seg.anycast_gateways.is_empty() {
+                self.object_error(
+                    Check::PeeringSegmentUnusable,
+                    o,
+                    "spec.peeringVlan.name",
+                    format!(
+                        "segment {vlan} has no anycastGateways: the nodes listen for sessions from the \
+                         gateway subnets, and it has none"
+                    ),
+                );
+            }
+            let (peer_sel, seg_sel) = (self.sel(o), self.sel(Obj::L2(l)));
+            let missing: Vec<usize> = (0..self.ix.groups.len())
+                .filter(|&g| self.ix.groups[g].has(peer_sel) && !self.ix.groups[g].has(seg_sel))
+                .collect();
+            if !missing.is_empty() {
+                let nodes = self.ix.node_names(missing);
+                self.push(
+                    true,
+                    Check::PeeringSegmentNotOnNode,
+                    &[o],
+                    Some("spec.peeringVlan.name".into()),
+                    format!(
+                        "segment {vlan} is not on these nodes (its nodeSelector does not select them), \
+                         but the peering is"
+                    ),
+                    nodes,
+                );
+            }
+        }
+        self.peering_overlaps();
+    }
+
+    /// Listen ranges and addresses of every peering, by VRF (`None`: the default VRF).
+    fn peering_overlaps(&mut self) {
+        let l2s = self.ix.l2s.clone();
+        let mut claims: BTreeMap<Option<String>, Vec<(usize, IpNet, bool)>> = BTreeMap::new();
+        for (i, p) in self.ix.peerings.iter().enumerate() {
+            let s = &p.spec;
+            if let Some(seg) = s
+                .peering_vlan
+                .as_ref()
+                .and_then(|v| l2s.iter().find(|l| l.name == v.name))
+            {
+                for g in &seg.spec.anycast_gateways {
+                    if let Ok(net) = parse_host_address(g) {
+                        claims.entry(seg.spec.vrf.clone()).or_default().push((
+                            i,
+                            net.trunc(),
+                            true,
+                        ));
+                    }
+                }
+            }
+            for ip in s.loopback_peer.iter().flat_map(|lo| &lo.ip_addresses) {
+                if let Ok(addr) = ip.parse::<std::net::IpAddr>() {
+                    claims
+                        .entry(None)
+                        .or_default()
+                        .push((i, IpNet::from(addr), false));
+                }
+            }
+        }
+        for (vrf, list) in claims {
+            for (x, &(a, na, ra)) in list.iter().enumerate() {
+                for &(b, nb, rb) in &list[x + 1..] {
+                    if a == b || !(na.contains(&nb) || nb.contains(&na)) {
+                        continue;
+                    }
+                    let members = [Obj::Peer(a), Obj::Peer(b)];
+                    for (_, groups) in self.co_located(&members) {
+                        let nodes = self.ix.node_names(groups);
+                        let what = |n: IpNet, range: bool| {
+                            if range {
+                                format!("listen range {n}")
+                            } else {
+                                format!("address {}", n.addr())
+                            }
+                        };
+                        self.push(
+                            true,
+                            Check::PeeringOverlap,
+                            &members,
+                            None,
+                            format!(
+                                "{} and {} overlap in {} on the same node: FRR would give a session to \
+                                 only one of the two peerings",
+                                what(na, ra),
+                                what(nb, rb),
+                                vrf.as_deref().map_or("the default VRF".to_string(), |v| format!("VRF {v}"))
+                            ),
+                            nodes,
+                        );
+                    }
+                }
             }
         }
     }

@@ -48,12 +48,13 @@ pub mod underlay;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::{IpNet, Ipv4Net};
-use netwave_api::{NodeConfig, PrefixAction, PrefixItem, VrfConfig};
+use netwave_api::{BgpPeerConfig, NodeConfig, PrefixAction, PrefixItem, VrfConfig};
 use thiserror::Error;
 
 pub use model::{
     Action, BgpInstance, Community, EvpnFamily, Family, Forwarding, FrrConfig, LargeCommunity,
     PrefixEntry, PrefixList, Redistribute, RouteMapEntry, RouteTarget, UnicastFamily,
+    WorkloadFamily, WorkloadId, WorkloadPeer,
 };
 pub use text::PROFILE;
 pub use underlay::{
@@ -88,6 +89,13 @@ pub enum FrrError {
     Vni { vni: u32, message: String },
     #[error("{count} VRFs on one node: the default import route map has room for {MAX_VRFS}")]
     TooManyVrfs { count: usize },
+    /// A BGPPeering's field; `field` is its path inside the node config's peer (`import[0].cidr`).
+    #[error("BGPPeering {peering}: {field}: {message}")]
+    Peering {
+        peering: String,
+        field: String,
+        message: String,
+    },
 }
 
 impl FrrError {
@@ -97,6 +105,7 @@ impl FrrError {
             FrrError::Vrf { .. } => "vrf",
             FrrError::Vni { .. } => "vni",
             FrrError::TooManyVrfs { .. } => "too_many_vrfs",
+            FrrError::Peering { .. } => "peering",
         }
     }
 }
@@ -123,8 +132,9 @@ impl Vrf {
         self.export.contains_key(&f)
     }
     /// A VRF with nothing for BGP to do stays kernel-only: no instance, no `vrf` block.
-    fn needs_instance(&self) -> bool {
-        self.vni.is_some()
+    fn needs_instance(&self, peers: &Peers) -> bool {
+        peers.contains_key(&Some(self.device.clone()))
+            || self.vni.is_some()
             || self.sbr.is_some()
             || !self.import.is_empty()
             || !self.export.is_empty()
@@ -166,6 +176,12 @@ pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
                 .filter(|l| l.route_target.is_some())
                 .map(|l| format!("layer-2 VLAN {}: routeTarget", l.vlan)),
         )
+        .chain(
+            config
+                .bgp_peers
+                .iter()
+                .map(|p| format!("BGPPeering {}", p.name)),
+        )
         .collect()
 }
 
@@ -182,9 +198,21 @@ pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, Frr
     let vrfs = checked_vrfs(config)?;
     let vnis = layer2_route_targets(config, underlay.asn())?;
     let vtep = IpNet::V4(Ipv4Net::new(underlay.vtep(), 32).expect("/32 is a valid length"));
-    let (prefix_lists, route_maps) = policies(&vrfs, vtep);
-    let bgp = default_instance(&vrfs, underlay, vtep, vnis);
-    let vrf_bgp = vrf_instances(&vrfs, &bgp, underlay);
+    let (mut prefix_lists, mut route_maps) = policies(&vrfs, vtep);
+    let mut workload = workload_peers(config, &mut prefix_lists, &mut route_maps)?;
+    for vrf in workload.keys().flatten() {
+        if !vrfs.iter().any(|v| &v.device == vrf) {
+            let who = &workload[&Some(vrf.clone())].0[0].1;
+            return Err(peering_error(
+                who,
+                "vrf",
+                format!("VRF {vrf} is not on this node"),
+            ));
+        }
+    }
+    let default_peers = workload.remove(&None).unwrap_or_default();
+    let bgp = default_instance(&vrfs, underlay, vtep, vnis, &default_peers);
+    let vrf_bgp = vrf_instances(&vrfs, &bgp, underlay, &workload);
     Ok(FrrConfig {
         hostname: underlay.hostname().map(str::to_string),
         forwarding: Forwarding::ON,
@@ -297,6 +325,7 @@ fn default_instance(
     underlay: &Underlay,
     vtep: IpNet,
     vnis: BTreeMap<u32, BTreeSet<String>>,
+    default_peers: &VrfPeers,
 ) -> BgpInstance {
     let mut neighbors: Vec<(Peer, RemoteAs)> = underlay
         .neighbors()
@@ -334,6 +363,7 @@ fn default_instance(
             import_vrf_route_map: (!importing.is_empty())
                 .then(|| DEFAULT_IMPORT_ROUTE_MAP.to_string()),
             import_vrfs: importing,
+            workload: default_peers.1.get(&family).cloned().unwrap_or_default(),
         }
     };
     BgpInstance {
@@ -346,6 +376,7 @@ fn default_instance(
             .map(|t| (t.keepalive, t.hold))
             .filter(|&t| t != (underlay::DATACENTER_KEEPALIVE, underlay::DATACENTER_HOLD)),
         neighbors,
+        workload_peers: default_peers.0.iter().map(|(p, _)| p.clone()).collect(),
         ipv4: default_family(Family::V4),
         ipv6: default_family(Family::V6),
         evpn: Some(EvpnFamily {
@@ -358,7 +389,12 @@ fn default_instance(
 }
 
 /// The VRFs' BGP instances, in the order FRR prints them.
-fn vrf_instances(vrfs: &[Vrf], bgp: &BgpInstance, underlay: &Underlay) -> Vec<BgpInstance> {
+fn vrf_instances(
+    vrfs: &[Vrf],
+    bgp: &BgpInstance,
+    underlay: &Underlay,
+    workload: &Peers,
+) -> Vec<BgpInstance> {
     // FRR prints BGP instances in creation order, and the default instance's `import vrf` lines
     // create the instances they name: first IPv4's, then IPv6's, then the rest as the text goes.
     let mut order: Vec<&Vrf> = Vec::new();
@@ -369,22 +405,23 @@ fn vrf_instances(vrfs: &[Vrf], bgp: &BgpInstance, underlay: &Underlay) -> Vec<Bg
             order.push(v);
         }
     }
-    for v in vrfs.iter().filter(|v| v.needs_instance()) {
+    for v in vrfs.iter().filter(|v| v.needs_instance(workload)) {
         if !order.iter().any(|o| o.device == v.device) {
             order.push(v);
         }
     }
     let mut vrf_bgp: Vec<BgpInstance> = order
         .into_iter()
-        .map(|v| vrf_instance(v, underlay))
+        .map(|v| vrf_instance(v, underlay, workload.get(&Some(v.device.clone()))))
         .collect();
     // Last, so every VRF they import from already exists (an `import vrf` line would create it).
     vrf_bgp.extend(vrfs.iter().filter_map(|v| sbr_instance(v, underlay)));
     vrf_bgp
 }
 
-fn vrf_instance(v: &Vrf, underlay: &Underlay) -> BgpInstance {
+fn vrf_instance(v: &Vrf, underlay: &Underlay, peers: Option<&VrfPeers>) -> BgpInstance {
     let family = |f: Family| UnicastFamily {
+        workload: peers.and_then(|p| p.1.get(&f).cloned()).unwrap_or_default(),
         aggregates: v
             .aggregates
             .iter()
@@ -406,9 +443,14 @@ fn vrf_instance(v: &Vrf, underlay: &Underlay) -> BgpInstance {
         vrf: Some(v.device.clone()),
         // The VRF's automatic RD is derived from its router id: the same on every VRF of the node.
         router_id: underlay.router_id(),
-        no_default_ipv4_unicast: false,
+        // With workload sessions every family is activated explicitly, as in the default instance:
+        // what FRR shows then does not depend on its defaults.
+        no_default_ipv4_unicast: peers.is_some(),
         timers: None,
         neighbors: Vec::new(),
+        workload_peers: peers
+            .map(|p| p.0.iter().map(|(w, _)| w.clone()).collect())
+            .unwrap_or_default(),
         ipv4: family(Family::V4),
         ipv6: family(Family::V6),
         evpn: v.vni.map(|_| EvpnFamily {
@@ -436,6 +478,7 @@ fn sbr_instance(v: &Vrf, underlay: &Underlay) -> Option<BgpInstance> {
         no_default_ipv4_unicast: false,
         timers: None,
         neighbors: Vec::new(),
+        workload_peers: Vec::new(),
         ipv4: family(),
         ipv6: family(),
         evpn: None,
@@ -461,6 +504,279 @@ fn layer2_route_targets(
         out.insert(l.vni, BTreeSet::from([parsed.to_string()]));
     }
     Ok(out)
+}
+
+/// One VRF's workload sessions (each with the BGPPeering it comes from) and their per-family lines.
+type VrfPeers = (
+    Vec<(WorkloadPeer, String)>,
+    BTreeMap<Family, Vec<WorkloadFamily>>,
+);
+/// Workload sessions by VRF device (`None`: the default instance).
+type Peers = BTreeMap<Option<String>, VrfPeers>;
+
+/// TTL security of a `loopbackPeer` session (das-schiff-network-operator's multihop of 2: the
+/// workload's loopback is one routed hop behind the node).
+pub const LOOPBACK_PEER_HOPS: u8 = 2;
+
+/// Name of the peer group of a BGPPeering's listen ranges of one family, and of its route maps and
+/// prefix lists (`nw-peer-<name>-v4`, `nw-peer-<name>-in-v4`, `nw-peer-<name>-out-v4`). No VRF's names
+/// end like these (theirs end in `-import-v4`, `-export-v4`, `-export`).
+pub fn peer_group_name(peering: &str, f: Family) -> String {
+    format!("nw-peer-{peering}-{}", f.suffix())
+}
+
+fn peer_filter_name(peering: &str, direction: &str, f: Family) -> String {
+    format!("nw-peer-{peering}-{direction}-{}", f.suffix())
+}
+
+fn peering_error(peering: &str, field: impl Into<String>, message: impl Into<String>) -> FrrError {
+    FrrError::Peering {
+        peering: peering.to_string(),
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Every BGPPeering of the node as FRR sessions: `listenRanges` become a peer group per family
+/// (`bgp listen range`), `addresses` a neighbour each (TTL security [`LOOPBACK_PEER_HOPS`]; IPv4
+/// unicast always and IPv6 unicast for an IPv6 address, as the reference activates them). Each family
+/// a session runs filters both ways through `nw-peer-<name>-in|out-<v4|v6>`: a permit entry matching
+/// the prefix list of the items of that family, or, with none, one deny entry: what is not listed is
+/// neither accepted nor sent.
+fn workload_peers(
+    config: &NodeConfig,
+    prefix_lists: &mut BTreeMap<String, PrefixList>,
+    route_maps: &mut BTreeMap<String, BTreeMap<u16, RouteMapEntry>>,
+) -> Result<Peers, FrrError> {
+    let mut out: Peers = BTreeMap::new();
+    let mut seen: BTreeMap<(Option<String>, WorkloadId), String> = BTreeMap::new();
+    for p in &config.bgp_peers {
+        let (sessions, families) = check_peer(p)?;
+        let import = prefix_entries(&p.name, "import", &p.import)
+            .map_err(|e| as_peering_error(&p.name, e))?;
+        let export = prefix_entries(&p.name, "export", &p.export)
+            .map_err(|e| as_peering_error(&p.name, e))?;
+        let used: BTreeSet<Family> = families.iter().flatten().copied().collect();
+        for &f in &used {
+            for (direction, entries) in [("in", &import), ("out", &export)] {
+                let name = peer_filter_name(&p.name, direction, f);
+                let mut e = match entries.get(&f) {
+                    Some(list) => {
+                        prefix_lists.insert(
+                            name.clone(),
+                            PrefixList {
+                                family: f,
+                                entries: list.clone(),
+                            },
+                        );
+                        entry(Some((f, name.clone())), None)
+                    }
+                    None => entry(None, None),
+                };
+                if !entries.contains_key(&f) {
+                    e.action = Action::Deny;
+                }
+                route_maps.insert(name, BTreeMap::from([(10, e)]));
+            }
+        }
+        let vrf_peers = out.entry(p.vrf.clone()).or_default();
+        for (session, fams) in sessions.into_iter().zip(families) {
+            if let Some(first) = seen.insert((p.vrf.clone(), session.id.clone()), p.name.clone()) {
+                return Err(peering_error(
+                    &p.name,
+                    "listenRanges",
+                    format!("{} is also BGPPeering {first}'s on this node", session.id),
+                ));
+            }
+            for f in fams {
+                vrf_peers.1.entry(f).or_default().push(WorkloadFamily {
+                    id: session.id.clone(),
+                    maximum_prefix: p.maximum_prefixes,
+                    route_map_in: peer_filter_name(&p.name, "in", f),
+                    route_map_out: peer_filter_name(&p.name, "out", f),
+                });
+            }
+            vrf_peers.0.push((session, p.name.clone()));
+        }
+    }
+    for (sessions, families) in out.values_mut() {
+        sessions.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        for list in families.values_mut() {
+            list.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        if let Some(w) = sessions.windows(2).find(|w| {
+            let ranges = |p: &WorkloadPeer| p.listen_ranges.clone();
+            ranges(&w[0].0).iter().any(|a| {
+                ranges(&w[1].0)
+                    .iter()
+                    .any(|b| a.contains(b) || b.contains(a))
+            })
+        }) {
+            return Err(peering_error(
+                &w[1].1,
+                "listenRanges",
+                format!(
+                    "overlaps a listen range of BGPPeering {} on this node",
+                    w[0].1
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A node config's peer as FRR sessions, each with the families it runs.
+fn check_peer(p: &BgpPeerConfig) -> Result<(Vec<WorkloadPeer>, Vec<Vec<Family>>), FrrError> {
+    let name = &p.name;
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+    {
+        return Err(peering_error(
+            name,
+            "name",
+            "not a Kubernetes object name FRR can carry in a peer group name ([a-z0-9.-])",
+        ));
+    }
+    if p.remote_asn == 0 {
+        return Err(peering_error(name, "remoteASN", "0 is not an AS number"));
+    }
+    let timers = match (p.keepalive_time, p.hold_time) {
+        (None, None) => None,
+        (Some(k), Some(h)) => {
+            let max = u32::from(u16::MAX);
+            if h > max || k > max || (1..3).contains(&h) || (h > 0 && k >= h) || (h == 0 && k != 0)
+            {
+                return Err(peering_error(
+                    name,
+                    "holdTime",
+                    format!(
+                        "keepalive {k} s with hold {h} s: FRR takes a hold time of 0 or 3 to 65535 s and a \
+                         keepalive below it"
+                    ),
+                ));
+            }
+            Some((k as u16, h as u16))
+        }
+        _ => {
+            return Err(peering_error(
+                name,
+                "holdTime",
+                "holdTime and keepaliveTime are set together",
+            ));
+        }
+    };
+    if p.listen_ranges.is_empty() && p.addresses.is_empty() {
+        return Err(peering_error(
+            name,
+            "listenRanges",
+            "nothing to peer with: no listen range and no address",
+        ));
+    }
+    let mut sessions = Vec::new();
+    let mut families = Vec::new();
+    let mut ranges: BTreeMap<Family, Vec<IpNet>> = BTreeMap::new();
+    for (i, r) in p.listen_ranges.iter().enumerate() {
+        let net: IpNet = r
+            .parse()
+            .ok()
+            .filter(|n: &IpNet| n.trunc() == *n)
+            .ok_or_else(|| {
+                peering_error(
+                    name,
+                    format!("listenRanges[{i}]"),
+                    format!("{r:?} is not a network"),
+                )
+            })?;
+        ranges.entry(Family::of(&net)).or_default().push(net);
+    }
+    for (f, mut nets) in ranges {
+        nets.sort();
+        nets.dedup();
+        sessions.push(WorkloadPeer {
+            id: WorkloadId::Group(peer_group_name(name, f)),
+            remote_asn: p.remote_asn,
+            bfd: p.bfd,
+            ttl_security_hops: None,
+            timers,
+            listen_ranges: nets,
+        });
+        families.push(vec![f]);
+    }
+    for (i, a) in p.addresses.iter().enumerate() {
+        let addr: std::net::IpAddr = a.parse().map_err(|_| {
+            peering_error(
+                name,
+                format!("addresses[{i}]"),
+                format!("{a:?} is not an IP address"),
+            )
+        })?;
+        sessions.push(WorkloadPeer {
+            id: WorkloadId::Address(addr),
+            remote_asn: p.remote_asn,
+            bfd: p.bfd,
+            ttl_security_hops: Some(LOOPBACK_PEER_HOPS),
+            timers,
+            listen_ranges: Vec::new(),
+        });
+        families.push(if addr.is_ipv4() {
+            vec![Family::V4]
+        } else {
+            vec![Family::V4, Family::V6]
+        });
+    }
+    Ok((sessions, families))
+}
+
+/// A prefix-list error of [`prefix_entries`] (worded for VRFs) as the peering's.
+fn as_peering_error(peering: &str, e: FrrError) -> FrrError {
+    match e {
+        FrrError::Vrf { field, message, .. } => peering_error(peering, field, message),
+        other => other,
+    }
+}
+
+/// One session a node's BGPPeering promises once applied, as the agent's health gate checks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeeringSession {
+    /// The BGPPeering's name.
+    pub peering: String,
+    /// FRR's name of the VRF: `default` or the VRF device.
+    pub vrf: String,
+    /// The peer group (listen ranges: any workload of it) or the address.
+    pub session: WorkloadId,
+    /// Seconds the session may take to reach Established: its hold time (at most
+    /// [`MAX_PEERING_WAIT`]), or the datacenter profile's (9 s) when it has none.
+    pub within_seconds: u16,
+}
+
+/// The longest an agent waits for a peering session after an apply, whatever its hold time (FRR takes
+/// up to 65535 s; a node's verdict must not wait hours).
+pub const MAX_PEERING_WAIT: u16 = 600;
+
+/// Every session of `config`'s BGPPeerings, in FRR's order per VRF. Peers FRR cannot render (which
+/// [`render`] refuses) are left out. Pure.
+pub fn peering_sessions(config: &NodeConfig) -> Vec<PeeringSession> {
+    let mut out = Vec::new();
+    for p in &config.bgp_peers {
+        let Ok((sessions, _)) = check_peer(p) else {
+            continue;
+        };
+        for w in sessions {
+            let within = match w.timers {
+                Some((_, hold)) if hold > 0 => hold.min(MAX_PEERING_WAIT),
+                _ => underlay::DATACENTER_HOLD,
+            };
+            out.push(PeeringSession {
+                peering: p.name.clone(),
+                vrf: p.vrf.clone().unwrap_or_else(|| DEFAULT_VRF.to_string()),
+                session: w.id,
+                within_seconds: within,
+            });
+        }
+    }
+    out
 }
 
 fn entry(prefix_list: Option<(Family, String)>, source_vrf: Option<String>) -> RouteMapEntry {

@@ -54,8 +54,9 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use netwave_api::validate::{parse_host_address, parse_network};
 use netwave_api::{
-    Layer2Config, LoopbackConfig, NamedLayer2, NamedRoutingTable, NamedVrf, NodeConfig, PrefixItem,
-    RevisionInputs, RouteConfig, RuleConfig, SbrConfig, VrfConfig, VrfLoopback,
+    BgpPeerConfig, Layer2Config, LoopbackConfig, NamedBgpPeering, NamedLayer2, NamedRoutingTable,
+    NamedVrf, NodeConfig, PrefixItem, RevisionInputs, RouteConfig, RuleConfig, SbrConfig,
+    VrfConfig, VrfLoopback,
 };
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -134,6 +135,11 @@ impl RenderedNode {
                 .iter()
                 .map(|&i| p.rules[i as usize].clone())
                 .collect(),
+            bgp_peers: s
+                .peers
+                .iter()
+                .map(|&i| p.peers[i as usize].clone())
+                .collect(),
         }
     }
 }
@@ -154,6 +160,7 @@ impl fmt::Debug for RenderedNode {
             .field("layer2s", &self.selection.l2s.len())
             .field("routes", &self.selection.routes.len())
             .field("rules", &self.selection.rules.len())
+            .field("bgp_peers", &self.selection.peers.len())
             .finish()
     }
 }
@@ -168,14 +175,18 @@ struct Parts {
     /// Distinct routes and rules of all RoutingTables; identical ones from several tables are one entry.
     routes: Vec<RouteConfig>,
     rules: Vec<RuleConfig>,
+    /// BGPPeerings, by name.
+    peers: Vec<BgpPeerConfig>,
     vrf_json: Vec<Vec<u8>>,
     l2_json: Vec<Vec<u8>>,
     route_json: Vec<Vec<u8>>,
     rule_json: Vec<Vec<u8>>,
+    peer_json: Vec<Vec<u8>>,
     vrf_sel: Vec<Option<u32>>,
     l2_sel: Vec<Option<u32>>,
     route_sels: Vec<Vec<Option<u32>>>,
     rule_sels: Vec<Vec<Option<u32>>>,
+    peer_sel: Vec<Option<u32>>,
 }
 
 /// Which parts one group of nodes has, as indices into [`Parts`] (ascending, so in output order).
@@ -184,6 +195,7 @@ struct Selection {
     l2s: Vec<u32>,
     routes: Vec<u32>,
     rules: Vec<u32>,
+    peers: Vec<u32>,
 }
 
 /// Kind of an input object.
@@ -192,6 +204,7 @@ pub enum InputKind {
     Vrf,
     Layer2,
     RoutingTable,
+    BgpPeering,
 }
 
 impl InputKind {
@@ -201,6 +214,7 @@ impl InputKind {
             InputKind::Vrf => "VRFRouteConfiguration",
             InputKind::Layer2 => "Layer2NetworkConfiguration",
             InputKind::RoutingTable => "RoutingTable",
+            InputKind::BgpPeering => "BGPPeering",
         }
     }
 }
@@ -274,6 +288,7 @@ pub fn render(
             l2s: pick(&parts.l2_sel),
             routes: pick_any(&parts.route_sels),
             rules: pick_any(&parts.rule_sels),
+            peers: pick(&parts.peer_sel),
         });
         let config_hash = parts.hash(&selection);
         for &n in &group.nodes {
@@ -334,11 +349,19 @@ impl Parts {
         let (l2s, l2_sel): (Vec<_>, Vec<_>) = l2s.into_iter().unzip();
         let (routes, route_sels): (Vec<_>, Vec<_>) = routes.into_iter().unzip();
         let (rules, rule_sels): (Vec<_>, Vec<_>) = rules.into_iter().unzip();
+        // Canonical object order is by name, and names are unique per kind: already sorted.
+        let (peers, peer_sel): (Vec<_>, Vec<_>) = index
+            .peerings
+            .iter()
+            .zip(&index.peering_sel)
+            .map(|(p, &sel)| (bgp_peer_config(p, &index.l2s), sel))
+            .unzip();
         Parts {
             vrf_json: vrfs.iter().map(to_json).collect(),
             l2_json: l2s.iter().map(to_json).collect(),
             route_json: routes.iter().map(to_json).collect(),
             rule_json: rules.iter().map(to_json).collect(),
+            peer_json: peers.iter().map(to_json).collect(),
             vrfs,
             vrf_loopbacks,
             l2s,
@@ -348,6 +371,8 @@ impl Parts {
             l2_sel,
             route_sels,
             rule_sels,
+            peers,
+            peer_sel,
         }
     }
 
@@ -360,6 +385,10 @@ impl Parts {
         hash_list(&mut h, b",\"layer2s\":[", &s.l2s, &self.l2_json);
         hash_list(&mut h, b",\"routes\":[", &s.routes, &self.route_json);
         hash_list(&mut h, b",\"rules\":[", &s.rules, &self.rule_json);
+        // `bgpPeers` is left out of the JSON when empty.
+        if !s.peers.is_empty() {
+            hash_list(&mut h, b",\"bgpPeers\":[", &s.peers, &self.peer_json);
+        }
         h.update(b"}");
         hex::encode(h.finalize())
     }
@@ -501,6 +530,53 @@ fn vrf_config(v: &NamedVrf, table: u32, sbr_table: Option<u32>) -> VrfConfig {
             prefixes: sorted_networks(&s.sbr_prefixes, parse_network),
         }),
         loopbacks: Vec::new(),
+    }
+}
+
+/// A BGPPeering as its nodes get it. `peeringVlan` resolves to the segment's VRF and its gateway
+/// subnets (the first segment object of that name in canonical order; a missing one, or one without a
+/// VRF, is a validation error and renders as a peering with no listen range).
+fn bgp_peer_config(p: &NamedBgpPeering, l2s: &[&NamedLayer2]) -> BgpPeerConfig {
+    let s = &p.spec;
+    let segment = s
+        .peering_vlan
+        .as_ref()
+        .and_then(|v| l2s.iter().find(|l| l.name == v.name));
+    let listen_ranges = segment.map_or_else(Vec::new, |l| {
+        let subnets: Vec<String> = l
+            .spec
+            .anycast_gateways
+            .iter()
+            .map(|g| parse_host_address(g).map_or_else(|_| g.clone(), |n| n.trunc().to_string()))
+            .collect();
+        sorted_networks(&subnets, parse_network)
+    });
+    let addresses = s.loopback_peer.as_ref().map_or_else(Vec::new, |lo| {
+        let mut a: Vec<(Option<IpAddr>, String)> = lo
+            .ip_addresses
+            .iter()
+            .map(|ip| match ip.parse::<IpAddr>() {
+                Ok(addr) => (Some(addr), addr.to_string()),
+                Err(_) => (None, ip.clone()),
+            })
+            .collect();
+        a.sort_by(|x, y| (x.0.is_none(), x).cmp(&(y.0.is_none(), y)));
+        a.dedup();
+        a.into_iter().map(|(_, t)| t).collect()
+    });
+    let timers = netwave_api::validate::bgp_peering_timers(s);
+    BgpPeerConfig {
+        name: p.name.clone(),
+        vrf: segment.and_then(|l| l.spec.vrf.clone()),
+        listen_ranges,
+        addresses,
+        remote_asn: s.remote_asn,
+        bfd: s.enable_bfd,
+        maximum_prefixes: s.maximum_prefixes,
+        hold_time: timers.map(|t| t.0),
+        keepalive_time: timers.map(|t| t.1),
+        import: canonical_prefix_list(&s.import),
+        export: canonical_prefix_list(&s.export),
     }
 }
 

@@ -21,7 +21,8 @@
 use std::time::Duration;
 
 use netwave_api::{
-    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision, RevisionInputs,
+    NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
+    RevisionInputs,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -53,6 +54,8 @@ struct CanonicalInputs<'a> {
     vrfs: Vec<&'a NamedVrf>,
     layer2s: Vec<&'a NamedLayer2>,
     routing_tables: Vec<&'a NamedRoutingTable>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    bgp_peerings: Vec<&'a NamedBgpPeering>,
 }
 
 impl<'a> CanonicalInputs<'a> {
@@ -61,6 +64,7 @@ impl<'a> CanonicalInputs<'a> {
             vrfs: canonical_refs(&inputs.vrfs, |o| &o.name),
             layer2s: canonical_refs(&inputs.layer2s, |o| &o.name),
             routing_tables: canonical_refs(&inputs.routing_tables, |o| &o.name),
+            bgp_peerings: canonical_refs(&inputs.bgp_peerings, |o| &o.name),
         }
     }
 }
@@ -72,6 +76,7 @@ pub fn canonical_inputs(inputs: &RevisionInputs) -> RevisionInputs {
         vrfs: c.vrfs.into_iter().cloned().collect(),
         layer2s: c.layer2s.into_iter().cloned().collect(),
         routing_tables: c.routing_tables.into_iter().cloned().collect(),
+        bgp_peerings: c.bgp_peerings.into_iter().cloned().collect(),
     }
 }
 

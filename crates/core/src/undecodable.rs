@@ -31,16 +31,18 @@ pub enum Kind {
     Vrf,
     Layer2,
     RoutingTable,
+    BgpPeering,
     Revision,
     RevisionInputs,
     NodeConfig,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Vrf,
         Kind::Layer2,
         Kind::RoutingTable,
+        Kind::BgpPeering,
         Kind::Revision,
         Kind::RevisionInputs,
         Kind::NodeConfig,
@@ -52,6 +54,7 @@ impl Kind {
             Kind::Vrf => "VRFRouteConfiguration",
             Kind::Layer2 => "Layer2NetworkConfiguration",
             Kind::RoutingTable => "RoutingTable",
+            Kind::BgpPeering => "BGPPeering",
             Kind::Revision => "NetworkConfigRevision",
             Kind::RevisionInputs => "NetworkConfigInputs",
             Kind::NodeConfig => "NodeNetworkConfig",
@@ -59,7 +62,10 @@ impl Kind {
     }
 
     fn is_input(self) -> bool {
-        matches!(self, Kind::Vrf | Kind::Layer2 | Kind::RoutingTable)
+        matches!(
+            self,
+            Kind::Vrf | Kind::Layer2 | Kind::RoutingTable | Kind::BgpPeering
+        )
     }
 }
 

@@ -58,6 +58,7 @@ fn route(table: u32, prefix: &str, via: Option<&str>, kind: RouteType) -> RouteC
 
 fn base() -> NodeConfig {
     NodeConfig {
+        bgp_peers: Vec::new(),
         vrfs: vec![vrf("blue", 100, 5000)],
         layer2s: vec![l2(10, 1010, Some("vr.blue")), l2(20, 1020, None)],
         routes: vec![

@@ -662,6 +662,7 @@ proptest! {
     fn validation_is_deterministic_whatever_the_order((inputs, nodes) in arb_fleet(), seed in any::<u64>()) {
         let a = validate(&inputs, &nodes, &FleetParams::default());
         let shuffled_inputs = RevisionInputs {
+            bgp_peerings: Vec::new(),
             vrfs: shuffled(&inputs.vrfs, seed),
             layer2s: shuffled(&inputs.layer2s, seed ^ 1),
             routing_tables: shuffled(&inputs.routing_tables, seed ^ 2),

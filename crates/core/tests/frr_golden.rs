@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use netwave_api::manifest::{Manifest, parse_manifests};
-use netwave_api::{NamedLayer2, NamedVrf, NodeConfig, RevisionInputs};
+use netwave_api::{NamedBgpPeering, NamedLayer2, NamedVrf, NodeConfig, RevisionInputs};
 use netwave_core::frr::{FrrConfig, Underlay, render};
 use netwave_core::render::NodeInfo;
 use similar::TextDiff;
@@ -24,13 +24,20 @@ fn underlay(file: &str) -> Underlay {
 }
 
 fn das_schiff_inputs() -> RevisionInputs {
-    let yaml = std::fs::read_to_string(golden_dir().join("das-schiff.yaml")).expect("fixture");
+    fixture_inputs("das-schiff.yaml")
+}
+
+fn fixture_inputs(file: &str) -> RevisionInputs {
+    let yaml = std::fs::read_to_string(golden_dir().join(file)).expect("fixture");
     let mut inputs = RevisionInputs::default();
-    for m in parse_manifests("das-schiff.yaml", &yaml).expect("fixture parses") {
+    for m in parse_manifests(file, &yaml).expect("fixture parses") {
         let name = m.name().to_string();
         match m {
             Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
             Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
+            Manifest::BgpPeering(o) => inputs
+                .bgp_peerings
+                .push(NamedBgpPeering { name, spec: o.spec }),
             other => panic!("unexpected manifest {}", other.name()),
         }
     }
@@ -72,6 +79,21 @@ fn cases() -> Vec<(String, NodeConfig, Underlay)> {
     );
     for (name, config) in das {
         out.push((name, config, underlay("underlay-unnumbered.yaml")));
+    }
+    // Their BGP-as-a-service peering on every node, and the loopback one only on selected nodes.
+    let bgpaas = distinct_configs(
+        "das-schiff-bgpaas",
+        &fixture_inputs("das-schiff-bgpaas.yaml"),
+        &[
+            support_inputs::node("worker-0", &[]),
+            support_inputs::node(
+                "worker-1",
+                &[("node-restriction.kubernetes.io/netwave-bgpaas", "true")],
+            ),
+        ],
+    );
+    for (name, config) in bgpaas {
+        out.push((name, config, underlay("underlay-ibgp.yaml")));
     }
     out
 }

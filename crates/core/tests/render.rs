@@ -393,6 +393,7 @@ proptest! {
     fn render_is_independent_of_input_and_node_order((inputs, nodes) in arb_fleet(), seed in any::<u64>()) {
         let a = render(&inputs, &nodes).unwrap();
         let shuffled_inputs = RevisionInputs {
+            bgp_peerings: Vec::new(),
             vrfs: shuffled(&inputs.vrfs, seed),
             layer2s: shuffled(&inputs.layer2s, seed ^ 1),
             routing_tables: shuffled(&inputs.routing_tables, seed ^ 2),

@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    Layer2NetworkConfiguration, NetworkConfigRevision, RevisionInputs, RoutingTable,
+    BGPPeering, Layer2NetworkConfiguration, NetworkConfigRevision, RevisionInputs, RoutingTable,
     VRFRouteConfiguration,
 };
 use netwave_core::render::NodeInfo;
@@ -206,6 +206,7 @@ impl InputChanges {
 const VRF: &str = "VRFRouteConfiguration";
 const L2: &str = "Layer2NetworkConfiguration";
 const RT: &str = "RoutingTable";
+const BGPP: &str = "BGPPeering";
 
 fn specs<T: Serialize>(items: impl Iterator<Item = (String, T)>) -> BTreeMap<String, Value> {
     items
@@ -214,7 +215,7 @@ fn specs<T: Serialize>(items: impl Iterator<Item = (String, T)>) -> BTreeMap<Str
 }
 
 /// Every input kind as (kind, name → spec JSON).
-fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 3] {
+fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 4] {
     [
         (VRF, specs(i.vrfs.iter().map(|o| (o.name.clone(), &o.spec)))),
         (
@@ -224,6 +225,10 @@ fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 3] {
         (
             RT,
             specs(i.routing_tables.iter().map(|o| (o.name.clone(), &o.spec))),
+        ),
+        (
+            BGPP,
+            specs(i.bgp_peerings.iter().map(|o| (o.name.clone(), &o.spec))),
         ),
     ]
 }
@@ -334,7 +339,7 @@ where
 }
 
 /// Makes the cluster's inputs equal `want`: VRFs first (segments name them), then layer-2 segments,
-/// then routing tables; deletions in the opposite order.
+/// then routing tables, then BGP peerings (they name segments); deletions in the opposite order.
 async fn apply_inputs(
     client: &Client,
     want: &RevisionInputs,
@@ -353,9 +358,13 @@ async fn apply_inputs(
     for o in want.routing_tables.iter().filter(|o| touched(RT, &o.name)) {
         put::<RoutingTable>(client, RT, &o.name, &value(&o.spec)).await?;
     }
+    for o in want.bgp_peerings.iter().filter(|o| touched(BGPP, &o.name)) {
+        put::<BGPPeering>(client, BGPP, &o.name, &value(&o.spec)).await?;
+    }
     for d in c.delete.iter().rev() {
         let (kind, n) = d.split_once('/').expect("Kind/name");
         match kind {
+            BGPP => delete::<BGPPeering>(client, kind, n).await?,
             RT => delete::<RoutingTable>(client, kind, n).await?,
             L2 => delete::<Layer2NetworkConfiguration>(client, kind, n).await?,
             _ => delete::<VRFRouteConfiguration>(client, kind, n).await?,

@@ -7,8 +7,9 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    Layer2NetworkConfiguration, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigInputs,
-    NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable, VRFRouteConfiguration,
+    BGPPeering, Layer2NetworkConfiguration, NamedBgpPeering, NamedLayer2, NamedRoutingTable,
+    NamedVrf, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs,
+    RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::render::NodeInfo;
 use netwave_core::revision::{ExistingRevision, canonical_inputs};
@@ -113,7 +114,20 @@ pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
         .list(&lp)
         .await
         .context("listing RoutingTables")?;
+    let peerings = Api::<BGPPeering>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing BGPPeerings")?;
     Ok(canonical_inputs(&RevisionInputs {
+        bgp_peerings: peerings
+            .items
+            .into_iter()
+            .filter(|o| live(&o.metadata))
+            .map(|o| NamedBgpPeering {
+                name: o.name_any(),
+                spec: o.spec,
+            })
+            .collect(),
         vrfs: vrfs
             .items
             .into_iter()

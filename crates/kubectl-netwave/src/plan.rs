@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use netwave_api::manifest::{Manifest, parse_manifests};
 use netwave_api::{
-    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevisionStatus, RevisionInputs,
-    RolloutPolicy, ValidationResult,
+    NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevisionStatus,
+    RevisionInputs, RolloutPolicy, ValidationResult,
 };
 use netwave_core::fleet::{FleetParams, render_and_validate};
 use netwave_core::render::RenderedNode;
@@ -62,9 +62,10 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
                 Manifest::Vrf(_) => "VRFRouteConfiguration",
                 Manifest::Layer2(_) => "Layer2NetworkConfiguration",
                 Manifest::RoutingTable(_) => "RoutingTable",
+                Manifest::BgpPeering(_) => "BGPPeering",
                 Manifest::Revision(_) | Manifest::NodeConfig(_) => bail!(
                     "{source}: {} is written by the configurator, not an input: plan reads \
-                     VRFRouteConfiguration, Layer2NetworkConfiguration and RoutingTable objects",
+                     VRFRouteConfiguration, Layer2NetworkConfiguration, RoutingTable and BGPPeering objects",
                     m.name()
                 ),
             };
@@ -82,6 +83,9 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
                 Manifest::RoutingTable(o) => inputs
                     .routing_tables
                     .push(NamedRoutingTable { name, spec: o.spec }),
+                Manifest::BgpPeering(o) => inputs
+                    .bgp_peerings
+                    .push(NamedBgpPeering { name, spec: o.spec }),
                 _ => unreachable!("refused above"),
             }
         }

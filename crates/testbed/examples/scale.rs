@@ -60,6 +60,7 @@ fn node_config(i: usize) -> NodeConfig {
         })
         .collect();
     NodeConfig {
+        bgp_peers: Vec::new(),
         vrfs,
         layer2s,
         routes,

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
 
@@ -72,9 +72,56 @@ pub struct BgpInstance {
     pub timers: Option<(u16, u16)>,
     /// In FRR's order: interface neighbours (by FRR's interface-name order), then addresses.
     pub neighbors: Vec<(Peer, RemoteAs)>,
+    /// Sessions with workloads (BGPPeerings), in FRR's order: peer groups by name, then addresses
+    /// (IPv4 before IPv6). Their address neighbours are printed among [`Self::neighbors`] in
+    /// address order; the listen ranges after every neighbour.
+    pub workload_peers: Vec<WorkloadPeer>,
     pub ipv4: UnicastFamily,
     pub ipv6: UnicastFamily,
     pub evpn: Option<EvpnFamily>,
+}
+
+/// A session with a workload: a peer group with listen ranges (`peeringVlan`) or an address
+/// (`loopbackPeer`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadPeer {
+    pub id: WorkloadId,
+    pub remote_asn: u32,
+    /// `neighbor X bfd`.
+    pub bfd: bool,
+    /// `neighbor X ttl-security hops N` (multihop sessions with loopback addresses).
+    pub ttl_security_hops: Option<u8>,
+    /// `neighbor X timers KEEPALIVE HOLD`.
+    pub timers: Option<(u16, u16)>,
+    /// `bgp listen range P peer-group X`, IPv4 then IPv6, each by address (FRR's order).
+    pub listen_ranges: Vec<IpNet>,
+}
+
+/// How FRR names a workload session.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WorkloadId {
+    /// `neighbor NAME peer-group`.
+    Group(String),
+    Address(IpAddr),
+}
+
+impl fmt::Display for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WorkloadId::Group(g) => f.write_str(g),
+            WorkloadId::Address(a) => a.fmt(f),
+        }
+    }
+}
+
+/// A workload session's lines in one address family: `activate`, `maximum-prefix`, the import and
+/// export route maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadFamily {
+    pub id: WorkloadId,
+    pub maximum_prefix: Option<u32>,
+    pub route_map_in: String,
+    pub route_map_out: String,
 }
 
 /// `address-family ipv4|ipv6 unicast`. Printed only when something is in it.
@@ -88,6 +135,8 @@ pub struct UnicastFamily {
     pub redistribute: BTreeSet<Redistribute>,
     /// `neighbor P activate` (+ `neighbor P route-map NAME out`), in the instance's neighbour order.
     pub neighbors: Vec<(Peer, Option<String>)>,
+    /// Workload sessions in this family, in [`BgpInstance::workload_peers`] order.
+    pub workload: Vec<WorkloadFamily>,
     /// `import vrf route-map NAME`.
     pub import_vrf_route_map: Option<String>,
     /// `import vrf NAME`, in creation order.

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::model::{
     BgpInstance, EvpnFamily, Family, FrrConfig, PrefixList, Redistribute, RouteMapEntry,
-    UnicastFamily,
+    UnicastFamily, WorkloadFamily, WorkloadId, WorkloadPeer,
 };
 
 /// The profile the daemons must run with (`-F datacenter`): it decides which values FRR leaves out
@@ -90,12 +90,43 @@ fn bgp_instance(o: &mut String, b: &BgpInstance) {
     if let Some((keepalive, hold)) = b.timers {
         let _ = writeln!(o, " timers bgp {keepalive} {hold}");
     }
+    // FRR writes peer groups first, then every neighbour (interfaces, then addresses), then the
+    // listen ranges.
+    let groups = b
+        .workload_peers
+        .iter()
+        .filter(|w| matches!(w.id, WorkloadId::Group(_)));
+    for w in groups.clone() {
+        let _ = writeln!(o, " neighbor {} peer-group", w.id);
+        workload_peer(o, w);
+    }
+    let mut addresses = b
+        .workload_peers
+        .iter()
+        .filter_map(|w| match w.id {
+            WorkloadId::Address(a) => Some((a, w)),
+            WorkloadId::Group(_) => None,
+        })
+        .peekable();
     for (peer, remote_as) in &b.neighbors {
+        if let super::Peer::Address(at) = peer {
+            while let Some((_, w)) = addresses.next_if(|(a, _)| *a < std::net::IpAddr::V4(*at)) {
+                workload_peer(o, w);
+            }
+        }
         let kind = match peer {
             super::Peer::Interface(_) => " interface",
             super::Peer::Address(_) => "",
         };
         let _ = writeln!(o, " neighbor {peer}{kind} remote-as {remote_as}");
+    }
+    for (_, w) in addresses {
+        workload_peer(o, w);
+    }
+    for w in groups {
+        for r in &w.listen_ranges {
+            let _ = writeln!(o, " bgp listen range {r} peer-group {}", w.id);
+        }
     }
     unicast(o, "ipv4", &b.ipv4);
     unicast(o, "ipv6", &b.ipv6);
@@ -103,6 +134,31 @@ fn bgp_instance(o: &mut String, b: &BgpInstance) {
         l2vpn_evpn(o, evpn);
     }
     o.push_str("exit\n!\n");
+}
+
+/// A workload session's own lines (a group's `peer-group` line comes before).
+fn workload_peer(o: &mut String, w: &WorkloadPeer) {
+    let id = &w.id;
+    let _ = writeln!(o, " neighbor {id} remote-as {}", w.remote_asn);
+    if w.bfd {
+        let _ = writeln!(o, " neighbor {id} bfd");
+    }
+    if let Some(hops) = w.ttl_security_hops {
+        let _ = writeln!(o, " neighbor {id} ttl-security hops {hops}");
+    }
+    if let Some((keepalive, hold)) = w.timers {
+        let _ = writeln!(o, " neighbor {id} timers {keepalive} {hold}");
+    }
+}
+
+fn workload_family(o: &mut String, w: &WorkloadFamily) {
+    let id = &w.id;
+    let _ = writeln!(o, "  neighbor {id} activate");
+    if let Some(n) = w.maximum_prefix {
+        let _ = writeln!(o, "  neighbor {id} maximum-prefix {n}");
+    }
+    let _ = writeln!(o, "  neighbor {id} route-map {} in", w.route_map_in);
+    let _ = writeln!(o, "  neighbor {id} route-map {} out", w.route_map_out);
 }
 
 fn unicast(o: &mut String, afi: &str, f: &UnicastFamily) {
@@ -126,11 +182,26 @@ fn unicast(o: &mut String, afi: &str, f: &UnicastFamily) {
             }
         );
     }
+    // Groups first, then neighbours in the instance's order (workload addresses among them).
+    let mut workload = f.workload.iter().peekable();
+    while let Some(w) = workload.next_if(|w| matches!(w.id, WorkloadId::Group(_))) {
+        workload_family(o, w);
+    }
     for (peer, route_map_out) in &f.neighbors {
+        if let super::Peer::Address(at) = peer {
+            while let Some(w) = workload.next_if(
+                |w| matches!(w.id, WorkloadId::Address(a) if a < std::net::IpAddr::V4(*at)),
+            ) {
+                workload_family(o, w);
+            }
+        }
         let _ = writeln!(o, "  neighbor {peer} activate");
         if let Some(rm) = route_map_out {
             let _ = writeln!(o, "  neighbor {peer} route-map {rm} out");
         }
+    }
+    for w in workload {
+        workload_family(o, w);
     }
     if let Some(rm) = &f.import_vrf_route_map {
         let _ = writeln!(o, "  import vrf route-map {rm}");

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use netwave_api::validate::RESERVED_TABLES;
-use netwave_api::{NamedLayer2, NamedRoutingTable, NamedVrf, RevisionInputs};
+use netwave_api::{NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, RevisionInputs};
 use sha2::{Digest, Sha256};
 
 use super::{InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE};
@@ -35,12 +35,14 @@ pub(crate) struct Index<'a> {
     pub vrfs: Vec<&'a NamedVrf>,
     pub l2s: Vec<&'a NamedLayer2>,
     pub rts: Vec<&'a NamedRoutingTable>,
+    pub peerings: Vec<&'a NamedBgpPeering>,
     /// Sorted by name, one per name.
     pub nodes: Vec<&'a NodeInfo>,
     /// Distinct selector of each object (parallel to `vrfs`, `l2s`, `rts`); `None` when invalid.
     pub vrf_sel: Vec<Option<u32>>,
     pub l2_sel: Vec<Option<u32>>,
     pub rt_sel: Vec<Option<u32>>,
+    pub peering_sel: Vec<Option<u32>>,
     /// Table of each VRF, parallel to `vrfs`.
     pub vrf_tables: Vec<u32>,
     /// Table of each VRF's source-based-routing VRF (`s-<vrf>`), parallel to `vrfs`; `None` without
@@ -57,6 +59,7 @@ impl<'a> Index<'a> {
         let vrfs = canonical_refs(&inputs.vrfs, |o| &o.name);
         let l2s = canonical_refs(&inputs.layer2s, |o| &o.name);
         let rts = canonical_refs(&inputs.routing_tables, |o| &o.name);
+        let peerings = canonical_refs(&inputs.bgp_peerings, |o| &o.name);
 
         let mut distinct: BTreeMap<Selector, u32> = BTreeMap::new();
         let mut selector_errors = Vec::new();
@@ -83,6 +86,16 @@ impl<'a> Index<'a> {
             .map(|o| {
                 compile(
                     InputKind::RoutingTable,
+                    &o.name,
+                    o.spec.node_selector.as_ref(),
+                )
+            })
+            .collect();
+        let peering_sel: Vec<_> = peerings
+            .iter()
+            .map(|o| {
+                compile(
+                    InputKind::BgpPeering,
                     &o.name,
                     o.spec.node_selector.as_ref(),
                 )
@@ -127,10 +140,12 @@ impl<'a> Index<'a> {
             vrfs,
             l2s,
             rts,
+            peerings,
             nodes: sorted_nodes,
             vrf_sel,
             l2_sel,
             rt_sel,
+            peering_sel,
             vrf_tables,
             sbr_tables,
             selector_errors,

@@ -96,6 +96,15 @@ pub fn input_verdicts(
             },
         );
     }
+    for (i, o) in ix.peerings.iter().enumerate() {
+        objects.insert(
+            InputRef::new(InputKind::BgpPeering, &o.name),
+            ObjectVerdict {
+                selected_nodes: count(ix.peering_sel[i]),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
     let checked = fleet::validate(inputs, nodes, params);
     for (findings, errors) in [(&checked.errors, true), (&checked.warnings, false)] {
         for f in findings {
@@ -301,6 +310,7 @@ mod tests {
 
     fn inputs() -> RevisionInputs {
         RevisionInputs {
+            bgp_peerings: Vec::new(),
             vrfs: vec![
                 vrf("tenant-a", 1001, None, "10.0.76.80/28"),
                 vrf("tenant-b", 1002, Some(200), "10.0.76.81/28"),

@@ -78,9 +78,12 @@ impl Footprint {
                 .map(|(o, s)| (InputKind::Layer2, &o.name, *s));
             let rts = (ix.rts.iter().zip(&ix.rt_sel))
                 .map(|(o, s)| (InputKind::RoutingTable, &o.name, *s));
+            let peerings = (ix.peerings.iter().zip(&ix.peering_sel))
+                .map(|(o, s)| (InputKind::BgpPeering, &o.name, *s));
             let objects: BTreeSet<InputRef> = vrfs
                 .chain(l2s)
                 .chain(rts)
+                .chain(peerings)
                 .filter(|(_, _, sel)| g.has(*sel))
                 .map(|(kind, name, _)| InputRef::new(kind, name.as_str()))
                 .collect();
@@ -129,12 +132,13 @@ impl Removal {
     }
 }
 
-/// `vrf`, `l2`, `rt`: the short names kubectl knows the kinds by.
+/// `vrf`, `l2`, `rt`, `bgpp`: the short names kubectl knows the kinds by.
 fn short(kind: InputKind) -> &'static str {
     match kind {
         InputKind::Vrf => "vrf",
         InputKind::Layer2 => "l2",
         InputKind::RoutingTable => "rt",
+        InputKind::BgpPeering => "bgpp",
     }
 }
 

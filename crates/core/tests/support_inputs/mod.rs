@@ -165,6 +165,7 @@ pub fn inputs(
     rts: Vec<NamedRoutingTable>,
 ) -> RevisionInputs {
     RevisionInputs {
+        bgp_peerings: Vec::new(),
         vrfs,
         layer2s: l2s,
         routing_tables: rts,
