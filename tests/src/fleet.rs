@@ -18,6 +18,7 @@
 //! [`Fleet::lock`] so that no two fleets overlap, in one process or across test binaries run at once
 //! (they share the host address and the fabric's subnet in the root namespace).
 
+use netwave_api::vocab::{ConditionStatus, NodePhase, node_conditions};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -490,7 +491,7 @@ impl Fleet {
             "metadata": {"name": n.name, "labels": labels},
             "spec": {},
             "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": node_conditions::READY, "status": ConditionStatus::True.as_str()}],
                 "addresses": [{"type": "InternalIP", "address": n.underlay.to_string()}],
             },
         }))?;
@@ -1057,7 +1058,7 @@ pub fn provisioned_on(c: &NodeNetworkConfig, revision: &str) -> bool {
     let st = c.status.clone().unwrap_or_default();
     c.spec.revision == revision
         && st.observed_revision.as_deref() == Some(revision)
-        && st.phase.as_deref() == Some("Provisioned")
+        && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
 }
 
 /// One line about a node's config: spec revision, reported phase and revision, reason.

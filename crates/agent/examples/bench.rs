@@ -15,6 +15,7 @@
 //! sudo target/agent-release/examples/bench [dataplane] [frr] [rss]   # default: all
 //! ```
 
+use netwave_api::vocab::NodePhase;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -523,7 +524,7 @@ fn agent_idle_rss(bin: std::path::PathBuf) -> Result<(RssBreakdown, RssBreakdown
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 let phase = nncs.get("n1").await?.status.and_then(|s| s.phase);
-                if phase.as_deref() == Some("Provisioned") {
+                if phase.as_deref() == Some(NodePhase::Provisioned.as_str()) {
                     break;
                 }
                 if Instant::now() > deadline {

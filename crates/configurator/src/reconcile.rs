@@ -1102,8 +1102,8 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
         let was_complete = before
             .and_then(|r| r.status.as_ref())
             .and_then(|st| st.phase.as_deref())
-            == Some("Complete");
-        if u.status.phase.as_deref() == Some("Complete")
+            == Some(RevisionPhase::Complete.as_str());
+        if u.status.phase.as_deref() == Some(RevisionPhase::Complete.as_str())
             && !was_complete
             && let (Some(start), Some(end)) = (&u.status.started_at, &u.status.completed_at)
         {
@@ -1112,8 +1112,10 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
         }
     }
     // Gauges reflect the statuses as they will be after this plan.
-    const PHASES: [&str; 5] = ["Pending", "Progressing", "Complete", "Failed", "Superseded"];
-    let mut phases: BTreeMap<&'static str, i64> = PHASES.into_iter().map(|p| (p, 0)).collect();
+    let mut phases: BTreeMap<&'static str, i64> = RevisionPhase::ALL
+        .into_iter()
+        .map(|p| (p.as_str(), 0))
+        .collect();
     for r in &s.revisions {
         let updated = plan
             .status_updates

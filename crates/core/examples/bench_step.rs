@@ -8,6 +8,7 @@
 //! fleet has 20 failure domains, a 5% budget, 2 canaries and a per-domain budget; rendered hashes are
 //! supplied for both revisions, as the configurator would.
 
+use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -72,7 +73,7 @@ fn fleet() -> Store {
     store.apply_plan(&plan).expect("applies");
     assert_eq!(
         store.revisions["r1"].status.phase.as_deref(),
-        Some("Complete")
+        Some(RevisionPhase::Complete.as_str())
     );
     store.add_revision("r2", 2).policy = policy();
     store
@@ -179,7 +180,9 @@ fn main() {
     );
 
     // 5. All done: nothing to write.
-    while store.revisions["r2"].status.phase.as_deref() != Some("Complete") && waves < 400 {
+    while store.revisions["r2"].status.phase.as_deref() != Some(RevisionPhase::Complete.as_str())
+        && waves < 400
+    {
         succeed_in_flight(&mut store);
         now = now.plus_secs(30);
         let plan = step(&store.input(), now);

@@ -18,10 +18,12 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use netwave_api::vocab::{NodePhase, RevisionPhase};
+use netwave_api::vocab::{
+    ConditionStatus, NodePhase, RevisionCondition, RevisionPhase, revision_reasons,
+};
 use netwave_api::{ASSIGNED_AT_ANNOTATION, FailedNode, NetworkConfigRevision, NodeNetworkConfig};
 use netwave_core::Timestamp;
-use netwave_core::rollout::{ConditionType, NodeConfigState, is_updated};
+use netwave_core::rollout::{NodeConfigState, is_updated};
 use serde::Serialize;
 
 use crate::cli::{Output, StatusArgs};
@@ -36,6 +38,9 @@ pub const FAILED_SHOWN: usize = 5;
 /// Names shown per state group before "and N more".
 pub const GROUP_NAMES: usize = 3;
 const BAR_WIDTH: usize = 30;
+/// The plugin's own node state (not a wire word): the node has the revision and its agent has not
+/// reported on it yet.
+const APPLYING: &str = "applying";
 
 /// Everything `status` shows about one revision.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -136,7 +141,7 @@ fn node_state(c: &NodeNetworkConfig, rev: &str, last_good: Option<&str>) -> (Str
                 None => "agent has not reported".into(),
             },
         };
-        return ("applying".into(), detail);
+        return (APPLYING.into(), detail);
     }
     let on = &c.spec.revision;
     let state = if Some(on.as_str()) == last_good {
@@ -203,10 +208,10 @@ pub fn build<'a>(
         }
     }
     // Provisioned first, then the troubles, then the rest.
-    let rank = |s: &str| match s {
-        "Provisioned" => 0,
-        "Invalid" => 1,
-        "applying" => 2,
+    let rank = |s: &str| match NodePhase::parse(s) {
+        Some(NodePhase::Provisioned) => 0,
+        Some(NodePhase::Invalid) => 1,
+        _ if s == APPLYING => 2,
         _ => 3,
     };
     let mut nodes: Vec<NodeGroup> = groups
@@ -226,13 +231,19 @@ pub fn build<'a>(
         .conditions
         .iter()
         .filter(|c| {
-            let t = c.type_.as_str();
-            (t == ConditionType::Progressing.as_str() && c.status == "False")
-                || (t == ConditionType::Degraded.as_str() && c.status == "True")
-                || (t == ConditionType::Validated.as_str() && c.status == "False")
-                || (t == ConditionType::Paused.as_str()
-                    && c.status == "True"
-                    && c.reason != "PausedBySpec")
+            let status = ConditionStatus::parse(&c.status);
+            match RevisionCondition::parse(&c.type_) {
+                Some(RevisionCondition::Progressing | RevisionCondition::Validated) => {
+                    status == Some(ConditionStatus::False)
+                }
+                Some(RevisionCondition::Degraded) => status == Some(ConditionStatus::True),
+                // An admin's own pause is not news; a hold is.
+                Some(RevisionCondition::Paused) => {
+                    status == Some(ConditionStatus::True)
+                        && c.reason != revision_reasons::PAUSED_BY_SPEC
+                }
+                _ => false,
+            }
         })
         .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
         .collect();
@@ -271,10 +282,10 @@ fn ago(rfc3339: &Option<String>, now: Timestamp) -> Option<String> {
 
 /// A node state in the demo's colours (on a terminal).
 fn paint(state: &str, color: bool) -> String {
-    let code = match state {
-        "Provisioned" => "32",
-        "Invalid" => "31",
-        "applying" => "33",
+    let code = match NodePhase::parse(state) {
+        Some(NodePhase::Provisioned) => "32",
+        Some(NodePhase::Invalid) => "31",
+        _ if state == APPLYING => "33",
         _ => return state.to_string(),
     };
     if color {

@@ -6,6 +6,7 @@
 //! CPU time are measured alone, from /proc. Prints RSS and CPU per phase and request latencies
 //! (p50/p99) for creates, gets, status patches and watch fan-out.
 
+use netwave_api::vocab::NodePhase;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -270,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
         .map(|i| {
             let nncs = nncs.clone();
             async move {
-                let body = serde_json::json!({"status": {"phase": "Provisioned", "observedRevision": "rev-1", "configHash": format!("{i:064x}")}});
+                let body = serde_json::json!({"status": {"phase": NodePhase::Provisioned.as_str(), "observedRevision": "rev-1", "configHash": format!("{i:064x}")}});
                 let t = Instant::now();
                 nncs.patch_status(&format!("node-{i:05}"), &PatchParams::default(), &Patch::Merge(body)).await.expect("patch status");
                 t.elapsed()
