@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::cli::{Output, StatusArgs};
 use crate::cluster::{self, name};
 use crate::output::{emit, names};
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 /// Fleets up to this size list every node; larger ones are summarised per state.
 pub const NODES_LISTED: usize = 20;
@@ -428,7 +428,7 @@ pub async fn run(client: &Client, args: StatusArgs, term: &mut Term<'_>) -> anyh
     let rev = pick(&revs, args.revision.as_deref())?;
     let configs = cluster::configs(client).await?;
     let view = build(rev, &revs, &configs, args.all_nodes);
-    let now = crate::now();
+    let now = crate::shared::now();
     let color = term.tty;
     emit(term.out, args.output, &view, |v| render(v, now, color))?;
     Ok(Exit::Success)
@@ -519,7 +519,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
         let mut revs: Vec<NetworkConfigRevision> =
             revs_r.state().iter().map(|r| (**r).clone()).collect();
         cluster::sort_revisions(&mut revs);
-        let now = crate::now();
+        let now = crate::shared::now();
         match pick(&revs, args.revision.as_deref()) {
             Ok(rev) => {
                 // The store's objects, not copies: a 5,000-node fleet is re-read every burst.
