@@ -38,7 +38,7 @@ use crate::changes::{NodeChanges, node_changes, render_changes};
 use crate::cli::PlanArgs;
 use crate::cluster::{self, name};
 use crate::output::{emit, names};
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 /// Reads every manifest under `path` (a file, or a directory walked recursively; `*.yaml`, `*.yml`,
 /// `*.json`, in name order) into canonical inputs. Errors name the file, document and field.
@@ -318,13 +318,7 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
                 }
             }
         }
-        let spec = AssignedSpec {
-            revision: a.revision.clone(),
-            sequence: a.sequence,
-            config_hash: a.config_hash.clone(),
-            retry: a.retry,
-            assigned_at: Some(a.assigned_at),
-        };
+        let spec = a.spec();
         match input.configs.iter_mut().find(|c| c.name == a.node) {
             Some(c) => c.spec = spec,
             None => input.configs.push(NodeConfigState {

@@ -113,6 +113,17 @@ impl Assignment {
             self.assigned_at.to_rfc3339(),
         )
     }
+
+    /// The node's spec once this assignment is written (as the rollout reads it back).
+    pub fn spec(&self) -> super::AssignedSpec {
+        super::AssignedSpec {
+            revision: self.revision.clone(),
+            sequence: self.sequence,
+            config_hash: self.config_hash.clone(),
+            retry: self.retry,
+            assigned_at: Some(self.assigned_at),
+        }
+    }
 }
 
 /// Why a node is (re)assigned.
