@@ -261,22 +261,7 @@ fn unsupported_kernel_feature_is_refused_before_any_change() {
                 return Ok(());
             }
             let mut cfg = good();
-            cfg.vrfs.push(VrfConfig {
-                name: "blue".into(),
-                device: "vr.blue".into(),
-                table: 100,
-                vni: None,
-                mtu: 9000,
-                bridge: None,
-                vxlan: None,
-                route_target: None,
-                import: vec![],
-                export: vec![],
-                aggregate: vec![],
-                communities: vec![],
-                sbr: None,
-                loopbacks: vec![],
-            });
+            cfg.vrfs.push(VrfConfig::named("blue"));
             let w = e.agent.netlink.writes();
             let out = e.agent.apply(&target("r1", cfg)).await;
             ensure!(out.reason == Some(Reason::KernelUnsupported), "{out:?}");

@@ -432,22 +432,11 @@ fn frr_off_refuses_bgp_content_before_any_change() {
         let state = tempfile::tempdir()?;
         let a = agent(None, state.path()).await?;
         let mut cfg = segments(&[10]);
-        cfg.vrfs.push(VrfConfig {
-            name: "red".into(),
-            device: "vr.red".into(),
-            table: 100,
-            vni: Some(2000),
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: Some("65000:2000".into()),
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
-            communities: vec![],
-            sbr: None,
-            loopbacks: vec![],
-        });
+        cfg.vrfs.push(
+            VrfConfig::named("red")
+                .with_vni(2000)
+                .with_route_target("65000:2000"),
+        );
         let w = a.netlink.writes();
         let out = a.apply(&target("r1", cfg)).await;
         ensure!(out.reason == Some(Reason::FrrUnavailable), "{out:?}");

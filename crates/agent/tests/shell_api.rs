@@ -859,20 +859,8 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
         // The same node with FRR off gets a revision with BGP content: refused, nothing changed.
         let mut r2 = r1.clone();
         r2.vrfs.push(netwave_api::VrfConfig {
-            name: "red".into(),
-            device: "vr.red".into(),
-            table: 100,
-            vni: Some(2000),
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: None,
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
             communities: vec!["65000:1".into()],
-            sbr: None,
-            loopbacks: vec![],
+            ..netwave_api::VrfConfig::named("red").with_vni(2000)
         });
         let patch = json!({ "spec": spec("r2", 0, r2) });
         nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))

@@ -25,20 +25,12 @@ const CONCURRENCY: usize = 32;
 fn node_config(i: usize) -> NodeConfig {
     let vrfs = (0..4)
         .map(|v| VrfConfig {
-            name: format!("vrf{v}"),
-            device: format!("vr.vrf{v}"),
-            table: 2000 + v as u32,
-            vni: Some(2_000_000 + v as u32),
-            mtu: 9000,
-            bridge: Some(format!("br.vrf{v}")),
-            vxlan: Some(format!("vx.vrf{v}")),
-            route_target: Some(format!("65188:{v}")),
-            import: Vec::new(),
-            export: Vec::new(),
             aggregate: vec![format!("10.{v}.0.0/16")],
             communities: vec!["65188:100".into()],
-            sbr: None,
-            loopbacks: vec![],
+            ..VrfConfig::named(&format!("vrf{v}"))
+                .with_table(2000 + v as u32)
+                .with_l3_vni(2_000_000 + v as u32)
+                .with_route_target(&format!("65188:{v}"))
         })
         .collect();
     let layer2s = (0..12)
