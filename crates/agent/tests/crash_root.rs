@@ -24,16 +24,8 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn l2(vlan: u16, vni: u32) -> Layer2Config {
     Layer2Config {
-        vlan,
-        vni,
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: None,
         anycast_gateways: vec![format!("198.18.{vlan}.1/24")],
-        vrf: None,
-        neigh_suppression: false,
-        route_target: None,
+        ..Layer2Config::segment(vlan, vni).with_mtu(1450)
     }
 }
 

@@ -37,18 +37,9 @@ fn hostname() -> Result<String> {
 }
 
 fn segment(vlan: u16) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni: 1000 + u32::from(vlan),
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("198.19.{vlan}.1/24")],
-        vrf: None,
-        neigh_suppression: false,
-        route_target: None,
-    }
+    Layer2Config::segment(vlan, 1000 + u32::from(vlan))
+        .with_mtu(1450)
+        .with_anycast("02:00:5e:00:01:01", &[format!("198.19.{vlan}.1/24")])
 }
 
 fn segments(vlans: &[u16]) -> NodeConfig {

@@ -33,18 +33,14 @@ async fn has(nl: &Netlink, test: &str, needs: &[Feature]) -> Result<bool> {
 }
 
 fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni: 1000 + u32::from(vlan),
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
-        vrf: vrf.map(str::to_string),
-        neigh_suppression: true,
-        route_target: None,
-    }
+    Layer2Config::segment(vlan, 1000 + u32::from(vlan))
+        .with_mtu(1450)
+        .with_anycast(
+            "02:00:5e:00:01:01",
+            &[format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
+        )
+        .with_vrf(vrf)
+        .with_neigh_suppression(true)
 }
 
 fn vrf_config() -> NodeConfig {

@@ -690,18 +690,8 @@ mod bgp_content_tests {
     fn bgp_content_names_every_bgp_field_and_nothing_else() {
         let mut c = NodeConfig::default();
         c.vrfs.push(VrfConfig::named("plain"));
-        c.layer2s.push(netwave_api::Layer2Config {
-            vlan: 10,
-            vni: 1010,
-            mtu: 1500,
-            bridge: "l2.10".into(),
-            vxlan: "vx.10".into(),
-            anycast_mac: None,
-            anycast_gateways: vec![],
-            vrf: None,
-            neigh_suppression: false,
-            route_target: None,
-        });
+        c.layer2s
+            .push(netwave_api::Layer2Config::segment(10, 1010).with_mtu(1500));
         assert!(
             bgp_content(&c).is_empty(),
             "a kernel-only VRF and a layer-2 segment need no FRR"

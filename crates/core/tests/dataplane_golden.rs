@@ -12,18 +12,10 @@ fn settings() -> NodeSettings {
 }
 
 fn l2(vlan: u16, vni: u32, vrf: Option<&str>) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni,
-        mtu: 9000,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("10.{vlan}.0.1/24")],
-        vrf: vrf.map(str::to_string),
-        neigh_suppression: true,
-        route_target: None,
-    }
+    Layer2Config::segment(vlan, vni)
+        .with_anycast("02:00:5e:00:01:01", &[format!("10.{vlan}.0.1/24")])
+        .with_vrf(vrf)
+        .with_neigh_suppression(true)
 }
 
 fn route(table: u32, prefix: &str, via: Option<&str>, kind: RouteType) -> RouteConfig {

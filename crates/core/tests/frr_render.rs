@@ -224,18 +224,7 @@ fn prefix_items_frr_would_take_differently_are_refused() {
 
 #[test]
 fn vnis_and_names_frr_cannot_hold_are_refused() {
-    let l2 = |vlan: u16, vni: u32| Layer2Config {
-        vlan,
-        vni,
-        mtu: 9000,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: None,
-        anycast_gateways: vec![],
-        vrf: None,
-        neigh_suppression: false,
-        route_target: None,
-    };
+    let l2 = Layer2Config::segment;
     let mut cfg = config(vec![
         VrfConfig::named("red").with_device("red").with_vni(5000),
     ]);

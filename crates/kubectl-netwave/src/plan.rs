@@ -19,10 +19,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use netwave_api::manifest::{Manifest, parse_manifests};
-use netwave_api::{
-    NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevisionStatus, RevisionInputs,
-    RolloutPolicy, ValidationResult,
-};
+use netwave_api::{NetworkConfigRevisionStatus, RevisionInputs, RolloutPolicy, ValidationResult};
 use netwave_core::fleet::{FleetParams, render_and_validate};
 use netwave_core::render::RenderedNode;
 use netwave_core::revision::{canonical_inputs, inputs_hash, revision_name};
@@ -75,14 +72,8 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
                     m.name()
                 );
             }
-            let name = m.name().to_string();
-            match m {
-                Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
-                Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
-                Manifest::RoutingTable(o) => inputs
-                    .routing_tables
-                    .push(NamedRoutingTable { name, spec: o.spec }),
-                _ => unreachable!("refused above"),
+            if inputs.add(m).is_err() {
+                unreachable!("refused above")
             }
         }
     }

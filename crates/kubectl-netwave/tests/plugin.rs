@@ -613,7 +613,6 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 /// rollout to the end; `abort` of a stuck rollout brings every node back to the last good revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_follows_a_live_rollout_and_abort_rolls_it_back() {
-    use clap::Parser;
     use netwave_agent::sim::Answer;
     use netwave_core::revision::{inputs_hash, revision_name};
 
@@ -636,28 +635,7 @@ async fn status_follows_a_live_rollout_and_abort_rolls_it_back() {
         }),
         std::time::Duration::from_millis(100),
     ));
-    let args = netwave_configurator::args::Args::try_parse_from([
-        "netwave-configurator",
-        "--lease-duration",
-        "3s",
-        "--renew-deadline",
-        "2s",
-        "--retry-period",
-        "300ms",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
-        "--log-format",
-        "text",
-        "--resync-interval",
-        "2s",
-        "--input-settle",
-        "300ms",
-        "--max-unavailable",
-        "1",
-    ])
-    .unwrap();
+    let args = netwave_configurator::testing::args(&["--max-unavailable", "1"]);
     let configurator = Task(tokio::spawn({
         let c = c.clone();
         async move {

@@ -34,17 +34,14 @@ fn node_config(i: usize) -> NodeConfig {
         })
         .collect();
     let layer2s = (0..12)
-        .map(|l| Layer2Config {
-            vlan: 100 + l as u16,
-            vni: 1_000_100 + l as u32,
-            mtu: 9000,
-            bridge: format!("l2.{}", 100 + l),
-            vxlan: format!("vx.{}", 100 + l),
-            anycast_mac: Some("02:00:00:00:00:01".into()),
-            anycast_gateways: vec![format!("10.250.{l}.1/24"), format!("fd00:250:{l}::1/64")],
-            vrf: Some(format!("vrf{}", l % 4)),
-            neigh_suppression: true,
-            route_target: None,
+        .map(|l| {
+            Layer2Config::segment(100 + l as u16, 1_000_100 + l as u32)
+                .with_anycast(
+                    "02:00:00:00:00:01",
+                    &[format!("10.250.{l}.1/24"), format!("fd00:250:{l}::1/64")],
+                )
+                .with_vrf(Some(&format!("vrf{}", l % 4)))
+                .with_neigh_suppression(true)
         })
         .collect();
     let routes = (0..8)

@@ -62,14 +62,12 @@ impl Env {
 
 /// Installs netwave's CRDs and the `netwave-system` namespace; returns an admin client.
 pub async fn prepare(cp: &netwave_control_plane::ControlPlane) -> Client {
-    let client = cp.client().await.unwrap();
-    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
-        .await
-        .unwrap();
-    cp.ensure_namespace(&client, "netwave-system")
-        .await
-        .unwrap();
-    client
+    cp.prepared(
+        netwave_api::crds().into_iter().map(|(_, c)| c),
+        "netwave-system",
+    )
+    .await
+    .unwrap()
 }
 
 /// The real API server, empty but for netwave's CRDs and the `netwave-system` namespace.
@@ -187,31 +185,9 @@ pub async fn change_inputs(client: &Client, mtu: u32) {
     .unwrap();
 }
 
+/// A test configurator's arguments (fast timings; the plugin's tests use the same).
 pub fn args(extra: &[&str]) -> Args {
-    use clap::Parser;
-    let mut argv = vec![
-        "netwave-configurator",
-        "--lease-duration",
-        "3s",
-        "--renew-deadline",
-        "2s",
-        "--retry-period",
-        "300ms",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
-        "--log-format",
-        "text",
-        "--resync-interval",
-        "2s",
-        "--input-settle",
-        "300ms",
-    ];
-    argv.extend_from_slice(extra);
-    let args = Args::try_parse_from(argv).unwrap();
-    args.check().unwrap();
-    args
+    netwave_configurator::testing::args(extra)
 }
 
 /// [`args`] with `--metrics-addr` on a free port, and the port: for [`reconciles_pass`].

@@ -27,11 +27,11 @@ pub async fn env() -> Env {
     let cp = netwave_control_plane::shared()
         .await
         .expect("the real control plane starts");
-    let client = cp.client().await.unwrap();
-    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
-        .await
-        .unwrap();
-    cp.ensure_namespace(&client, "netwave-system")
+    let client = cp
+        .prepared(
+            netwave_api::crds().into_iter().map(|(_, c)| c),
+            "netwave-system",
+        )
         .await
         .unwrap();
     Env { cp, client }
