@@ -18,7 +18,7 @@
 //! [`Fleet::lock`] so that no two fleets overlap, in one process or across test binaries run at once
 //! (they share the host address and the fabric's subnet in the root namespace).
 
-use netwave_api::vocab::{ConditionStatus, NodePhase, node_conditions};
+use netwave_api::vocab::{ConditionStatus, NodePhase, RevisionPhase, node_conditions};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -795,7 +795,7 @@ impl Fleet {
     pub async fn wait_latest(
         &self,
         after: u64,
-        phases: &[&str],
+        phases: &[RevisionPhase],
         timeout: Duration,
     ) -> Result<NetworkConfigRevision> {
         self.eventually(
@@ -804,7 +804,7 @@ impl Fleet {
             || async {
                 let revs = self.revisions().await.map_err(|e| e.to_string())?;
                 match revs.into_iter().rfind(|r| r.spec.sequence > after) {
-                    Some(r) if phases.contains(&phase(&r).as_str()) => Ok(r),
+                    Some(r) if reached(&r, phases) => Ok(r),
                     Some(r) => Err(format!("{:?} is {:?}", r.metadata.name, phase(&r))),
                     None => Err(format!("no revision above sequence {after}")),
                 }
@@ -817,7 +817,7 @@ impl Fleet {
     pub async fn wait_phase(
         &self,
         name: &str,
-        phases: &[&str],
+        phases: &[RevisionPhase],
         timeout: Duration,
     ) -> Result<NetworkConfigRevision> {
         self.eventually(
@@ -828,11 +828,10 @@ impl Fleet {
                     .get(name)
                     .await
                     .map_err(|e| e.to_string())?;
-                let p = phase(&r);
-                if phases.contains(&p.as_str()) {
+                if reached(&r, phases) {
                     Ok(r)
                 } else {
-                    Err(format!("phase {p:?}"))
+                    Err(format!("phase {:?}", phase(&r)))
                 }
             },
         )
@@ -1046,6 +1045,11 @@ async fn start_testbed(
 }
 
 /// A revision's phase ("" without status).
+/// Whether the revision's phase is one of `phases`.
+fn reached(r: &NetworkConfigRevision, phases: &[RevisionPhase]) -> bool {
+    RevisionPhase::parse(Some(&phase(r))).is_some_and(|p| phases.contains(&p))
+}
+
 pub fn phase(r: &NetworkConfigRevision) -> String {
     r.status
         .as_ref()

@@ -12,6 +12,7 @@
 //!   └ vlan.101 on trunk0 ── host behind the trunk, tagged 101: 10.250.1.50 ─► l2.101 w on node-1
 //! ```
 
+use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -148,7 +149,10 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     inputs.push(single_node_segment(130, &nodes[0]));
     inputs.push(single_node_segment(131, &nodes[1]));
     f.apply(&inputs).await.unwrap();
-    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let rev1 = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     f.wait_all_on(rev1.metadata.name.as_deref().unwrap(), T)
         .await
         .unwrap();
@@ -355,7 +359,7 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     .await
     .unwrap();
     let rev2 = f
-        .wait_latest(rev1.spec.sequence, &["Complete"], T)
+        .wait_latest(rev1.spec.sequence, &[RevisionPhase::Complete], T)
         .await
         .unwrap();
     f.wait_all_on(rev2.metadata.name.as_deref().unwrap(), T)
@@ -421,7 +425,7 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     .await
     .unwrap();
     let failed: NetworkConfigRevision = f
-        .wait_latest(rev1.spec.sequence, &["Failed"], T)
+        .wait_latest(rev1.spec.sequence, &[RevisionPhase::Failed], T)
         .await
         .unwrap();
     let st = failed.status.clone().unwrap();

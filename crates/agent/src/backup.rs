@@ -310,6 +310,7 @@ fn read_opt(path: &Path) -> Result<Option<Vec<u8>>, BackupError> {
 mod tests {
     use super::*;
     use netwave_api::Layer2Config;
+    use netwave_api::vocab::NodeReason;
 
     fn good(rev: &str) -> LastGood {
         LastGood {
@@ -407,7 +408,7 @@ mod tests {
         let r = Rejected {
             revision: "r4".into(),
             retry: 2,
-            reason: "HealthCheckFailed".into(),
+            reason: NodeReason::HealthCheckFailed.as_str().into(),
             message: "HealthCheckFailed: api: connection refused".into(),
         };
         s.save_rejected(&r).unwrap();

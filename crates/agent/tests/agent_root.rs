@@ -5,6 +5,7 @@
 
 mod common;
 
+use netwave_api::vocab::probe_results;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -128,7 +129,9 @@ fn config_that_cuts_the_probe_target_is_rolled_back_and_reported_invalid() {
             let ok = e.agent.apply(&target("r1", good())).await;
             ensure!(ok.reason.is_none(), "r1: {}", ok.message);
             ensure!(
-                ok.probes.iter().all(|p| p.gating && p.result == "Passed"),
+                ok.probes
+                    .iter()
+                    .all(|p| p.gating && p.result == probe_results::PASSED),
                 "{:?}",
                 ok.probes
             );

@@ -1557,17 +1557,20 @@ impl Reconciler {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use netwave_api::vocab::{
+        ConditionStatus, NodeReason, RevisionCondition, RevisionPhase, revision_reasons,
+    };
     use netwave_api::{FailedNode, NetworkConfigRevisionStatus};
 
     use super::counters_only;
 
     fn progressing(updated: u32) -> NetworkConfigRevisionStatus {
         NetworkConfigRevisionStatus {
-            phase: Some("Progressing".into()),
+            phase: Some(RevisionPhase::Progressing.as_str().into()),
             conditions: vec![Condition {
-                type_: "Progressing".into(),
-                status: "True".into(),
-                reason: "RolloutProgressing".into(),
+                type_: RevisionCondition::Progressing.as_str().into(),
+                status: ConditionStatus::True.as_str().into(),
+                reason: revision_reasons::ROLLOUT_PROGRESSING.into(),
                 message: format!("{updated} of 10 node(s) updated"),
                 last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -1589,18 +1592,18 @@ mod tests {
         let stored = progressing(3);
         assert!(counters_only(&stored, &progressing(4)));
         let mut complete = progressing(10);
-        complete.phase = Some("Complete".into());
+        complete.phase = Some(RevisionPhase::Complete.as_str().into());
         assert!(!counters_only(&stored, &complete));
         let mut failed = progressing(4);
         failed.failed_nodes.push(FailedNode {
             node: "node-1".into(),
-            reason: "ApplyFailed".into(),
+            reason: NodeReason::ApplyFailed.as_str().into(),
             ..Default::default()
         });
         failed.failed = 1;
         assert!(!counters_only(&stored, &failed));
         let mut condition = progressing(4);
-        condition.conditions[0].status = "False".into();
+        condition.conditions[0].status = ConditionStatus::False.as_str().into();
         assert!(!counters_only(&stored, &condition));
     }
 

@@ -9,6 +9,7 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -152,7 +153,7 @@ async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
             "the rollout to complete",
             || async {
                 match revisions(&env.client).await.as_slice() {
-                    [r] if phase(r) == "Complete" => Ok(r.clone()),
+                    [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                     other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
                 }
             },
@@ -230,7 +231,7 @@ async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure(
         "the rollout to complete",
         || async {
             match revisions(&client).await.as_slice() {
-                [r] if phase(r) == "Complete" => Ok(r.clone()),
+                [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                 other => Err(format!(
                     "{:?}; nodes (spec revision, status phase, observed revision): {:?}",
                     other.iter().map(phase).collect::<Vec<_>>(),
@@ -309,7 +310,7 @@ async fn rollout_completes(env: &Env, nodes: u32) {
         "the rollout to complete",
         || async {
             match revisions(&env.client).await.as_slice() {
-                [r] if phase(r) == "Complete" => Ok(r.clone()),
+                [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                 other => Err(format!(
                     "{:?}; lease holder {:?}",
                     other.iter().map(phase).collect::<Vec<_>>(),

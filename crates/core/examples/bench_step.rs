@@ -8,6 +8,7 @@
 //! fleet has 20 failure domains, a 5% budget, 2 canaries and a per-domain budget; rendered hashes are
 //! supplied for both revisions, as the configurator would.
 
+use netwave_api::vocab::NodeReason;
 use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -160,7 +161,11 @@ fn main() {
     let mut failing = mid.clone();
     for n in ["node-02501", "node-02502", "node-02503"] {
         if failing.configs[n].spec.revision == "r2" {
-            failing.agent_reports(n, AgentPhase::Invalid, Some("HealthCheckFailed"));
+            failing.agent_reports(
+                n,
+                AgentPhase::Invalid,
+                Some(NodeReason::HealthCheckFailed.as_str()),
+            );
         }
     }
     let in_flight_r2: Vec<String> = failing
@@ -171,7 +176,11 @@ fn main() {
         .map(|c| c.name.clone())
         .collect();
     for n in &in_flight_r2 {
-        failing.agent_reports(n, AgentPhase::Invalid, Some("HealthCheckFailed"));
+        failing.agent_reports(
+            n,
+            AgentPhase::Invalid,
+            Some(NodeReason::HealthCheckFailed.as_str()),
+        );
     }
     time(
         "mid-rollout, revision fails (rollback)",

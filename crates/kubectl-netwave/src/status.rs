@@ -578,6 +578,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
 
 #[cfg(test)]
 mod tests {
+    use netwave_api::vocab::node_reasons;
     use serde_json::json;
 
     use super::*;
@@ -605,14 +606,18 @@ mod tests {
     #[test]
     fn a_5000_node_fleet_reads_in_a_screenful() {
         let failed: Vec<serde_json::Value> = (0..42)
-            .map(|i| json!({"node": format!("node-{i:04}"), "reason": "ApplyTimeout", "message": ""}))
+            .map(|i| json!({"node": format!("node-{i:04}"), "reason": node_reasons::APPLY_TIMEOUT, "message": ""}))
             .collect();
         let revs = vec![
-            rev("rev-old", 1, json!({"phase": "Complete"})),
+            rev(
+                "rev-old",
+                1,
+                json!({"phase": RevisionPhase::Complete.as_str()}),
+            ),
             rev(
                 "rev-new",
                 2,
-                json!({"phase": "Progressing", "total": 5000, "updated": 3000, "inProgress": 500,
+                json!({"phase": RevisionPhase::Progressing.as_str(), "total": 5000, "updated": 3000, "inProgress": 500,
                        "failed": 42, "queued": 1458, "failedNodes": failed}),
             ),
         ];
@@ -621,10 +626,10 @@ mod tests {
             let n = format!("node-{i:04}");
             let wave = format!("2026-11-23T10:{:02}:00Z", i / 500);
             configs.push(match i {
-                0..42 => nnc(&n, "rev-old", &wave, json!({"phase": "Invalid", "observedRevision": "rev-new", "reason": "ApplyTimeout"})),
-                42..3042 => nnc(&n, "rev-new", &wave, json!({"phase": "Provisioned", "observedRevision": "rev-new"})),
-                3042..3542 => nnc(&n, "rev-new", &wave, json!({"phase": "Provisioning", "observedRevision": "rev-new"})),
-                _ => nnc(&n, "rev-old", &wave, json!({"phase": "Provisioned", "observedRevision": "rev-old"})),
+                0..42 => nnc(&n, "rev-old", &wave, json!({"phase": NodePhase::Invalid.as_str(), "observedRevision": "rev-new", "reason": node_reasons::APPLY_TIMEOUT})),
+                42..3042 => nnc(&n, "rev-new", &wave, json!({"phase": NodePhase::Provisioned.as_str(), "observedRevision": "rev-new"})),
+                3042..3542 => nnc(&n, "rev-new", &wave, json!({"phase": NodePhase::Provisioning.as_str(), "observedRevision": "rev-new"})),
+                _ => nnc(&n, "rev-old", &wave, json!({"phase": NodePhase::Provisioned.as_str(), "observedRevision": "rev-old"})),
             });
         }
         let t = std::time::Instant::now();
@@ -671,8 +676,8 @@ mod tests {
         let revs = vec![rev(
             "rev-bad",
             1,
-            json!({"phase": "Failed", "validation": {"errors": errors},
-                   "conditions": [{"type": "Validated", "status": "False", "reason": "ValidationFailed",
+            json!({"phase": RevisionPhase::Failed.as_str(), "validation": {"errors": errors},
+                   "conditions": [{"type": RevisionCondition::Validated.as_str(), "status": ConditionStatus::False.as_str(), "reason": revision_reasons::VALIDATION_FAILED,
                                    "message": "7 error(s)", "lastTransitionTime": "2026-11-23T10:00:00Z"}]}),
         )];
         let text = render(&build(&revs[0], &revs, &[], false), Timestamp(0), false);

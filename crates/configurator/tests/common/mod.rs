@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use netwave_api::vocab::{ConditionStatus, NodePhase, node_conditions};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -108,8 +109,8 @@ pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
         spec: Some(NodeSpec::default()),
         status: Some(NodeStatus {
             conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
+                type_: node_conditions::READY.into(),
+                status: ConditionStatus::True.as_str().into(),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -433,7 +434,7 @@ pub fn in_flight(c: &NodeNetworkConfig) -> bool {
         return false;
     }
     let st = c.status.clone().unwrap_or_default();
-    !(st.phase.as_deref() == Some("Provisioned")
+    !(st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
         && st.observed_revision.as_deref() == Some(c.spec.revision.as_str()))
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use netwave_api::vocab::{ConditionStatus, node_conditions};
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
@@ -120,7 +121,7 @@ pub async fn create_node(client: &Client, name: &str, labels: Value) {
     api.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+        &Patch::Merge(json!({"status": {"conditions": [{"type": node_conditions::READY, "status": ConditionStatus::True.as_str()}]}})),
     )
     .await
     .unwrap();
