@@ -588,12 +588,9 @@ impl Fleet {
                 LEASE.1,
                 "--identity",
                 &identity,
-                "--lease-duration",
-                "3s",
-                "--renew-deadline",
-                "2s",
-                "--retry-period",
-                "300ms",
+            ])
+            .args(netwave_configurator::testing::LEASE_TIMINGS)
+            .args([
                 "--max-unavailable",
                 &self.opts.max_unavailable.to_string(),
                 "--apply-timeout",

@@ -1613,6 +1613,7 @@ mod tests {
         use std::time::Duration;
 
         use kube::api::ObjectMeta;
+        use netwave_api::vocab::RevisionPhase;
         use netwave_api::{NetworkConfigRevision, RoutingTable};
         use netwave_core::Timestamp;
         use netwave_core::revision::{self, InputSettle};
@@ -1718,9 +1719,9 @@ mod tests {
                 routing_tables: vec![table("rt-a", 100)],
                 ..Default::default()
             };
-            let old = revision_of(&s, "rev-old", 1, "Complete");
+            let old = revision_of(&s, "rev-old", 1, RevisionPhase::Complete.as_str());
             s.routing_tables = vec![table("rt-b", 200)];
-            let new = revision_of(&s, "rev-new", 2, "Complete");
+            let new = revision_of(&s, "rev-new", 2, RevisionPhase::Complete.as_str());
             s.routing_tables = vec![table("rt-a", 100)];
             s.revisions = vec![old, new];
             let out = run(&s, Duration::ZERO);
@@ -1751,7 +1752,12 @@ mod tests {
                 routing_tables: vec![table("rt-a", 100)],
                 ..Default::default()
             };
-            s.revisions = vec![revision_of(&s, "rev-bad", 1, "Failed")];
+            s.revisions = vec![revision_of(
+                &s,
+                "rev-bad",
+                1,
+                RevisionPhase::Failed.as_str(),
+            )];
             let out = run(&s, Duration::ZERO);
             assert_eq!(out.equals_failed.as_deref(), Some("rev-bad"));
             assert!(out.plan.is_some(), "the step rolls the current target on");

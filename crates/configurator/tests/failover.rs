@@ -62,14 +62,7 @@ fn spawn_with(
             "250ms",
         ])
         .args(["--max-unavailable", "2", "--resync-interval", "2s"])
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--health-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "text",
-        ])
+        .args(netwave_configurator::testing::LOCAL_ENDPOINTS)
         .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
