@@ -318,16 +318,8 @@ mod tests {
             config_hash: format!("hash-{rev}"),
             config: NodeConfig {
                 layer2s: vec![Layer2Config {
-                    vlan: 10,
-                    vni: 1010,
-                    mtu: 1500,
-                    bridge: "l2.10".into(),
-                    vxlan: "vx.10".into(),
-                    anycast_mac: None,
                     anycast_gateways: vec!["10.0.0.1/24".into()],
-                    vrf: None,
-                    neigh_suppression: false,
-                    route_target: None,
+                    ..Layer2Config::segment(10, 1010).with_mtu(1500)
                 }],
                 ..NodeConfig::default()
             },

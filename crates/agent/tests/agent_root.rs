@@ -81,18 +81,12 @@ fn health() -> HealthConfig {
 
 fn good() -> NodeConfig {
     NodeConfig {
-        layer2s: vec![Layer2Config {
-            vlan: 10,
-            vni: 1010,
-            mtu: 1450,
-            bridge: "l2.10".into(),
-            vxlan: "vx.10".into(),
-            anycast_mac: Some("02:00:5e:00:01:01".into()),
-            anycast_gateways: vec!["198.18.10.1/24".into()],
-            vrf: None,
-            neigh_suppression: true,
-            route_target: None,
-        }],
+        layer2s: vec![
+            Layer2Config::segment(10, 1010)
+                .with_mtu(1450)
+                .with_anycast("02:00:5e:00:01:01", &["198.18.10.1/24".into()])
+                .with_neigh_suppression(true),
+        ],
         routes: vec![RouteConfig {
             table: 100,
             prefix: "198.19.0.0/16".into(),
