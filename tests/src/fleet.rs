@@ -18,6 +18,7 @@
 //! [`Fleet::lock`] so that no two fleets overlap, in one process or across test binaries run at once
 //! (they share the host address and the fabric's subnet in the root namespace).
 
+use netwave_api::vocab::{ConditionStatus, NodePhase, RevisionPhase, node_conditions};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -490,7 +491,7 @@ impl Fleet {
             "metadata": {"name": n.name, "labels": labels},
             "spec": {},
             "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
+                "conditions": [{"type": node_conditions::READY, "status": ConditionStatus::True.as_str()}],
                 "addresses": [{"type": "InternalIP", "address": n.underlay.to_string()}],
             },
         }))?;
@@ -587,12 +588,9 @@ impl Fleet {
                 LEASE.1,
                 "--identity",
                 &identity,
-                "--lease-duration",
-                "3s",
-                "--renew-deadline",
-                "2s",
-                "--retry-period",
-                "300ms",
+            ])
+            .args(netwave_configurator::testing::LEASE_TIMINGS)
+            .args([
                 "--max-unavailable",
                 &self.opts.max_unavailable.to_string(),
                 "--apply-timeout",
@@ -797,7 +795,7 @@ impl Fleet {
     pub async fn wait_latest(
         &self,
         after: u64,
-        phases: &[&str],
+        phases: &[RevisionPhase],
         timeout: Duration,
     ) -> Result<NetworkConfigRevision> {
         self.eventually(
@@ -806,7 +804,7 @@ impl Fleet {
             || async {
                 let revs = self.revisions().await.map_err(|e| e.to_string())?;
                 match revs.into_iter().rfind(|r| r.spec.sequence > after) {
-                    Some(r) if phases.contains(&phase(&r).as_str()) => Ok(r),
+                    Some(r) if reached(&r, phases) => Ok(r),
                     Some(r) => Err(format!("{:?} is {:?}", r.metadata.name, phase(&r))),
                     None => Err(format!("no revision above sequence {after}")),
                 }
@@ -819,7 +817,7 @@ impl Fleet {
     pub async fn wait_phase(
         &self,
         name: &str,
-        phases: &[&str],
+        phases: &[RevisionPhase],
         timeout: Duration,
     ) -> Result<NetworkConfigRevision> {
         self.eventually(
@@ -830,11 +828,10 @@ impl Fleet {
                     .get(name)
                     .await
                     .map_err(|e| e.to_string())?;
-                let p = phase(&r);
-                if phases.contains(&p.as_str()) {
+                if reached(&r, phases) {
                     Ok(r)
                 } else {
-                    Err(format!("phase {p:?}"))
+                    Err(format!("phase {:?}", phase(&r)))
                 }
             },
         )
@@ -1048,6 +1045,11 @@ async fn start_testbed(
 }
 
 /// A revision's phase ("" without status).
+/// Whether the revision's phase is one of `phases`.
+fn reached(r: &NetworkConfigRevision, phases: &[RevisionPhase]) -> bool {
+    RevisionPhase::parse(Some(&phase(r))).is_some_and(|p| phases.contains(&p))
+}
+
 pub fn phase(r: &NetworkConfigRevision) -> String {
     r.status
         .as_ref()
@@ -1060,7 +1062,7 @@ pub fn provisioned_on(c: &NodeNetworkConfig, revision: &str) -> bool {
     let st = c.status.clone().unwrap_or_default();
     c.spec.revision == revision
         && st.observed_revision.as_deref() == Some(revision)
-        && st.phase.as_deref() == Some("Provisioned")
+        && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
 }
 
 /// One line about a node's config: spec revision, reported phase and revision, reason.

@@ -11,6 +11,7 @@
 //! one line saying how to install it (they never skip for that). The fleet test needs root (skips with a
 //! message otherwise, like the other end-to-end tests).
 
+use netwave_api::vocab::RevisionPhase;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -202,7 +203,10 @@ async fn prometheus_scraping_a_fleet_fires_the_failed_revision_alerts_and_sees_n
     // A healthy fleet: every target scraped, a leader, the samples rolled out, nothing firing and
     // neither failure alert even pending.
     f.apply(&samples().unwrap()).await.unwrap();
-    let good = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let good = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     f.wait_all_on(good.metadata.name.as_deref().unwrap(), T)
         .await
         .unwrap();
@@ -241,7 +245,10 @@ async fn prometheus_scraping_a_fleet_fires_the_failed_revision_alerts_and_sees_n
     f.create_routing_table(blackhole_probe_target("node-2"))
         .await
         .unwrap();
-    let failed = f.wait_latest(seq, &["Failed"], T).await.unwrap();
+    let failed = f
+        .wait_latest(seq, &[RevisionPhase::Failed], T)
+        .await
+        .unwrap();
     let failed_at = Instant::now();
     assert_eq!(failed.status.unwrap().failed_nodes[0].node, "node-2");
     let bad_agent = agent("node-2");

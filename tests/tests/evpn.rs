@@ -9,6 +9,7 @@
 //!
 //! Cleanup: the fleet stops every FRR daemon by pid before it deletes the namespaces, also on panic.
 
+use netwave_api::vocab::{NodeReason, RevisionPhase};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -108,7 +109,10 @@ async fn evpn_installs_the_flood_entries_pings_cross_nodes_and_a_new_segment_rea
     // Revision 1: the samples (on unpooled nodes: the default-VRF segments, vlan103 among them).
     let t = Instant::now();
     f.apply(&samples().unwrap()).await.unwrap();
-    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let rev1 = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     let rollout1 = t.elapsed();
     let seq1 = rev1.spec.sequence;
     let rev1 = rev1.metadata.name.unwrap();
@@ -249,7 +253,9 @@ async fn evpn_installs_the_flood_entries_pings_cross_nodes_and_a_new_segment_rea
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", f.logs_tail(10)));
-    f.wait_phase(&rev2, &["Complete"], T).await.unwrap();
+    f.wait_phase(&rev2, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     let rollout2 = t.elapsed();
     let mut order: Vec<(&Duration, &String)> = listed.iter().map(|(n, d)| (d, n)).collect();
     order.sort();
@@ -346,7 +352,10 @@ async fn a_revision_that_breaks_a_nodes_bgp_session_is_rolled_back_there_and_fai
 
     // Revision 1: the samples. Before it FRR had no BGP at all, so no session gates its apply.
     f.apply(&samples().unwrap()).await.unwrap();
-    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let rev1 = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     let seq1 = rev1.spec.sequence;
     let rev1 = rev1.metadata.name.unwrap();
     f.eventually(T, "iBGP sessions Established on both nodes", || async {
@@ -386,7 +395,10 @@ async fn a_revision_that_breaks_a_nodes_bgp_session_is_rolled_back_there_and_fai
     let t = Instant::now();
     let rev2 = f.wait_new_revision(seq1, T).await.unwrap();
     let rev2 = rev2.metadata.name.unwrap();
-    let failed = f.wait_phase(&rev2, &["Failed"], T).await.unwrap();
+    let failed = f
+        .wait_phase(&rev2, &[RevisionPhase::Failed], T)
+        .await
+        .unwrap();
     let failed_after = t.elapsed();
     let status = failed.status.clone().unwrap_or_default();
     assert_eq!(status.failed_nodes.len(), 1, "{status:?}");
@@ -395,7 +407,8 @@ async fn a_revision_that_breaks_a_nodes_bgp_session_is_rolled_back_there_and_fai
     // The node's own status moves on (back on revision 1); the revision keeps what it reported.
     let message = status.failed_nodes[0].message.clone();
     assert_eq!(
-        status.failed_nodes[0].reason, "HealthCheckFailed",
+        status.failed_nodes[0].reason,
+        NodeReason::HealthCheckFailed.as_str(),
         "{message}"
     );
     assert!(

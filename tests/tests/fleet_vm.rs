@@ -12,6 +12,7 @@
 //!   └ vlan.101 on trunk0 ── host behind the trunk, tagged 101: 10.250.1.50 ─► l2.101 w on node-1
 //! ```
 
+use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -149,7 +150,10 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     inputs.push(single_node_segment(130, &nodes[0]));
     inputs.push(single_node_segment(131, &nodes[1]));
     f.apply(&inputs).await.unwrap();
-    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let rev1 = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     f.wait_all_on(rev1.metadata.name.as_deref().unwrap(), T)
         .await
         .unwrap();
@@ -356,7 +360,7 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     .await
     .unwrap();
     let rev2 = f
-        .wait_latest(rev1.spec.sequence, &["Complete"], T)
+        .wait_latest(rev1.spec.sequence, &[RevisionPhase::Complete], T)
         .await
         .unwrap();
     f.wait_all_on(rev2.metadata.name.as_deref().unwrap(), T)
@@ -422,7 +426,7 @@ async fn vm_vrf_segments_route_through_the_l3_vni_leak_by_prefix_ride_a_trunk_an
     .await
     .unwrap();
     let failed: NetworkConfigRevision = f
-        .wait_latest(rev1.spec.sequence, &["Failed"], T)
+        .wait_latest(rev1.spec.sequence, &[RevisionPhase::Failed], T)
         .await
         .unwrap();
     let st = failed.status.clone().unwrap();
@@ -526,7 +530,10 @@ async fn vm_bgp_peering_reaches_other_nodes_through_evpn_and_a_wrong_asn_rolls_b
     inputs.push(single_node_segment(130, &nodes[0]));
     inputs.push(single_node_segment(131, &nodes[1]));
     f.apply(&inputs).await.unwrap();
-    let rev1 = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let rev1 = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     f.wait_all_on(rev1.metadata.name.as_deref().unwrap(), T)
         .await
         .unwrap();
@@ -599,7 +606,7 @@ async fn vm_bgp_peering_reaches_other_nodes_through_evpn_and_a_wrong_asn_rolls_b
     let t = Instant::now();
     f.apply(&[manifest(peering(65511))]).await.unwrap();
     let rev2 = f
-        .wait_latest(rev1.spec.sequence, &["Complete"], T)
+        .wait_latest(rev1.spec.sequence, &[RevisionPhase::Complete], T)
         .await
         .unwrap();
     let rev2_name = rev2.metadata.name.clone().unwrap();
@@ -653,7 +660,7 @@ async fn vm_bgp_peering_reaches_other_nodes_through_evpn_and_a_wrong_asn_rolls_b
         .await
         .unwrap();
     let failed = f
-        .wait_latest(rev2.spec.sequence, &["Failed"], T)
+        .wait_latest(rev2.spec.sequence, &[RevisionPhase::Failed], T)
         .await
         .unwrap();
     let st = failed.status.clone().unwrap();

@@ -14,6 +14,7 @@
 //!   leaves the EVPN config as it is (an agent restart, an FRR reload) sends no UPDATE at all, and no
 //!   change withdraws and re-advertises a path that stays.
 
+use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -147,7 +148,7 @@ async fn changes_leave_the_traffic_they_do_not_touch_alone() {
 
 async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
     f.apply(&samples()?).await?;
-    let first = f.wait_latest(0, &["Complete"], T).await?;
+    let first = f.wait_latest(0, &[RevisionPhase::Complete], T).await?;
     let mut seq = first.spec.sequence;
     f.wait_all_on(first.metadata.name.as_deref().unwrap_or_default(), T)
         .await?;
@@ -192,7 +193,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
                  "anycastGateways": ["10.250.20.1/24"], "anycastMac": "02:00:5e:00:01:20"},
     }))
     .await?;
-    seq = settle(f, seq, "Complete").await?;
+    seq = settle(f, seq, RevisionPhase::Complete).await?;
     rows.push(
         w.close(
             f,
@@ -214,7 +215,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         "spec": {"tableId": 310, "routes": [{"prefix": "198.18.250.0/24", "type": "blackhole"}]},
     }))
     .await?;
-    seq = settle(f, seq, "Complete").await?;
+    seq = settle(f, seq, RevisionPhase::Complete).await?;
     rows.push(
         w.close(
             f,
@@ -230,7 +231,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
     // 3. One segment's MTU: only its own flows may notice.
     let t = Instant::now();
     f.patch_layer2("vlan111-pxe", json!({"mtu": 1400})).await?;
-    seq = settle(f, seq, "Complete").await?;
+    seq = settle(f, seq, RevisionPhase::Complete).await?;
     rows.push(
         w.close(
             f,
@@ -246,7 +247,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
     // 4. The segment of step 1 removed again.
     let t = Instant::now();
     f.delete_layer2("vlan120-new").await?;
-    seq = settle(f, seq, "Complete").await?;
+    seq = settle(f, seq, RevisionPhase::Complete).await?;
     rows.push(
         w.close(
             f,
@@ -341,7 +342,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
                  "nodeSelector": {"matchLabels": {"hitless.netwave.dev/extra": "yes"}}},
     }))
     .await?;
-    seq = settle(f, seq, "Complete").await?;
+    seq = settle(f, seq, RevisionPhase::Complete).await?;
     rows.push(
         w.close(
             f,
@@ -388,7 +389,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
     let t = Instant::now();
     f.patch_layer2("vlan111-pxe", json!({"vni": 1000911}))
         .await?;
-    seq = settle(f, seq, "Complete").await?;
+    seq = settle(f, seq, RevisionPhase::Complete).await?;
     rows.push(
         w.close(
             f,
@@ -415,12 +416,15 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         }
     }))
     .await?;
-    f.wait_latest(seq, &["Failed"], T).await?;
+    f.wait_latest(seq, &[RevisionPhase::Failed], T).await?;
     let good = f
         .revisions()
         .await?
         .into_iter()
-        .rfind(|r| r.spec.sequence <= seq && netwave_e2e::fleet::phase(r) == "Complete")
+        .rfind(|r| {
+            r.spec.sequence <= seq
+                && netwave_e2e::fleet::phase(r) == RevisionPhase::Complete.as_str()
+        })
         .and_then(|r| r.metadata.name)
         .unwrap_or_default();
     f.wait_all_on(&good, T).await?;
@@ -440,7 +444,7 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
 
 /// Waits until the newest revision after `seq` is in `phase` and every node runs it; returns its
 /// sequence.
-async fn settle(f: &Fleet, seq: u64, phase: &str) -> anyhow::Result<u64> {
+async fn settle(f: &Fleet, seq: u64, phase: RevisionPhase) -> anyhow::Result<u64> {
     let r = f.wait_latest(seq, &[phase], T).await?;
     f.wait_all_on(r.metadata.name.as_deref().unwrap_or_default(), T)
         .await?;

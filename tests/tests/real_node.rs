@@ -18,6 +18,7 @@
 //! Needs root, the images (`make images`; `make test` builds them first) and the node's tools
 //! (`tools/deps.sh cluster`); without them it fails saying which is missing.
 
+use netwave_api::vocab::{NodePhase, RevisionPhase};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -445,7 +446,7 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
                 let st = n.status.clone().unwrap_or_default();
                 let on_it = n.spec.revision == newest.name_any()
                     && st.observed_revision.as_deref() == Some(newest.name_any().as_str())
-                    && st.phase.as_deref() == Some("Provisioned")
+                    && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && node_links().lines().any(|l| l.starts_with("l2.103"));
                 Ok(on_it.then_some(newest.name_any()))
             }
@@ -587,7 +588,7 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
                 let st = n.status.clone().unwrap_or_default();
                 let on_bad = n.spec.revision != good
                     && st.observed_revision.as_deref() == Some(n.spec.revision.as_str())
-                    && st.phase.as_deref() == Some("Provisioned")
+                    && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && node_links().lines().any(|l| l.starts_with(&format!("{bad_dev} ")) || l.starts_with(&format!("{bad_dev}@")));
                 Ok(on_bad.then(|| (n.spec.revision.clone(), t.elapsed())))
             }
@@ -603,7 +604,7 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
                 (nnc.clone(), revisions.clone(), good.clone(), bad_rev.clone(), bad_dev.clone());
             async move {
                 let rev = revisions.get(&bad_rev).await?;
-                if rev.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Failed") {
+                if rev.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(RevisionPhase::Failed.as_str()) {
                     return Ok(None);
                 }
                 let mut back = Vec::new();
@@ -611,7 +612,7 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
                     let st = n.status.clone().unwrap_or_default();
                     let ok = n.spec.revision == good
                         && st.observed_revision.as_deref() == Some(good.as_str())
-                        && st.phase.as_deref() == Some("Provisioned");
+                        && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str());
                     back.push((n.name_any(), ok));
                 }
                 let kernel_back = !node_links().contains(&bad_dev);

@@ -29,6 +29,7 @@
 //! Needs root, the images (`make images`), the node's tools (`tools/deps.sh cluster`) and Debian's
 //! prometheus (`tools/deps.sh test`); without them it fails saying which is missing.
 
+use netwave_api::vocab::{NodePhase, NodeReason, RevisionPhase};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -984,7 +985,8 @@ async fn provisioned_on_newest(
                     .items
                     .into_iter()
                     .filter(|r| {
-                        r.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Failed")
+                        r.status.as_ref().and_then(|s| s.phase.as_deref())
+                            != Some(RevisionPhase::Failed.as_str())
                     })
                     .max_by_key(|r| r.spec.sequence);
                 let Some(newest) = newest.filter(|r| r.spec.sequence > after) else {
@@ -993,7 +995,7 @@ async fn provisioned_on_newest(
                 let st = n.status.clone().unwrap_or_default();
                 let on_it = n.spec.revision == newest.name_any()
                     && st.observed_revision.as_deref() == Some(newest.name_any().as_str())
-                    && st.phase.as_deref() == Some("Provisioned")
+                    && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && check(&kernel_state()?);
                 Ok(on_it.then_some(newest.name_any()))
             }
@@ -1057,7 +1059,8 @@ async fn bad_revision(
             .filter(|r| r.spec.sequence > before)
             .max_by_key(|r| r.spec.sequence);
         if let Some(r) = newest
-            && r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+            && r.status.as_ref().and_then(|s| s.phase.as_deref())
+                == Some(RevisionPhase::Failed.as_str())
         {
             seen.entry("revision Failed").or_insert(t.elapsed());
             bad_rev = Some(r);
@@ -1067,7 +1070,7 @@ async fn bad_revision(
             if bad_rev.is_some()
                 && n.spec.revision == good
                 && st.observed_revision.as_deref() == Some(good)
-                && st.phase.as_deref() == Some("Provisioned")
+                && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
             {
                 seen.entry("back on the last good revision")
                     .or_insert(t.elapsed());
@@ -1099,7 +1102,7 @@ async fn bad_revision(
     );
     let failure = &st.failed_nodes[0];
     ensure!(
-        failure.reason == "HealthCheckFailed",
+        failure.reason == NodeReason::HealthCheckFailed.as_str(),
         "the node failed its health check: {failure:?}"
     );
     if let Some(at) = &failure.at {

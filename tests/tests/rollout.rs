@@ -2,6 +2,7 @@
 //! namespace, the samples of `deploy/samples/`. Needs root (skips with a message otherwise). Fleets run
 //! one at a time ([`Fleet::lock`]).
 
+use netwave_api::vocab::{NodeReason, RevisionPhase};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -36,7 +37,10 @@ async fn start(opts: FleetOptions) -> Fleet {
 /// Applies the samples and waits for the first revision to complete; returns its name.
 async fn roll_out_samples(f: &Fleet) -> String {
     f.apply(&samples().unwrap()).await.unwrap();
-    let rev = f.wait_latest(0, &["Complete"], T).await.unwrap();
+    let rev = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     rev.metadata.name.unwrap()
 }
 
@@ -79,7 +83,7 @@ async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
             let revs = f.revisions().await?;
             if let Some(r) = revs.last() {
                 let name = r.metadata.name.clone().unwrap_or_default();
-                if phase(r) == "Complete"
+                if phase(r) == RevisionPhase::Complete.as_str()
                     && configs.len() == 6
                     && configs.values().all(|c| provisioned_on(c, &name))
                 {
@@ -98,7 +102,10 @@ async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
         max_in_flight <= 2,
         "{max_in_flight} nodes in flight at once"
     );
-    let done = f.wait_phase(&name, &["Complete"], T).await.unwrap();
+    let done = f
+        .wait_phase(&name, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     let st = done.status.unwrap();
     assert_eq!((st.total, st.updated, st.failed), (6, 6, 0));
 
@@ -216,11 +223,17 @@ async fn bad_revision_halts_after_the_first_failure_and_touched_nodes_return_to_
     f.create_routing_table(blackhole_probe_target("node-3"))
         .await
         .unwrap();
-    let failed = f.wait_latest(seq, &["Failed"], T).await.unwrap();
+    let failed = f
+        .wait_latest(seq, &[RevisionPhase::Failed], T)
+        .await
+        .unwrap();
     let st = failed.status.unwrap();
     assert_eq!(st.failed, 1, "halted after the first failure");
     assert_eq!(st.failed_nodes[0].node, "node-3");
-    assert_eq!(st.failed_nodes[0].reason, "HealthCheckFailed");
+    assert_eq!(
+        st.failed_nodes[0].reason,
+        NodeReason::HealthCheckFailed.as_str()
+    );
     // Every node ends on the last good revision, and its kernel equals what it was.
     f.wait_all_on(&good, T).await.unwrap();
     for (n, want) in &before {
@@ -304,7 +317,10 @@ async fn leader_killed_mid_rollout_the_standby_resumes_and_completes() {
         .await
         .unwrap();
     assert_ne!(new, old);
-    let done = f.wait_phase(&name, &["Complete"], T).await.unwrap();
+    let done = f
+        .wait_phase(&name, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     assert_eq!(done.status.unwrap().updated, 6);
     f.wait_all_on(&name, T).await.unwrap();
     let after: Vec<_> = f
@@ -373,13 +389,13 @@ async fn agent_killed_mid_apply_restarts_restores_and_the_rollout_completes() {
     // The restarted agent restores the last good config first, then applies the revision again (a
     // single interruption is not a verdict on the config): the rollout completes without anyone's help.
     let done = f
-        .wait_phase(&rev, &["Complete", "Failed"], T)
+        .wait_phase(&rev, &[RevisionPhase::Complete, RevisionPhase::Failed], T)
         .await
         .unwrap();
     let st = done.status.unwrap();
     assert_eq!(
         (st.phase.as_deref(), st.failed),
-        (Some("Complete"), 0),
+        (Some(RevisionPhase::Complete.as_str()), 0),
         "{:?}",
         st.failed_nodes
     );
@@ -433,7 +449,10 @@ async fn node_added_mid_rollout_gets_the_target_and_a_removed_node_is_forgotten(
     .unwrap();
     let joined = f.add_node().await.unwrap();
     f.remove_node("node-5").await.unwrap();
-    let done = f.wait_phase(&rev, &["Complete"], T).await.unwrap();
+    let done = f
+        .wait_phase(&rev, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
     let st = done.status.unwrap();
     assert_eq!((st.total, st.updated, st.failed), (6, 6, 0), "{st:?}");
     f.wait_all_on(&rev, T).await.unwrap();
@@ -489,7 +508,7 @@ async fn api_faults_slow_the_rollout_without_false_failures() {
     let rev = second_revision(&f, 8000).await;
     f.admin("POST", "/testbed/cut-watches", None).await.unwrap();
     let done = f
-        .wait_phase(&rev, &["Complete", "Failed"], T)
+        .wait_phase(&rev, &[RevisionPhase::Complete, RevisionPhase::Failed], T)
         .await
         .unwrap();
     let faulty = t1.elapsed();
@@ -516,7 +535,10 @@ async fn no_kernel_mode_rolls_out_halts_and_rolls_back() {
     f.create_routing_table(blackhole_probe_target("node-3"))
         .await
         .unwrap();
-    let failed = f.wait_latest(seq, &["Failed"], T).await.unwrap();
+    let failed = f
+        .wait_latest(seq, &[RevisionPhase::Failed], T)
+        .await
+        .unwrap();
     let st = failed.status.unwrap();
     assert_eq!(st.failed, 1);
     assert_eq!(st.failed_nodes[0].node, "node-3");

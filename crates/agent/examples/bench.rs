@@ -15,6 +15,7 @@
 //! sudo target/agent-release/examples/bench [dataplane] [frr] [rss]   # default: all
 //! ```
 
+use netwave_api::vocab::NodePhase;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -42,17 +43,11 @@ const ROUNDS: usize = 5;
 
 fn config() -> NodeConfig {
     let layer2s = (0..SEGMENTS)
-        .map(|i| Layer2Config {
-            vlan: 100 + i,
-            vni: 10_000 + u32::from(i),
-            mtu: 1450,
-            bridge: format!("l2.{}", 100 + i),
-            vxlan: format!("vx.{}", 100 + i),
-            anycast_mac: Some("02:00:5e:00:01:01".into()),
-            anycast_gateways: vec![format!("10.200.{i}.1/24")],
-            vrf: None,
-            neigh_suppression: true,
-            route_target: None,
+        .map(|i| {
+            Layer2Config::segment(100 + i, 10_000 + u32::from(i))
+                .with_mtu(1450)
+                .with_anycast("02:00:5e:00:01:01", &[format!("10.200.{i}.1/24")])
+                .with_neigh_suppression(true)
         })
         .collect();
     let routes = (0..ROUTES)
@@ -523,7 +518,7 @@ fn agent_idle_rss(bin: std::path::PathBuf) -> Result<(RssBreakdown, RssBreakdown
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 let phase = nncs.get("n1").await?.status.and_then(|s| s.phase);
-                if phase.as_deref() == Some("Provisioned") {
+                if phase.as_deref() == Some(NodePhase::Provisioned.as_str()) {
                     break;
                 }
                 if Instant::now() > deadline {

@@ -310,6 +310,7 @@ fn read_opt(path: &Path) -> Result<Option<Vec<u8>>, BackupError> {
 mod tests {
     use super::*;
     use netwave_api::Layer2Config;
+    use netwave_api::vocab::NodeReason;
 
     fn good(rev: &str) -> LastGood {
         LastGood {
@@ -317,16 +318,8 @@ mod tests {
             config_hash: format!("hash-{rev}"),
             config: NodeConfig {
                 layer2s: vec![Layer2Config {
-                    vlan: 10,
-                    vni: 1010,
-                    mtu: 1500,
-                    bridge: "l2.10".into(),
-                    vxlan: "vx.10".into(),
-                    anycast_mac: None,
                     anycast_gateways: vec!["10.0.0.1/24".into()],
-                    vrf: None,
-                    neigh_suppression: false,
-                    route_target: None,
+                    ..Layer2Config::segment(10, 1010).with_mtu(1500)
                 }],
                 ..NodeConfig::default()
             },
@@ -407,7 +400,7 @@ mod tests {
         let r = Rejected {
             revision: "r4".into(),
             retry: 2,
-            reason: "HealthCheckFailed".into(),
+            reason: NodeReason::HealthCheckFailed.as_str().into(),
             message: "HealthCheckFailed: api: connection refused".into(),
         };
         s.save_rejected(&r).unwrap();

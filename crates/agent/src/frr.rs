@@ -1000,25 +1000,6 @@ mod tests {
     use super::*;
     use netwave_api::VrfConfig;
 
-    fn vrf(name: &str) -> VrfConfig {
-        VrfConfig {
-            name: name.into(),
-            device: format!("vr.{name}"),
-            table: 100,
-            vni: None,
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: None,
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
-            communities: vec![],
-            sbr: None,
-            loopbacks: vec![],
-        }
-    }
-
     #[test]
     fn a_check_passes_only_silently() {
         assert_eq!(check_verdict(Some(0), "", "\n"), Ok(()));
@@ -1060,13 +1041,13 @@ mod tests {
     #[test]
     fn only_l3_vnis_zebra_lacks_hold_their_bridge_down() {
         let mut c = NodeConfig::default();
-        let mut red = vrf("red");
+        let mut red = VrfConfig::named("red");
         red.vni = Some(1000);
         red.bridge = Some("br.red".into());
-        let mut blue = vrf("blue");
+        let mut blue = VrfConfig::named("blue");
         blue.vni = Some(2000);
         blue.bridge = Some("br.blue".into());
-        let mut green = vrf("green"); // no bridge: nothing to hold
+        let mut green = VrfConfig::named("green"); // no bridge: nothing to hold
         green.vni = Some(3000);
         c.vrfs = vec![red, blue, green];
         assert_eq!(

@@ -215,8 +215,7 @@ pub fn backoff(attempt: u32, cfg: &HealthConfig) -> Duration {
     Duration::from_secs_f64(secs.min(cfg.backoff_max_seconds))
 }
 
-pub const PASSED: &str = "Passed";
-pub const FAILED: &str = "Failed";
+pub use netwave_api::vocab::probe_results::{FAILED, PASSED};
 
 /// An uncached API-server request (in the Kubernetes shell: `GET /version`).
 pub type ApiCheck = Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;

@@ -24,7 +24,6 @@
 //! running config with that same text.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -48,69 +47,9 @@ pub fn undecodable_note(error: &str, running: Option<&str>) -> String {
     )
 }
 
-/// Why a revision is `Invalid`. The string form is the NNC `status.reason`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Reason {
-    InvalidConfig,
-    KernelUnsupported,
-    ApplyFailed,
-    HealthCheckFailed,
-    /// The agent died mid-apply; the last good config was restored at start.
-    ApplyInterrupted,
-    /// The spec's config does not hash to its configHash: refused without touching the kernel.
-    ConfigTampered,
-    /// The config has BGP content (see `netwave_core::frr::bgp_content`) and FRR is off on this node, or FRR's check
-    /// cannot run: refused before any change, instead of applying the kernel half.
-    FrrUnavailable,
-    /// FRR's own check (`vtysh -C`) refused the rendered text: refused before any change.
-    FrrRejected,
-    /// Writing, reloading or converging FRR's config failed after the kernel was changed: the last
-    /// good config was restored (kernel and FRR).
-    FrrReloadFailed,
-    /// The last good backup is corrupt: refused before any change, and every apply after it, until an
-    /// admin moves the file aside (see `netwave_api::vocab::node_reasons::BACKUP_CORRUPT`).
-    BackupCorrupt,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::InvalidConfig => "InvalidConfig",
-            Reason::KernelUnsupported => "KernelUnsupported",
-            Reason::ApplyFailed => "ApplyFailed",
-            Reason::HealthCheckFailed => "HealthCheckFailed",
-            Reason::ApplyInterrupted => "ApplyInterrupted",
-            Reason::ConfigTampered => netwave_api::REASON_CONFIG_TAMPERED,
-            Reason::FrrUnavailable => "FrrUnavailable",
-            Reason::FrrRejected => "FrrRejected",
-            Reason::FrrReloadFailed => "FrrReloadFailed",
-            Reason::BackupCorrupt => netwave_api::vocab::node_reasons::BACKUP_CORRUPT,
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Reason> {
-        [
-            Reason::InvalidConfig,
-            Reason::KernelUnsupported,
-            Reason::ApplyFailed,
-            Reason::HealthCheckFailed,
-            Reason::ApplyInterrupted,
-            Reason::ConfigTampered,
-            Reason::FrrUnavailable,
-            Reason::FrrRejected,
-            Reason::FrrReloadFailed,
-            Reason::BackupCorrupt,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == s)
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Why a revision is `Invalid`. The string form is the NNC `status.reason`, spelled in the API's
+/// vocabulary.
+pub use netwave_api::vocab::NodeReason as Reason;
 
 pub const PROVISIONED: &str = NodePhase::Provisioned.as_str();
 pub const INVALID: &str = NodePhase::Invalid.as_str();

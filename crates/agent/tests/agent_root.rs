@@ -5,6 +5,7 @@
 
 mod common;
 
+use netwave_api::vocab::probe_results;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -80,18 +81,12 @@ fn health() -> HealthConfig {
 
 fn good() -> NodeConfig {
     NodeConfig {
-        layer2s: vec![Layer2Config {
-            vlan: 10,
-            vni: 1010,
-            mtu: 1450,
-            bridge: "l2.10".into(),
-            vxlan: "vx.10".into(),
-            anycast_mac: Some("02:00:5e:00:01:01".into()),
-            anycast_gateways: vec!["198.18.10.1/24".into()],
-            vrf: None,
-            neigh_suppression: true,
-            route_target: None,
-        }],
+        layer2s: vec![
+            Layer2Config::segment(10, 1010)
+                .with_mtu(1450)
+                .with_anycast("02:00:5e:00:01:01", &["198.18.10.1/24".into()])
+                .with_neigh_suppression(true),
+        ],
         routes: vec![RouteConfig {
             table: 100,
             prefix: "198.19.0.0/16".into(),
@@ -128,7 +123,9 @@ fn config_that_cuts_the_probe_target_is_rolled_back_and_reported_invalid() {
             let ok = e.agent.apply(&target("r1", good())).await;
             ensure!(ok.reason.is_none(), "r1: {}", ok.message);
             ensure!(
-                ok.probes.iter().all(|p| p.gating && p.result == "Passed"),
+                ok.probes
+                    .iter()
+                    .all(|p| p.gating && p.result == probe_results::PASSED),
                 "{:?}",
                 ok.probes
             );
@@ -261,22 +258,7 @@ fn unsupported_kernel_feature_is_refused_before_any_change() {
                 return Ok(());
             }
             let mut cfg = good();
-            cfg.vrfs.push(VrfConfig {
-                name: "blue".into(),
-                device: "vr.blue".into(),
-                table: 100,
-                vni: None,
-                mtu: 9000,
-                bridge: None,
-                vxlan: None,
-                route_target: None,
-                import: vec![],
-                export: vec![],
-                aggregate: vec![],
-                communities: vec![],
-                sbr: None,
-                loopbacks: vec![],
-            });
+            cfg.vrfs.push(VrfConfig::named("blue"));
             let w = e.agent.netlink.writes();
             let out = e.agent.apply(&target("r1", cfg)).await;
             ensure!(out.reason == Some(Reason::KernelUnsupported), "{out:?}");

@@ -7,6 +7,7 @@
 mod common;
 mod real_api;
 
+use netwave_api::vocab::{NodePhase, NodeReason};
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -24,16 +25,8 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn l2(vlan: u16, vni: u32) -> Layer2Config {
     Layer2Config {
-        vlan,
-        vni,
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: None,
         anycast_gateways: vec![format!("198.18.{vlan}.1/24")],
-        vrf: None,
-        neigh_suppression: false,
-        route_target: None,
+        ..Layer2Config::segment(vlan, vni).with_mtu(1450)
     }
 }
 
@@ -141,7 +134,7 @@ impl Scene {
             marker,
         };
         scene.start_agent()?;
-        scene.phase("Provisioned", "r1").await?;
+        scene.phase(NodePhase::Provisioned.as_str(), "r1").await?;
         let patch = json!({ "spec": spec("r2", vec![l2(10, 2010), l2(20, 1020)]) });
         nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -216,8 +209,11 @@ fn sigkill_mid_apply_twice_restores_last_good_and_reports() {
 
             // Second restart: r1 restored first, r2 reported as interrupted and left alone.
             scene.start_agent()?;
-            let s = scene.phase("Invalid", "r2").await?;
-            ensure!(s.reason.as_deref() == Some("ApplyInterrupted"), "{s:?}");
+            let s = scene.phase(NodePhase::Invalid.as_str(), "r2").await?;
+            ensure!(
+                s.reason.as_deref() == Some(NodeReason::ApplyInterrupted.as_str()),
+                "{s:?}"
+            );
             ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
             ensure!(
                 s.config_hash.as_deref()
@@ -230,7 +226,10 @@ fn sigkill_mid_apply_twice_restores_last_good_and_reports() {
             // It stays so until the retry is bumped: the rule is the unit test
             // invalid_revision_is_not_reapplied_until_retry_changes.
             let phase = status(&scene.nncs()).await?.and_then(|s| s.phase);
-            ensure!(phase.as_deref() == Some("Invalid"), "{phase:?}");
+            ensure!(
+                phase.as_deref() == Some(NodePhase::Invalid.as_str()),
+                "{phase:?}"
+            );
             Ok(())
         },
     );
@@ -247,7 +246,7 @@ fn sigkill_mid_apply_once_then_restart_applies_the_revision() {
 
             // The restarted agent restores r1, applies r2 again, and r2 provisions: the rollout goes on.
             scene.start_agent()?;
-            let s = scene.phase("Provisioned", "r2").await?;
+            let s = scene.phase(NodePhase::Provisioned.as_str(), "r2").await?;
             ensure!(s.last_good_revision.as_deref() == Some("r2"), "{s:?}");
             ensure!(ip(&["-d", "link", "show", "vx.10"])?.contains("vxlan id 2010"));
             ensure!(ip(&["-o", "link", "show"])?.contains("vx.20"));

@@ -37,18 +37,9 @@ fn hostname() -> Result<String> {
 }
 
 fn segment(vlan: u16) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni: 1000 + u32::from(vlan),
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("198.19.{vlan}.1/24")],
-        vrf: None,
-        neigh_suppression: false,
-        route_target: None,
-    }
+    Layer2Config::segment(vlan, 1000 + u32::from(vlan))
+        .with_mtu(1450)
+        .with_anycast("02:00:5e:00:01:01", &[format!("198.19.{vlan}.1/24")])
 }
 
 fn segments(vlans: &[u16]) -> NodeConfig {
@@ -432,22 +423,11 @@ fn frr_off_refuses_bgp_content_before_any_change() {
         let state = tempfile::tempdir()?;
         let a = agent(None, state.path()).await?;
         let mut cfg = segments(&[10]);
-        cfg.vrfs.push(VrfConfig {
-            name: "red".into(),
-            device: "vr.red".into(),
-            table: 100,
-            vni: Some(2000),
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: Some("65000:2000".into()),
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
-            communities: vec![],
-            sbr: None,
-            loopbacks: vec![],
-        });
+        cfg.vrfs.push(
+            VrfConfig::named("red")
+                .with_vni(2000)
+                .with_route_target("65000:2000"),
+        );
         let w = a.netlink.writes();
         let out = a.apply(&target("r1", cfg)).await;
         ensure!(out.reason == Some(Reason::FrrUnavailable), "{out:?}");

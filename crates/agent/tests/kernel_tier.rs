@@ -32,44 +32,30 @@ async fn has(nl: &Netlink, test: &str, needs: &[Feature]) -> Result<bool> {
     Ok(false)
 }
 
-fn vrf(name: &str, table: u32, vni: u32) -> VrfConfig {
-    VrfConfig {
-        name: name.into(),
-        device: format!("vr.{name}"),
-        table,
-        vni: Some(vni),
-        mtu: 1450,
-        bridge: Some(format!("br.{name}")),
-        vxlan: Some(format!("vx.{name}")),
-        route_target: None,
-        import: vec![],
-        export: vec![],
-        aggregate: vec![],
-        communities: vec![],
-        sbr: None,
-        loopbacks: vec![],
-    }
-}
-
 fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni: 1000 + u32::from(vlan),
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
-        vrf: vrf.map(str::to_string),
-        neigh_suppression: true,
-        route_target: None,
-    }
+    Layer2Config::segment(vlan, 1000 + u32::from(vlan))
+        .with_mtu(1450)
+        .with_anycast(
+            "02:00:5e:00:01:01",
+            &[format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
+        )
+        .with_vrf(vrf)
+        .with_neigh_suppression(true)
 }
 
 fn vrf_config() -> NodeConfig {
     NodeConfig {
         bgp_peers: Vec::new(),
-        vrfs: vec![vrf("blue", 100, 5000), vrf("red", 200, 6000)],
+        vrfs: vec![
+            VrfConfig::named("blue")
+                .with_table(100)
+                .with_l3_vni(5000)
+                .with_mtu(1450),
+            VrfConfig::named("red")
+                .with_table(200)
+                .with_l3_vni(6000)
+                .with_mtu(1450),
+        ],
         layer2s: vec![l2(10, Some("vr.blue")), l2(20, None)],
         routes: vec![
             RouteConfig {
@@ -257,7 +243,10 @@ fn kernel_tier_sbr_vrf_rules_and_loopback_addresses() {
         }
         // das-schiff's sbrPrefixes (a local VRF and policy rules to its table) and loopbacks (this
         // node's addresses on the VRF device), as render puts them in a node config.
-        let mut blue = vrf("blue", 100, 5000);
+        let mut blue = VrfConfig::named("blue")
+            .with_table(100)
+            .with_l3_vni(5000)
+            .with_mtu(1450);
         blue.sbr = Some(netwave_api::SbrConfig {
             device: "s-vr.blue".into(),
             table: 101,

@@ -19,18 +19,13 @@ fn settings() -> NodeSettings {
 }
 
 fn l2(vlan: u16, vni: u32) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni,
-        mtu: 1450,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
-        vrf: None,
-        neigh_suppression: vlan == 20,
-        route_target: None,
-    }
+    Layer2Config::segment(vlan, vni)
+        .with_mtu(1450)
+        .with_anycast(
+            "02:00:5e:00:01:01",
+            &[format!("198.18.{vlan}.1/24"), format!("fd00:{vlan}::1/64")],
+        )
+        .with_neigh_suppression(vlan == 20)
 }
 
 fn route(

@@ -9,6 +9,9 @@
 mod common;
 mod real_api;
 
+use netwave_api::vocab::{
+    ConditionStatus, NodePhase, NodeReason, node_conditions, node_reasons, probe_results,
+};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
@@ -32,18 +35,12 @@ const WAIT: Duration = Duration::from_secs(20);
 
 fn good() -> NodeConfig {
     NodeConfig {
-        layer2s: vec![Layer2Config {
-            vlan: 10,
-            vni: 1010,
-            mtu: 1450,
-            bridge: "l2.10".into(),
-            vxlan: "vx.10".into(),
-            anycast_mac: Some("02:00:5e:00:01:01".into()),
-            anycast_gateways: vec!["198.18.10.1/24".into()],
-            vrf: None,
-            neigh_suppression: true,
-            route_target: None,
-        }],
+        layer2s: vec![
+            Layer2Config::segment(10, 1010)
+                .with_mtu(1450)
+                .with_anycast("02:00:5e:00:01:01", &["198.18.10.1/24".into()])
+                .with_neigh_suppression(true),
+        ],
         ..NodeConfig::default()
     }
 }
@@ -254,7 +251,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
 
             // r1 applies and is reported.
             let s = wait_status(&nncs, "r1 Provisioned", |s| {
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.observed_revision.as_deref() == Some("r1")
             })
             .await?;
@@ -267,7 +264,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             ensure!(
                 s.probes
                     .iter()
-                    .any(|p| p.name == "api" && p.result == "Passed" && p.gating),
+                    .any(|p| p.name == "api" && p.result == probe_results::PASSED && p.gating),
                 "{:?}",
                 s.probes
             );
@@ -278,8 +275,10 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 let dump = format!("{:?} {:?}", n.spec, n.status);
                 let tainted = taint_keys(&n) != others;
                 let ready = n.status.and_then(|s| s.conditions).is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c.type_ == "NetworkReady" && c.status == "True")
+                    c.iter().any(|c| {
+                        c.type_ == node_conditions::NETWORK_READY
+                            && c.status == ConditionStatus::True.as_str()
+                    })
                 });
                 Ok((!tainted && ready).then_some(()).ok_or(dump))
             })
@@ -295,7 +294,10 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
                 s.reason.as_deref() == Some(netwave_api::REASON_CONFIG_TAMPERED)
             })
             .await?;
-            ensure!(s.phase.as_deref() == Some("Invalid"), "{s:?}");
+            ensure!(
+                s.phase.as_deref() == Some(NodePhase::Invalid.as_str()),
+                "{s:?}"
+            );
             ensure!(
                 s.message
                     .as_deref()
@@ -313,7 +315,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             wait_status(&nncs, "r1 Provisioned after the spec was put back", |s| {
-                s.phase.as_deref() == Some("Provisioned") && s.reason.is_none()
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str()) && s.reason.is_none()
             })
             .await?;
             ensure!(ip(&["link", "show", "l2.10"])?.contains("mtu 1450"));
@@ -332,11 +334,14 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             let s = wait_status(&nncs, "r2 Invalid", |s| {
-                s.phase.as_deref() == Some("Invalid")
+                s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
                     && s.observed_revision.as_deref() == Some("r2")
             })
             .await?;
-            ensure!(s.reason.as_deref() == Some("ApplyFailed"), "{s:?}");
+            ensure!(
+                s.reason.as_deref() == Some(NodeReason::ApplyFailed.as_str()),
+                "{s:?}"
+            );
             ensure!(
                 s.config_hash.as_deref() == Some(hash(&good()).as_str())
                     && s.last_good_revision.as_deref() == Some("r1")
@@ -344,7 +349,7 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             let invalid = r#"netwave_agent_applies_total{phase="Invalid",reason="ApplyFailed"}"#;
             ensure!(metric(&metrics().await?, invalid) == 1.0);
             // Published with the agent's own RBAC (a refused Event is only a warning in its log).
-            wait_event(&client, "ApplyFailed").await?;
+            wait_event(&client, NodeReason::ApplyFailed.as_str()).await?;
 
             // A change that does not bump retry does not re-apply it …
             let patch = json!({ "metadata": { "annotations": { "touch": "1" } } });
@@ -356,7 +361,8 @@ fn agent_reports_status_skips_invalid_until_retry_and_repairs_drift() {
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             wait_status(&nncs, "r2 retry 1 Invalid", |s| {
-                s.phase.as_deref() == Some("Invalid") && s.observed_retry == Some(1)
+                s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
+                    && s.observed_retry == Some(1)
             })
             .await?;
             ensure!(metric(&metrics().await?, invalid) == 2.0);
@@ -421,7 +427,7 @@ fn a_probe_the_rollback_mends_reads_up_again() {
         let args = agent_args(dir.path(), health, 19107)?;
         let agent = RunningAgent::start(args, server.agent_client().await?);
         wait_status(&nncs, "r1 Provisioned", |s| {
-            s.phase.as_deref() == Some("Provisioned")
+            s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                 && s.observed_revision.as_deref() == Some("r1")
         })
         .await?;
@@ -432,14 +438,18 @@ fn a_probe_the_rollback_mends_reads_up_again() {
         nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         let s = wait_status(&nncs, "r2 Invalid", |s| {
-            s.phase.as_deref() == Some("Invalid") && s.observed_revision.as_deref() == Some("r2")
+            s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
+                && s.observed_revision.as_deref() == Some("r2")
         })
         .await?;
-        ensure!(s.reason.as_deref() == Some("HealthCheckFailed"), "{s:?}");
+        ensure!(
+            s.reason.as_deref() == Some(NodeReason::HealthCheckFailed.as_str()),
+            "{s:?}"
+        );
         ensure!(
             s.probes
                 .iter()
-                .any(|p| p.name == "interface l2.10" && p.result != "Passed"),
+                .any(|p| p.name == "interface l2.10" && p.result != probe_results::PASSED),
             "the status says which probe failed r2: {:?}",
             s.probes
         );
@@ -504,7 +514,7 @@ fn an_agent_whose_own_config_cannot_be_decoded_reports_it_and_applies_again_once
             .await?;
             let agent = RunningAgent::start(args, agent_client);
             wait_status(&nncs, "r1 Provisioned", |s| {
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.observed_revision.as_deref() == Some("r1")
             })
             .await?;
@@ -583,7 +593,7 @@ fn an_agent_whose_own_config_cannot_be_decoded_reports_it_and_applies_again_once
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             wait_status(&nncs, "r2 Provisioned", |s| {
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.observed_revision.as_deref() == Some("r2")
             })
             .await?;
@@ -638,7 +648,7 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
                 let _ = stopped.await;
             }));
             wait_status(&nncs, "r1 Provisioned", |s| {
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.observed_revision.as_deref() == Some("r1")
             })
             .await?;
@@ -679,7 +689,7 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
             .await?;
             let s = nncs.get("n1").await?.status.unwrap_or_default();
             ensure!(
-                s.phase.as_deref() != Some("Invalid"),
+                s.phase.as_deref() != Some(NodePhase::Invalid.as_str()),
                 "reported while cut off?! {s:?}"
             );
 
@@ -715,11 +725,14 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
                 let _ = stopped.await;
             }));
             let s = wait_status(&nncs, "r2 Invalid", |s| {
-                s.phase.as_deref() == Some("Invalid")
+                s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
                     && s.observed_revision.as_deref() == Some("r2")
             })
             .await?;
-            ensure!(s.reason.as_deref() == Some("HealthCheckFailed"), "{s:?}");
+            ensure!(
+                s.reason.as_deref() == Some(NodeReason::HealthCheckFailed.as_str()),
+                "{s:?}"
+            );
             ensure!(
                 s.message
                     .as_deref()
@@ -817,7 +830,7 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
         let agent = RunningAgent::start(args, server.agent_client().await?);
 
         let s = wait_status(&nncs, "r1 Provisioned", |s| {
-            s.phase.as_deref() == Some("Provisioned")
+            s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                 && s.observed_revision.as_deref() == Some("r1")
         })
         .await?;
@@ -859,20 +872,8 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
         // The same node with FRR off gets a revision with BGP content: refused, nothing changed.
         let mut r2 = r1.clone();
         r2.vrfs.push(netwave_api::VrfConfig {
-            name: "red".into(),
-            device: "vr.red".into(),
-            table: 100,
-            vni: Some(2000),
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: None,
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
             communities: vec!["65000:1".into()],
-            sbr: None,
-            loopbacks: vec![],
+            ..netwave_api::VrfConfig::named("red").with_vni(2000)
         });
         let patch = json!({ "spec": spec("r2", 0, r2) });
         nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
@@ -883,10 +884,14 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
         };
         let agent = RunningAgent::start(args, server.agent_client().await?);
         let s = wait_status(&nncs, "r2 Invalid", |s| {
-            s.phase.as_deref() == Some("Invalid") && s.observed_revision.as_deref() == Some("r2")
+            s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
+                && s.observed_revision.as_deref() == Some("r2")
         })
         .await?;
-        ensure!(s.reason.as_deref() == Some("FrrUnavailable"), "{s:?}");
+        ensure!(
+            s.reason.as_deref() == Some(NodeReason::FrrUnavailable.as_str()),
+            "{s:?}"
+        );
         ensure!(
             s.message
                 .as_deref()
@@ -895,7 +900,7 @@ fn agent_with_frr_applies_it_repairs_its_drift_and_without_frr_refuses_bgp_conte
         );
         ensure!(s.last_good_revision.as_deref() == Some("r1"), "{s:?}");
         ensure!(ip(&["-d", "link", "show", "vx.20"])?.contains("vxlan id 1020"));
-        wait_event(&client, "FrrUnavailable").await?;
+        wait_event(&client, NodeReason::FrrUnavailable.as_str()).await?;
         agent.stop().await?;
         Ok(())
     });
@@ -945,7 +950,7 @@ fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside
                 server.agent_client().await?,
             );
             wait_status(&nncs, "r1 Provisioned", |s| {
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.observed_revision.as_deref() == Some("r1")
             })
             .await?;
@@ -954,19 +959,19 @@ fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside
             let text = std::fs::read_to_string(&backup)?;
             std::fs::write(&backup, text.replace("198.18.10.1/24", "198.18.99.1/24"))?;
             let s = wait_status(&nncs, "r1 refused for the corrupt backup", |s| {
-                s.reason.as_deref() == Some("BackupCorrupt")
+                s.reason.as_deref() == Some(node_reasons::BACKUP_CORRUPT)
             })
             .await?;
             let message = s.message.clone().unwrap_or_default();
             ensure!(
-                s.phase.as_deref() == Some("Invalid")
+                s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
                     && s.observed_revision.as_deref() == Some("r1")
                     && message.contains(&backup.display().to_string())
                     && message.contains("checksum")
                     && message.contains("move the file aside"),
                 "{s:?}"
             );
-            wait_event(&client, "BackupCorrupt").await?;
+            wait_event(&client, node_reasons::BACKUP_CORRUPT).await?;
             eprintln!("status message: {message}");
 
             // r2 (another MTU) is refused too; the kernel keeps running r1.
@@ -976,7 +981,7 @@ fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside
             nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             wait_status(&nncs, "r2 refused for the corrupt backup", |s| {
-                s.reason.as_deref() == Some("BackupCorrupt")
+                s.reason.as_deref() == Some(node_reasons::BACKUP_CORRUPT)
                     && s.observed_revision.as_deref() == Some("r2")
             })
             .await?;
@@ -993,7 +998,7 @@ fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside
             // in place.
             std::fs::rename(&backup, backup.with_extension("json.corrupt"))?;
             let s = wait_status(&nncs, "r2 Provisioned after the repair", |s| {
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.observed_revision.as_deref() == Some("r2")
             })
             .await?;

@@ -21,20 +21,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::vocab::accepted_reasons;
 /// The condition type on every input object.
-pub const ACCEPTED: &str = "Accepted";
-
-/// `status.conditions[Accepted].reason` values.
-pub mod accepted_reasons {
-    /// Fleet validation finds no problem with this object.
-    pub const VALID: &str = "Valid";
-    /// Fleet validation finds problems with this object (its own fields, or with other objects).
-    pub const INVALID: &str = "Invalid";
-    /// Nothing wrong with this object, but the revision made from the current inputs fails validation
-    /// because of other objects (or no revision can be made from them: they fold into more than one
-    /// object can hold): no node gets it either.
-    pub const REVISION_INVALID: &str = "RevisionInvalid";
-}
+pub use crate::vocab::input_conditions::ACCEPTED;
 
 /// What the configurator found about one input object. Written by the configurator only.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -22,6 +22,8 @@ pub mod inputs;
 mod integers;
 pub mod manifest;
 pub mod rollout;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod validate;
 pub mod vocab;
 

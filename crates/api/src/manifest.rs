@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::{
-    BGPPeering, Layer2NetworkConfiguration, NetworkConfigRevision, NodeNetworkConfig, RoutingTable,
+    BGPPeering, Layer2NetworkConfiguration, NamedBgpPeering, NamedLayer2, NamedRoutingTable,
+    NamedVrf, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable,
     VRFRouteConfiguration,
 };
 
@@ -48,6 +49,30 @@ impl Manifest {
             Manifest::NodeConfig(o) => serde_json::to_value(o),
         };
         v.expect("netwave types always serialize")
+    }
+}
+
+impl RevisionInputs {
+    /// Adds an input object (a VRF, a layer-2 segment, a routing table or a BGP peering) under its name, as the
+    /// configurator folds it. Any other object is not an input: the error names it.
+    pub fn add(&mut self, m: Manifest) -> Result<(), String> {
+        let name = m.name().to_string();
+        match m {
+            Manifest::Vrf(o) => self.vrfs.push(NamedVrf { name, spec: o.spec }),
+            Manifest::Layer2(o) => self.layer2s.push(NamedLayer2 { name, spec: o.spec }),
+            Manifest::RoutingTable(o) => self
+                .routing_tables
+                .push(NamedRoutingTable { name, spec: o.spec }),
+            Manifest::BgpPeering(o) => self
+                .bgp_peerings
+                .push(NamedBgpPeering { name, spec: o.spec }),
+            Manifest::Revision(_) | Manifest::NodeConfig(_) => {
+                return Err(format!(
+                    "{name} is not an input object (VRF, layer-2 segment, routing table, BGP peering)"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -27,12 +27,12 @@ pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
 /// `Provisioned` for (a Node label change, say), until the agent reports on the new config. Written by the
 /// configurator right after the new spec, and only if the agent has not written status since; the
 /// agent's next report replaces it. Without it the old `Provisioned` would read as applied.
-pub const NODE_PHASE_PENDING: &str = "Pending";
+pub const NODE_PHASE_PENDING: &str = crate::vocab::node_phases::PENDING;
 
 /// `status.phase` of a NodeNetworkConfig that holds no assignment yet (a placeholder, `spec.revision`
 /// empty): the node waits for its first config in a rollout; `status.message` says what for. Written by
 /// the configurator, so `kubectl get nnc` lists every node of the fleet, queued ones too.
-pub const NODE_PHASE_QUEUED: &str = "Queued";
+pub const NODE_PHASE_QUEUED: &str = crate::vocab::node_phases::QUEUED;
 
 /// Annotation on a NodeNetworkConfig, written by the configurator (an agent can write only the status):
 /// the revisions the node failed in a row while other nodes provisioned them, `name@sequence`
@@ -46,7 +46,7 @@ pub const FAILURE_STREAK_ANNOTATION: &str = "netwave.dev/failure-streak";
 pub const QUARANTINED_ANNOTATION: &str = "netwave.dev/quarantined";
 
 /// `status.conditions` type on a quarantined node's NodeNetworkConfig (written by the configurator).
-pub const QUARANTINED_CONDITION: &str = "Quarantined";
+pub const QUARANTINED_CONDITION: &str = crate::vocab::node_conditions::QUARANTINED;
 
 /// See [`crate::vocab::node_reasons::CONFIG_TAMPERED`].
 pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMPERED;

@@ -1,7 +1,19 @@
-//! The words netwave's objects carry on the wire, spelled once: revision and node phases, condition
-//! statuses, and the node-status reasons another component acts on. The schema keeps these fields free
-//! strings (DESIGN §2: a value written by a newer netwave is kept, not refused), so every `parse`
-//! answers `None` for a word it does not know, and nothing interprets it.
+//! The words netwave's objects carry on the wire, spelled once for every crate (core, the shells, the
+//! plugin, the tests): revision and node phases, condition types and statuses, the reasons written
+//! beside them, and probe results. The schema keeps these fields free strings (DESIGN §2: a value
+//! written by a newer netwave is kept, not refused), so every `parse` answers `None` for a word it does
+//! not know, and nothing interprets it.
+//!
+//! ```text
+//!   NetworkConfigRevision.status   phase: RevisionPhase   conditions[type: RevisionCondition,
+//!                                                          status: ConditionStatus, reason: revision_reasons]
+//!   NodeNetworkConfig.status       phase: NodePhase (agent) | node_phases (configurator placeholders)
+//!                                  reason: NodeReason (agent) | node_reasons (read by others)
+//!                                  conditions[type: node_conditions::QUARANTINED]
+//!                                  probes[].result: probe_results
+//!   Node.status.conditions         node_conditions::READY (kubelet), node_conditions::NETWORK_READY (agent)
+//!   input objects' status          conditions[type: input_conditions::ACCEPTED, reason: accepted_reasons]
+//! ```
 
 /// `NetworkConfigRevision.status.phase`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -87,6 +99,17 @@ pub enum ConditionStatus {
 }
 
 impl ConditionStatus {
+    pub const ALL: [ConditionStatus; 3] = [
+        ConditionStatus::True,
+        ConditionStatus::False,
+        ConditionStatus::Unknown,
+    ];
+
+    /// `None` for anything but the three words Kubernetes defines.
+    pub fn parse(s: &str) -> Option<ConditionStatus> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             ConditionStatus::True => "True",
@@ -101,6 +124,144 @@ impl ConditionStatus {
         } else {
             ConditionStatus::False
         }
+    }
+}
+
+/// The condition types a revision's status carries, in the order they are kept in status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RevisionCondition {
+    Validated,
+    Progressing,
+    Available,
+    Degraded,
+    Paused,
+}
+
+impl RevisionCondition {
+    /// Every type, in the order status keeps them.
+    pub const ALL: [RevisionCondition; 5] = [
+        RevisionCondition::Validated,
+        RevisionCondition::Progressing,
+        RevisionCondition::Available,
+        RevisionCondition::Degraded,
+        RevisionCondition::Paused,
+    ];
+
+    /// `None` for a condition type netwave does not write.
+    pub fn parse(s: &str) -> Option<RevisionCondition> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RevisionCondition::Validated => "Validated",
+            RevisionCondition::Progressing => "Progressing",
+            RevisionCondition::Available => "Available",
+            RevisionCondition::Degraded => "Degraded",
+            RevisionCondition::Paused => "Paused",
+        }
+    }
+}
+
+/// `NetworkConfigRevision.status.conditions[].reason` values (and the Event reasons that share them).
+/// Tests, the alerts and `kubectl` users match on them.
+pub mod revision_reasons {
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    pub const VALIDATION_FAILED: &str = "ValidationFailed";
+    pub const MAX_FAILURES_REACHED: &str = "MaxFailuresReached";
+    pub const INVALID_POLICY: &str = "InvalidPolicy";
+    pub const ROLLOUT_PAUSED: &str = "RolloutPaused";
+    /// Held: the target removes much of what the last good revision puts on the nodes.
+    pub const DESTRUCTIVE_CHANGE: &str = "DestructiveChange";
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    pub const CANARY_BAKE: &str = "CanaryBake";
+    pub const ROLLOUT_PROGRESSING: &str = "RolloutProgressing";
+    pub const SUPERSEDED: &str = "Superseded";
+    pub const VALIDATED: &str = "Validated";
+    /// `Paused=True`: `spec.paused` (an admin's pause, `kubectl netwave pause`), not a hold.
+    pub const PAUSED_BY_SPEC: &str = "PausedBySpec";
+    pub const NOT_PAUSED: &str = "NotPaused";
+    pub const ALL_NODES_UPDATED: &str = "AllNodesUpdated";
+    pub const ROLLOUT_INCOMPLETE: &str = "RolloutIncomplete";
+    pub const NO_FAILURES: &str = "NoFailures";
+    pub const NODES_FAILED: &str = "NodesFailed";
+    pub const REVISION_FAILED: &str = "RevisionFailed";
+}
+
+/// `NodeNetworkConfig.status.phase` values the configurator writes while the agent has nothing to say
+/// yet; [`NodePhase::parse`] answers `None` for them (not applied, neither success nor failure).
+pub mod node_phases {
+    /// The config was re-rendered under the revision the agent reported `Provisioned` for (a Node label
+    /// change, say), until the agent reports on the new config.
+    pub const PENDING: &str = "Pending";
+    /// A placeholder NNC (`spec.revision` empty): the node waits for its first config.
+    pub const QUEUED: &str = "Queued";
+}
+
+/// The agent's verdict in `NodeNetworkConfig.status.reason` when it did not provision a config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NodeReason {
+    InvalidConfig,
+    KernelUnsupported,
+    ApplyFailed,
+    HealthCheckFailed,
+    /// The agent died mid-apply; the last good config was restored at start.
+    ApplyInterrupted,
+    /// The spec's config does not hash to its configHash: refused without touching the kernel
+    /// ([`node_reasons::CONFIG_TAMPERED`]).
+    ConfigTampered,
+    /// The config has BGP content and FRR is off on this node, or FRR's check cannot run: refused
+    /// before any change, instead of applying the kernel half.
+    FrrUnavailable,
+    /// FRR's own check (`vtysh -C`) refused the rendered text: refused before any change.
+    FrrRejected,
+    /// Writing, reloading or converging FRR's config failed after the kernel was changed: the last
+    /// good config was restored (kernel and FRR).
+    FrrReloadFailed,
+    /// The last good backup is corrupt: refused before any change, and every apply after it, until an
+    /// admin moves the file aside ([`node_reasons::BACKUP_CORRUPT`]).
+    BackupCorrupt,
+}
+
+impl NodeReason {
+    pub const ALL: [NodeReason; 10] = [
+        NodeReason::InvalidConfig,
+        NodeReason::KernelUnsupported,
+        NodeReason::ApplyFailed,
+        NodeReason::HealthCheckFailed,
+        NodeReason::ApplyInterrupted,
+        NodeReason::ConfigTampered,
+        NodeReason::FrrUnavailable,
+        NodeReason::FrrRejected,
+        NodeReason::FrrReloadFailed,
+        NodeReason::BackupCorrupt,
+    ];
+
+    /// `None` for a reason the agent does not write (the configurator's `ApplyTimeout`, a newer
+    /// agent's word).
+    pub fn parse(s: &str) -> Option<NodeReason> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            NodeReason::InvalidConfig => "InvalidConfig",
+            NodeReason::KernelUnsupported => "KernelUnsupported",
+            NodeReason::ApplyFailed => "ApplyFailed",
+            NodeReason::HealthCheckFailed => "HealthCheckFailed",
+            NodeReason::ApplyInterrupted => "ApplyInterrupted",
+            NodeReason::ConfigTampered => node_reasons::CONFIG_TAMPERED,
+            NodeReason::FrrUnavailable => "FrrUnavailable",
+            NodeReason::FrrRejected => "FrrRejected",
+            NodeReason::FrrReloadFailed => "FrrReloadFailed",
+            NodeReason::BackupCorrupt => node_reasons::BACKUP_CORRUPT,
+        }
+    }
+}
+
+impl std::fmt::Display for NodeReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -121,10 +282,81 @@ pub mod node_reasons {
     pub const BACKUP_CORRUPT: &str = "BackupCorrupt";
 }
 
+/// Condition types on Nodes and NodeNetworkConfigs.
+pub mod node_conditions {
+    /// Kubernetes' own `Node` condition (the kubelet's): a node is eligible for a rollout only while it
+    /// is `True`.
+    pub const READY: &str = "Ready";
+    /// The `Node` condition the agent writes: the node's network config is applied.
+    pub const NETWORK_READY: &str = "NetworkReady";
+    /// On a quarantined node's NodeNetworkConfig (written by the configurator).
+    pub const QUARANTINED: &str = "Quarantined";
+}
+
+/// `NodeNetworkConfig.status.probes[].result`.
+pub mod probe_results {
+    pub const PASSED: &str = "Passed";
+    pub const FAILED: &str = "Failed";
+}
+
+/// The condition and its reasons on every input object (VRFRouteConfiguration,
+/// Layer2NetworkConfiguration, RoutingTable); see `crate::input_status`.
+pub mod input_conditions {
+    /// The condition type on every input object.
+    pub const ACCEPTED: &str = "Accepted";
+}
+
+/// `status.conditions[Accepted].reason` values on input objects.
+pub mod accepted_reasons {
+    /// Fleet validation finds no problem with this object.
+    pub const VALID: &str = "Valid";
+    /// Fleet validation finds problems with this object (its own fields, or with other objects).
+    pub const INVALID: &str = "Invalid";
+    /// Nothing wrong with this object, but the revision made from the current inputs fails validation
+    /// because of other objects (or no revision can be made from them: they fold into more than one
+    /// object can hold): no node gets it either.
+    pub const REVISION_INVALID: &str = "RevisionInvalid";
+}
+
 /// Field managers (server-side apply ownership): who wrote a field.
 pub mod managers {
     /// Every configurator write: revisions, their status, node specs.
     pub const CONFIGURATOR: &str = "netwave-configurator";
     /// Every agent write: node status, the Node's NetworkReady condition.
     pub const AGENT: &str = "netwave-agent";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DESIGN §2: a word written by a newer netwave is kept and not interpreted.
+    #[test]
+    fn parse_answers_none_for_unknown_words() {
+        assert_eq!(RevisionPhase::parse(Some("Rolling")), None);
+        assert_eq!(NodePhase::parse(node_phases::PENDING), None);
+        assert_eq!(NodePhase::parse(node_phases::QUEUED), None);
+        assert_eq!(ConditionStatus::parse("true"), None);
+        assert_eq!(RevisionCondition::parse("Ready"), None);
+        assert_eq!(NodeReason::parse(node_reasons::APPLY_TIMEOUT), None);
+    }
+
+    #[test]
+    fn every_word_parses_back_to_itself() {
+        for p in RevisionPhase::ALL {
+            assert_eq!(RevisionPhase::parse(Some(p.as_str())), Some(p));
+        }
+        for p in NodePhase::ALL {
+            assert_eq!(NodePhase::parse(p.as_str()), Some(p));
+        }
+        for c in ConditionStatus::ALL {
+            assert_eq!(ConditionStatus::parse(c.as_str()), Some(c));
+        }
+        for c in RevisionCondition::ALL {
+            assert_eq!(RevisionCondition::parse(c.as_str()), Some(c));
+        }
+        for r in NodeReason::ALL {
+            assert_eq!(NodeReason::parse(r.as_str()), Some(r));
+        }
+    }
 }

@@ -8,19 +8,9 @@ use netwave_api::{
 
 fn vrf() -> VRFRouteConfigurationSpec {
     VRFRouteConfigurationSpec {
-        vrf: "cluster".into(),
         vni: Some(2001000),
         route_target: Some("65188:2001".into()),
-        table_id: None,
-        import: vec![],
-        export: vec![],
-        aggregate: vec![],
-        seq: 10,
-        communities: vec![],
-        mtu: None,
-        node_selector: None,
-        sbr_prefixes: vec![],
-        loopbacks: vec![],
+        ..VRFRouteConfigurationSpec::named("cluster")
     }
 }
 

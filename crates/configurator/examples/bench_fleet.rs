@@ -54,6 +54,7 @@
 //! "/instnt" is wall time over that of a scheduler reacting instantly over the same agents
 //! ([`perfect_wall`]): the configurator's own share of the distance to the ideal.
 
+use netwave_api::vocab::{ConditionStatus, NodePhase, RevisionPhase, node_conditions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -293,11 +294,13 @@ fn already_answered(nnc: &NodeNetworkConfig) -> bool {
         && st.observed_retry.unwrap_or(0) == nnc.spec.retry;
     same_attempt
         && match st.phase.as_deref() {
-            Some("Invalid") => st
+            Some(p) if p == NodePhase::Invalid.as_str() => st
                 .observed_config_hash
                 .as_deref()
                 .is_none_or(|h| h == nnc.spec.config_hash),
-            Some("Provisioned") => st.config_hash.as_deref() == Some(nnc.spec.config_hash.as_str()),
+            Some(p) if p == NodePhase::Provisioned.as_str() => {
+                st.config_hash.as_deref() == Some(nnc.spec.config_hash.as_str())
+            }
             _ => false,
         }
 }
@@ -332,7 +335,10 @@ fn spawn_agents(
             let st = nnc.status.clone().unwrap_or_default();
             if let (Some(rev), Some(phase)) = (&st.observed_revision, &st.phase)
                 && *rev == key.0
-                && matches!(phase.as_str(), "Provisioned" | "Invalid")
+                && matches!(
+                    NodePhase::parse(phase),
+                    Some(NodePhase::Provisioned | NodePhase::Invalid)
+                )
                 && statuses.get(&name) != Some(&(rev.clone(), phase.clone()))
             {
                 statuses.insert(name.clone(), (rev.clone(), phase.clone()));
@@ -1286,7 +1292,10 @@ impl Fleet {
             let rev = new_revision().await?;
             if let Some(rev) = &rev
                 && let Some(st) = &rev.status
-                && matches!(st.phase.as_deref(), Some("Complete" | "Failed"))
+                && matches!(
+                    RevisionPhase::parse(st.phase.as_deref()),
+                    Some(RevisionPhase::Complete | RevisionPhase::Failed)
+                )
             {
                 break (rev.clone(), Instant::now());
             }
@@ -1294,7 +1303,7 @@ impl Fleet {
                 let name = rev.name_any();
                 let updated = self.seen.lock().unwrap().reported[mark.1..]
                     .iter()
-                    .filter(|a| a.2 == name && a.3 == "Provisioned")
+                    .filter(|a| a.2 == name && a.3 == NodePhase::Provisioned.as_str())
                     .count();
                 if updated as f64 >= share * self.n as f64 {
                     let leader = self.leader().await?;
@@ -1665,7 +1674,7 @@ async fn bench(bins: &Path, kind: ServerKind, n: usize) -> Result<()> {
                 }))?;
                 nodes.create(&PostParams::default(), &node).await?;
                 let status = json!({"status": {
-                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "conditions": [{"type": node_conditions::READY, "status": ConditionStatus::True.as_str()}],
                     "addresses": [{"type": "InternalIP", "address": format!("198.18.{}.{}", i / 250, i % 250 + 1)}],
                 }});
                 nodes

@@ -21,6 +21,7 @@
 //! max, and the one-node baseline (the same rollouts on 1 node) so the ratio says what grows with the
 //! fleet.
 
+use netwave_api::vocab::{ConditionStatus, RevisionPhase, node_conditions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,8 +61,8 @@ fn node(name: &str) -> Arc<Node> {
         },
         status: Some(NodeStatus {
             conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
+                type_: node_conditions::READY.into(),
+                status: ConditionStatus::True.as_str().into(),
                 ..NodeCondition::default()
             }]),
             ..NodeStatus::default()
@@ -246,7 +247,7 @@ fn complete(s: &Snapshot) -> bool {
         .find(|r| r.spec.hash == hash)
         .and_then(|r| r.status.as_ref())
         .and_then(|st| st.phase.as_deref())
-        == Some("Complete")
+        == Some(RevisionPhase::Complete.as_str())
 }
 
 struct Run {

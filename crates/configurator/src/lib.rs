@@ -18,5 +18,7 @@ pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
 pub mod snapshot;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod watch;
 pub mod writer;

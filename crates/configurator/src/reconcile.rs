@@ -1119,8 +1119,8 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
         let was_complete = before
             .and_then(|r| r.status.as_ref())
             .and_then(|st| st.phase.as_deref())
-            == Some("Complete");
-        if u.status.phase.as_deref() == Some("Complete")
+            == Some(RevisionPhase::Complete.as_str());
+        if u.status.phase.as_deref() == Some(RevisionPhase::Complete.as_str())
             && !was_complete
             && let (Some(start), Some(end)) = (&u.status.started_at, &u.status.completed_at)
         {
@@ -1129,8 +1129,10 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
         }
     }
     // Gauges reflect the statuses as they will be after this plan.
-    const PHASES: [&str; 5] = ["Pending", "Progressing", "Complete", "Failed", "Superseded"];
-    let mut phases: BTreeMap<&'static str, i64> = PHASES.into_iter().map(|p| (p, 0)).collect();
+    let mut phases: BTreeMap<&'static str, i64> = RevisionPhase::ALL
+        .into_iter()
+        .map(|p| (p.as_str(), 0))
+        .collect();
     for r in &s.revisions {
         let updated = plan
             .status_updates
@@ -1572,17 +1574,20 @@ impl Reconciler {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use netwave_api::vocab::{
+        ConditionStatus, NodeReason, RevisionCondition, RevisionPhase, revision_reasons,
+    };
     use netwave_api::{FailedNode, NetworkConfigRevisionStatus};
 
     use super::counters_only;
 
     fn progressing(updated: u32) -> NetworkConfigRevisionStatus {
         NetworkConfigRevisionStatus {
-            phase: Some("Progressing".into()),
+            phase: Some(RevisionPhase::Progressing.as_str().into()),
             conditions: vec![Condition {
-                type_: "Progressing".into(),
-                status: "True".into(),
-                reason: "RolloutProgressing".into(),
+                type_: RevisionCondition::Progressing.as_str().into(),
+                status: ConditionStatus::True.as_str().into(),
+                reason: revision_reasons::ROLLOUT_PROGRESSING.into(),
                 message: format!("{updated} of 10 node(s) updated"),
                 last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -1604,18 +1609,18 @@ mod tests {
         let stored = progressing(3);
         assert!(counters_only(&stored, &progressing(4)));
         let mut complete = progressing(10);
-        complete.phase = Some("Complete".into());
+        complete.phase = Some(RevisionPhase::Complete.as_str().into());
         assert!(!counters_only(&stored, &complete));
         let mut failed = progressing(4);
         failed.failed_nodes.push(FailedNode {
             node: "node-1".into(),
-            reason: "ApplyFailed".into(),
+            reason: NodeReason::ApplyFailed.as_str().into(),
             ..Default::default()
         });
         failed.failed = 1;
         assert!(!counters_only(&stored, &failed));
         let mut condition = progressing(4);
-        condition.conditions[0].status = "False".into();
+        condition.conditions[0].status = ConditionStatus::False.as_str().into();
         assert!(!counters_only(&stored, &condition));
     }
 
@@ -1625,6 +1630,7 @@ mod tests {
         use std::time::Duration;
 
         use kube::api::ObjectMeta;
+        use netwave_api::vocab::RevisionPhase;
         use netwave_api::{NetworkConfigRevision, RoutingTable};
         use netwave_core::Timestamp;
         use netwave_core::revision::{self, InputSettle};
@@ -1730,9 +1736,9 @@ mod tests {
                 routing_tables: vec![table("rt-a", 100)],
                 ..Default::default()
             };
-            let old = revision_of(&s, "rev-old", 1, "Complete");
+            let old = revision_of(&s, "rev-old", 1, RevisionPhase::Complete.as_str());
             s.routing_tables = vec![table("rt-b", 200)];
-            let new = revision_of(&s, "rev-new", 2, "Complete");
+            let new = revision_of(&s, "rev-new", 2, RevisionPhase::Complete.as_str());
             s.routing_tables = vec![table("rt-a", 100)];
             s.revisions = vec![old, new];
             let out = run(&s, Duration::ZERO);
@@ -1763,7 +1769,12 @@ mod tests {
                 routing_tables: vec![table("rt-a", 100)],
                 ..Default::default()
             };
-            s.revisions = vec![revision_of(&s, "rev-bad", 1, "Failed")];
+            s.revisions = vec![revision_of(
+                &s,
+                "rev-bad",
+                1,
+                RevisionPhase::Failed.as_str(),
+            )];
             let out = run(&s, Duration::ZERO);
             assert_eq!(out.equals_failed.as_deref(), Some("rev-bad"));
             assert!(out.plan.is_some(), "the step rolls the current target on");

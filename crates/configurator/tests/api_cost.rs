@@ -9,6 +9,7 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,7 +30,12 @@ async fn cost(
         || async {
             let revs = revisions(&env.client).await;
             match revs.last() {
-                Some(r) if revs.len() == revisions_expected && phase(r) == "Complete" => Ok(()),
+                Some(r)
+                    if revs.len() == revisions_expected
+                        && phase(r) == RevisionPhase::Complete.as_str() =>
+                {
+                    Ok(())
+                }
                 _ => Err(format!("{:?}", revs.iter().map(phase).collect::<Vec<_>>())),
             }
         },

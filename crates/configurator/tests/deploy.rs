@@ -1,6 +1,7 @@
 //! `deploy/` must stay true to the code: every manifest is valid YAML, and every metric the alerts and
 //! the dashboard query exists in the configurator's or the agent's registry.
 
+use netwave_api::vocab::{NodePhase, NodeReason};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -39,8 +40,8 @@ fn exposed() -> BTreeSet<String> {
     });
     let a = agent::Metrics::default();
     let _ = a.applies.get_or_create(&agent::ApplyLabels {
-        phase: "Invalid",
-        reason: "ApplyFailed",
+        phase: NodePhase::Invalid.as_str(),
+        reason: NodeReason::ApplyFailed.as_str(),
     });
     let _ = a.probe_up.get_or_create(&agent::ProbeLabels {
         probe: "api".into(),

@@ -9,6 +9,7 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -61,14 +62,7 @@ fn spawn_with(
             "250ms",
         ])
         .args(["--max-unavailable", "2", "--resync-interval", "2s"])
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--health-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "text",
-        ])
+        .args(netwave_configurator::testing::LOCAL_ENDPOINTS)
         .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -152,7 +146,7 @@ async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
             "the rollout to complete",
             || async {
                 match revisions(&env.client).await.as_slice() {
-                    [r] if phase(r) == "Complete" => Ok(r.clone()),
+                    [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                     other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
                 }
             },
@@ -230,7 +224,7 @@ async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure(
         "the rollout to complete",
         || async {
             match revisions(&client).await.as_slice() {
-                [r] if phase(r) == "Complete" => Ok(r.clone()),
+                [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                 other => Err(format!(
                     "{:?}; nodes (spec revision, status phase, observed revision): {:?}",
                     other.iter().map(phase).collect::<Vec<_>>(),
@@ -309,7 +303,7 @@ async fn rollout_completes(env: &Env, nodes: u32) {
         "the rollout to complete",
         || async {
             match revisions(&env.client).await.as_slice() {
-                [r] if phase(r) == "Complete" => Ok(r.clone()),
+                [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                 other => Err(format!(
                     "{:?}; lease holder {:?}",
                     other.iter().map(phase).collect::<Vec<_>>(),

@@ -4,6 +4,8 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
+use netwave_api::vocab::{ConditionStatus, accepted_reasons};
 use std::time::Duration;
 
 use common::*;
@@ -68,7 +70,7 @@ async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
     let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "4"]));
     eventually(T, "the samples rolled out", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -78,7 +80,7 @@ async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
         let blank = out
             .lines()
             .filter(|l| !l.starts_with("NAME") && !l.trim().is_empty())
-            .any(|l| !l.contains("True"));
+            .any(|l| !l.contains(ConditionStatus::True.as_str()));
         if blank { Err(out) } else { Ok(out) }
     };
     eventually(T, "every object accepted", all_accepted).await;
@@ -86,7 +88,7 @@ async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
     let got = rows(&vrfs);
     assert!(got.len() >= 3, "{vrfs}");
     for r in &got {
-        assert_eq!(r["ACCEPTED"], "True", "{vrfs}");
+        assert_eq!(r["ACCEPTED"], ConditionStatus::True.as_str(), "{vrfs}");
         assert!(r["TABLE"].parse::<u32>().is_ok(), "TABLE filled: {vrfs}");
         assert!(r["NODES"].parse::<u32>().is_ok(), "NODES filled: {vrfs}");
     }
@@ -118,7 +120,10 @@ async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
             .unwrap();
         let st = o.status.clone().unwrap_or_default();
         match st.accepted() {
-            Some(c) if c.status == "False" && c.reason == "Invalid" => {
+            Some(c)
+                if c.status == ConditionStatus::False.as_str()
+                    && c.reason == accepted_reasons::INVALID =>
+            {
                 Ok((c.message.clone(), st.observed_generation))
             }
             other => Err(format!("{other:?}")),
@@ -129,7 +134,11 @@ async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
     assert!(message.contains("spec.vrf"), "names the field: {message}");
     assert_eq!(generation, Some(1));
     let line = kubectl(&env, &["get", "l2", "vlan300-orphan"]);
-    assert_eq!(rows(&line)[0]["ACCEPTED"], "False", "{line}");
+    assert_eq!(
+        rows(&line)[0]["ACCEPTED"],
+        ConditionStatus::False.as_str(),
+        "{line}"
+    );
     // A good VRF says the revision fails because of something else, and names it.
     let vrf = Api::<VRFRouteConfiguration>::all(env.client.clone())
         .get("cluster")
@@ -139,7 +148,10 @@ async fn kubectl_get_vrf_l2_rt_shows_accepted_nodes_and_tables() {
     let a = st.accepted().unwrap();
     assert_eq!(
         (a.status.as_str(), a.reason.as_str()),
-        ("False", "RevisionInvalid")
+        (
+            ConditionStatus::False.as_str(),
+            accepted_reasons::REVISION_INVALID
+        )
     );
     assert!(a.message.contains("vlan300-orphan"), "{}", a.message);
     assert_ne!(
@@ -194,7 +206,7 @@ async fn input_status_writes_only_on_change() {
     let c = Configurator::start(env.client.clone(), a);
     eventually(T, "the rollout to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })

@@ -7,6 +7,8 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
+use netwave_api::vocab::{ConditionStatus, NodePhase, node_conditions};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -205,7 +207,7 @@ async fn the_shipped_rbac_is_enough_for_the_configurator() {
     let c = Configurator::start(sa, args(&["--max-unavailable", "2", "--metrics-addr", &m]));
     let rev = eventually(T, "the rollout to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(r.clone()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -369,7 +371,9 @@ async fn an_agent_writes_only_its_own_node() {
     let agent_a = installed_agent(&env).await;
     let nncs: Api<NodeNetworkConfig> = Api::all(agent_a.clone());
     let nodes: Api<Node> = Api::all(agent_a.clone());
-    let status = merge(json!({"status": {"phase": "Provisioned", "observedRevision": "r1"}}));
+    let status = merge(
+        json!({"status": {"phase": NodePhase::Provisioned.as_str(), "observedRevision": "r1"}}),
+    );
     let pp = PatchParams::default();
 
     nncs.patch_status("node-a", &pp, &status)
@@ -611,11 +615,13 @@ async fn an_agent_changes_only_its_own_condition_on_its_node() {
     let condition = |type_: &str| {
         Patch::Apply(
             json!({"apiVersion": "v1", "kind": "Node", "status": {"conditions": [
-            {"type": type_, "status": "False", "reason": "Forged", "message": "forged"}]}}),
+            {"type": type_, "status": ConditionStatus::False.as_str(), "reason": "Forged", "message": "forged"}]}}),
         )
     };
     let msg = refused(
-        nodes.patch_status("node-a", &pp, &condition("Ready")).await,
+        nodes
+            .patch_status("node-a", &pp, &condition(node_conditions::READY))
+            .await,
         "the Ready condition",
     );
     assert!(
@@ -635,7 +641,7 @@ async fn an_agent_changes_only_its_own_condition_on_its_node() {
         "{msg}"
     );
     nodes
-        .patch_status("node-a", &pp, &condition("NetworkReady"))
+        .patch_status("node-a", &pp, &condition(node_conditions::NETWORK_READY))
         .await
         .expect("its own condition");
 }
@@ -672,13 +678,16 @@ async fn the_agents_own_writes_pass_the_policy() {
     );
     reporter.status(
         "node-a",
-        serde_json::from_value(json!({"phase": "Provisioned", "observedRevision": "r1"})).unwrap(),
+        serde_json::from_value(
+            json!({"phase": NodePhase::Provisioned.as_str(), "observedRevision": "r1"}),
+        )
+        .unwrap(),
     );
     reporter.network_ready(true);
     reporter.event(
         Event {
             type_: EventType::Normal,
-            reason: "Provisioned".into(),
+            reason: NodePhase::Provisioned.as_str().into(),
             note: Some("applied r1".into()),
             action: "Apply".into(),
             secondary: None,
@@ -710,14 +719,17 @@ async fn the_agents_own_writes_pass_the_policy() {
         .unwrap_or_default()
         .into_iter()
         .find(|c| c.type_ == netwave_agent::shell::NETWORK_READY);
-    assert_eq!(ready.map(|c| c.status).as_deref(), Some("True"));
+    assert_eq!(
+        ready.map(|c| c.status).as_deref(),
+        Some(ConditionStatus::True.as_str())
+    );
     let st = Api::<NodeNetworkConfig>::all(admin.clone())
         .get("node-a")
         .await
         .unwrap()
         .status
         .unwrap_or_default();
-    assert_eq!(st.phase.as_deref(), Some("Provisioned"));
+    assert_eq!(st.phase.as_deref(), Some(NodePhase::Provisioned.as_str()));
     assert_eq!(metrics.status_write_errors.get(), 0);
     // Events about a cluster-scoped object live in `default`, where the agent's Role lets it write.
     let events = Api::<KubeEvent>::namespaced(admin, "default")
@@ -725,11 +737,10 @@ async fn the_agents_own_writes_pass_the_policy() {
         .await
         .unwrap();
     assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Provisioned")
-                && e.reporting_instance.as_deref() == Some("node-a")),
+        events.items.iter().any(
+            |e| e.reason.as_deref() == Some(NodePhase::Provisioned.as_str())
+                && e.reporting_instance.as_deref() == Some("node-a")
+        ),
         "the agent's Event: {:?}",
         events.items.iter().map(|e| &e.reason).collect::<Vec<_>>()
     );

@@ -6,6 +6,8 @@
 
 mod common;
 
+use netwave_api::vocab::accepted_reasons;
+use netwave_api::vocab::{ConditionStatus, RevisionPhase};
 use std::time::Duration;
 
 use common::*;
@@ -52,7 +54,9 @@ async fn inputs_too_large_for_one_object_are_refused_before_any_write() {
     );
     let first = eventually(T, "the samples rolled out", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(r.metadata.name.clone().unwrap()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => {
+                Ok(r.metadata.name.clone().unwrap())
+            }
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -72,7 +76,11 @@ async fn inputs_too_large_for_one_object_are_refused_before_any_write() {
             .status
             .unwrap_or_default();
         match st.accepted() {
-            Some(c) if c.status == "False" && c.message.contains("limit") => Ok(c.message.clone()),
+            Some(c)
+                if c.status == ConditionStatus::False.as_str() && c.message.contains("limit") =>
+            {
+                Ok(c.message.clone())
+            }
             other => Err(format!("{other:?}")),
         }
     })
@@ -113,7 +121,12 @@ async fn inputs_too_large_for_one_object_are_refused_before_any_write() {
             .status
             .unwrap_or_default();
         match st.accepted() {
-            Some(c) if c.status == "False" && c.reason == "RevisionInvalid" => Ok(()),
+            Some(c)
+                if c.status == ConditionStatus::False.as_str()
+                    && c.reason == accepted_reasons::REVISION_INVALID =>
+            {
+                Ok(())
+            }
             other => Err(format!("{other:?}")),
         }
     })
@@ -167,7 +180,7 @@ async fn inputs_too_large_for_one_object_are_refused_before_any_write() {
             .values()
             .filter(|c| c.spec.revision == name)
             .count();
-        if phase(last) == "Complete" && on_it == nodes.len() {
+        if phase(last) == RevisionPhase::Complete.as_str() && on_it == nodes.len() {
             Ok(name)
         } else {
             Err(format!("{name}: {} on {on_it} node(s)", phase(last)))
@@ -182,7 +195,12 @@ async fn inputs_too_large_for_one_object_are_refused_before_any_write() {
             .status
             .unwrap_or_default();
         match st.accepted() {
-            Some(c) if c.status == "True" && st.revision.as_deref() == Some(&second) => Ok(()),
+            Some(c)
+                if c.status == ConditionStatus::True.as_str()
+                    && st.revision.as_deref() == Some(&second) =>
+            {
+                Ok(())
+            }
             other => Err(format!("{other:?}")),
         }
     })

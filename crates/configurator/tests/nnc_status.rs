@@ -4,6 +4,7 @@
 
 mod common;
 
+use netwave_api::vocab::NodePhase;
 use std::time::Duration;
 
 use common::*;
@@ -44,7 +45,7 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
         (c.len() == 2
             && c.values().all(|n| {
                 let s = n.status.clone().unwrap_or_default();
-                s.phase.as_deref() == Some("Provisioned")
+                s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                     && s.config_hash.as_deref() == Some(n.spec.config_hash.as_str())
             }))
         .then_some(c)
@@ -92,12 +93,12 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
     println!("re-rendered, agent not yet reported:\n{table}");
     let row = table.lines().find(|l| l.starts_with(&names[0])).unwrap();
     assert!(row.contains(NODE_PHASE_PENDING), "{row}");
-    assert!(!row.contains("Provisioned"), "{row}");
+    assert!(!row.contains(NodePhase::Provisioned.as_str()), "{row}");
     // The other node's config did not change: still Provisioned.
     let other = &configs(&client).await[&names[1]];
     assert_eq!(
         other.status.as_ref().unwrap().phase.as_deref(),
-        Some("Provisioned")
+        Some(NodePhase::Provisioned.as_str())
     );
     // With no agent answering, it stays Pending (nothing else turns it back to Provisioned).
     reconciles_pass(port, 3.0).await;
@@ -112,7 +113,7 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
     eventually(T, "node-00 Provisioned with the new config", || async {
         let n = configs(&client).await.remove(&names[0]).unwrap();
         let s = n.status.clone().unwrap_or_default();
-        (s.phase.as_deref() == Some("Provisioned")
+        (s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
             && s.config_hash.as_deref() == Some(n.spec.config_hash.as_str())
             && n.spec.config_hash == pending.spec.config_hash)
             .then_some(())
@@ -210,7 +211,8 @@ async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
         || async {
             let c = configs(&client).await;
             let ok = |n: &str| {
-                c[n].status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Provisioned")
+                c[n].status.as_ref().and_then(|s| s.phase.as_deref())
+                    == Some(NodePhase::Provisioned.as_str())
                     && c[n].spec.revision == revision
             };
             // The Pending mark is the write right after the assignment: wait for both.

@@ -12,6 +12,8 @@
 
 mod common;
 
+use netwave_api::vocab::ConditionStatus;
+use netwave_api::vocab::{NodePhase, RevisionPhase};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -115,9 +117,12 @@ async fn settled(env: &Env, after: Option<&str>) -> NetworkConfigRevision {
             .filter(|(_, c)| in_flight(c))
             .map(|(n, _)| n)
             .collect();
-        match phase(newest).as_str() {
-            "Complete" | "Failed" if busy.is_empty() => Ok(newest.clone()),
-            p => Err(format!("{}: {p}, in flight {busy:?}", newest.name_any())),
+        let p = phase(newest);
+        match RevisionPhase::parse(Some(&p)) {
+            Some(RevisionPhase::Complete | RevisionPhase::Failed) if busy.is_empty() => {
+                Ok(newest.clone())
+            }
+            _ => Err(format!("{}: {p}, in flight {busy:?}", newest.name_any())),
         }
     })
     .await
@@ -139,7 +144,7 @@ async fn on(f: &Fleet, rev: &str) -> Vec<String> {
             let st = c.status.clone().unwrap_or_default();
             c.spec.revision == rev
                 && st.observed_revision.as_deref() == Some(rev)
-                && st.phase.as_deref() == Some("Provisioned")
+                && st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
         })
         .map(|(n, _)| n)
         .collect()
@@ -183,7 +188,7 @@ async fn without_quarantine_one_compromised_agent_vetoes_every_revision() {
             .message
             .unwrap_or_default();
         eprintln!("{}: {} ({message})", r.name_any(), phase(&r));
-        assert_eq!(phase(&r), "Failed", "{message}");
+        assert_eq!(phase(&r), RevisionPhase::Failed.as_str(), "{message}");
         assert_eq!(failed(&r), [(HOSTILE.to_string(), false)]);
         assert!(on(&f, &r.name_any()).await.is_empty(), "no node keeps it");
     }
@@ -213,12 +218,18 @@ async fn a_node_whose_agent_fails_every_revision_is_quarantined_and_the_fleet_mo
     let r2 = roll(&f, 1400).await;
     assert_eq!(
         (phase(&r2).as_str(), failed(&r2)),
-        ("Failed", vec![(HOSTILE.into(), false)])
+        (
+            RevisionPhase::Failed.as_str(),
+            vec![(HOSTILE.into(), false)]
+        )
     );
     let r3 = roll(&f, 1401).await;
     assert_eq!(
         (phase(&r3).as_str(), failed(&r3)),
-        ("Failed", vec![(HOSTILE.into(), false)])
+        (
+            RevisionPhase::Failed.as_str(),
+            vec![(HOSTILE.into(), false)]
+        )
     );
     let streak = node_config(&f)
         .await
@@ -232,7 +243,7 @@ async fn a_node_whose_agent_fails_every_revision_is_quarantined_and_the_fleet_mo
     );
 
     let r4 = roll(&f, 1402).await;
-    assert_eq!(phase(&r4), "Complete");
+    assert_eq!(phase(&r4), RevisionPhase::Complete.as_str());
     assert_eq!(
         failed(&r4),
         [(HOSTILE.to_string(), true)],
@@ -261,7 +272,7 @@ async fn a_node_whose_agent_fails_every_revision_is_quarantined_and_the_fleet_mo
             .iter()
             .find(|c| c.type_ == QUARANTINED_CONDITION)
         {
-            Some(c) if c.status == "True" => Ok(c.message.clone()),
+            Some(c) if c.status == ConditionStatus::True.as_str() => Ok(c.message.clone()),
             other => Err(format!("{other:?}")),
         }
     })
@@ -293,7 +304,7 @@ async fn a_node_whose_agent_fails_every_revision_is_quarantined_and_the_fleet_mo
 
     // The next revision reaches every other node; node-a keeps its last good config.
     let r5 = roll(&f, 1403).await;
-    assert_eq!(phase(&r5), "Complete");
+    assert_eq!(phase(&r5), RevisionPhase::Complete.as_str());
     assert_eq!(on(&f, &r5.name_any()).await.len(), NODES.len() - 1);
     assert!(failed(&r5).is_empty(), "node-a was not given it");
     assert_eq!(node_config(&f).await.spec.revision, f.first);

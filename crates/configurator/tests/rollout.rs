@@ -3,6 +3,8 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
+use netwave_api::vocab::{ConditionStatus, NodePhase, NodeReason, RevisionCondition};
 use std::time::Duration;
 
 use common::*;
@@ -39,7 +41,7 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
     let rev = eventually(T, "the revision to complete", || async {
         let revs = revisions(&env.client).await;
         match revs.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(r.clone()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
             other => Err(format!(
                 "{:?}",
                 other
@@ -70,7 +72,11 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
             rev.metadata.name.clone().unwrap(),
             "{name}"
         );
-        assert_eq!(st.phase.as_deref(), Some("Provisioned"), "{name}");
+        assert_eq!(
+            st.phase.as_deref(),
+            Some(NodePhase::Provisioned.as_str()),
+            "{name}"
+        );
         assert!(
             !c.spec.config.layer2s.is_empty(),
             "{name} got the sample segments"
@@ -141,11 +147,17 @@ async fn ten_nodes_roll_out_with_at_most_two_in_flight() {
         .map(|c| (c.type_.as_str(), c.status.as_str()))
         .collect::<Vec<_>>();
     assert!(
-        conditions.contains(&("Available", "True")),
+        conditions.contains(&(
+            RevisionCondition::Available.as_str(),
+            ConditionStatus::True.as_str()
+        )),
         "{conditions:?}"
     );
     assert!(
-        conditions.contains(&("Validated", "True")),
+        conditions.contains(&(
+            RevisionCondition::Validated.as_str(),
+            ConditionStatus::True.as_str()
+        )),
         "{conditions:?}"
     );
 }
@@ -176,7 +188,9 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     let c = Configurator::start(env.client.clone(), a);
     let good = eventually(T, "the first revision to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(r.metadata.name.clone().unwrap()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => {
+                Ok(r.metadata.name.clone().unwrap())
+            }
             other => Err(format!("{}", other.len())),
         }
     })
@@ -186,7 +200,7 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     let bad = eventually(T, "the second revision to fail", || async {
         let revs = revisions(&env.client).await;
         match revs.as_slice() {
-            [_, r] if phase(r) == "Failed" => Ok(r.clone()),
+            [_, r] if phase(r) == RevisionPhase::Failed.as_str() => Ok(r.clone()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -196,7 +210,9 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     assert_eq!(st.failed_nodes.len(), 1, "{st:?}");
     assert_eq!(st.failed_nodes[0].node, "node-02");
     assert!(
-        st.failed_nodes[0].reason.contains("HealthCheckFailed"),
+        st.failed_nodes[0]
+            .reason
+            .contains(NodeReason::HealthCheckFailed.as_str()),
         "{st:?}"
     );
 

@@ -2,6 +2,7 @@
 
 mod common;
 
+use netwave_api::vocab::{ConditionStatus, RevisionCondition, RevisionPhase, revision_reasons};
 use std::time::Duration;
 
 use common::*;
@@ -22,10 +23,10 @@ fn condition(r: &NetworkConfigRevision, type_: &str) -> Option<(String, String)>
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn only_revision(env: &Env, want_phase: &str) -> NetworkConfigRevision {
-    eventually(T, &format!("one revision {want_phase}"), || async {
+async fn only_revision(env: &Env, want_phase: RevisionPhase) -> NetworkConfigRevision {
+    eventually(T, &format!("one revision {want_phase:?}"), || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == want_phase => Ok(r.clone()),
+            [r] if phase(r) == want_phase.as_str() => Ok(r.clone()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -67,8 +68,8 @@ async fn pause_stops_new_assignments_and_resume_completes() {
     set_paused(&env, &rev, true).await;
     let paused = eventually(T, "the Paused condition", || async {
         let r = revisions(&env.client).await.remove(0);
-        match condition(&r, "Paused") {
-            Some((s, _)) if s == "True" => Ok(r),
+        match condition(&r, RevisionCondition::Paused.as_str()) {
+            Some((s, _)) if s == ConditionStatus::True.as_str() => Ok(r),
             other => Err(format!("{other:?}")),
         }
     })
@@ -78,14 +79,16 @@ async fn pause_stops_new_assignments_and_resume_completes() {
     let by = st.paused_by.as_deref().unwrap_or_default();
     assert!(by.starts_with("ops-alice at "), "pausedBy: {by:?}");
     assert!(
-        condition(&paused, "Paused").is_some_and(|(_, reason)| reason == "PausedBySpec")
+        condition(&paused, RevisionCondition::Paused.as_str())
+            .is_some_and(|(_, reason)| reason == revision_reasons::PAUSED_BY_SPEC)
             && paused
                 .status
                 .as_ref()
                 .unwrap()
                 .conditions
                 .iter()
-                .any(|c| c.type_ == "Paused" && c.message.contains("set by ops-alice at ")),
+                .any(|c| c.type_ == RevisionCondition::Paused.as_str()
+                    && c.message.contains("set by ops-alice at ")),
         "the Paused condition names who paused"
     );
     // In-flight nodes finish; nobody new is assigned while paused.
@@ -119,7 +122,7 @@ async fn pause_stops_new_assignments_and_resume_completes() {
     );
 
     set_paused(&env, &rev, false).await;
-    let done = only_revision(&env, "Complete").await;
+    let done = only_revision(&env, RevisionPhase::Complete).await;
     let st = done.status.unwrap();
     assert_eq!(st.updated, 8);
     assert_eq!(st.paused_by, None, "cleared on resume");
@@ -147,16 +150,19 @@ async fn no_progress_sets_the_deadline_condition() {
     );
     let r = eventually(T, "Progressing=False", || async {
         let r = revisions(&env.client).await;
-        match r.first().and_then(|r| condition(r, "Progressing")) {
-            Some((s, reason)) if s == "False" => Ok((reason, r[0].clone())),
+        match r
+            .first()
+            .and_then(|r| condition(r, RevisionCondition::Progressing.as_str()))
+        {
+            Some((s, reason)) if s == ConditionStatus::False.as_str() => Ok((reason, r[0].clone())),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
-    assert_eq!(r.0, "ProgressDeadlineExceeded");
+    assert_eq!(r.0, revision_reasons::PROGRESS_DEADLINE_EXCEEDED);
     assert_ne!(
         phase(&r.1),
-        "Failed",
+        RevisionPhase::Failed.as_str(),
         "a stuck rollout is reported, not failed"
     );
     c.stop().await;
@@ -188,7 +194,7 @@ async fn nodes_joining_and_leaving_mid_rollout() {
         .await
         .unwrap();
 
-    let rev = only_revision(&env, "Complete").await;
+    let rev = only_revision(&env, RevisionPhase::Complete).await;
     let st = rev.status.clone().unwrap();
     assert_eq!((st.total, st.updated, st.failed), (6, 6, 0), "{st:?}");
     let configs = configs(&env.client).await;
@@ -229,12 +235,12 @@ async fn a_new_revision_supersedes_a_running_one_within_budget() {
     let (first, second) = eventually(T, "the second revision to complete", || async {
         let revs = revisions(&env.client).await;
         match revs.as_slice() {
-            [a, b] if phase(b) == "Complete" => Ok((a.clone(), b.clone())),
+            [a, b] if phase(b) == RevisionPhase::Complete.as_str() => Ok((a.clone(), b.clone())),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
     .await;
-    assert_eq!(phase(&first), "Superseded");
+    assert_eq!(phase(&first), RevisionPhase::Superseded.as_str());
     let configs = configs(&env.client).await;
     assert!(
         configs
@@ -307,7 +313,7 @@ async fn manifests_applied_one_by_one_become_one_revision() {
         Some("1"),
         "the settling shows in metrics"
     );
-    let done = only_revision(&env, "Complete").await;
+    let done = only_revision(&env, RevisionPhase::Complete).await;
     let inputs: Api<netwave_api::NetworkConfigInputs> = Api::all(env.client.clone());
     let inputs = inputs
         .get(done.metadata.name.as_deref().unwrap())
@@ -328,11 +334,15 @@ async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
     let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
     apply_samples(&env.client).await;
     let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "2"]));
-    let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    let first = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .metadata
+        .name
+        .unwrap();
     change_inputs(&env.client, 8000).await;
     eventually(T, "the change to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [_, b] if phase(b) == "Complete" => Ok(()),
+            [_, b] if phase(b) == RevisionPhase::Complete.as_str() => Ok(()),
             other => Err(format!("{}", other.len())),
         }
     })
@@ -346,7 +356,7 @@ async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
     // status is written right after the second's).
     let before = eventually(T, "the first revision superseded", || async {
         let revs = revisions(&env.client).await;
-        if phase(&revs[0]) == "Superseded" {
+        if phase(&revs[0]) == RevisionPhase::Superseded.as_str() {
             Ok(revs)
         } else {
             Err(phase(&revs[0]))
@@ -408,7 +418,7 @@ async fn reverting_the_inputs_brings_back_the_earlier_good_revision() {
             .get(&second)
             .await
             .unwrap();
-        if phase(&r) == "Superseded" {
+        if phase(&r) == RevisionPhase::Superseded.as_str() {
             Ok(())
         } else {
             Err(phase(&r))
@@ -459,13 +469,16 @@ async fn an_input_that_fails_validation_touches_no_node() {
         .unwrap();
     let (a, port) = args_with_metrics(&[]);
     let c = Configurator::start(env.client.clone(), a);
-    let r = only_revision(&env, "Failed").await;
+    let r = only_revision(&env, RevisionPhase::Failed).await;
     let st = r.status.unwrap();
     assert!(
         st.validation.errors.iter().any(|e| e.contains("1000100")),
         "{st:#?}"
     );
-    assert_eq!(condition_of(&st, "Validated"), Some("False".into()));
+    assert_eq!(
+        condition_of(&st, RevisionCondition::Validated.as_str()),
+        Some(ConditionStatus::False.as_str().into())
+    );
     reconciles_pass(port, 3.0).await;
     assert!(
         configs(&env.client)
@@ -500,7 +513,7 @@ async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
         .expect("the API server accepts it: the schema cannot see a route's kernel identity");
     let (a, port) = args_with_metrics(&[]);
     let c = Configurator::start(env.client.clone(), a);
-    let r = only_revision(&env, "Failed").await;
+    let r = only_revision(&env, RevisionPhase::Failed).await;
     let st = r.status.unwrap();
     assert!(
         st.validation.errors.iter().any(|e| e.starts_with(
@@ -555,7 +568,11 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
     apply_samples(&env.client).await;
     let (a, port) = args_with_metrics(&["--max-unavailable", "3"]);
     let c = Configurator::start(env.client.clone(), a);
-    let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    let first = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .metadata
+        .name
+        .unwrap();
     let before = configs(&env.client).await;
 
     let dp = DeleteParams::default();
@@ -581,14 +598,15 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
                     &r.metadata.name,
                     r.spec.paused,
                     phase(r),
-                    condition(r, "Paused")
+                    condition(r, RevisionCondition::Paused.as_str())
                 ))
                 .collect::<Vec<_>>()
         );
         revs.into_iter()
             .find(|r| r.metadata.name.as_deref() != Some(first.as_str()))
             .filter(|r| {
-                condition(r, "Paused").is_some_and(|(_, reason)| reason == "DestructiveChange")
+                condition(r, RevisionCondition::Paused.as_str())
+                    .is_some_and(|(_, reason)| reason == revision_reasons::DESTRUCTIVE_CHANGE)
             })
             .ok_or(seen)
     })
@@ -597,7 +615,11 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
     let message = guarded
         .status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Paused"))
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == RevisionCondition::Paused.as_str())
+        })
         .map(|c| c.message.clone())
         .unwrap();
     assert!(
@@ -624,7 +646,7 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
             .get(&name)
             .await
             .unwrap();
-        (phase(&r) == "Complete")
+        (phase(&r) == RevisionPhase::Complete.as_str())
             .then_some(())
             .ok_or_else(|| phase(&r))
     })
@@ -727,7 +749,7 @@ async fn revision_where(
                     &r.metadata.name,
                     r.spec.paused,
                     phase(r),
-                    condition(r, "Paused")
+                    condition(r, RevisionCondition::Paused.as_str())
                 ))
                 .collect::<Vec<_>>()
         );
@@ -739,15 +761,20 @@ async fn revision_where(
 fn paused_message(r: &NetworkConfigRevision) -> String {
     r.status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Paused"))
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == RevisionCondition::Paused.as_str())
+        })
         .map(|c| c.message.clone())
         .unwrap_or_default()
 }
 
 fn held(r: &NetworkConfigRevision) -> bool {
     r.spec.paused
-        && condition(r, "Paused")
-            .is_some_and(|(s, reason)| s == "True" && reason == "DestructiveChange")
+        && condition(r, RevisionCondition::Paused.as_str()).is_some_and(|(s, reason)| {
+            s == ConditionStatus::True.as_str() && reason == revision_reasons::DESTRUCTIVE_CHANGE
+        })
 }
 
 fn annotation<'r>(r: &'r NetworkConfigRevision, key: &str) -> Option<&'r str> {
@@ -791,7 +818,11 @@ async fn an_edit_while_a_deletion_is_held_is_held_too_until_an_admin_resumes_it(
         env.client.clone(),
         args(&["--max-unavailable", "4", "--metrics-addr", &m]),
     );
-    let first = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    let first = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .metadata
+        .name
+        .unwrap();
 
     delete_every_input(&alice).await;
     let deletion = revision_where(&env, "the deletion held", |r| {
@@ -856,7 +887,8 @@ async fn an_edit_while_a_deletion_is_held_is_held_too_until_an_admin_resumes_it(
         .await
         .unwrap();
     revision_where(&env, "the approved edit complete", |r| {
-        r.metadata.name.as_deref() == Some(name.as_str()) && phase(r) == "Complete"
+        r.metadata.name.as_deref() == Some(name.as_str())
+            && phase(r) == RevisionPhase::Complete.as_str()
     })
     .await;
     assert!(
@@ -885,10 +917,15 @@ async fn reactivating_the_empty_first_revision_is_held_until_an_admin_resumes_it
         env.client.clone(),
         args(&["--max-unavailable", "4", "--metrics-addr", &m]),
     );
-    let empty = only_revision(&env, "Complete").await.metadata.name.unwrap();
+    let empty = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .metadata
+        .name
+        .unwrap();
     apply_samples_as(&alice).await;
     let samples = revision_where(&env, "the samples complete", |r| {
-        r.metadata.name.as_deref() != Some(empty.as_str()) && phase(r) == "Complete"
+        r.metadata.name.as_deref() != Some(empty.as_str())
+            && phase(r) == RevisionPhase::Complete.as_str()
     })
     .await
     .metadata
@@ -941,7 +978,8 @@ async fn reactivating_the_empty_first_revision_is_held_until_an_admin_resumes_it
         .await
         .unwrap();
     revision_where(&env, "the approved deletion complete", |r| {
-        r.metadata.name.as_deref() == Some(empty.as_str()) && phase(r) == "Complete"
+        r.metadata.name.as_deref() == Some(empty.as_str())
+            && phase(r) == RevisionPhase::Complete.as_str()
     })
     .await;
     c.stop().await;
@@ -975,7 +1013,7 @@ async fn api_faults_slow_the_rollout_but_fail_nothing() {
             }
         })
     };
-    let r = only_revision(&env, "Complete").await;
+    let r = only_revision(&env, RevisionPhase::Complete).await;
     cutter.abort();
     let st = r.status.unwrap();
     assert_eq!((st.updated, st.failed), (6, 0));

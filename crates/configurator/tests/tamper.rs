@@ -4,6 +4,8 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
+use netwave_api::vocab::{ConditionStatus, RevisionCondition};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,7 +64,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     let inputs: Api<NetworkConfigInputs> = Api::all(env.client.clone());
     let r1 = eventually(T, "the first revision to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(r.clone()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
             other => Err(format!("{}", other.len())),
         }
     })
@@ -143,8 +145,12 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
     let validated = eventually(T, "the Validated condition to say why", || async {
         let r = revs.get(&r1_name).await.unwrap();
         r.status
-            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Validated"))
-            .filter(|c| c.status == "False")
+            .and_then(|s| {
+                s.conditions
+                    .into_iter()
+                    .find(|c| c.type_ == RevisionCondition::Validated.as_str())
+            })
+            .filter(|c| c.status == ConditionStatus::False.as_str())
             .ok_or_else(|| "not yet".to_string())
     })
     .await;
@@ -253,7 +259,7 @@ async fn a_hand_edited_node_spec_is_put_back_on_the_real_api_server() {
     let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
     eventually(T, "the revision to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(()),
             other => Err(format!("{}", other.len())),
         }
     })
@@ -276,7 +282,7 @@ async fn a_node_spec_edit_cannot_mark_itself_verified() {
     let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
     eventually(T, "the revision to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(()),
             other => Err(format!("{}", other.len())),
         }
     })

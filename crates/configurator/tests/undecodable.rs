@@ -6,6 +6,7 @@
 
 mod common;
 
+use netwave_api::vocab::RevisionPhase;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -283,7 +284,7 @@ async fn a_node_config_that_cannot_be_decoded_is_reported_and_skipped_and_the_fl
     let first = Proc::start(&env, "configurator-a");
     let rev1 = eventually(T, "the first rollout to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(r.name_any()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.name_any()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -332,7 +333,7 @@ async fn a_node_config_that_cannot_be_decoded_is_reported_and_skipped_and_the_fl
         "the next revision to complete without node-01",
         || async {
             match good_revisions(&env.client).await.as_slice() {
-                [_, r] if phase(r) == "Complete" => Ok(r.clone()),
+                [_, r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                 other => Err(format!(
                     "{:?}",
                     other
@@ -433,7 +434,7 @@ async fn an_input_that_cannot_be_decoded_holds_revision_cutting_instead_of_vanis
     let first = Proc::start(&env, "configurator-a");
     eventually(T, "the first rollout to complete", || async {
         match revisions(&env.client).await.as_slice() {
-            [r] if phase(r) == "Complete" => Ok(()),
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })
@@ -508,7 +509,7 @@ async fn an_input_that_cannot_be_decoded_holds_revision_cutting_instead_of_vanis
         .unwrap();
     let rev2 = eventually(T, "a revision cut with the fixed routing table", || async {
         match revisions(&env.client).await.as_slice() {
-            [_, r] if phase(r) == "Complete" => Ok(r.name_any()),
+            [_, r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.name_any()),
             other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
         }
     })

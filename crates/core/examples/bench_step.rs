@@ -8,6 +8,8 @@
 //! fleet has 20 failure domains, a 5% budget, 2 canaries and a per-domain budget; rendered hashes are
 //! supplied for both revisions, as the configurator would.
 
+use netwave_api::vocab::NodeReason;
+use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -72,7 +74,7 @@ fn fleet() -> Store {
     store.apply_plan(&plan).expect("applies");
     assert_eq!(
         store.revisions["r1"].status.phase.as_deref(),
-        Some("Complete")
+        Some(RevisionPhase::Complete.as_str())
     );
     store.add_revision("r2", 2).policy = policy();
     store
@@ -159,7 +161,11 @@ fn main() {
     let mut failing = mid.clone();
     for n in ["node-02501", "node-02502", "node-02503"] {
         if failing.configs[n].spec.revision == "r2" {
-            failing.agent_reports(n, AgentPhase::Invalid, Some("HealthCheckFailed"));
+            failing.agent_reports(
+                n,
+                AgentPhase::Invalid,
+                Some(NodeReason::HealthCheckFailed.as_str()),
+            );
         }
     }
     let in_flight_r2: Vec<String> = failing
@@ -170,7 +176,11 @@ fn main() {
         .map(|c| c.name.clone())
         .collect();
     for n in &in_flight_r2 {
-        failing.agent_reports(n, AgentPhase::Invalid, Some("HealthCheckFailed"));
+        failing.agent_reports(
+            n,
+            AgentPhase::Invalid,
+            Some(NodeReason::HealthCheckFailed.as_str()),
+        );
     }
     time(
         "mid-rollout, revision fails (rollback)",
@@ -179,7 +189,9 @@ fn main() {
     );
 
     // 5. All done: nothing to write.
-    while store.revisions["r2"].status.phase.as_deref() != Some("Complete") && waves < 400 {
+    while store.revisions["r2"].status.phase.as_deref() != Some(RevisionPhase::Complete.as_str())
+        && waves < 400
+    {
         succeed_in_flight(&mut store);
         now = now.plus_secs(30);
         let plan = step(&store.input(), now);

@@ -416,22 +416,7 @@ mod rendered_tests {
 
     #[test]
     fn a_rendered_config_the_agent_refuses_is_an_error_naming_its_nodes() {
-        let vrf = |name: &str| VrfConfig {
-            name: name.into(),
-            device: "vrf-x".into(),
-            table: 100,
-            vni: None,
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: None,
-            import: Vec::new(),
-            export: Vec::new(),
-            aggregate: Vec::new(),
-            communities: Vec::new(),
-            sbr: None,
-            loopbacks: vec![],
-        };
+        let vrf = |name: &str| VrfConfig::named(name).with_device("vrf-x");
         let bad = NodeConfig {
             vrfs: vec![vrf("a"), vrf("b")],
             ..NodeConfig::default()

@@ -1002,41 +1002,12 @@ mod bgp_content_tests {
 
     use super::*;
 
-    fn vrf(name: &str) -> VrfConfig {
-        VrfConfig {
-            name: name.into(),
-            device: format!("vr.{name}"),
-            table: 100,
-            vni: None,
-            mtu: 9000,
-            bridge: None,
-            vxlan: None,
-            route_target: None,
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
-            communities: vec![],
-            sbr: None,
-            loopbacks: vec![],
-        }
-    }
-
     #[test]
     fn bgp_content_names_every_bgp_field_and_nothing_else() {
         let mut c = NodeConfig::default();
-        c.vrfs.push(vrf("plain"));
-        c.layer2s.push(netwave_api::Layer2Config {
-            vlan: 10,
-            vni: 1010,
-            mtu: 1500,
-            bridge: "l2.10".into(),
-            vxlan: "vx.10".into(),
-            anycast_mac: None,
-            anycast_gateways: vec![],
-            vrf: None,
-            neigh_suppression: false,
-            route_target: None,
-        });
+        c.vrfs.push(VrfConfig::named("plain"));
+        c.layer2s
+            .push(netwave_api::Layer2Config::segment(10, 1010).with_mtu(1500));
         assert!(
             bgp_content(&c).is_empty(),
             "a kernel-only VRF and a layer-2 segment need no FRR"
@@ -1048,10 +1019,10 @@ mod bgp_content_tests {
             le: None,
             seq: None,
         };
-        let mut red = vrf("red");
+        let mut red = VrfConfig::named("red");
         red.vni = Some(1000);
         red.route_target = Some("65000:1000".into());
-        let mut blue = vrf("blue");
+        let mut blue = VrfConfig::named("blue");
         blue.import = vec![item.clone()];
         blue.export = vec![item];
         blue.aggregate = vec!["198.18.0.0/16".into()];

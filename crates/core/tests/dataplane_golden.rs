@@ -12,37 +12,10 @@ fn settings() -> NodeSettings {
 }
 
 fn l2(vlan: u16, vni: u32, vrf: Option<&str>) -> Layer2Config {
-    Layer2Config {
-        vlan,
-        vni,
-        mtu: 9000,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: Some("02:00:5e:00:01:01".into()),
-        anycast_gateways: vec![format!("10.{vlan}.0.1/24")],
-        vrf: vrf.map(str::to_string),
-        neigh_suppression: true,
-        route_target: None,
-    }
-}
-
-fn vrf(name: &str, table: u32, vni: u32) -> VrfConfig {
-    VrfConfig {
-        name: name.into(),
-        device: format!("vr.{name}"),
-        table,
-        vni: Some(vni),
-        mtu: 9000,
-        bridge: Some(format!("br.{name}")),
-        vxlan: Some(format!("vx.{name}")),
-        route_target: None,
-        import: vec![],
-        export: vec![],
-        aggregate: vec![],
-        communities: vec![],
-        sbr: None,
-        loopbacks: vec![],
-    }
+    Layer2Config::segment(vlan, vni)
+        .with_anycast("02:00:5e:00:01:01", &[format!("10.{vlan}.0.1/24")])
+        .with_vrf(vrf)
+        .with_neigh_suppression(true)
 }
 
 fn route(table: u32, prefix: &str, via: Option<&str>, kind: RouteType) -> RouteConfig {
@@ -59,7 +32,7 @@ fn route(table: u32, prefix: &str, via: Option<&str>, kind: RouteType) -> RouteC
 fn base() -> NodeConfig {
     NodeConfig {
         bgp_peers: Vec::new(),
-        vrfs: vec![vrf("blue", 100, 5000)],
+        vrfs: vec![VrfConfig::named("blue").with_table(100).with_l3_vni(5000)],
         layer2s: vec![l2(10, 1010, Some("vr.blue")), l2(20, 1020, None)],
         routes: vec![
             route(100, "10.99.0.0/16", Some("10.10.0.254"), RouteType::Unicast),
@@ -179,7 +152,8 @@ fn remove_an_l2_deletes_its_devices_only() {
 #[test]
 fn move_a_bridge_between_vrfs() {
     let mut from = base();
-    from.vrfs.push(vrf("red", 200, 6000));
+    from.vrfs
+        .push(VrfConfig::named("red").with_table(200).with_l3_vni(6000));
     let mut to = from.clone();
     to.layer2s[0].vrf = Some("vr.red".into());
     assert_eq!(ops(&from, &to), ["link set l2.10 master vr.red"]);

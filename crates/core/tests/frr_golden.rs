@@ -8,8 +8,8 @@ mod support_inputs;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use netwave_api::manifest::{Manifest, parse_manifests};
-use netwave_api::{NamedBgpPeering, NamedLayer2, NamedVrf, NodeConfig, RevisionInputs};
+use netwave_api::manifest::parse_manifests;
+use netwave_api::{NodeConfig, RevisionInputs};
 use netwave_core::frr::{FrrConfig, Underlay, render};
 use netwave_core::render::NodeInfo;
 use similar::TextDiff;
@@ -31,14 +31,8 @@ fn fixture_inputs(file: &str) -> RevisionInputs {
     let yaml = std::fs::read_to_string(golden_dir().join(file)).expect("fixture");
     let mut inputs = RevisionInputs::default();
     for m in parse_manifests(file, &yaml).expect("fixture parses") {
-        let name = m.name().to_string();
-        match m {
-            Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
-            Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
-            Manifest::BgpPeering(o) => inputs
-                .bgp_peerings
-                .push(NamedBgpPeering { name, spec: o.spec }),
-            other => panic!("unexpected manifest {}", other.name()),
+        if let Err(e) = inputs.add(m) {
+            panic!("unexpected manifest: {e}")
         }
     }
     inputs

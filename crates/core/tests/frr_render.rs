@@ -17,25 +17,6 @@ fn underlay() -> Underlay {
     .expect("valid underlay")
 }
 
-fn vrf(name: &str) -> VrfConfig {
-    VrfConfig {
-        name: name.into(),
-        device: name.into(),
-        table: 100,
-        vni: Some(5000),
-        mtu: 9000,
-        bridge: None,
-        vxlan: None,
-        route_target: None,
-        import: vec![],
-        export: vec![],
-        aggregate: vec![],
-        communities: vec![],
-        sbr: None,
-        loopbacks: vec![],
-    }
-}
-
 fn item(cidr: &str, seq: u32, ge: Option<u8>, le: Option<u8>) -> PrefixItem {
     PrefixItem {
         cidr: cidr.into(),
@@ -169,14 +150,14 @@ fn route_targets_frr_cannot_encode_are_refused() {
             "{rt}"
         );
     }
-    let mut v = vrf("red");
+    let mut v = VrfConfig::named("red").with_device("red").with_vni(5000);
     v.route_target = Some("4200000000:70000".into());
     assert!(refused(&config(vec![v])).contains("VRF red: routeTarget"));
 }
 
 #[test]
 fn a_route_target_without_a_vni_is_refused_not_ignored() {
-    let mut v = vrf("red");
+    let mut v = VrfConfig::named("red").with_device("red").with_vni(5000);
     v.vni = None;
     v.route_target = Some("65000:1".into());
     let err = refused(&config(vec![v]));
@@ -186,7 +167,7 @@ fn a_route_target_without_a_vni_is_refused_not_ignored() {
 #[test]
 fn communities_get_frr_spelling_and_order() {
     // FRR takes `local-AS` only (the API documents `local-as`) and prints communities sorted by value.
-    let mut v = vrf("red");
+    let mut v = VrfConfig::named("red").with_device("red").with_vni(5000);
     v.export = vec![item("10.0.0.0/8", 1, None, Some(32))];
     v.communities = vec![
         "no-export".into(),
@@ -202,7 +183,7 @@ fn communities_get_frr_spelling_and_order() {
     );
     assert!(text.contains(" set large-community 65000:1:2 additive\n"));
     assert_eq!(Community::parse("0:0").unwrap().to_string(), "internet");
-    let mut bad = vrf("red");
+    let mut bad = VrfConfig::named("red").with_device("red").with_vni(5000);
     bad.communities = vec!["65536:1".into()];
     assert!(refused(&config(vec![bad])).contains("communities[0]"));
 }
@@ -227,13 +208,13 @@ fn prefix_items_frr_would_take_differently_are_refused() {
         ),
     ];
     for (items, want) in cases {
-        let mut v = vrf("red");
+        let mut v = VrfConfig::named("red").with_device("red").with_vni(5000);
         v.import = items;
         let err = refused(&config(vec![v]));
         assert!(err.contains(want), "{err}\nwant {want}");
     }
     // The same sequence number in the two families is two prefix lists: fine.
-    let mut v = vrf("red");
+    let mut v = VrfConfig::named("red").with_device("red").with_vni(5000);
     v.import = vec![
         item("10.0.0.0/8", 7, None, None),
         item("fd00::/8", 7, None, None),
@@ -243,33 +224,39 @@ fn prefix_items_frr_would_take_differently_are_refused() {
 
 #[test]
 fn vnis_and_names_frr_cannot_hold_are_refused() {
-    let l2 = |vlan: u16, vni: u32| Layer2Config {
-        vlan,
-        vni,
-        mtu: 9000,
-        bridge: format!("l2.{vlan}"),
-        vxlan: format!("vx.{vlan}"),
-        anycast_mac: None,
-        anycast_gateways: vec![],
-        vrf: None,
-        neigh_suppression: false,
-        route_target: None,
-    };
-    let mut cfg = config(vec![vrf("red")]);
+    let l2 = Layer2Config::segment;
+    let mut cfg = config(vec![
+        VrfConfig::named("red").with_device("red").with_vni(5000),
+    ]);
     cfg.layer2s = vec![l2(10, 5000)];
     let err = render(&cfg, &underlay()).unwrap_err();
     assert!(matches!(err, FrrError::Vni { vni: 5000, .. }), "{err}");
     assert_eq!(err.category(), "vni");
 
-    assert!(refused(&config(vec![vrf("default")])).contains("FRR's name for the default VRF"));
-    let mut twin = vrf("red");
+    assert!(
+        refused(&config(vec![
+            VrfConfig::named("default")
+                .with_device("default")
+                .with_vni(5000)
+        ]))
+        .contains("FRR's name for the default VRF")
+    );
+    let mut twin = VrfConfig::named("red").with_device("red").with_vni(5000);
     twin.vni = Some(5001);
-    assert!(refused(&config(vec![vrf("red"), twin])).contains("VRF red: device"));
+    assert!(
+        refused(&config(vec![
+            VrfConfig::named("red").with_device("red").with_vni(5000),
+            twin
+        ]))
+        .contains("VRF red: device")
+    );
 }
 
 #[test]
 fn a_vrf_without_bgp_content_gets_no_frr_config() {
-    let mut v = vrf("local");
+    let mut v = VrfConfig::named("local")
+        .with_device("local")
+        .with_vni(5000);
     v.vni = None;
     let text = render(&config(vec![v]), &underlay()).unwrap().to_text();
     assert!(!text.contains("local"), "{text}");

@@ -7,6 +7,7 @@
 mod support_inputs;
 mod support_step;
 
+use netwave_api::vocab::{ConditionStatus, RevisionCondition, RevisionPhase, revision_reasons};
 use std::sync::Arc;
 
 use netwave_api::RevisionInputs;
@@ -84,7 +85,7 @@ fn fleet_on(inputs: &RevisionInputs) -> Store {
         store.set_running(n, "r1", T0);
     }
     run(&mut store, T0);
-    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(phase(&store, "r1"), RevisionPhase::Complete.as_str());
     store
 }
 
@@ -98,7 +99,7 @@ fn phase(store: &Store, rev: &str) -> String {
 
 fn paused_condition(store: &Store, rev: &str) -> (String, String, String) {
     let c = (store.revisions[rev].status.conditions.iter())
-        .find(|c| c.type_ == "Paused")
+        .find(|c| c.type_ == RevisionCondition::Paused.as_str())
         .unwrap_or_else(|| panic!("{rev} has no Paused condition"));
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
@@ -128,7 +129,7 @@ fn assert_held(store: &Store, plan: &Plan, rev: &str, last_good: &str) -> String
     let (status, reason, message) = paused_condition(store, rev);
     assert_eq!(
         (status.as_str(), reason.as_str()),
-        ("True", reasons::DESTRUCTIVE_CHANGE)
+        (ConditionStatus::True.as_str(), reasons::DESTRUCTIVE_CHANGE)
     );
     assert!(
         message.contains(&format!("the last good revision {last_good} has"))
@@ -250,7 +251,7 @@ fn deleting_everything_is_held_and_resuming_approves_it() {
     assert_eq!(moved_to(&plan, "r2").len(), 1, "{plan:#?}");
     assert_eq!(
         paused_condition(&store, "r2").1,
-        "NotPaused",
+        revision_reasons::NOT_PAUSED,
         "approved: no longer held"
     );
 }
@@ -302,7 +303,10 @@ fn reactivating_the_empty_first_revision_is_held() {
     run(&mut store, at(1));
     assert_eq!(
         (phase(&store, "r0"), phase(&store, "r1")),
-        ("Superseded".into(), "Complete".into())
+        (
+            RevisionPhase::Superseded.as_str().into(),
+            RevisionPhase::Complete.as_str().into()
+        )
     );
     reactivate(&mut store, "r0", 3);
     let plan = run(&mut store, at(2));
@@ -314,7 +318,7 @@ fn reactivating_the_empty_first_revision_is_held() {
 fn reactivate(store: &mut Store, name: &str, sequence: u64) {
     let r = store.revision(name);
     r.sequence = Sequence(sequence);
-    r.status.phase = Some("Pending".into());
+    r.status.phase = Some(RevisionPhase::Pending.as_str().into());
     r.status.started_at = None;
     r.status.completed_at = None;
     r.status.last_progress_at = None;
@@ -396,7 +400,7 @@ fn an_approved_revision_once_complete_is_the_new_baseline() {
             store.agent_reports(&n, AgentPhase::Provisioned, None);
         }
     }
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     assert_eq!(
         last_good(&store.input().revisions).map(|r| r.name.as_str()),
         Some("r2")

@@ -6,6 +6,7 @@ mod support_inputs;
 mod support_step;
 
 use netwave_api::NamedRoutingTable;
+use netwave_api::vocab::{ConditionStatus, NodePhase, RevisionPhase, accepted_reasons};
 use netwave_core::Timestamp;
 use netwave_core::fleet::{Check, FleetParams, render_and_validate};
 use netwave_core::limits::{self, check_inputs, json_bytes};
@@ -96,7 +97,10 @@ fn inputs_too_large_are_not_accepted_and_name_no_revision() {
     let c = st.accepted().unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
-        ("False", "RevisionInvalid")
+        (
+            ConditionStatus::False.as_str(),
+            accepted_reasons::REVISION_INVALID
+        )
     );
     assert!(c.message.ends_with(&problem), "{}", c.message);
     assert_eq!((st.revision, st.selected_nodes), (None, Some(3)));
@@ -106,7 +110,7 @@ fn inputs_too_large_are_not_accepted_and_name_no_revision() {
     };
     let c = input_status_uncut(&bad, &problem, Some(2), None, Timestamp(1_000));
     let c = c.accepted().unwrap();
-    assert_eq!(c.reason, "Invalid");
+    assert_eq!(c.reason, NodePhase::Invalid.as_str());
     assert!(
         c.message.contains("spec.tableId") && c.message.contains("no revision is cut"),
         "{}",
@@ -162,7 +166,7 @@ fn a_node_config_that_does_not_fit_one_object_fails_the_revision_naming_its_node
     assert!(plan.assignments.is_empty(), "{:?}", plan.assignments);
     assert_eq!(
         store.revisions["r1"].status.phase.as_deref(),
-        Some("Failed")
+        Some(RevisionPhase::Failed.as_str())
     );
     assert_eq!(
         store.revisions["r1"].status.validation.errors,

@@ -6,6 +6,7 @@
 mod support_step;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use netwave_api::vocab::{NodeReason, RevisionPhase};
 use netwave_api::{FAILURE_STREAK_ANNOTATION, QUARANTINED_ANNOTATION};
 use netwave_core::Timestamp;
 use netwave_core::rollout::quarantine::NodeRecord;
@@ -58,7 +59,7 @@ fn agents_answer(store: &mut Store, hostile: Option<&str>) -> bool {
         })
         .collect();
     for (node, phase) in &pending {
-        let reason = (*phase == AgentPhase::Invalid).then_some("ApplyFailed");
+        let reason = (*phase == AgentPhase::Invalid).then_some(NodeReason::ApplyFailed.as_str());
         store.agent_reports(node, phase.clone(), reason);
     }
     !pending.is_empty()
@@ -120,7 +121,7 @@ fn without_the_policy_one_node_failing_everything_vetoes_every_revision() {
     let (mut store, mut t) = fleet(None);
     for (k, rev) in ["r2", "r3", "r4"].iter().enumerate() {
         roll(&mut store, &mut t, rev, k as u64 + 2);
-        assert_eq!(phase(&store, rev), "Failed", "{rev}");
+        assert_eq!(phase(&store, rev), RevisionPhase::Failed.as_str(), "{rev}");
         assert_eq!(store.revisions[*rev].status.failed_nodes[0].node, HOSTILE);
         assert!(on(&store, rev).is_empty(), "no node keeps {rev}");
     }
@@ -143,7 +144,7 @@ fn without_the_policy_one_node_failing_everything_vetoes_every_revision() {
 fn a_node_failing_revisions_others_provisioned_is_quarantined_and_vetoes_no_more() {
     let (mut store, mut t) = fleet(Some(2));
     roll(&mut store, &mut t, "r2", 2);
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     assert!(
         on(&store, "r2").is_empty(),
         "node-01 went first: no evidence"
@@ -159,7 +160,7 @@ fn a_node_failing_revisions_others_provisioned_is_quarantined_and_vetoes_no_more
         .find(|a| a.revision == "r3")
         .unwrap();
     assert_ne!(first.node, HOSTILE, "the suspect goes last");
-    assert_eq!(phase(&store, "r3"), "Failed");
+    assert_eq!(phase(&store, "r3"), RevisionPhase::Failed.as_str());
     let streak = &record(&store, HOSTILE).streak;
     assert_eq!(
         streak
@@ -178,7 +179,7 @@ fn a_node_failing_revisions_others_provisioned_is_quarantined_and_vetoes_no_more
         note.contains("failed r3, r4 in a row while other nodes provisioned them"),
         "{note}"
     );
-    assert_eq!(phase(&store, "r4"), "Complete");
+    assert_eq!(phase(&store, "r4"), RevisionPhase::Complete.as_str());
     let failed = &store.revisions["r4"].status.failed_nodes;
     assert_eq!(failed.len(), 1);
     assert!(failed[0].node == HOSTILE && failed[0].quarantined);
@@ -210,7 +211,7 @@ fn a_node_failing_revisions_others_provisioned_is_quarantined_and_vetoes_no_more
 
     // The next revision reaches every other node; node-01 is skipped and stays on r1.
     let plans = roll(&mut store, &mut t, "r5", 5);
-    assert_eq!(phase(&store, "r5"), "Complete");
+    assert_eq!(phase(&store, "r5"), RevisionPhase::Complete.as_str());
     assert_eq!(on(&store, "r5").len(), 3);
     assert!(
         plans
@@ -242,10 +243,18 @@ fn a_bad_revision_still_halts_on_a_healthy_node_with_quarantine_on() {
     let plan = run(&mut store, T0.plus_secs(t));
     let a = &plan.assignments[0];
     assert_eq!((a.node.as_str(), a.revision.as_str()), ("node-02", "bad"));
-    store.agent_reports("node-02", AgentPhase::Invalid, Some("ApplyFailed"));
+    store.agent_reports(
+        "node-02",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
     t += 1;
     let plan = run(&mut store, T0.plus_secs(t));
-    assert_eq!(phase(&store, "bad"), "Failed", "halted as always");
+    assert_eq!(
+        phase(&store, "bad"),
+        RevisionPhase::Failed.as_str(),
+        "halted as always"
+    );
     let failed = &store.revisions["bad"].status.failed_nodes;
     assert!(failed.len() == 1 && !failed[0].quarantined);
     assert!(
@@ -271,8 +280,16 @@ fn a_failure_shared_with_another_node_is_no_evidence() {
     t += 1;
     run(&mut store, T0.plus_secs(t));
     store.agent_reports("node-03", AgentPhase::Provisioned, None);
-    store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
-    store.agent_reports("node-02", AgentPhase::Invalid, Some("ApplyFailed"));
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
+    store.agent_reports(
+        "node-02",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
     t += 1;
     let plan = run(&mut store, T0.plus_secs(t));
     assert!(plan.records.is_empty(), "{:?}", plan.records);
@@ -295,7 +312,7 @@ fn provisioning_a_newer_revision_clears_the_streak() {
         &[(FAILURE_STREAK_ANNOTATION.to_string(), "r0@0".to_string())].into(),
     ));
     let plans = roll_with(&mut store, &mut t, "r2", 2, None);
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     assert_eq!(record(&store, "node-02"), NodeRecord::default());
     let cleared = plans.iter().flat_map(|p| &p.records).collect::<Vec<_>>();
     assert_eq!(cleared.len(), 1, "{cleared:?}");
@@ -309,7 +326,7 @@ fn a_released_node_takes_the_next_revision_and_counts_again() {
     let (mut store, mut t) = fleet(Some(1));
     store.configs.get_mut(HOSTILE).unwrap().record.quarantined = Some("since then".into());
     roll(&mut store, &mut t, "r2", 2);
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     assert_eq!(store.configs[HOSTILE].spec.revision, "r1");
     // Released.
     store.configs.get_mut(HOSTILE).unwrap().record = NodeRecord::default();
@@ -320,5 +337,9 @@ fn a_released_node_takes_the_next_revision_and_counts_again() {
         .find(|a| a.revision == "r3")
         .unwrap();
     assert_eq!(first.node, HOSTILE, "no suspect any more: first in order");
-    assert_eq!(phase(&store, "r3"), "Failed", "its failure counts again");
+    assert_eq!(
+        phase(&store, "r3"),
+        RevisionPhase::Failed.as_str(),
+        "its failure counts again"
+    );
 }

@@ -4,6 +4,7 @@ mod support_inputs;
 mod support_props;
 
 use netwave_api::RevisionInputs;
+use netwave_api::vocab::RevisionPhase;
 use netwave_core::revision::{
     Decision, ExistingRevision, Tampered, canonical_inputs, decide, inputs_hash, name_matches,
     revision_name, verify,
@@ -213,7 +214,7 @@ fn from_object_reads_phase_sequence_hash_and_retry() {
         },
     );
     ncr.status = Some(netwave_api::NetworkConfigRevisionStatus {
-        phase: Some("Failed".into()),
+        phase: Some(RevisionPhase::Failed.as_str().into()),
         observed_retry: Some(1),
         ..Default::default()
     });

@@ -1,5 +1,6 @@
 //! The edge between API objects and step input: what the configurator writes reads back the same.
 
+use netwave_api::vocab::{ConditionStatus, NodePhase, NodeReason, node_conditions};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
@@ -40,10 +41,10 @@ fn an_assignment_written_as_annotation_reads_back_as_the_same_assignment_time() 
             config: NodeConfig::default(),
         },
         status: Some(NodeNetworkConfigStatus {
-            phase: Some("Invalid".into()),
+            phase: Some(NodePhase::Invalid.as_str().into()),
             observed_revision: Some("rev-1".into()),
             observed_retry: Some(2),
-            reason: Some("HealthCheckFailed".into()),
+            reason: Some(NodeReason::HealthCheckFailed.as_str().into()),
             ..NodeNetworkConfigStatus::default()
         }),
     };
@@ -51,7 +52,10 @@ fn an_assignment_written_as_annotation_reads_back_as_the_same_assignment_time() 
     assert_eq!(state.spec.assigned_at, Some(a.assigned_at));
     assert_eq!(state.spec.retry, 2);
     assert_eq!(state.status.phase, Some(AgentPhase::Invalid));
-    assert_eq!(state.status.reason.as_deref(), Some("HealthCheckFailed"));
+    assert_eq!(
+        state.status.reason.as_deref(),
+        Some(NodeReason::HealthCheckFailed.as_str())
+    );
 
     // An unreadable annotation reads as missing (the step re-stamps it).
     let mut broken = nnc.clone();
@@ -81,19 +85,23 @@ fn nodes_are_ready_only_with_a_true_ready_condition_and_cordon_is_unschedulable(
         }),
         status: Some(NodeStatus {
             conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
+                type_: node_conditions::READY.into(),
                 status: ready.into(),
                 ..NodeCondition::default()
             }]),
             ..NodeStatus::default()
         }),
     };
-    let ready = NodeState::from_api(&node("True", None)).unwrap();
+    let ready = NodeState::from_api(&node(ConditionStatus::True.as_str(), None)).unwrap();
     assert!(ready.ready && !ready.unschedulable && ready.eligible());
     assert_eq!(ready.labels["zone"], "a");
-    assert!(!NodeState::from_api(&node("Unknown", None)).unwrap().ready);
     assert!(
-        !NodeState::from_api(&node("True", Some(true)))
+        !NodeState::from_api(&node(ConditionStatus::Unknown.as_str(), None))
+            .unwrap()
+            .ready
+    );
+    assert!(
+        !NodeState::from_api(&node(ConditionStatus::True.as_str(), Some(true)))
             .unwrap()
             .eligible()
     );

@@ -13,6 +13,7 @@
 
 mod support_props;
 
+use netwave_api::vocab::{ConditionStatus, NodeReason, RevisionCondition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -299,7 +300,7 @@ fn build(g: &WorldGen) -> Store {
             .filter(|i| r.failed_mask & (1 << i) != 0 && i % 3 == 0)
             .map(|i| FailedNode {
                 node: node_name(i),
-                reason: "ApplyFailed".into(),
+                reason: NodeReason::ApplyFailed.as_str().into(),
                 message: String::new(),
                 at: Some(NOW.to_time()),
                 quarantined: r.quarantine.is_some() && (i / 3) % 2 == 1,
@@ -538,7 +539,7 @@ proptest! {
             if a.reason != AssignReason::Rollback {
                 prop_assert!(rev.validation.errors.is_empty(), "{} has validation errors", a.revision);
                 prop_assert!(
-                    rev.status.conditions.iter().any(|c| c.type_ == "Validated" && c.status == "True"),
+                    rev.status.conditions.iter().any(|c| c.type_ == RevisionCondition::Validated.as_str() && c.status == ConditionStatus::True.as_str()),
                     "{} not validated", a.revision
                 );
             } else if Some(&a.revision) != plan.report.last_good.as_ref() {

@@ -4,6 +4,9 @@
 
 mod support_step;
 
+use netwave_api::vocab::{
+    ConditionStatus, NodeReason, RevisionCondition, RevisionPhase, node_reasons,
+};
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -86,7 +89,7 @@ fn fleet_on_r1(n: usize) -> Store {
         store.set_running(&node, "r1", T0);
     }
     run(&mut store, T0);
-    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(phase(&store, "r1"), RevisionPhase::Complete.as_str());
     store
 }
 
@@ -103,7 +106,7 @@ fn on_revision(store: &Store, rev: &str) -> Vec<String> {
 fn target_is_the_newest_revision_that_is_not_failed() {
     let mut store = fleet_on_r1(3);
     store.add_revision("r2", 2);
-    store.add_revision("r3", 3).status.phase = Some("Failed".into());
+    store.add_revision("r3", 3).status.phase = Some(RevisionPhase::Failed.as_str().into());
     store.revision("r3").status.observed_retry = Some(0);
     let plan = run(&mut store, at(1));
     assert_eq!(plan.report.target.as_deref(), Some("r2"));
@@ -111,7 +114,7 @@ fn target_is_the_newest_revision_that_is_not_failed() {
     assert_eq!(assigned(&plan), [("node-01", "r2", AssignReason::Rollout)]);
     assert_eq!(
         phase(&store, "r3"),
-        "Failed",
+        RevisionPhase::Failed.as_str(),
         "a failed revision stays failed"
     );
 }
@@ -126,14 +129,17 @@ fn validation_failure_fails_the_revision_with_errors_in_status_and_touches_no_no
         plan.assignments.is_empty(),
         "a revision that fails validation touches no node"
     );
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     assert_eq!(
         status(&store, "r2").validation.errors,
         ["VNI 100 used by vrf a and l2 b"]
     );
     assert_eq!(
-        condition(&store, "r2", "Validated"),
-        ("False".into(), reasons::VALIDATION_FAILED.into())
+        condition(&store, "r2", RevisionCondition::Validated.as_str()),
+        (
+            ConditionStatus::False.as_str().into(),
+            reasons::VALIDATION_FAILED.into()
+        )
     );
     assert!(event_reasons(&plan).contains(&EventReason::ValidationFailed));
     assert_eq!(plan.report.target.as_deref(), Some("r1"));
@@ -214,7 +220,7 @@ fn superseding_a_running_revision_never_exceeds_the_budget() {
     // r3 arrives while node-01 and node-02 are mid-apply of r2.
     store.add_revision("r3", 3).policy.max_unavailable = Some(IntOrString::Int(2));
     let plan = run(&mut store, at(2));
-    assert_eq!(phase(&store, "r2"), "Superseded");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Superseded.as_str());
     assert!(
         in_flight(&store) <= 2,
         "never more than maxUnavailable in flight"
@@ -254,7 +260,7 @@ fn not_ready_and_cordoned_nodes_are_skipped_without_budget_and_get_the_target_la
     assert!(plan.assignments.is_empty());
     assert_eq!(
         phase(&store, "r2"),
-        "Complete",
+        RevisionPhase::Complete.as_str(),
         "skipped nodes never block completion"
     );
     store.node("node-01").ready = true;
@@ -278,7 +284,7 @@ fn a_node_that_leaves_is_forgotten_never_a_failure() {
     let plan = run(&mut store, at(1000)); // long past the apply timeout
     assert_eq!(plan.delete_configs, ["node-01"]);
     assert!(status(&store, "r2").failed_nodes.is_empty());
-    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Progressing.as_str());
     assert_eq!(assigned(&plan), [("node-02", "r2", AssignReason::Rollout)]);
 }
 
@@ -322,18 +328,22 @@ fn failure_is_invalid_for_the_assigned_revision_and_retry() {
     run(&mut store, at(2));
     assert!(status(&store, "r2").failed_nodes.is_empty());
     // Invalid for r2 at retry 0 is.
-    store.agent_reports("node-01", AgentPhase::Invalid, Some("HealthCheckFailed"));
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(NodeReason::HealthCheckFailed.as_str()),
+    );
     let plan = run(&mut store, at(3));
     let failed = &status(&store, "r2").failed_nodes;
     assert_eq!(failed.len(), 1);
     assert_eq!(
         (failed[0].node.as_str(), failed[0].reason.as_str()),
-        ("node-01", "HealthCheckFailed")
+        ("node-01", NodeReason::HealthCheckFailed.as_str())
     );
     assert!(event_reasons(&plan).contains(&EventReason::NodeFailed));
     // Under maxFailures: the node goes back to the last good revision; the rollout goes on.
     assert!(assigned(&plan).contains(&("node-01", "r1", AssignReason::Rollback)));
-    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Progressing.as_str());
 }
 
 #[test]
@@ -351,7 +361,7 @@ fn a_spec_refused_as_tampered_is_no_failure_but_the_apply_timeout_still_runs() {
     );
     let plan = run(&mut store, at(101));
     assert!(status(&store, "r2").failed_nodes.is_empty());
-    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Progressing.as_str());
     assert!(!event_reasons(&plan).contains(&EventReason::NodeFailed));
     // Never put back: after the apply timeout the node is a failure like any node that never applies.
     run(&mut store, at(160));
@@ -377,9 +387,9 @@ fn a_node_refusing_for_a_corrupt_backup_fails_the_revision() {
     let failed = &status(&store, "r2").failed_nodes;
     assert_eq!(
         (failed[0].node.as_str(), failed[0].reason.as_str()),
-        ("node-01", "BackupCorrupt")
+        ("node-01", node_reasons::BACKUP_CORRUPT)
     );
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     assert!(event_reasons(&plan).contains(&EventReason::NodeFailed));
 }
 
@@ -398,7 +408,7 @@ fn failure_is_an_apply_timeout_counted_from_assignment() {
     let plan = run(&mut store, at(160));
     let failed = &status(&store, "r2").failed_nodes;
     assert_eq!(failed[0].reason, REASON_APPLY_TIMEOUT);
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     assert_eq!(assigned(&plan), [("node-01", "r1", AssignReason::Rollback)]);
 }
 
@@ -420,7 +430,11 @@ fn failing_nodes_go_back_to_the_previous_last_good_revision_even_when_the_target
         store.agent_reports("node-02", AgentPhase::Provisioned, None);
         store.agent_reports("node-03", AgentPhase::Provisioned, None);
         if fail {
-            store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+            store.agent_reports(
+                "node-01",
+                AgentPhase::Invalid,
+                Some(NodeReason::ApplyFailed.as_str()),
+            );
         }
         let plan = run(&mut store, at(61));
         assert_eq!(
@@ -428,8 +442,16 @@ fn failing_nodes_go_back_to_the_previous_last_good_revision_even_when_the_target
             [("node-01", "r1", AssignReason::Rollback)],
             "{case}"
         );
-        assert_eq!(phase(&store, "r2"), "Complete", "{case}");
-        assert_eq!(condition(&store, "r2", "Degraded").0, "True", "{case}");
+        assert_eq!(
+            phase(&store, "r2"),
+            RevisionPhase::Complete.as_str(),
+            "{case}"
+        );
+        assert_eq!(
+            condition(&store, "r2", RevisionCondition::Degraded.as_str()).0,
+            ConditionStatus::True.as_str(),
+            "{case}"
+        );
         assert_eq!(plan.report.last_good.as_deref(), Some("r2"), "{case}");
         // Later steps leave node-01 on r1 (and keep r1, which it references, past the history limit).
         for t in 62..66 {
@@ -439,7 +461,11 @@ fn failing_nodes_go_back_to_the_previous_last_good_revision_even_when_the_target
         }
         assert_eq!(on_revision(&store, "r1"), ["node-01"], "{case}");
         // Only the last good revision reads Complete; r1 completed before r2 did.
-        assert_eq!(phase(&store, "r1"), "Superseded", "{case}");
+        assert_eq!(
+            phase(&store, "r1"),
+            RevisionPhase::Superseded.as_str(),
+            "{case}"
+        );
         assert!(status(&store, "r1").completed_at.is_some(), "{case}");
     }
 }
@@ -451,12 +477,19 @@ fn max_failures_fails_the_revision_and_rolls_every_touched_node_back_under_the_b
     run(&mut store, at(1));
     agents_succeed(&mut store); // node-01, node-02 updated
     run(&mut store, at(2)); // node-03, node-04 assigned
-    store.agent_reports("node-03", AgentPhase::Invalid, Some("ApplyFailed"));
+    store.agent_reports(
+        "node-03",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
     let plan = run(&mut store, at(3));
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     assert_eq!(
-        condition(&store, "r2", "Progressing"),
-        ("False".into(), reasons::MAX_FAILURES_REACHED.into())
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()),
+        (
+            ConditionStatus::False.as_str().into(),
+            reasons::MAX_FAILURES_REACHED.into()
+        )
     );
     let reasons_ = event_reasons(&plan);
     assert!(reasons_.contains(&EventReason::RevisionFailed));
@@ -489,9 +522,13 @@ fn a_failed_revision_is_never_retried_automatically_and_spec_retry_rearms_it() {
     let mut store = fleet_on_r1(2);
     store.add_revision("r2", 2);
     run(&mut store, at(1));
-    store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
     run(&mut store, at(2));
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     for t in 3..6 {
         agents_succeed(&mut store);
         let plan = run(&mut store, at(t * 1000));
@@ -503,7 +540,7 @@ fn a_failed_revision_is_never_retried_automatically_and_spec_retry_rearms_it() {
     store.revision("r2").retry = 1;
     let plan = run(&mut store, at(6000));
     assert!(event_reasons(&plan).contains(&EventReason::RetryStarted));
-    assert_eq!(phase(&store, "r2"), "Progressing");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Progressing.as_str());
     assert!(status(&store, "r2").failed_nodes.is_empty());
     assert_eq!(status(&store, "r2").observed_retry, Some(1));
     assert_eq!(plan.assignments.len(), 1);
@@ -522,9 +559,13 @@ fn with_no_last_good_revision_nothing_more_is_assigned_and_status_says_so() {
     store.add_revision("r1", 1);
     let plan = run(&mut store, T0);
     assert_eq!(assigned(&plan), [("node-01", "r1", AssignReason::Rollout)]);
-    store.agent_reports("node-01", AgentPhase::Invalid, Some("KernelUnsupported"));
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(NodeReason::KernelUnsupported.as_str()),
+    );
     let plan = run(&mut store, at(1));
-    assert_eq!(phase(&store, "r1"), "Failed");
+    assert_eq!(phase(&store, "r1"), RevisionPhase::Failed.as_str());
     assert!(plan.assignments.is_empty());
     assert!(event_reasons(&plan).contains(&EventReason::NoLastGoodRevision));
     let message = status(&store, "r1").message.clone().unwrap();
@@ -547,9 +588,13 @@ fn fail_forward_a_newer_revision_becomes_the_target_without_cleanup() {
     let mut store = fleet_on_r1(4);
     store.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
     run(&mut store, at(1));
-    store.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+    store.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
     run(&mut store, at(2));
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     // The admin fixes the inputs before the rollback finished.
     store.add_revision("r3", 3).policy.max_unavailable = Some(IntOrString::Int(2));
     let plan = run(&mut store, at(3));
@@ -559,8 +604,8 @@ fn fail_forward_a_newer_revision_becomes_the_target_without_cleanup() {
         run(&mut store, at(t));
     }
     assert_eq!(on_revision(&store, "r3").len(), 4);
-    assert_eq!(phase(&store, "r3"), "Complete");
-    assert_eq!(phase(&store, "r2"), "Failed");
+    assert_eq!(phase(&store, "r3"), RevisionPhase::Complete.as_str());
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
 }
 
 fn labelled(store: &mut Store, name: &str, zone: &str) {
@@ -718,7 +763,10 @@ fn pause_stops_new_assignments_while_nodes_in_flight_finish() {
         status(&store, "r2").paused_by.as_deref(),
         Some("kubectl-patch at 2026-11-21T10:03:00Z")
     );
-    assert_eq!(condition(&store, "r2", "Paused").0, "True");
+    assert_eq!(
+        condition(&store, "r2", RevisionCondition::Paused.as_str()).0,
+        ConditionStatus::True.as_str()
+    );
     assert!(
         plan.report
             .waiting
@@ -747,11 +795,17 @@ fn progress_deadline_sets_progressing_false_with_an_event() {
     run(&mut store, at(0));
     let plan = run(&mut store, at(99));
     assert_eq!(plan.report.requeue_at, Some(at(100)));
-    assert_eq!(condition(&store, "r2", "Progressing").0, "True");
+    assert_eq!(
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()).0,
+        ConditionStatus::True.as_str()
+    );
     let plan = run(&mut store, at(100));
     assert_eq!(
-        condition(&store, "r2", "Progressing"),
-        ("False".into(), reasons::PROGRESS_DEADLINE_EXCEEDED.into())
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()),
+        (
+            ConditionStatus::False.as_str().into(),
+            reasons::PROGRESS_DEADLINE_EXCEEDED.into()
+        )
     );
     assert!(event_reasons(&plan).contains(&EventReason::ProgressDeadlineExceeded));
     assert!(
@@ -761,8 +815,8 @@ fn progress_deadline_sets_progressing_false_with_an_event() {
     agents_succeed(&mut store);
     run(&mut store, at(151));
     assert_eq!(
-        condition(&store, "r2", "Progressing").0,
-        "True",
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()).0,
+        ConditionStatus::True.as_str(),
         "progress clears it"
     );
 }
@@ -815,7 +869,7 @@ fn fast_path_moves_nodes_with_an_unchanged_config_without_spending_budget() {
     assert_eq!(in_flight(&store), 1, "fast-path nodes are not in flight");
     agents_succeed(&mut store);
     run(&mut store, at(2));
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
 }
 
 #[test]
@@ -824,7 +878,11 @@ fn leader_failover_resumes_from_api_state_after_any_partial_plan() {
     let mut base = fleet_on_r1(5);
     base.add_revision("r2", 2).policy.max_unavailable = Some(IntOrString::Int(2));
     run(&mut base, at(1));
-    base.agent_reports("node-01", AgentPhase::Invalid, Some("ApplyFailed"));
+    base.agent_reports(
+        "node-01",
+        AgentPhase::Invalid,
+        Some(NodeReason::ApplyFailed.as_str()),
+    );
     let plan = step(&base.input(), at(2));
     assert!(plan.write_count() >= 3);
     let mut whole = base.clone();
@@ -868,8 +926,11 @@ fn an_invalid_policy_halts_the_rollout_and_names_the_field() {
     let plan = run(&mut store, at(1));
     assert!(plan.assignments.is_empty());
     assert_eq!(
-        condition(&store, "r2", "Progressing"),
-        ("False".into(), reasons::INVALID_POLICY.into())
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()),
+        (
+            ConditionStatus::False.as_str().into(),
+            reasons::INVALID_POLICY.into()
+        )
     );
     let msg = status(&store, "r2").message.clone().unwrap();
     assert!(msg.contains("spec.rollout.maxUnavailable"), "{msg}");
@@ -882,10 +943,17 @@ fn a_complete_revision_is_never_failed_by_a_late_node() {
     store.add_node("node-03", BTreeMap::new());
     let plan = run(&mut store, at(1));
     assert_eq!(assigned(&plan), [("node-03", "r1", AssignReason::NewNode)]);
-    store.agent_reports("node-03", AgentPhase::Invalid, Some("KernelUnsupported"));
+    store.agent_reports(
+        "node-03",
+        AgentPhase::Invalid,
+        Some(NodeReason::KernelUnsupported.as_str()),
+    );
     run(&mut store, at(2));
-    assert_eq!(phase(&store, "r1"), "Complete");
-    assert_eq!(condition(&store, "r1", "Degraded").0, "True");
+    assert_eq!(phase(&store, "r1"), RevisionPhase::Complete.as_str());
+    assert_eq!(
+        condition(&store, "r1", RevisionCondition::Degraded.as_str()).0,
+        ConditionStatus::True.as_str()
+    );
     assert_eq!(on_revision(&store, "r1").len(), 3, "nobody is rolled back");
 }
 
@@ -933,8 +1001,11 @@ fn the_requeue_hint_is_the_bake_end_while_baking() {
     );
     assert_eq!(plan.report.requeue_at, Some(at(140)), "the bake end");
     assert_eq!(
-        condition(&store, "r2", "Progressing"),
-        ("True".into(), reasons::CANARY_BAKE.into())
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()),
+        (
+            ConditionStatus::True.as_str().into(),
+            reasons::CANARY_BAKE.into()
+        )
     );
     let plan = run(&mut store, at(140));
     assert_eq!(
@@ -953,7 +1024,7 @@ fn an_empty_or_fully_skipped_fleet_never_exceeds_the_progress_deadline() {
     run(&mut store, at(1));
     run(&mut store, at(1000));
     assert_ne!(
-        condition(&store, "r2", "Progressing").1,
+        condition(&store, "r2", RevisionCondition::Progressing.as_str()).1,
         reasons::PROGRESS_DEADLINE_EXCEEDED,
         "nothing could move: no alert"
     );
@@ -973,13 +1044,13 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
         agents_succeed(&mut store);
         run(&mut store, at(t));
     }
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     assert_eq!(
         phase(&store, "r1"),
-        "Superseded",
+        RevisionPhase::Superseded.as_str(),
         "completed earlier, not the last good"
     );
-    let (_, reason) = condition(&store, "r1", "Progressing");
+    let (_, reason) = condition(&store, "r1", RevisionCondition::Progressing.as_str());
     assert_eq!(reason, reasons::SUPERSEDED);
     assert!(status(&store, "r1").completed_at.is_some());
     // Counted against the whole fleet: no node of the 3 runs it any more.
@@ -994,7 +1065,7 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
         r1.sequence = netwave_core::types::Sequence(3);
         let st = &mut r1.status;
         st.active_sequence = Some(3);
-        st.phase = Some("Pending".into());
+        st.phase = Some(RevisionPhase::Pending.as_str().into());
         st.started_at = None;
         st.completed_at = None;
         st.last_progress_at = None;
@@ -1006,7 +1077,7 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
         Some("r2"),
         "where a failure goes back to"
     );
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     let mut t = 21;
     while on_revision(&store, "r1").len() < 3
         || store
@@ -1016,7 +1087,7 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
     {
         assert_eq!(
             phase(&store, "r1"),
-            "Progressing",
+            RevisionPhase::Progressing.as_str(),
             "not Complete before every node runs it again ({} of 3 assigned)",
             on_revision(&store, "r1").len()
         );
@@ -1025,9 +1096,9 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
         run(&mut store, at(t));
         t += 1;
     }
-    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(phase(&store, "r1"), RevisionPhase::Complete.as_str());
     assert_eq!(status(&store, "r1").updated, 3);
-    assert_eq!(phase(&store, "r2"), "Superseded");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Superseded.as_str());
     assert_eq!(
         store.revisions["r1"].status.active_sequence,
         Some(3),
@@ -1113,7 +1184,7 @@ fn a_node_silent_on_the_last_good_revision_does_not_hold_up_the_next_target() {
     store.agent_reports("node-02", AgentPhase::Provisioned, None);
     store.agent_reports("node-03", AgentPhase::Provisioned, None);
     run(&mut store, at(60));
-    assert_eq!(phase(&store, "r1"), "Complete");
+    assert_eq!(phase(&store, "r1"), RevisionPhase::Complete.as_str());
     assert_eq!(status(&store, "r1").failed_nodes[0].node, "node-01");
     // The second rollout: every node gets r2, node-01 too.
     let r2 = store.add_revision("r2", 2);
@@ -1125,7 +1196,7 @@ fn a_node_silent_on_the_last_good_revision_does_not_hold_up_the_next_target() {
     store.agent_reports("node-02", AgentPhase::Provisioned, None);
     store.agent_reports("node-03", AgentPhase::Provisioned, None);
     run(&mut store, at(160));
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     assert_eq!(status(&store, "r2").failed_nodes[0].node, "node-01");
     assert_eq!(status(&store, "r2").queued, 0);
 
@@ -1181,7 +1252,7 @@ fn a_node_whose_config_cannot_be_read_is_skipped_and_the_others_roll_on() {
         agents_succeed(&mut store);
     }
     assert_eq!(assigned_nodes, ["node-01", "node-03", "node-04"]);
-    assert_eq!(phase(&store, "r2"), "Complete");
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
     let st = status(&store, "r2");
     assert_eq!((st.updated, st.skipped, st.failed), (3, 1, 0), "{st:?}");
     let plan = step(&store.input(), at(11));

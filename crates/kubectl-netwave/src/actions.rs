@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use crate::cli::{AbortArgs, Output, ReleaseArgs, TargetArgs, UndoArgs};
 use crate::cluster::{self, FIELD_MANAGER, name};
 use crate::output::emit;
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 fn patch_params() -> PatchParams {
     PatchParams {

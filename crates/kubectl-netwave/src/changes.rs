@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::cli::DiffArgs;
 use crate::cluster::{self, name};
 use crate::output::{emit, names};
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 /// Node names listed per group before "and N more".
 pub const GROUP_NODES: usize = 5;

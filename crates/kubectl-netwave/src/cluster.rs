@@ -171,7 +171,7 @@ pub fn phase_str(r: &NetworkConfigRevision) -> String {
     r.status
         .as_ref()
         .and_then(|s| s.phase.clone())
-        .unwrap_or_else(|| "Pending".into())
+        .unwrap_or_else(|| RevisionPhase::Pending.as_str().into())
 }
 
 /// Failed in its current attempt (core's rule: a bumped `spec.retry` re-arms it at once).

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::cli::HistoryArgs;
 use crate::cluster::{self, name};
 use crate::output::emit;
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -139,7 +139,7 @@ pub fn render(rows: &[Row]) -> String {
 pub async fn run(client: &Client, args: HistoryArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
     let revs = cluster::revisions(client).await?;
     let inputs = cluster::all_inputs(client).await?;
-    let rows = rows(&revs, &inputs, crate::now());
+    let rows = rows(&revs, &inputs, crate::shared::now());
     emit(term.out, args.output, &rows, |r| render(r))?;
     Ok(Exit::Success)
 }

@@ -12,6 +12,10 @@
 //!                                                  field manager `kubectl-netwave`
 //! ```
 //!
+//! Imports flow one way: this root dispatches to the commands (status, history, actions, changes,
+//! plan), and the commands use what they share from below them (`shared`: exit codes, the terminal,
+//! the clock; `output`; `cluster`), never from the root.
+//!
 //! Everything that decides what a revision renders to, whether it validates and how it would roll out
 //! is `netwave-core`'s; this crate only reads objects, asks core, and prints. The views are plain data
 //! (`Serialize`), so the text a person reads and the JSON/YAML a script reads come from one place.
@@ -23,43 +27,14 @@ pub mod cluster;
 pub mod history;
 pub mod output;
 pub mod plan;
+pub mod shared;
 pub mod status;
-
-use std::io::Write;
 
 use anyhow::Context;
 pub use cli::Cli;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-
-/// How the plugin ends (beyond errors, which exit 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    Success,
-    /// `status -w --until-done` saw the revision fail.
-    RolloutFailed,
-    /// `undo`/`abort` showed what they would change and stopped for want of `--yes`.
-    NotConfirmed,
-    Interrupted,
-}
-
-impl Exit {
-    pub fn code(self) -> std::process::ExitCode {
-        std::process::ExitCode::from(match self {
-            Exit::Success => 0,
-            Exit::RolloutFailed => 1,
-            Exit::NotConfirmed => 2,
-            Exit::Interrupted => 130,
-        })
-    }
-}
-
-/// Where output goes and how it is drawn.
-pub struct Term<'a> {
-    pub out: &'a mut (dyn Write + Send),
-    /// A terminal: `status -w` redraws in place instead of printing each new frame below the last.
-    pub tty: bool,
-}
+pub use shared::{Exit, Term, now};
 
 /// The binary's entry: client from `--kubeconfig`/`--context` (else `KUBECONFIG`, `~/.kube/config`, in
 /// cluster), output to stdout.
@@ -125,9 +100,4 @@ pub async fn run(cli: Cli, client: Client, term: &mut Term<'_>) -> anyhow::Resul
         Command::Plan(a) => plan::run(Some(&client), a, term).await,
         Command::Release(a) => actions::release(&client, a, term).await,
     }
-}
-
-/// Now, in the core's milliseconds.
-pub fn now() -> netwave_core::Timestamp {
-    netwave_core::Timestamp(k8s_openapi::jiff::Timestamp::now().as_millisecond())
 }

@@ -19,10 +19,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use netwave_api::manifest::{Manifest, parse_manifests};
-use netwave_api::{
-    NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevisionStatus,
-    RevisionInputs, RolloutPolicy, ValidationResult,
-};
+use netwave_api::{NetworkConfigRevisionStatus, RevisionInputs, RolloutPolicy, ValidationResult};
 use netwave_core::fleet::{FleetParams, render_and_validate};
 use netwave_core::render::RenderedNode;
 use netwave_core::revision::{canonical_inputs, inputs_hash, revision_name};
@@ -38,7 +35,7 @@ use crate::changes::{NodeChanges, node_changes, render_changes};
 use crate::cli::PlanArgs;
 use crate::cluster::{self, name};
 use crate::output::{emit, names};
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 /// Reads every manifest under `path` (a file, or a directory walked recursively; `*.yaml`, `*.yml`,
 /// `*.json`, in name order) into canonical inputs. Errors name the file, document and field.
@@ -76,17 +73,8 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
                     m.name()
                 );
             }
-            let name = m.name().to_string();
-            match m {
-                Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
-                Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
-                Manifest::RoutingTable(o) => inputs
-                    .routing_tables
-                    .push(NamedRoutingTable { name, spec: o.spec }),
-                Manifest::BgpPeering(o) => inputs
-                    .bgp_peerings
-                    .push(NamedBgpPeering { name, spec: o.spec }),
-                _ => unreachable!("refused above"),
+            if inputs.add(m).is_err() {
+                unreachable!("refused above")
             }
         }
     }
@@ -322,13 +310,7 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
                 }
             }
         }
-        let spec = AssignedSpec {
-            revision: a.revision.clone(),
-            sequence: a.sequence,
-            config_hash: a.config_hash.clone(),
-            retry: a.retry,
-            assigned_at: Some(a.assigned_at),
-        };
+        let spec = a.spec();
         match input.configs.iter_mut().find(|c| c.name == a.node) {
             Some(c) => c.spec = spec,
             None => input.configs.push(NodeConfigState {

@@ -18,16 +18,18 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use netwave_api::vocab::{NodePhase, RevisionPhase};
+use netwave_api::vocab::{
+    ConditionStatus, NodePhase, RevisionCondition, RevisionPhase, revision_reasons,
+};
 use netwave_api::{ASSIGNED_AT_ANNOTATION, FailedNode, NetworkConfigRevision, NodeNetworkConfig};
 use netwave_core::Timestamp;
-use netwave_core::rollout::{ConditionType, NodeConfigState, is_updated};
+use netwave_core::rollout::{NodeConfigState, is_updated};
 use serde::Serialize;
 
 use crate::cli::{Output, StatusArgs};
 use crate::cluster::{self, name};
 use crate::output::{emit, names};
-use crate::{Exit, Term};
+use crate::shared::{Exit, Term};
 
 /// Fleets up to this size list every node; larger ones are summarised per state.
 pub const NODES_LISTED: usize = 20;
@@ -36,6 +38,9 @@ pub const FAILED_SHOWN: usize = 5;
 /// Names shown per state group before "and N more".
 pub const GROUP_NAMES: usize = 3;
 const BAR_WIDTH: usize = 30;
+/// The plugin's own node state (not a wire word): the node has the revision and its agent has not
+/// reported on it yet.
+const APPLYING: &str = "applying";
 
 /// Everything `status` shows about one revision.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -136,7 +141,7 @@ fn node_state(c: &NodeNetworkConfig, rev: &str, last_good: Option<&str>) -> (Str
                 None => "agent has not reported".into(),
             },
         };
-        return ("applying".into(), detail);
+        return (APPLYING.into(), detail);
     }
     let on = &c.spec.revision;
     let state = if Some(on.as_str()) == last_good {
@@ -203,10 +208,10 @@ pub fn build<'a>(
         }
     }
     // Provisioned first, then the troubles, then the rest.
-    let rank = |s: &str| match s {
-        "Provisioned" => 0,
-        "Invalid" => 1,
-        "applying" => 2,
+    let rank = |s: &str| match NodePhase::parse(s) {
+        Some(NodePhase::Provisioned) => 0,
+        Some(NodePhase::Invalid) => 1,
+        _ if s == APPLYING => 2,
         _ => 3,
     };
     let mut nodes: Vec<NodeGroup> = groups
@@ -226,13 +231,19 @@ pub fn build<'a>(
         .conditions
         .iter()
         .filter(|c| {
-            let t = c.type_.as_str();
-            (t == ConditionType::Progressing.as_str() && c.status == "False")
-                || (t == ConditionType::Degraded.as_str() && c.status == "True")
-                || (t == ConditionType::Validated.as_str() && c.status == "False")
-                || (t == ConditionType::Paused.as_str()
-                    && c.status == "True"
-                    && c.reason != "PausedBySpec")
+            let status = ConditionStatus::parse(&c.status);
+            match RevisionCondition::parse(&c.type_) {
+                Some(RevisionCondition::Progressing | RevisionCondition::Validated) => {
+                    status == Some(ConditionStatus::False)
+                }
+                Some(RevisionCondition::Degraded) => status == Some(ConditionStatus::True),
+                // An admin's own pause is not news; a hold is.
+                Some(RevisionCondition::Paused) => {
+                    status == Some(ConditionStatus::True)
+                        && c.reason != revision_reasons::PAUSED_BY_SPEC
+                }
+                _ => false,
+            }
         })
         .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
         .collect();
@@ -271,10 +282,10 @@ fn ago(rfc3339: &Option<String>, now: Timestamp) -> Option<String> {
 
 /// A node state in the demo's colours (on a terminal).
 fn paint(state: &str, color: bool) -> String {
-    let code = match state {
-        "Provisioned" => "32",
-        "Invalid" => "31",
-        "applying" => "33",
+    let code = match NodePhase::parse(state) {
+        Some(NodePhase::Provisioned) => "32",
+        Some(NodePhase::Invalid) => "31",
+        _ if state == APPLYING => "33",
         _ => return state.to_string(),
     };
     if color {
@@ -417,7 +428,7 @@ pub async fn run(client: &Client, args: StatusArgs, term: &mut Term<'_>) -> anyh
     let rev = pick(&revs, args.revision.as_deref())?;
     let configs = cluster::configs(client).await?;
     let view = build(rev, &revs, &configs, args.all_nodes);
-    let now = crate::now();
+    let now = crate::shared::now();
     let color = term.tty;
     emit(term.out, args.output, &view, |v| render(v, now, color))?;
     Ok(Exit::Success)
@@ -508,7 +519,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
         let mut revs: Vec<NetworkConfigRevision> =
             revs_r.state().iter().map(|r| (**r).clone()).collect();
         cluster::sort_revisions(&mut revs);
-        let now = crate::now();
+        let now = crate::shared::now();
         match pick(&revs, args.revision.as_deref()) {
             Ok(rev) => {
                 // The store's objects, not copies: a 5,000-node fleet is re-read every burst.
@@ -567,6 +578,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
 
 #[cfg(test)]
 mod tests {
+    use netwave_api::vocab::node_reasons;
     use serde_json::json;
 
     use super::*;
@@ -594,14 +606,18 @@ mod tests {
     #[test]
     fn a_5000_node_fleet_reads_in_a_screenful() {
         let failed: Vec<serde_json::Value> = (0..42)
-            .map(|i| json!({"node": format!("node-{i:04}"), "reason": "ApplyTimeout", "message": ""}))
+            .map(|i| json!({"node": format!("node-{i:04}"), "reason": node_reasons::APPLY_TIMEOUT, "message": ""}))
             .collect();
         let revs = vec![
-            rev("rev-old", 1, json!({"phase": "Complete"})),
+            rev(
+                "rev-old",
+                1,
+                json!({"phase": RevisionPhase::Complete.as_str()}),
+            ),
             rev(
                 "rev-new",
                 2,
-                json!({"phase": "Progressing", "total": 5000, "updated": 3000, "inProgress": 500,
+                json!({"phase": RevisionPhase::Progressing.as_str(), "total": 5000, "updated": 3000, "inProgress": 500,
                        "failed": 42, "queued": 1458, "failedNodes": failed}),
             ),
         ];
@@ -610,10 +626,10 @@ mod tests {
             let n = format!("node-{i:04}");
             let wave = format!("2026-11-23T10:{:02}:00Z", i / 500);
             configs.push(match i {
-                0..42 => nnc(&n, "rev-old", &wave, json!({"phase": "Invalid", "observedRevision": "rev-new", "reason": "ApplyTimeout"})),
-                42..3042 => nnc(&n, "rev-new", &wave, json!({"phase": "Provisioned", "observedRevision": "rev-new"})),
-                3042..3542 => nnc(&n, "rev-new", &wave, json!({"phase": "Provisioning", "observedRevision": "rev-new"})),
-                _ => nnc(&n, "rev-old", &wave, json!({"phase": "Provisioned", "observedRevision": "rev-old"})),
+                0..42 => nnc(&n, "rev-old", &wave, json!({"phase": NodePhase::Invalid.as_str(), "observedRevision": "rev-new", "reason": node_reasons::APPLY_TIMEOUT})),
+                42..3042 => nnc(&n, "rev-new", &wave, json!({"phase": NodePhase::Provisioned.as_str(), "observedRevision": "rev-new"})),
+                3042..3542 => nnc(&n, "rev-new", &wave, json!({"phase": NodePhase::Provisioning.as_str(), "observedRevision": "rev-new"})),
+                _ => nnc(&n, "rev-old", &wave, json!({"phase": NodePhase::Provisioned.as_str(), "observedRevision": "rev-old"})),
             });
         }
         let t = std::time::Instant::now();
@@ -660,8 +676,8 @@ mod tests {
         let revs = vec![rev(
             "rev-bad",
             1,
-            json!({"phase": "Failed", "validation": {"errors": errors},
-                   "conditions": [{"type": "Validated", "status": "False", "reason": "ValidationFailed",
+            json!({"phase": RevisionPhase::Failed.as_str(), "validation": {"errors": errors},
+                   "conditions": [{"type": RevisionCondition::Validated.as_str(), "status": ConditionStatus::False.as_str(), "reason": revision_reasons::VALIDATION_FAILED,
                                    "message": "7 error(s)", "lastTransitionTime": "2026-11-23T10:00:00Z"}]}),
         )];
         let text = render(&build(&revs[0], &revs, &[], false), Timestamp(0), false);

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use kubectl_netwave::Exit;
+use netwave_api::vocab::{NodePhase, NodeReason, RevisionPhase};
 use serde_json::{Value, json};
 
 /// rev 1 Complete; rev 2 rolling out on 5 nodes: 3 updated, node-3 failed (rolled back), node-4
@@ -17,7 +18,7 @@ async fn mid_rollout(client: &kube::Client) -> (String, String) {
         client,
         &inputs(9000, false),
         1,
-        json!({"phase": "Complete", "total": 5, "updated": 5}),
+        json!({"phase": RevisionPhase::Complete.as_str(), "total": 5, "updated": 5}),
     )
     .await;
     let new = create_revision(
@@ -25,8 +26,8 @@ async fn mid_rollout(client: &kube::Client) -> (String, String) {
         &inputs(1500, false),
         2,
         json!({
-            "phase": "Progressing", "total": 5, "updated": 3, "inProgress": 1, "failed": 1,
-            "failedNodes": [{"node": "node-3", "reason": "HealthCheckFailed",
+            "phase": RevisionPhase::Progressing.as_str(), "total": 5, "updated": 3, "inProgress": 1, "failed": 1,
+            "failedNodes": [{"node": "node-3", "reason": NodeReason::HealthCheckFailed.as_str(),
                              "message": "HealthCheckFailed: icmp 198.18.0.1 unreachable after apply"}],
             "message": "waiting for budget: 1 node(s) in flight, maxUnavailable 1",
             "startedAt": "2026-11-23T10:00:00Z",
@@ -40,7 +41,7 @@ async fn mid_rollout(client: &kube::Client) -> (String, String) {
             &new,
             2,
             &format!("2026-11-23T{at}.000Z"),
-            json!({"phase": "Provisioned", "observedRevision": new}),
+            json!({"phase": NodePhase::Provisioned.as_str(), "observedRevision": new}),
         )
         .await;
     }
@@ -50,7 +51,7 @@ async fn mid_rollout(client: &kube::Client) -> (String, String) {
         &good,
         1,
         "2026-11-23T10:00:20.000Z",
-        json!({"phase": "Invalid", "observedRevision": new, "reason": "HealthCheckFailed",
+        json!({"phase": NodePhase::Invalid.as_str(), "observedRevision": new, "reason": NodeReason::HealthCheckFailed.as_str(),
                "message": "HealthCheckFailed: icmp 198.18.0.1 unreachable after apply",
                "lastGoodRevision": good}),
     )
@@ -61,7 +62,7 @@ async fn mid_rollout(client: &kube::Client) -> (String, String) {
         &new,
         2,
         "2026-11-23T10:00:20.000Z",
-        json!({"phase": "Provisioning", "observedRevision": new}),
+        json!({"phase": NodePhase::Provisioning.as_str(), "observedRevision": new}),
     )
     .await;
     (good, new)
@@ -159,7 +160,7 @@ async fn history_lists_revisions_with_markers_in_every_format() {
         c,
         &inputs(1400, true),
         3,
-        json!({"phase": "Failed", "total": 5, "failed": 1, "observedRetry": 0}),
+        json!({"phase": RevisionPhase::Failed.as_str(), "total": 5, "failed": 1, "observedRetry": 0}),
     )
     .await;
 
@@ -172,7 +173,7 @@ async fn history_lists_revisions_with_markers_in_every_format() {
         "oldest first: {out}"
     );
     assert!(
-        lines[1].contains("Complete") && lines[1].ends_with("<- last good"),
+        lines[1].contains(RevisionPhase::Complete.as_str()) && lines[1].ends_with("<- last good"),
         "{out}"
     );
     assert!(
@@ -180,7 +181,7 @@ async fn history_lists_revisions_with_markers_in_every_format() {
         "{out}"
     );
     assert!(
-        lines[3].contains(&failed) && lines[3].contains("Failed"),
+        lines[3].contains(&failed) && lines[3].contains(RevisionPhase::Failed.as_str()),
         "{out}"
     );
     assert!(lines[3].contains("1 vrf, 1 l2, 1 rt"), "{out}");
@@ -233,14 +234,14 @@ async fn two_revisions(client: &kube::Client) -> (String, String) {
         client,
         &inputs(9000, false),
         1,
-        json!({"phase": "Complete"}),
+        json!({"phase": RevisionPhase::Complete.as_str()}),
     )
     .await;
     let b = create_revision(
         client,
         &inputs(1500, true),
         2,
-        json!({"phase": "Progressing"}),
+        json!({"phase": RevisionPhase::Progressing.as_str()}),
     )
     .await;
     create_inputs(client, &inputs(1500, true)).await;
@@ -382,7 +383,12 @@ async fn undo_restores_the_inputs_of_a_good_revision() {
     // Back to revision 2 works the same way; a failed revision is refused.
     let (_, _) = kn(c, &["undo", "--to", &b, "--yes"]).await;
     assert_eq!(live_inputs(c).await, inputs(1500, true));
-    set_revision_status(c, &b, json!({"phase": "Failed", "observedRetry": 0})).await;
+    set_revision_status(
+        c,
+        &b,
+        json!({"phase": RevisionPhase::Failed.as_str(), "observedRetry": 0}),
+    )
+    .await;
     let e = kn_err(c, &["undo", "--to", "2"]).await;
     assert_eq!(
         e,
@@ -406,10 +412,16 @@ async fn undo_says_when_the_revision_it_brings_back_will_be_held() {
         c,
         &netwave_api::RevisionInputs::default(),
         1,
-        json!({"phase": "Superseded"}),
+        json!({"phase": RevisionPhase::Superseded.as_str()}),
     )
     .await;
-    let full = create_revision(c, &inputs(9000, true), 2, json!({"phase": "Complete"})).await;
+    let full = create_revision(
+        c,
+        &inputs(9000, true),
+        2,
+        json!({"phase": RevisionPhase::Complete.as_str()}),
+    )
+    .await;
     create_inputs(c, &inputs(9000, true)).await;
 
     let (exit, out) = kn(c, &["undo", "--to", "1"]).await;
@@ -498,7 +510,13 @@ async fn plan_shows_changes_validation_and_waves_and_writes_nothing() {
         let rack = if i < 6 { "a" } else { "b" };
         create_node(c, &format!("node-{i}"), json!({"rack": rack})).await;
     }
-    let a = create_revision(c, &inputs(9000, false), 1, json!({"phase": "Complete"})).await;
+    let a = create_revision(
+        c,
+        &inputs(9000, false),
+        1,
+        json!({"phase": RevisionPhase::Complete.as_str()}),
+    )
+    .await;
     create_inputs(c, &inputs(9000, false)).await;
     let before = live_inputs(c).await;
 
@@ -613,7 +631,6 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 /// rollout to the end; `abort` of a stuck rollout brings every node back to the last good revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_follows_a_live_rollout_and_abort_rolls_it_back() {
-    use clap::Parser;
     use netwave_agent::sim::Answer;
     use netwave_core::revision::{inputs_hash, revision_name};
 
@@ -636,28 +653,7 @@ async fn status_follows_a_live_rollout_and_abort_rolls_it_back() {
         }),
         std::time::Duration::from_millis(100),
     ));
-    let args = netwave_configurator::args::Args::try_parse_from([
-        "netwave-configurator",
-        "--lease-duration",
-        "3s",
-        "--renew-deadline",
-        "2s",
-        "--retry-period",
-        "300ms",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
-        "--log-format",
-        "text",
-        "--resync-interval",
-        "2s",
-        "--input-settle",
-        "300ms",
-        "--max-unavailable",
-        "1",
-    ])
-    .unwrap();
+    let args = netwave_configurator::testing::args(&["--max-unavailable", "1"]);
     let configurator = Task(tokio::spawn({
         let c = c.clone();
         async move {
@@ -753,7 +749,7 @@ async fn status_follows_a_live_rollout_and_abort_rolls_it_back() {
                 && configs.iter().all(|n| {
                     n.spec.revision == good
                         && n.status.as_ref().is_some_and(|s| {
-                            s.phase.as_deref() == Some("Provisioned")
+                            s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
                                 && s.observed_revision.as_deref() == Some(good.as_str())
                         })
                 }))
@@ -782,7 +778,7 @@ async fn kubectl_runs_the_plugin_binary() {
         c,
         &inputs(9000, false),
         1,
-        json!({"phase": "Complete", "total": 2, "updated": 2}),
+        json!({"phase": RevisionPhase::Complete.as_str(), "total": 2, "updated": 2}),
     )
     .await;
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-netwave"));

@@ -6,6 +6,7 @@
 //! CPU time are measured alone, from /proc. Prints RSS and CPU per phase and request latencies
 //! (p50/p99) for creates, gets, status patches and watch fan-out.
 
+use netwave_api::vocab::NodePhase;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -24,34 +25,23 @@ const CONCURRENCY: usize = 32;
 fn node_config(i: usize) -> NodeConfig {
     let vrfs = (0..4)
         .map(|v| VrfConfig {
-            name: format!("vrf{v}"),
-            device: format!("vr.vrf{v}"),
-            table: 2000 + v as u32,
-            vni: Some(2_000_000 + v as u32),
-            mtu: 9000,
-            bridge: Some(format!("br.vrf{v}")),
-            vxlan: Some(format!("vx.vrf{v}")),
-            route_target: Some(format!("65188:{v}")),
-            import: Vec::new(),
-            export: Vec::new(),
             aggregate: vec![format!("10.{v}.0.0/16")],
             communities: vec!["65188:100".into()],
-            sbr: None,
-            loopbacks: vec![],
+            ..VrfConfig::named(&format!("vrf{v}"))
+                .with_table(2000 + v as u32)
+                .with_l3_vni(2_000_000 + v as u32)
+                .with_route_target(&format!("65188:{v}"))
         })
         .collect();
     let layer2s = (0..12)
-        .map(|l| Layer2Config {
-            vlan: 100 + l as u16,
-            vni: 1_000_100 + l as u32,
-            mtu: 9000,
-            bridge: format!("l2.{}", 100 + l),
-            vxlan: format!("vx.{}", 100 + l),
-            anycast_mac: Some("02:00:00:00:00:01".into()),
-            anycast_gateways: vec![format!("10.250.{l}.1/24"), format!("fd00:250:{l}::1/64")],
-            vrf: Some(format!("vrf{}", l % 4)),
-            neigh_suppression: true,
-            route_target: None,
+        .map(|l| {
+            Layer2Config::segment(100 + l as u16, 1_000_100 + l as u32)
+                .with_anycast(
+                    "02:00:00:00:00:01",
+                    &[format!("10.250.{l}.1/24"), format!("fd00:250:{l}::1/64")],
+                )
+                .with_vrf(Some(&format!("vrf{}", l % 4)))
+                .with_neigh_suppression(true)
         })
         .collect();
     let routes = (0..8)
@@ -271,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
         .map(|i| {
             let nncs = nncs.clone();
             async move {
-                let body = serde_json::json!({"status": {"phase": "Provisioned", "observedRevision": "rev-1", "configHash": format!("{i:064x}")}});
+                let body = serde_json::json!({"status": {"phase": NodePhase::Provisioned.as_str(), "observedRevision": "rev-1", "configHash": format!("{i:064x}")}});
                 let t = Instant::now();
                 nncs.patch_status(&format!("node-{i:05}"), &PatchParams::default(), &Patch::Merge(body)).await.expect("patch status");
                 t.elapsed()

@@ -593,6 +593,19 @@ impl ControlPlane {
         Ok(answer.status.context("TokenRequest without status")?.token)
     }
 
+    /// An admin client on this server with `crds` installed and `namespace` created: what every suite
+    /// that runs netwave against it starts from (idempotent, so tests sharing the server may all call it).
+    pub async fn prepared(
+        &self,
+        crds: impl IntoIterator<Item = CustomResourceDefinition>,
+        namespace: &str,
+    ) -> Result<Client> {
+        let client = self.client().await?;
+        self.install_crds(&client, crds).await?;
+        self.ensure_namespace(&client, namespace).await?;
+        Ok(client)
+    }
+
     /// Creates the namespace unless it exists.
     pub async fn ensure_namespace(&self, client: &Client, name: &str) -> Result<()> {
         let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());

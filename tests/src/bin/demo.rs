@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
+use netwave_api::vocab::RevisionPhase;
 use netwave_e2e::fleet::{
     ApiServer, Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET,
 };
@@ -159,10 +160,11 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
     );
     let t = Instant::now();
     f.apply(&manifests).await?;
-    let (rev, phase_good) = watch(&f, 0, &["Complete", "Failed"], t).await?;
+    let (rev, phase_good) =
+        watch(&f, 0, &[RevisionPhase::Complete, RevisionPhase::Failed], t).await?;
     let good = rev.metadata.name.clone().unwrap_or_default();
     let first_rollout = t.elapsed();
-    if phase_good != "Complete" {
+    if phase_good != RevisionPhase::Complete.as_str() {
         bail!(
             "the sample rollout ended {phase_good}:\n{}",
             f.logs_tail(10)
@@ -278,10 +280,16 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
         }
     }))
     .await?;
-    let (bad, phase_bad) = watch(&f, seq, &["Failed", "Complete"], t).await?;
+    let (bad, phase_bad) = watch(
+        &f,
+        seq,
+        &[RevisionPhase::Failed, RevisionPhase::Complete],
+        t,
+    )
+    .await?;
     let bad_name = bad.metadata.name.clone().unwrap_or_default();
     let to_halt = t.elapsed();
-    if phase_bad != "Failed" {
+    if phase_bad != RevisionPhase::Failed.as_str() {
         bail!("the bad revision was not halted ({phase_bad})");
     }
     let failed = f
@@ -370,7 +378,7 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
 async fn watch(
     f: &Fleet,
     after: u64,
-    until: &[&str],
+    until: &[RevisionPhase],
     t0: Instant,
 ) -> Result<(NetworkConfigRevision, String)> {
     let tty = std::io::stdout().is_terminal();
@@ -394,6 +402,7 @@ async fn watch(
         // The view `kubectl netwave status -w` shows, from the plugin's own code.
         let view = kubectl_netwave::status::build(r, &revs, configs.values(), false);
         let p = view.phase.clone();
+        let reached = RevisionPhase::parse(Some(&p)).is_some_and(|q| until.contains(&q));
         let text = format!(
             "{:>5.1}s  {}",
             t0.elapsed().as_secs_f64(),
@@ -403,14 +412,14 @@ async fn watch(
             if tty && drawn > 0 {
                 print!("\x1b[{drawn}A\x1b[J");
             }
-            if tty || until.contains(&p.as_str()) || drawn == 0 {
+            if tty || reached || drawn == 0 {
                 print!("{text}");
                 drawn = text.lines().count();
             }
             std::io::stdout().flush()?;
             last_text = text;
         }
-        if until.contains(&p.as_str()) {
+        if reached {
             return Ok((r.clone(), p));
         }
         if Instant::now() > deadline {

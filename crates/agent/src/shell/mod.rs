@@ -50,7 +50,7 @@ use report::Reporter as ApiReporter;
 const REPORT_GRACE: Duration = Duration::from_secs(5);
 
 pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::AGENT;
-pub const NETWORK_READY: &str = "NetworkReady";
+pub use netwave_api::vocab::node_conditions::NETWORK_READY;
 
 pub use netwave_runtime::{init_tracing, shutdown_signal};
 

@@ -94,6 +94,7 @@ pub fn provisioning(
 mod tests {
     use super::*;
     use crate::reconcile::Reason;
+    use netwave_api::vocab::{NodePhase, NodeReason};
     use netwave_core::dataplane::Feature;
 
     fn t(s: i64) -> Time {
@@ -116,8 +117,11 @@ mod tests {
         };
         let caps = Capabilities::from([(Feature::Vrf, false), (Feature::Bridge, true)]);
         let s = from_outcome(&o, None, &caps, t(100));
-        assert_eq!(s.phase.as_deref(), Some("Invalid"));
-        assert_eq!(s.reason.as_deref(), Some("HealthCheckFailed"));
+        assert_eq!(s.phase.as_deref(), Some(NodePhase::Invalid.as_str()));
+        assert_eq!(
+            s.reason.as_deref(),
+            Some(NodeReason::HealthCheckFailed.as_str())
+        );
         assert_eq!(s.observed_retry, Some(1));
         assert_eq!(s.config_hash.as_deref(), Some("h1"));
         assert!(!s.kernel_capabilities["vrf"]);

@@ -123,10 +123,12 @@ impl RealApi {
             .await
             .context("taking the shared control plane")??;
         let forward = forward(cp.addr().port())?;
-        let admin = cp.client().await?;
-        cp.install_crds(&admin, netwave_api::crds().into_iter().map(|(_, c)| c))
+        let admin = cp
+            .prepared(
+                netwave_api::crds().into_iter().map(|(_, c)| c),
+                AGENT_NAMESPACE,
+            )
             .await?;
-        cp.ensure_namespace(&admin, AGENT_NAMESPACE).await?;
         Ok(RealApi { forward, cp, admin })
     }
 

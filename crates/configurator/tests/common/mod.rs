@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use netwave_api::vocab::{ConditionStatus, NodePhase, node_conditions};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,14 +63,12 @@ impl Env {
 
 /// Installs netwave's CRDs and the `netwave-system` namespace; returns an admin client.
 pub async fn prepare(cp: &netwave_control_plane::ControlPlane) -> Client {
-    let client = cp.client().await.unwrap();
-    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
-        .await
-        .unwrap();
-    cp.ensure_namespace(&client, "netwave-system")
-        .await
-        .unwrap();
-    client
+    cp.prepared(
+        netwave_api::crds().into_iter().map(|(_, c)| c),
+        "netwave-system",
+    )
+    .await
+    .unwrap()
 }
 
 /// The real API server, empty but for netwave's CRDs and the `netwave-system` namespace.
@@ -110,8 +109,8 @@ pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
         spec: Some(NodeSpec::default()),
         status: Some(NodeStatus {
             conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
+                type_: node_conditions::READY.into(),
+                status: ConditionStatus::True.as_str().into(),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -187,31 +186,9 @@ pub async fn change_inputs(client: &Client, mtu: u32) {
     .unwrap();
 }
 
+/// A test configurator's arguments (fast timings; the plugin's tests use the same).
 pub fn args(extra: &[&str]) -> Args {
-    use clap::Parser;
-    let mut argv = vec![
-        "netwave-configurator",
-        "--lease-duration",
-        "3s",
-        "--renew-deadline",
-        "2s",
-        "--retry-period",
-        "300ms",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--health-addr",
-        "127.0.0.1:0",
-        "--log-format",
-        "text",
-        "--resync-interval",
-        "2s",
-        "--input-settle",
-        "300ms",
-    ];
-    argv.extend_from_slice(extra);
-    let args = Args::try_parse_from(argv).unwrap();
-    args.check().unwrap();
-    args
+    netwave_configurator::testing::args(extra)
 }
 
 /// [`args`] with `--metrics-addr` on a free port, and the port: for [`reconciles_pass`].
@@ -457,7 +434,7 @@ pub fn in_flight(c: &NodeNetworkConfig) -> bool {
         return false;
     }
     let st = c.status.clone().unwrap_or_default();
-    !(st.phase.as_deref() == Some("Provisioned")
+    !(st.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
         && st.observed_revision.as_deref() == Some(c.spec.revision.as_str()))
 }
 

@@ -265,6 +265,7 @@ fn accepted(
 
 #[cfg(test)]
 mod tests {
+    use netwave_api::vocab::{ConditionStatus, accepted_reasons};
     use netwave_api::{
         Layer2NetworkConfigurationSpec, NamedLayer2, NamedVrf, VRFRouteConfigurationSpec,
     };
@@ -363,7 +364,10 @@ mod tests {
         let bad = v.get(InputKind::Vrf, "tenant-b").unwrap();
         let s = input_status(bad, "rev-1", &errors, Some(3), None, t0);
         let c = s.accepted().unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Invalid"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            (ConditionStatus::False.as_str(), accepted_reasons::INVALID)
+        );
         assert!(c.message.contains("spec.import[0].cidr"), "{}", c.message);
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(c.observed_generation, Some(3));
@@ -377,13 +381,19 @@ mod tests {
         let c = s.accepted().unwrap();
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
-            ("False", "RevisionInvalid")
+            (
+                ConditionStatus::False.as_str(),
+                accepted_reasons::REVISION_INVALID
+            )
         );
         assert!(c.message.contains("orphan-101"), "{}", c.message);
 
         // Valid: True. The same verdict later is the same status (no write); a change moves the time.
         let s1 = input_status(good, "rev-2", &[], Some(1), None, t0);
-        assert_eq!(s1.accepted().unwrap().status, "True");
+        assert_eq!(
+            s1.accepted().unwrap().status,
+            ConditionStatus::True.as_str()
+        );
         let again = input_status(good, "rev-2", &[], Some(1), Some(&s1), t1);
         assert_eq!(again, s1, "nothing changed: nothing to write");
         let flipped = input_status(bad, "rev-3", &[], Some(2), Some(&s1), t1);

@@ -113,6 +113,17 @@ impl Assignment {
             self.assigned_at.to_rfc3339(),
         )
     }
+
+    /// The node's spec once this assignment is written (as the rollout reads it back).
+    pub fn spec(&self) -> super::AssignedSpec {
+        super::AssignedSpec {
+            revision: self.revision.clone(),
+            sequence: self.sequence,
+            config_hash: self.config_hash.clone(),
+            retry: self.retry,
+            assigned_at: Some(self.assigned_at),
+        }
+    }
 }
 
 /// Why a node is (re)assigned.
@@ -224,23 +235,24 @@ pub enum EventReason {
 
 impl EventReason {
     pub fn as_str(self) -> &'static str {
+        use super::vocab::reasons;
         match self {
             EventReason::RevisionCreated => "RevisionCreated",
-            EventReason::ValidationFailed => "ValidationFailed",
-            EventReason::InvalidPolicy => "InvalidPolicy",
+            EventReason::ValidationFailed => reasons::VALIDATION_FAILED,
+            EventReason::InvalidPolicy => reasons::INVALID_POLICY,
             EventReason::RolloutStarted => "RolloutStarted",
             EventReason::CanariesUpdated => "CanariesUpdated",
             EventReason::NodeFailed => "NodeFailed",
-            EventReason::RevisionFailed => "RevisionFailed",
+            EventReason::RevisionFailed => reasons::REVISION_FAILED,
             EventReason::RollbackStarted => "RollbackStarted",
             EventReason::NoLastGoodRevision => "NoLastGoodRevision",
             EventReason::RetryStarted => "RetryStarted",
-            EventReason::RolloutPaused => "RolloutPaused",
+            EventReason::RolloutPaused => reasons::ROLLOUT_PAUSED,
             EventReason::RolloutResumed => "RolloutResumed",
-            EventReason::ProgressDeadlineExceeded => "ProgressDeadlineExceeded",
-            EventReason::RolloutComplete => "RolloutComplete",
+            EventReason::ProgressDeadlineExceeded => reasons::PROGRESS_DEADLINE_EXCEEDED,
+            EventReason::RolloutComplete => reasons::ROLLOUT_COMPLETE,
             EventReason::RevisionSuperseded => "RevisionSuperseded",
-            EventReason::DestructiveChange => super::vocab::reasons::DESTRUCTIVE_CHANGE,
+            EventReason::DestructiveChange => reasons::DESTRUCTIVE_CHANGE,
             EventReason::NodeQuarantined => "NodeQuarantined",
             EventReason::RevisionReactivated => "RevisionReactivated",
         }

@@ -33,7 +33,7 @@ mod quarantine;
 mod report;
 mod revisions;
 
-use super::input::{AssignedSpec, RevisionState, RolloutInput};
+use super::input::{RevisionState, RolloutInput};
 use super::plan::Plan;
 use super::world::Overlay;
 use crate::types::Timestamp;
@@ -89,16 +89,7 @@ fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan:
         }
     }
     for a in &plan.assignments {
-        overlay.specs.insert(
-            a.node.clone(),
-            Some(AssignedSpec {
-                revision: a.revision.clone(),
-                sequence: a.sequence,
-                config_hash: a.config_hash.clone(),
-                retry: a.retry,
-                assigned_at: Some(a.assigned_at),
-            }),
-        );
+        overlay.specs.insert(a.node.clone(), Some(a.spec()));
     }
     for n in &plan.delete_configs {
         overlay.specs.insert(n.clone(), None);

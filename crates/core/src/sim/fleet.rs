@@ -1,5 +1,6 @@
 //! The seeded fleet: agents, world events, admins and a killable leader around one [`Store`].
 
+use netwave_api::vocab::NodeReason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -776,7 +777,7 @@ impl Fleet {
                 observed_config_hash: Some(spec.config_hash.clone()),
                 config_hash: agent.running.clone(),
                 last_good_revision: agent.last_good.clone(),
-                reason: fail.then(|| "ApplyFailed".to_string()),
+                reason: fail.then(|| NodeReason::ApplyFailed.as_str().to_string()),
                 message: None,
             },
         );
@@ -807,7 +808,7 @@ impl Fleet {
                 AgentReport {
                     phase: Some(AgentPhase::Invalid),
                     config_hash: agent.running.clone(),
-                    reason: Some("ApplyFailed".into()),
+                    reason: Some(NodeReason::ApplyFailed.as_str().into()),
                     ..report_base
                 },
             );

@@ -254,13 +254,7 @@ impl Store {
                 rev.status = u.status.clone();
             }
             Write::Assign(a) => {
-                let spec = AssignedSpec {
-                    revision: a.revision.clone(),
-                    sequence: a.sequence,
-                    config_hash: a.config_hash.clone(),
-                    retry: a.retry,
-                    assigned_at: Some(a.assigned_at),
-                };
+                let spec = a.spec();
                 match (self.configs.get_mut(&a.node), a.create) {
                     (Some(_), true) => return Err(StoreError::ConfigExists(a.node.clone())),
                     (None, false) => return Err(StoreError::ConfigNotFound(a.node.clone())),

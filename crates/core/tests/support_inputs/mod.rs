@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-use netwave_api::manifest::{Manifest, samples};
+use netwave_api::manifest::samples;
 use netwave_api::{
     Layer2NetworkConfigurationSpec, NamedLayer2, NamedRoutingTable, NamedVrf, RevisionInputs,
     Route, RouteType, RoutingTableSpec, Rule, VRFRouteConfigurationSpec,
@@ -21,14 +21,8 @@ pub fn sample_inputs() -> RevisionInputs {
 fn parse_samples() -> RevisionInputs {
     let mut inputs = RevisionInputs::default();
     for m in samples().expect("samples parse") {
-        let name = m.name().to_string();
-        match m {
-            Manifest::Vrf(o) => inputs.vrfs.push(NamedVrf { name, spec: o.spec }),
-            Manifest::Layer2(o) => inputs.layer2s.push(NamedLayer2 { name, spec: o.spec }),
-            Manifest::RoutingTable(o) => inputs
-                .routing_tables
-                .push(NamedRoutingTable { name, spec: o.spec }),
-            other => panic!("unexpected sample {}", other.name()),
+        if let Err(e) = inputs.add(m) {
+            panic!("unexpected sample: {e}")
         }
     }
     inputs
@@ -88,19 +82,8 @@ pub fn vrf(name: &str, vni: Option<u32>) -> NamedVrf {
     NamedVrf {
         name: name.into(),
         spec: VRFRouteConfigurationSpec {
-            vrf: name.into(),
             vni,
-            route_target: None,
-            table_id: None,
-            import: vec![],
-            export: vec![],
-            aggregate: vec![],
-            seq: 10,
-            communities: vec![],
-            mtu: None,
-            node_selector: None,
-            sbr_prefixes: vec![],
-            loopbacks: vec![],
+            ..VRFRouteConfigurationSpec::named(name)
         },
     }
 }

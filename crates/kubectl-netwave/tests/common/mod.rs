@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use netwave_api::vocab::{ConditionStatus, node_conditions};
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
@@ -27,11 +28,11 @@ pub async fn env() -> Env {
     let cp = netwave_control_plane::shared()
         .await
         .expect("the real control plane starts");
-    let client = cp.client().await.unwrap();
-    cp.install_crds(&client, netwave_api::crds().into_iter().map(|(_, c)| c))
-        .await
-        .unwrap();
-    cp.ensure_namespace(&client, "netwave-system")
+    let client = cp
+        .prepared(
+            netwave_api::crds().into_iter().map(|(_, c)| c),
+            "netwave-system",
+        )
         .await
         .unwrap();
     Env { cp, client }
@@ -120,7 +121,7 @@ pub async fn create_node(client: &Client, name: &str, labels: Value) {
     api.patch_status(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})),
+        &Patch::Merge(json!({"status": {"conditions": [{"type": node_conditions::READY, "status": ConditionStatus::True.as_str()}]}})),
     )
     .await
     .unwrap();
