@@ -223,12 +223,12 @@ async fn input_status_writes_only_on_change() {
         .sum::<u64>()
     };
     // The agents' last reports and a few resyncs (2 s) handled.
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     let during = status_writes(&env.tb().counters());
     eprintln!("input status writes: {during} for {objects} objects over a 20-node rollout");
     assert_eq!(during as usize, objects, "one write per object");
     env.tb().reset_counters();
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     assert_eq!(status_writes(&env.tb().counters()), 0, "steady: no writes");
 
     // A node joins: only the objects whose selector matches it change (their node count).
@@ -245,7 +245,7 @@ async fn input_status_writes_only_on_change() {
         (n >= 1).then_some(()).ok_or(format!("{n}"))
     })
     .await;
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     let join = status_writes(&env.tb().counters());
     eprintln!("input status writes for one joining node: {join} of {objects} objects");
     assert!(join >= 1 && (join as usize) < objects, "{join}");

@@ -101,7 +101,7 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
         Some(NodePhase::Provisioned.as_str())
     );
     // With no agent answering, it stays Pending (nothing else turns it back to Provisioned).
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     let still = &configs(&client).await[&names[0]];
     assert_eq!(
         still.status.as_ref().unwrap().phase.as_deref(),

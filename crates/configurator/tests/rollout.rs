@@ -233,7 +233,7 @@ async fn an_invalid_node_fails_the_revision_and_touched_nodes_go_back() {
     .await;
 
     // Nothing is assigned the failed revision afterwards, even after more reconciles.
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     let configs = configs(&env.client).await;
     assert!(
         configs.values().all(|c| c.spec.revision == good),

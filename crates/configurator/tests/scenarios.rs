@@ -103,7 +103,7 @@ async fn pause_stops_new_assignments_and_resume_completes() {
             .ok_or(format!("{busy} in flight"))
     })
     .await;
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     let configs_now = configs(&env.client).await;
     assert_eq!(
         configs_now
@@ -479,7 +479,7 @@ async fn an_input_that_fails_validation_touches_no_node() {
         condition_of(&st, RevisionCondition::Validated.as_str()),
         Some(ConditionStatus::False.as_str().into())
     );
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     assert!(
         configs(&env.client)
             .await
@@ -523,7 +523,7 @@ async fn routes_the_kernel_holds_as_one_fail_validation_and_touch_no_node() {
         "{:#?}",
         st.validation
     );
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     assert!(configs(&env.client).await.is_empty(), "no node was touched");
     // The Warning that the inputs equal a failed revision advises what can help: a retry cannot fix
     // a validation failure, so it says to fix the inputs, with the error.
@@ -626,7 +626,7 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
         message.contains("removes ") && message.contains("vrf/") && message.contains("resume"),
         "{message}"
     );
-    reconciles_pass(port, 3.0).await;
+    reconciles_pass(port, 2.0).await;
     let specs = |m: &std::collections::BTreeMap<String, netwave_api::NodeNetworkConfig>| {
         m.iter()
             .map(|(n, c)| (n.clone(), c.spec.revision.clone()))

@@ -101,7 +101,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
             && notes[0].contains("put back"),
         "{notes:?}"
     );
-    reconciles_pass(metrics_port, 3.0).await;
+    reconciles_pass(metrics_port, 2.0).await;
     assert_eq!(
         specs(&configs(&env.client).await),
         before,
@@ -165,7 +165,7 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
             .ok_or_else(|| "not 1".to_string())
     })
     .await;
-    reconciles_pass(metrics_port, 3.0).await;
+    reconciles_pass(metrics_port, 2.0).await;
     let after = specs(&configs(&env.client).await);
     assert_eq!(
         after, before,

@@ -44,6 +44,7 @@
 //! printed in their canonical form (`fd00:250:0::1/64` → `fd00:250::1/64`) and MACs in lowercase.
 
 pub(crate) mod index;
+mod objects;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -63,38 +64,16 @@ use thiserror::Error;
 
 use crate::selector::SelectorError;
 use index::Index;
+pub use objects::{
+    InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE, layer2_bridge_name,
+    layer2_vxlan_name, sbr_vrf_name, vrf_bridge_name, vrf_vxlan_name,
+};
 
 /// MTU of a VRF's layer-3 VXLAN devices when `spec.mtu` is omitted.
 pub const DEFAULT_VRF_MTU: u32 = 9000;
-/// First table id of the range VRFs without `tableId` are allocated from.
-pub const TABLE_ALLOC_BASE: u32 = 10_000_000;
-/// Size of that range.
-pub const TABLE_ALLOC_SIZE: u32 = 10_000_000;
 /// Priority of the policy rules of `sbrPrefixes` (das-schiff-network-operator's): before the kernel's
 /// `main` rule (32766), so a listed source never reaches the main table's routes first.
 pub const SBR_RULE_PRIORITY: u32 = 100;
-
-/// A node as render and validation see it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct NodeInfo {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
-}
-
-impl NodeInfo {
-    pub fn new<K: Into<String>, V: Into<String>>(
-        name: impl Into<String>,
-        labels: impl IntoIterator<Item = (K, V)>,
-    ) -> Self {
-        NodeInfo {
-            name: name.into(),
-            labels: labels
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        }
-    }
-}
 
 /// One node's rendered config: its [`config_hash`] now, the [`NodeConfig`] itself on demand.
 ///
@@ -196,49 +175,6 @@ struct Selection {
     routes: Vec<u32>,
     rules: Vec<u32>,
     peers: Vec<u32>,
-}
-
-/// Kind of an input object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum InputKind {
-    Vrf,
-    Layer2,
-    RoutingTable,
-    BgpPeering,
-}
-
-impl InputKind {
-    /// The Kubernetes kind.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InputKind::Vrf => "VRFRouteConfiguration",
-            InputKind::Layer2 => "Layer2NetworkConfiguration",
-            InputKind::RoutingTable => "RoutingTable",
-            InputKind::BgpPeering => "BGPPeering",
-        }
-    }
-}
-
-/// An input object, displayed `Kind/name`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct InputRef {
-    pub kind: InputKind,
-    pub name: String,
-}
-
-impl InputRef {
-    pub fn new(kind: InputKind, name: impl Into<String>) -> Self {
-        InputRef {
-            kind,
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for InputRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.kind.as_str(), self.name)
-    }
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -438,27 +374,6 @@ pub fn vrf_tables(inputs: &RevisionInputs) -> BTreeMap<String, u32> {
         out.entry(v.name.clone()).or_insert(t);
     }
     out
-}
-
-/// Bridge of a VRF's layer-3 VNI.
-pub fn vrf_bridge_name(vrf: &str) -> String {
-    format!("br.{vrf}")
-}
-/// VXLAN device of a VRF's layer-3 VNI.
-pub fn vrf_vxlan_name(vrf: &str) -> String {
-    format!("vx.{vrf}")
-}
-/// Local VRF of a VRF's source-based routing (`sbrPrefixes`), as das-schiff-network-operator names it.
-pub fn sbr_vrf_name(vrf: &str) -> String {
-    format!("s-{vrf}")
-}
-/// Bridge of a layer-2 segment.
-pub fn layer2_bridge_name(vlan: u16) -> String {
-    format!("l2.{vlan}")
-}
-/// VXLAN device of a layer-2 segment.
-pub fn layer2_vxlan_name(vlan: u16) -> String {
-    format!("vx.{vlan}")
 }
 
 fn canonical_network(s: &str) -> String {

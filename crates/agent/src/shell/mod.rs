@@ -49,8 +49,7 @@ use report::Reporter as ApiReporter;
 /// On shutdown, how long undelivered reports may still take.
 const REPORT_GRACE: Duration = Duration::from_secs(5);
 
-pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::AGENT;
-pub use netwave_api::vocab::node_conditions::NETWORK_READY;
+pub use report::{FIELD_MANAGER, NETWORK_READY};
 
 pub use netwave_runtime::{init_tracing, shutdown_signal};
 

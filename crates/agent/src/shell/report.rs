@@ -28,7 +28,9 @@ use tracing::{info, warn};
 use super::metrics::Metrics;
 use netwave_api::vocab::{ConditionStatus, NodePhase};
 
-use super::{FIELD_MANAGER, NETWORK_READY};
+/// The field manager of everything the agent writes.
+pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::AGENT;
+pub use netwave_api::vocab::node_conditions::NETWORK_READY;
 
 /// One API request may take this long before it counts as failed (a black-holed server otherwise holds a
 /// request for minutes).

@@ -208,7 +208,8 @@ pub async fn metric(port: u16, series: &str) -> Option<f64> {
 }
 
 /// Waits until the configurator with metrics on `port` has reconciled `n` more times: a negative
-/// ("nothing was assigned") holds over them.
+/// ("nothing was assigned") holds over them. Two suffice: the reconcile running when this is called may
+/// have read the world before the change; the next one starts after.
 pub async fn reconciles_pass(port: u16, n: f64) {
     const SERIES: &str = "netwave_reconcile_duration_seconds_count ";
     let start = metric(port, SERIES).await.unwrap_or_default();

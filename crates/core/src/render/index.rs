@@ -11,7 +11,9 @@ use netwave_api::validate::RESERVED_TABLES;
 use netwave_api::{NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, RevisionInputs};
 use sha2::{Digest, Sha256};
 
-use super::{InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE};
+use super::objects::{
+    InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE, sbr_vrf_name,
+};
 use crate::revision::canonical_refs;
 use crate::selector::{Selector, SelectorError, SelectorSet};
 
@@ -191,7 +193,7 @@ pub(crate) fn allocate_all_tables(
     pending.extend(
         (0..vrfs.len())
             .filter(|&i| !vrfs[i].spec.sbr_prefixes.is_empty())
-            .map(|i| (super::sbr_vrf_name(&vrfs[i].spec.vrf), i, true)),
+            .map(|i| (sbr_vrf_name(&vrfs[i].spec.vrf), i, true)),
     );
     // Earlier (VRF name, object order) wins a contested slot, whatever order the inputs came in.
     pending.sort();
