@@ -40,8 +40,8 @@ kernel-tier:
 	bash tests/kernel-tier/ci-snippet.sh
 
 # The whole fleet (API server, configurators, agents, FRR per node) inside Debian's cloud kernel under
-# qemu: VRFs, L3 VNIs, leaking, a VLAN trunk, a bad VRF rolled back (tests/tests/fleet_vm.rs). Makes the
-# guest root filesystem with mmdebstrap on first use (~2 min, cached a week); the run takes ~5 min (the VRF fleet ~3, BGP as a service ~2).
+# qemu: VRFs, L3 VNIs, leaking, a VLAN trunk, a bad VRF rolled back, BGP as a service (tests/tests/fleet_vm.rs).
+# Makes the guest root filesystem with mmdebstrap on first use (~2 min, cached a week); the run takes ~5 min.
 fleet-vm:
 	@bash tests/kernel-tier/fleet-vm.sh; rc=$$?; \
 	if [ $$rc = 77 ]; then echo "== full-kernel fleet SKIPPED: its packages could not be installed (banner above)"; \
