@@ -19,16 +19,12 @@ pub async fn until<T>(
     timeout: Duration,
     mut check: impl AsyncFnMut() -> Result<Result<T, String>>,
 ) -> Result<T> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let wait = Wait::new(what, timeout);
     loop {
-        let last = match check().await? {
+        match check().await? {
             Ok(v) => return Ok(v),
-            Err(last) => last,
-        };
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+            Err(last) => wait.again(last).await?,
         }
-        tokio::time::sleep(EVERY).await;
     }
 }
 
@@ -39,16 +35,44 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Result<T, String>>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let wait = Wait::new(what, timeout);
     loop {
-        let last = match check().await? {
+        match check().await? {
             Ok(v) => return Ok(v),
-            Err(last) => last,
-        };
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+            Err(last) => wait.again(last).await?,
+        }
+    }
+}
+
+/// One wait's deadline, shared by [`until`] and [`until_send`] (two loops only because the compiler cannot
+/// prove an async closure's future `Send`).
+struct Wait<'a> {
+    what: &'a str,
+    timeout: Duration,
+    deadline: tokio::time::Instant,
+}
+
+impl<'a> Wait<'a> {
+    fn new(what: &'a str, timeout: Duration) -> Self {
+        Wait {
+            what,
+            timeout,
+            deadline: tokio::time::Instant::now() + timeout,
+        }
+    }
+
+    /// After a "not yet" that saw `last`: fails once the deadline has passed, else sleeps until the next
+    /// look.
+    async fn again(&self, last: String) -> Result<()> {
+        if tokio::time::Instant::now() >= self.deadline {
+            bail!(
+                "timed out after {:?} waiting for {}; last seen: {last}",
+                self.timeout,
+                self.what
+            );
         }
         tokio::time::sleep(EVERY).await;
+        Ok(())
     }
 }
 
