@@ -15,6 +15,7 @@ pub mod integrity;
 pub mod lease;
 pub mod liveness;
 pub mod metrics;
+pub mod observed;
 pub mod reconcile;
 pub mod runtime;
 pub mod snapshot;

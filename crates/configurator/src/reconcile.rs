@@ -5,7 +5,6 @@
 //! keyed by what they are computed from, so a new leader with an empty cache decides exactly the same.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,14 +18,14 @@ use netwave_api::{
 };
 use netwave_core::fleet::{self, FleetParams};
 use netwave_core::limits::{self, InputsTooLarge};
-use netwave_core::render::{InputKind, InputRef, NodeInfo, RenderedNode};
+use netwave_core::render::{InputKind, InputRef, RenderedNode};
 use netwave_core::revision::{self, ExistingRevision, InputSettle};
 use netwave_core::rollout::cut::{self, Cut, Rolling};
 use netwave_core::rollout::hold::{self, Footprint};
 use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{
-    self, AssignReason, EventType, InputVerdicts, NodeConfigState, NodeState, ObjectRef,
-    ObjectVerdict, Plan, PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
+    self, AssignReason, EventType, InputVerdicts, NodeConfigState, ObjectRef, ObjectVerdict, Plan,
+    PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
 use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Timestamp};
@@ -36,6 +35,7 @@ use tracing::{debug, info, info_span, warn};
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
+use crate::observed::{Nodes, Observed};
 pub use crate::snapshot::Snapshot;
 use crate::snapshot::live;
 use crate::watch::Stores;
@@ -101,6 +101,8 @@ pub struct RenderCache {
     /// Per-object verdicts of the current inputs (the input objects' status).
     verdicts: BTreeMap<(String, u64), Arc<InputVerdicts>>,
     integrity: IntegrityCache,
+    /// The nodes' and node configs' states, converted once per change of the object.
+    observed: Observed,
 }
 
 pub struct Rendered {
@@ -118,7 +120,7 @@ impl RenderCache {
         &mut self,
         hash: &str,
         inputs: &RevisionInputs,
-        nodes: &[NodeInfo],
+        nodes: &Nodes,
         fingerprint: u64,
         params: &FleetParams,
     ) -> Arc<Rendered> {
@@ -126,6 +128,7 @@ impl RenderCache {
         if let Some(r) = self.rendered.get(&key) {
             return r.clone();
         }
+        let nodes = &nodes.infos();
         // A render that fails comes with validation errors, so the revision goes Failed and nothing
         // is ever assigned from an empty render.
         let checked = fleet::render_and_validate(inputs, nodes, params);
@@ -149,13 +152,13 @@ impl RenderCache {
         &mut self,
         hash: &str,
         inputs: &RevisionInputs,
-        nodes: &[NodeInfo],
+        nodes: &Nodes,
         fingerprint: u64,
         params: &FleetParams,
     ) -> Arc<InputVerdicts> {
         self.verdicts
             .entry((hash.to_string(), fingerprint))
-            .or_insert_with(|| Arc::new(rollout::input_verdicts(inputs, nodes, params)))
+            .or_insert_with(|| Arc::new(rollout::input_verdicts(inputs, &nodes.infos(), params)))
             .clone()
     }
 
@@ -179,7 +182,7 @@ pub struct Outcome {
     /// Revisions and node configs whose spec is not what the configurator wrote.
     pub tampered: Findings,
     /// The node configs as the step read them (placeholders left out); empty without a plan.
-    pub configs: Vec<NodeConfigState>,
+    pub configs: Vec<Arc<NodeConfigState>>,
     /// The current inputs (this hash) fold into more than one object can hold: no revision is cut.
     pub too_large: Option<(String, InputsTooLarge)>,
 }
@@ -250,7 +253,7 @@ pub fn compute(
             ..Outcome::only(Vec::new(), tampered)
         };
     }
-    let (fleet, node_states) = observe_fleet(s, &holds);
+    let fleet = observe_fleet(s, &holds, &mut cache.observed);
     let existing: Vec<ExistingRevision> = live_revisions(s)
         .map(|r| ExistingRevision::from_object(r))
         .collect();
@@ -292,7 +295,7 @@ pub fn compute(
         debug!(revision = %name, "inputs equal a failed revision; bump its spec.retry or change the inputs");
     }
 
-    let mut input = step_input(s, settings, &holds, node_states);
+    let mut input = step_input(s, settings, &holds, &fleet, &mut cache.observed);
     let mut renders = render_for_step(s, settings, cache, &fleet, &tampered, &mut input);
     let current = Current {
         inputs: &inputs,
@@ -340,50 +343,30 @@ fn sequence_floor(s: &Snapshot) -> u64 {
 
 /// The live nodes as render sees them, and which of them get placeholders.
 pub(crate) struct Fleet<'s> {
-    /// Sorted by name.
-    infos: Vec<NodeInfo>,
-    /// A hash of every node's name and labels: a render is reused while it is the same.
-    fingerprint: u64,
+    nodes: Nodes,
     /// Live nodes by name, and whether each is eligible (Ready and not cordoned): for placeholders. A
     /// node whose config cannot be decoded is left out (never written, placeholder or not).
     eligible: BTreeMap<&'s str, bool>,
 }
 
-/// The fleet's nodes (a node that does not read is skipped with a warning), and their step states.
-fn observe_fleet<'s>(s: &'s Snapshot, holds: &Holds) -> (Fleet<'s>, Vec<NodeState>) {
-    let mut infos = Vec::new();
-    let mut states = Vec::new();
-    let mut eligible: BTreeMap<&str, bool> = BTreeMap::new();
-    for n in s.nodes.iter().filter(|n| live(n.as_ref())) {
-        match NodeState::from_api(n) {
-            Ok(st) => {
-                if let Some(name) = n.metadata.name.as_deref() {
-                    eligible.insert(name, st.eligible());
-                }
-                infos.push(NodeInfo {
-                    name: st.name.clone(),
-                    labels: st.labels.clone(),
-                });
-                states.push(st);
-            }
-            Err(e) => warn!(error = %e, "skipping node"),
-        }
-    }
-    eligible.retain(|n, _| !holds.unreadable_nodes.contains(*n));
-    infos.sort();
-    let fingerprint = {
-        let mut h = DefaultHasher::new();
-        for n in &infos {
-            (&n.name, &n.labels).hash(&mut h);
-        }
-        h.finish()
-    };
-    let fleet = Fleet {
-        infos,
-        fingerprint,
-        eligible,
-    };
-    (fleet, states)
+/// The fleet's nodes (a node that does not read is skipped with a warning), converted only where
+/// they changed since the last reconcile ([`Observed`]).
+fn observe_fleet<'s>(s: &'s Snapshot, holds: &Holds, observed: &mut Observed) -> Fleet<'s> {
+    let nodes = observed.nodes(&s.nodes);
+    let eligible = s
+        .nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .filter(|n| !holds.unreadable_nodes.contains(*n))
+        .filter_map(|n| {
+            let i = nodes
+                .states
+                .binary_search_by(|st| st.name.as_str().cmp(n))
+                .ok()?;
+            Some((n, nodes.states[i].eligible()))
+        })
+        .collect();
+    Fleet { nodes, eligible }
 }
 
 impl RenderCache {
@@ -398,8 +381,8 @@ impl RenderCache {
         self.get(
             hash,
             inputs,
-            &fleet.infos,
-            fleet.fingerprint,
+            &fleet.nodes,
+            fleet.nodes.fingerprint,
             &settings.fleet,
         )
     }
@@ -489,14 +472,11 @@ fn step_input(
     s: &Snapshot,
     settings: &Settings,
     holds: &Holds,
-    nodes: Vec<NodeState>,
+    fleet: &Fleet,
+    observed: &mut Observed,
 ) -> RolloutInput {
-    let configs: Vec<NodeConfigState> = s
-        .node_configs
-        .iter()
-        .filter(|c| !c.spec.is_placeholder())
-        .filter_map(|c| NodeConfigState::from_api(c).ok())
-        .collect();
+    let nodes = fleet.nodes.states.clone();
+    let configs = observed.configs(&s.node_configs);
     RolloutInput {
         defaults: settings.defaults.clone(),
         revisions: live_revisions(s)
@@ -562,7 +542,8 @@ fn render_for_step(
         if let Some(state) = state {
             state.validation = r.validation.clone();
         }
-        out.used.insert((rev.spec.hash.clone(), fleet.fingerprint));
+        out.used
+            .insert((rev.spec.hash.clone(), fleet.nodes.fingerprint));
         input.rendered.set_revision(name.clone(), r.hashes.clone());
         input.footprints.insert(name.clone(), r.footprint.clone());
         out.rendered.insert(name, r);
@@ -591,12 +572,12 @@ fn judge_inputs(
     let mut verdicts = || {
         renders
             .used
-            .insert((current.hash.to_string(), fleet.fingerprint));
+            .insert((current.hash.to_string(), fleet.nodes.fingerprint));
         cache.verdicts(
             current.hash,
             current.inputs,
-            &fleet.infos,
-            fleet.fingerprint,
+            &fleet.nodes,
+            fleet.nodes.fingerprint,
             &settings.fleet,
         )
     };
@@ -1195,7 +1176,7 @@ pub struct ApplyTimes {
 impl ApplyTimes {
     /// From the node configs a reconcile read (`Outcome::configs`); copies a name only when a node
     /// becomes updated, so the leader's fleet-sized pass per reconcile allocates next to nothing.
-    pub fn observe(&mut self, configs: &[NodeConfigState], now: Timestamp, metrics: &Metrics) {
+    pub fn observe(&mut self, configs: &[Arc<NodeConfigState>], now: Timestamp, metrics: &Metrics) {
         let first = self.seen.is_none();
         let seen = self.seen.get_or_insert_with(BTreeMap::new);
         // (revision, assigned at) → (nodes, updated nodes).

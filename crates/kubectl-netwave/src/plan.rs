@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
@@ -241,7 +242,7 @@ fn settled_fleet(
             let Some(h) = hashes.get(&n.name) else {
                 continue;
             };
-            configs.push(NodeConfigState {
+            configs.push(Arc::new(NodeConfigState {
                 name: n.name.clone(),
                 spec: AssignedSpec {
                     revision: cur.into(),
@@ -259,7 +260,7 @@ fn settled_fleet(
                     ..Default::default()
                 },
                 record: Default::default(),
-            });
+            }));
         }
     }
     rendered.set_revision(new.0, new.1.clone());
@@ -275,7 +276,7 @@ fn settled_fleet(
     RolloutInput {
         defaults,
         revisions,
-        nodes: nodes.to_vec(),
+        nodes: nodes.iter().cloned().map(Arc::new).collect(),
         configs,
         unreadable_configs: Default::default(),
         rendered,
@@ -312,13 +313,13 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
         }
         let spec = a.spec();
         match input.configs.iter_mut().find(|c| c.name == a.node) {
-            Some(c) => c.spec = spec,
-            None => input.configs.push(NodeConfigState {
+            Some(c) => Arc::make_mut(c).spec = spec,
+            None => input.configs.push(Arc::new(NodeConfigState {
                 name: a.node.clone(),
                 spec,
                 status: AgentReport::default(),
                 record: Default::default(),
-            }),
+            })),
         }
     }
     wave
@@ -327,6 +328,7 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
 /// Every agent answers at once: Provisioned with what it is assigned.
 fn all_provisioned(input: &mut RolloutInput) {
     for c in &mut input.configs {
+        let c = Arc::make_mut(c);
         c.status = AgentReport {
             phase: Some(AgentPhase::Provisioned),
             observed_revision: Some(c.spec.revision.clone()),

@@ -3,6 +3,7 @@
 //! build scenarios with its helpers.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -197,12 +198,13 @@ impl Store {
         let mut input = RolloutInput {
             defaults: self.defaults.clone(),
             revisions: self.revisions.values().cloned().collect(),
-            nodes: self.nodes.values().cloned().collect(),
+            nodes: self.nodes.values().cloned().map(Arc::new).collect(),
             configs: self
                 .configs
                 .values()
                 .filter(|c| !self.unreadable_configs.contains(&c.name))
                 .cloned()
+                .map(Arc::new)
                 .collect(),
             unreadable_configs: self.unreadable_configs.clone(),
             rendered: RenderedHashes::default(),

@@ -18,10 +18,10 @@ pub(super) fn observe_fleet<'a>(
 ) -> World<'a> {
     let mut w = World::new(input, now);
     // Sorting is stable and adaptive: inputs that arrive sorted (watch caches usually are) cost O(n).
-    let mut node_states: Vec<&NodeState> = input.nodes.iter().collect();
+    let mut node_states: Vec<&NodeState> = input.nodes.iter().map(AsRef::as_ref).collect();
     node_states.sort_by(|a, b| a.name.cmp(&b.name));
     node_states.dedup_by(|a, b| a.name == b.name);
-    let mut configs: Vec<&NodeConfigState> = input.configs.iter().collect();
+    let mut configs: Vec<&NodeConfigState> = input.configs.iter().map(AsRef::as_ref).collect();
     configs.sort_by(|a, b| a.name.cmp(&b.name));
     configs.dedup_by(|a, b| a.name == b.name);
 
