@@ -7,11 +7,12 @@
 //! object while the entry lives; entries of objects no longer in the store go at the end of the pass
 //! that no longer saw them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use kube::Resource;
 use netwave_api::NodeNetworkConfig;
 use netwave_core::render::NodeInfo;
 use netwave_core::rollout::{NodeConfigState, NodeState};
@@ -22,18 +23,76 @@ use crate::snapshot::live;
 /// What the leader keeps of the nodes and their configs between reconciles.
 #[derive(Default)]
 pub struct Observed {
-    nodes: HashMap<usize, Entry<Node, NodeShare>>,
-    configs: HashMap<usize, Entry<NodeNetworkConfig, Option<Arc<NodeConfigState>>>>,
-    /// Counts passes over each kind: an entry not seen in the current one goes.
-    node_pass: u64,
-    config_pass: u64,
+    nodes: Kept<Node, NodeShare>,
+    configs: Kept<NodeNetworkConfig, Option<Arc<NodeConfigState>>>,
+    /// The last answers, given again while no object changed.
+    last_nodes: Option<Nodes>,
+    last_configs: Vec<Arc<NodeConfigState>>,
 }
 
-struct Entry<K, V> {
-    /// Pins the object, so its address names it while the entry lives.
-    _object: Arc<K>,
-    value: V,
+/// The objects of one kind as last seen, and what each converted to, by name (so the answers come out
+/// sorted without a sort).
+struct Kept<K, V> {
+    by_object: HashMap<usize, Seen<K>>,
+    by_name: BTreeMap<String, (usize, V)>,
+    /// Counts passes: an object not seen in the current one goes.
     pass: u64,
+}
+
+impl<K, V> Default for Kept<K, V> {
+    fn default() -> Self {
+        Kept {
+            by_object: HashMap::new(),
+            by_name: BTreeMap::new(),
+            pass: 0,
+        }
+    }
+}
+
+struct Seen<K> {
+    /// Pins the object, so its address names it while the entry lives.
+    object: Arc<K>,
+    pass: u64,
+}
+
+impl<K: Resource, V> Kept<K, V> {
+    /// Takes in the store's objects, converting those not seen before; whether anything changed.
+    fn pass(&mut self, objects: &[Arc<K>], convert: impl Fn(&K) -> V) -> bool {
+        self.pass += 1;
+        let pass = self.pass;
+        let mut changed = false;
+        for o in objects {
+            let key = Arc::as_ptr(o) as usize;
+            if let Some(seen) = self.by_object.get_mut(&key) {
+                seen.pass = pass;
+                continue;
+            }
+            changed = true;
+            self.by_object.insert(
+                key,
+                Seen {
+                    object: o.clone(),
+                    pass,
+                },
+            );
+            let name = o.meta().name.clone().unwrap_or_default();
+            self.by_name.insert(name, (key, convert(o)));
+        }
+        let before = self.by_object.len();
+        let by_name = &mut self.by_name;
+        self.by_object.retain(|key, seen| {
+            let keep = seen.pass == pass;
+            if !keep {
+                let name = seen.object.meta().name.as_deref().unwrap_or_default();
+                // Unless a newer object of the same name took its place in this pass.
+                if by_name.get(name).is_some_and(|(k, _)| k == key) {
+                    by_name.remove(name);
+                }
+            }
+            keep
+        });
+        changed || self.by_object.len() != before
+    }
 }
 
 /// A node as the step and render read it; `None` for a node being deleted or one that does not read.
@@ -41,6 +100,7 @@ type NodeShare = Option<(Arc<NodeState>, u64)>;
 
 /// The live nodes, sorted by name, and a fingerprint of every node's name and labels (a render is
 /// reused while it is the same).
+#[derive(Clone)]
 pub struct Nodes {
     pub states: Vec<Arc<NodeState>>,
     pub fingerprint: u64,
@@ -63,58 +123,38 @@ impl Observed {
     /// The live nodes of `nodes`. A node that does not read is skipped, with one warning when it is
     /// first seen (not one per reconcile).
     pub fn nodes(&mut self, nodes: &[Arc<Node>]) -> Nodes {
-        self.node_pass += 1;
-        let pass = self.node_pass;
-        let mut states = Vec::with_capacity(nodes.len());
-        for n in nodes {
-            let entry = self
-                .nodes
-                .entry(Arc::as_ptr(n) as usize)
-                .or_insert_with(|| Entry {
-                    _object: n.clone(),
-                    value: node_share(n),
-                    pass,
-                });
-            entry.pass = pass;
-            if let Some(share) = &entry.value {
-                states.push(share.clone());
-            }
+        let changed = self.nodes.pass(nodes, node_share);
+        if let Some(last) = self.last_nodes.as_ref().filter(|_| !changed) {
+            return last.clone();
         }
-        self.nodes.retain(|_, e| e.pass == pass);
-        states.sort_unstable_by(|(a, _), (b, _)| a.name.cmp(&b.name));
         let mut h = DefaultHasher::new();
-        for (_, node_hash) in &states {
+        let mut states = Vec::with_capacity(self.nodes.by_name.len());
+        for (state, node_hash) in self.nodes.by_name.values().filter_map(|(_, v)| v.as_ref()) {
             node_hash.hash(&mut h);
+            states.push(state.clone());
         }
-        Nodes {
-            states: states.into_iter().map(|(st, _)| st).collect(),
+        let out = Nodes {
+            states,
             fingerprint: h.finish(),
-        }
+        };
+        self.last_nodes = Some(out.clone());
+        out
     }
 
-    /// The step's view of `configs`: placeholders and configs that do not read are left out.
+    /// The step's view of `configs`, sorted by name: placeholders and configs that do not read are
+    /// left out.
     pub fn configs(&mut self, configs: &[Arc<NodeNetworkConfig>]) -> Vec<Arc<NodeConfigState>> {
-        self.config_pass += 1;
-        let pass = self.config_pass;
-        let mut out = Vec::with_capacity(configs.len());
-        for c in configs {
-            let entry = self
-                .configs
-                .entry(Arc::as_ptr(c) as usize)
-                .or_insert_with(|| Entry {
-                    _object: c.clone(),
-                    value: (!c.spec.is_placeholder())
-                        .then(|| NodeConfigState::from_api(c).ok().map(Arc::new))
-                        .flatten(),
-                    pass,
-                });
-            entry.pass = pass;
-            if let Some(state) = &entry.value {
-                out.push(state.clone());
-            }
+        let changed = self.configs.pass(configs, |c| {
+            (!c.spec.is_placeholder())
+                .then(|| NodeConfigState::from_api(c).ok().map(Arc::new))
+                .flatten()
+        });
+        if changed {
+            self.last_configs = (self.configs.by_name.values())
+                .filter_map(|(_, v)| v.clone())
+                .collect();
         }
-        self.configs.retain(|_, e| e.pass == pass);
-        out
+        self.last_configs.clone()
     }
 }
 
@@ -196,7 +236,12 @@ mod tests {
         assert!(Arc::ptr_eq(&first_configs[0], &second_configs[0]));
         assert_eq!(second_configs[1].spec.revision, "r2");
         assert_ne!(first.fingerprint, second.fingerprint, "labels changed");
-        assert_eq!((o.nodes.len(), o.configs.len()), (3, 2), "old entries gone");
+        assert_eq!(
+            (o.nodes.by_object.len(), o.configs.by_object.len()),
+            (3, 2),
+            "old entries gone"
+        );
+        assert_eq!((o.nodes.by_name.len(), o.configs.by_name.len()), (3, 2));
 
         // Nothing changed: the same states and fingerprint.
         let third = o.nodes(&nodes);
@@ -218,7 +263,7 @@ mod tests {
         assert_eq!(ab, ba);
         let a = o.nodes(&[node("a", "z1")]);
         assert_ne!(a.fingerprint, ab);
-        assert_eq!(o.nodes.len(), 1);
+        assert_eq!((o.nodes.by_object.len(), o.nodes.by_name.len()), (1, 1));
     }
 
     #[test]
