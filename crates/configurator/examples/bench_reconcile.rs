@@ -18,8 +18,9 @@
 //!
 //! Printed per rollout: reconciles, the time per reconcile before its writes (compute, plus the metrics
 //! the leader records: what `netwave_reconcile_compute_duration_seconds` measures) as median, p99 and
-//! max, and the one-node baseline (the same rollouts on 1 node) so the ratio says what grows with the
-//! fleet.
+//! max, the one-node baseline (the same rollouts on 1 node) so the ratio says what grows with the
+//! fleet, and the CPU seconds of the whole rollout (which other work on the machine does not inflate
+//! as it does the wall-clock times).
 
 use netwave_api::vocab::{ConditionStatus, RevisionPhase, node_conditions};
 use std::collections::BTreeMap;
@@ -253,6 +254,24 @@ fn complete(s: &Snapshot) -> bool {
 struct Run {
     reconciles: usize,
     compute: Vec<Duration>,
+    /// CPU time of the reconciles' compute over the whole rollout (sampled by the kernel's tick: exact
+    /// in sum, not per reconcile).
+    cpu: Duration,
+}
+
+/// CPU time this process has used (user + system, from /proc; Linux counts it in 1/100 s). Unlike the
+/// wall clock, it does not grow when other work shares the cores.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat reads");
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let ticks: u64 = rest
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse::<u64>().expect("a tick count"))
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 /// What the leader keeps between reconciles.
@@ -270,16 +289,20 @@ fn roll_out(s: &mut Snapshot, l: &mut Leader, now: &mut Timestamp, per_step: usi
     let mut run = Run {
         reconciles: 0,
         compute: Vec::new(),
+        cpu: Duration::ZERO,
     };
     for _ in 0..200_000 {
         // What the leader does before its writes (`netwave_reconcile_compute_duration_seconds`).
         let t = Instant::now();
+        let cpu = cpu_time();
         let outcome = reconcile::compute(s, &l.settings, &mut l.cache, &mut l.settle, *now);
         if let Some(plan) = &outcome.plan {
-            reconcile::record(&l.metrics, s, plan);
-            l.apply_times.observe(&outcome.configs, *now, &l.metrics);
+            reconcile::record(&l.metrics, s, plan, outcome.quarantined);
+            l.apply_times
+                .observe(&outcome.configs, &outcome.changes, *now, &l.metrics);
         }
         run.compute.push(t.elapsed());
+        run.cpu += cpu_time() - cpu;
         run.reconciles += 1;
         apply(s, outcome.intents, *now);
         if complete(s) {
@@ -353,8 +376,8 @@ fn main() {
         ms(base_median)
     );
     println!(
-        "{:>6}  {:<36}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9}",
-        "nodes", "rollout", "reconciles", "p50 ms", "p99 ms", "max ms", "p50/base"
+        "{:>6}  {:<36}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9}  {:>7}",
+        "nodes", "rollout", "reconciles", "p50 ms", "p99 ms", "max ms", "p50/base", "CPU s"
     );
     let mut seen: BTreeMap<usize, ()> = BTreeMap::new();
     for n in sizes {
@@ -370,14 +393,15 @@ fn main() {
             c.sort();
             let p50 = quantile(&c, 0.5);
             println!(
-                "{:>6}  {:<36}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9.0}",
+                "{:>6}  {:<36}  {:>10}  {:>8}  {:>8}  {:>8}  {:>9.0}  {:>7.2}",
                 n,
                 what,
                 run.reconciles,
                 ms(p50),
                 ms(quantile(&c, 0.99)),
                 ms(*c.last().expect("at least one reconcile")),
-                p50.as_secs_f64() / base_median.as_secs_f64()
+                p50.as_secs_f64() / base_median.as_secs_f64(),
+                run.cpu.as_secs_f64()
             );
         }
     }

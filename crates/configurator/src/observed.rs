@@ -7,14 +7,16 @@
 //! object while the entry lives; entries of objects no longer in the store go at the end of the pass
 //! that no longer saw them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use netwave_api::NodeNetworkConfig;
+use netwave_core::Timestamp;
 use netwave_core::render::NodeInfo;
+use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{NodeConfigState, NodeState};
 use tracing::warn;
 
@@ -24,10 +26,42 @@ use crate::snapshot::live;
 #[derive(Default)]
 pub struct Observed {
     nodes: Kept<Node, NodeShare>,
-    configs: Kept<NodeNetworkConfig, Option<Arc<NodeConfigState>>>,
+    configs: Kept<NodeNetworkConfig, ConfigFacts>,
     /// The last answers, given again while no object changed.
     last_nodes: Option<Nodes>,
     last_configs: Vec<Arc<NodeConfigState>>,
+    /// Kept up to date as objects come and go, so no pass over the fleet needs them:
+    /// live nodes without a config that holds an assignment (they get placeholders);
+    bare: BTreeSet<String>,
+    /// names that have such a config;
+    assigned: BTreeSet<String>,
+    /// placeholder configs by name;
+    placeholders: BTreeMap<String, Arc<NodeNetworkConfig>>,
+    /// live configs whose stored record says quarantined;
+    quarantined: usize,
+    /// live configs whose `Quarantined` condition differs from what their stored record asks for;
+    condition_fixes: BTreeSet<String>,
+    /// node configs' states that came or changed, and names that went, since [`Observed::changes`].
+    changes: ConfigChanges,
+}
+
+/// What one node config tells the reconcile, read once per change of the object.
+pub struct ConfigFacts {
+    /// The step's view (`None` for a placeholder or a config that does not read).
+    state: Option<Arc<NodeConfigState>>,
+    object: Arc<NodeNetworkConfig>,
+    live: bool,
+    /// The configurator's record in its annotations (failure streak, quarantine).
+    record: NodeRecord,
+    /// Its `Quarantined` condition is not what `record` asks for.
+    condition_fix: bool,
+}
+
+/// Node configs whose step state came or changed, and names whose state went.
+#[derive(Default)]
+pub struct ConfigChanges {
+    pub changed: Vec<Arc<NodeConfigState>>,
+    pub removed: Vec<String>,
 }
 
 /// The objects of one kind as last seen, and what each converted to, by name (so the answers come out
@@ -57,7 +91,13 @@ struct Seen<K> {
 
 impl<K: Resource, V> Kept<K, V> {
     /// Takes in the store's objects, converting those not seen before; whether anything changed.
-    fn pass(&mut self, objects: &[Arc<K>], convert: impl Fn(&K) -> V) -> bool {
+    /// `changed` hears of every value that came, went or was replaced, under its object's name.
+    fn pass(
+        &mut self,
+        objects: &[Arc<K>],
+        convert: impl Fn(&Arc<K>) -> V,
+        mut changed_value: impl FnMut(&str, Option<&V>, Option<&V>),
+    ) -> bool {
         self.pass += 1;
         let pass = self.pass;
         let mut changed = false;
@@ -76,7 +116,13 @@ impl<K: Resource, V> Kept<K, V> {
                 },
             );
             let name = o.meta().name.clone().unwrap_or_default();
-            self.by_name.insert(name, (key, convert(o)));
+            let value = convert(o);
+            let old = self.by_name.insert(name.clone(), (key, value));
+            changed_value(
+                &name,
+                old.as_ref().map(|(_, v)| v),
+                self.by_name.get(&name).map(|(_, v)| v),
+            );
         }
         let before = self.by_object.len();
         let by_name = &mut self.by_name;
@@ -85,8 +131,10 @@ impl<K: Resource, V> Kept<K, V> {
             if !keep {
                 let name = seen.object.meta().name.as_deref().unwrap_or_default();
                 // Unless a newer object of the same name took its place in this pass.
-                if by_name.get(name).is_some_and(|(k, _)| k == key) {
-                    by_name.remove(name);
+                if by_name.get(name).is_some_and(|(k, _)| k == key)
+                    && let Some((_, old)) = by_name.remove(name)
+                {
+                    changed_value(name, Some(&old), None);
                 }
             }
             keep
@@ -123,7 +171,19 @@ impl Observed {
     /// The live nodes of `nodes`. A node that does not read is skipped, with one warning when it is
     /// first seen (not one per reconcile).
     pub fn nodes(&mut self, nodes: &[Arc<Node>]) -> Nodes {
-        let changed = self.nodes.pass(nodes, node_share);
+        let (bare, assigned) = (&mut self.bare, &self.assigned);
+        let changed = self.nodes.pass(
+            nodes,
+            |n| node_share(n),
+            |name, old, new| match (
+                old.is_some_and(Option::is_some),
+                new.is_some_and(Option::is_some),
+            ) {
+                (false, true) if !assigned.contains(name) => drop(bare.insert(name.to_string())),
+                (true, false) => drop(bare.remove(name)),
+                _ => {}
+            },
+        );
         if let Some(last) = self.last_nodes.as_ref().filter(|_| !changed) {
             return last.clone();
         }
@@ -142,19 +202,133 @@ impl Observed {
     }
 
     /// The step's view of `configs`, sorted by name: placeholders and configs that do not read are
-    /// left out.
+    /// left out. Call after [`Observed::nodes`] of the same snapshot.
     pub fn configs(&mut self, configs: &[Arc<NodeNetworkConfig>]) -> Vec<Arc<NodeConfigState>> {
-        let changed = self.configs.pass(configs, |c| {
-            (!c.spec.is_placeholder())
-                .then(|| NodeConfigState::from_api(c).ok().map(Arc::new))
-                .flatten()
+        let Observed {
+            nodes,
+            configs: kept,
+            bare,
+            assigned,
+            placeholders,
+            quarantined,
+            condition_fixes,
+            changes,
+            ..
+        } = self;
+        let changed = kept.pass(configs, config_facts, |name, old, new| {
+            if let Some(old) = old {
+                if old.object.spec.is_placeholder() {
+                    placeholders.remove(name);
+                } else {
+                    assigned.remove(name);
+                }
+                *quarantined -= usize::from(old.live && old.record.is_quarantined());
+                condition_fixes.remove(name);
+            }
+            match new {
+                Some(new) if new.object.spec.is_placeholder() => {
+                    placeholders.insert(name.to_string(), new.object.clone());
+                }
+                Some(_) => drop(assigned.insert(name.to_string())),
+                None => {}
+            }
+            if let Some(new) = new {
+                *quarantined += usize::from(new.live && new.record.is_quarantined());
+                if new.condition_fix {
+                    condition_fixes.insert(name.to_string());
+                }
+            }
+            let node_live = nodes
+                .by_name
+                .get(name)
+                .is_some_and(|(_, share)| share.is_some());
+            if assigned.contains(name) || !node_live {
+                bare.remove(name);
+            } else {
+                bare.insert(name.to_string());
+            }
+            match new.and_then(|n| n.state.clone()) {
+                Some(state) => changes.changed.push(state),
+                None if old.is_some_and(|o| o.state.is_some()) => {
+                    changes.removed.push(name.to_string())
+                }
+                None => {}
+            }
         });
         if changed {
             self.last_configs = (self.configs.by_name.values())
-                .filter_map(|(_, v)| v.clone())
+                .filter_map(|(_, f)| f.state.clone())
                 .collect();
         }
         self.last_configs.clone()
+    }
+
+    /// The node configs' states that came or changed, and the names that went, since the last call.
+    pub fn changes(&mut self) -> ConfigChanges {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Live nodes without a config holding an assignment, by name, with whether each is eligible.
+    pub fn bare_nodes(&self) -> impl Iterator<Item = (&str, bool)> {
+        self.bare.iter().filter_map(|n| {
+            let (_, share) = self.nodes.by_name.get(n)?;
+            Some((n.as_str(), share.as_ref()?.0.eligible()))
+        })
+    }
+
+    /// Placeholder configs, by name.
+    pub fn placeholders(&self) -> &BTreeMap<String, Arc<NodeNetworkConfig>> {
+        &self.placeholders
+    }
+
+    /// Whether `node` is a live node that reads.
+    pub fn has_node(&self, node: &str) -> bool {
+        self.nodes
+            .by_name
+            .get(node)
+            .is_some_and(|(_, share)| share.is_some())
+    }
+
+    /// Live configs whose stored record says quarantined.
+    pub fn quarantined(&self) -> usize {
+        self.quarantined
+    }
+
+    /// A live config's object and stored record.
+    pub fn config(&self, node: &str) -> Option<(&Arc<NodeNetworkConfig>, &NodeRecord)> {
+        let (_, f) = self.configs.by_name.get(node)?;
+        f.live.then_some((&f.object, &f.record))
+    }
+
+    /// Live configs whose `Quarantined` condition is not what their stored record asks for.
+    pub fn condition_fixes(&self) -> &BTreeSet<String> {
+        &self.condition_fixes
+    }
+}
+
+/// A node config's facts, read once per change of the object.
+fn config_facts(c: &Arc<NodeNetworkConfig>) -> ConfigFacts {
+    let record = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
+    let name = c.metadata.name.as_deref().unwrap_or_default();
+    let current = c
+        .status
+        .as_ref()
+        .map_or(&[][..], |st| st.conditions.as_slice());
+    let want = quarantine::condition(name, &record, current, Timestamp(0));
+    let have = current
+        .iter()
+        .find(|c| c.type_ == netwave_api::QUARANTINED_CONDITION);
+    let live = live(c.as_ref());
+    ConfigFacts {
+        state: (!c.spec.is_placeholder())
+            .then(|| NodeConfigState::from_api(c).ok().map(Arc::new))
+            .flatten(),
+        object: c.clone(),
+        live,
+        // `now` only stamps a condition that differs anyway (it is new, or was not True), so whether
+        // a fix is needed does not depend on it.
+        condition_fix: live && want.as_ref() != have,
+        record,
     }
 }
 
@@ -281,5 +455,157 @@ mod tests {
             NodeNetworkConfigSpec::placeholder(),
         ));
         assert!(o.configs(&[placeholder, config("a", "r1")]).len() == 1);
+    }
+
+    /// A tiny deterministic generator (xorshift), so a failing seed replays.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// A random edit of the store: nodes come, go, are relabelled or turn not Ready; configs are
+    /// placeholders or assignments, get reports, quarantine records and conditions, are deleted.
+    fn edit(rng: &mut Rng, nodes: &mut Vec<Arc<Node>>, configs: &mut Vec<Arc<NodeNetworkConfig>>) {
+        let name = format!("n{}", rng.below(12));
+        match rng.below(8) {
+            0 => nodes.retain(|n| n.metadata.name.as_deref() != Some(&name)),
+            1 | 2 => {
+                nodes.retain(|n| n.metadata.name.as_deref() != Some(&name));
+                let mut n = (*node(&name, &format!("z{}", rng.below(3)))).clone();
+                if rng.below(4) == 0 {
+                    n.status = None;
+                }
+                if rng.below(6) == 0 {
+                    n.metadata.deletion_timestamp =
+                        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                        ));
+                }
+                nodes.push(Arc::new(n));
+            }
+            3 => configs.retain(|c| c.metadata.name.as_deref() != Some(&name)),
+            _ => {
+                configs.retain(|c| c.metadata.name.as_deref() != Some(&name));
+                let mut c = if rng.below(3) == 0 {
+                    NodeNetworkConfig::new(&name, NodeNetworkConfigSpec::placeholder())
+                } else {
+                    (*config(&name, &format!("r{}", rng.below(2)))).clone()
+                };
+                if rng.below(3) == 0 {
+                    c.metadata.annotations = Some(
+                        [(
+                            netwave_api::QUARANTINED_ANNOTATION.to_string(),
+                            "after 3 failures".to_string(),
+                        )]
+                        .into(),
+                    );
+                }
+                let mut st = netwave_api::NodeNetworkConfigStatus::default();
+                if rng.below(2) == 0 {
+                    st.phase = Some("Provisioned".into());
+                    st.observed_revision = Some(c.spec.revision.clone());
+                    st.config_hash = Some(c.spec.config_hash.clone());
+                }
+                if rng.below(3) == 0 {
+                    let record = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
+                    let stale = NodeRecord {
+                        quarantined: Some("long ago".into()),
+                        ..NodeRecord::default()
+                    };
+                    let r = if rng.below(2) == 0 { &record } else { &stale };
+                    st.conditions
+                        .extend(quarantine::condition(&name, r, &[], Timestamp(1_000)));
+                }
+                c.status = Some(st);
+                if rng.below(8) == 0 {
+                    c.metadata.deletion_timestamp =
+                        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                        ));
+                }
+                configs.push(Arc::new(c));
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_kept_between_passes_equals_a_fresh_reading_of_the_store_after_every_edit() {
+        for seed in 1..=300u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut o = Observed::default();
+            let (mut nodes, mut configs) = (Vec::new(), Vec::new());
+            for step in 0..60 {
+                for _ in 0..=rng.below(3) {
+                    edit(&mut rng, &mut nodes, &mut configs);
+                }
+                // The store hands objects out in no particular order.
+                if rng.below(2) == 0 {
+                    nodes.reverse();
+                    let k = configs.len().min(1);
+                    configs.rotate_left(k);
+                }
+                let got_nodes = o.nodes(&nodes);
+                let got_configs = o.configs(&configs);
+                let ctx = format!("seed {seed}, step {step}");
+
+                let mut fresh = Observed::default();
+                let want_nodes = fresh.nodes(&nodes);
+                let want_configs = fresh.configs(&configs);
+                assert_eq!(got_nodes.states, want_nodes.states, "{ctx}");
+                assert_eq!(got_nodes.fingerprint, want_nodes.fingerprint, "{ctx}");
+                assert_eq!(got_configs, want_configs, "{ctx}");
+
+                // The aggregates against their definitions, read off the store directly.
+                let live_nodes: BTreeSet<String> =
+                    want_nodes.states.iter().map(|s| s.name.clone()).collect();
+                let assigned: BTreeSet<String> = configs
+                    .iter()
+                    .filter(|c| !c.spec.is_placeholder())
+                    .filter_map(|c| c.metadata.name.clone())
+                    .collect();
+                let bare: Vec<&str> = o.bare_nodes().map(|(n, _)| n).collect();
+                let want_bare: Vec<&str> = live_nodes
+                    .difference(&assigned)
+                    .map(String::as_str)
+                    .collect();
+                assert_eq!(bare, want_bare, "{ctx}");
+                let placeholders: BTreeSet<&str> =
+                    o.placeholders().keys().map(String::as_str).collect();
+                let want_placeholders: BTreeSet<&str> = configs
+                    .iter()
+                    .filter(|c| c.spec.is_placeholder())
+                    .filter_map(|c| c.metadata.name.as_deref())
+                    .collect();
+                assert_eq!(placeholders, want_placeholders, "{ctx}");
+                let live_configs = configs.iter().filter(|c| live(c.as_ref()));
+                let want_quarantined = live_configs
+                    .clone()
+                    .filter(|c| {
+                        NodeRecord::from_annotations(c.metadata.annotations.as_ref())
+                            .is_quarantined()
+                    })
+                    .count();
+                assert_eq!(o.quarantined(), want_quarantined, "{ctx}");
+                let want_fixes: BTreeSet<String> = live_configs
+                    .filter(|c| {
+                        let name = c.metadata.name.as_deref().unwrap_or_default();
+                        let record = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
+                        let current = c.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
+                        let want = quarantine::condition(name, &record, current, Timestamp(5_000));
+                        let have = current
+                            .iter()
+                            .find(|c| c.type_ == netwave_api::QUARANTINED_CONDITION);
+                        want.as_ref() != have
+                    })
+                    .filter_map(|c| c.metadata.name.clone())
+                    .collect();
+                assert_eq!(o.condition_fixes(), &want_fixes, "{ctx}");
+            }
+        }
     }
 }

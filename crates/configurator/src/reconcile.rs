@@ -4,7 +4,7 @@
 //! `now`; the only state kept between reconciles is a cache of rendered configs and fleet validations,
 //! keyed by what they are computed from, so a new leader with an empty cache decides exactly the same.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,8 +13,8 @@ use kube::runtime::events::EventType as KubeEventType;
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
     InputStatus, NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
-    NetworkConfigRevisionSpec, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
-    RolloutPolicy, ValidationResult,
+    NetworkConfigRevisionSpec, NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy,
+    ValidationResult,
 };
 use netwave_core::fleet::{self, FleetParams};
 use netwave_core::limits::{self, InputsTooLarge};
@@ -22,7 +22,7 @@ use netwave_core::render::{InputKind, InputRef, RenderedNode};
 use netwave_core::revision::{self, ExistingRevision, InputSettle};
 use netwave_core::rollout::cut::{self, Cut, Rolling};
 use netwave_core::rollout::hold::{self, Footprint};
-use netwave_core::rollout::quarantine::{self, NodeRecord};
+use netwave_core::rollout::quarantine;
 use netwave_core::rollout::{
     self, AssignReason, EventType, InputVerdicts, NodeConfigState, ObjectRef, ObjectVerdict, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
@@ -35,7 +35,7 @@ use tracing::{debug, info, info_span, warn};
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
-use crate::observed::{Nodes, Observed};
+use crate::observed::{ConfigChanges, Nodes, Observed};
 pub use crate::snapshot::Snapshot;
 use crate::snapshot::live;
 use crate::watch::Stores;
@@ -183,6 +183,10 @@ pub struct Outcome {
     pub tampered: Findings,
     /// The node configs as the step read them (placeholders left out); empty without a plan.
     pub configs: Vec<Arc<NodeConfigState>>,
+    /// Of those, the ones that came or changed, and the names that went, since the last plan.
+    pub changes: ConfigChanges,
+    /// Live node configs quarantined once this plan is written.
+    pub quarantined: usize,
     /// The current inputs (this hash) fold into more than one object can hold: no revision is cut.
     pub too_large: Option<(String, InputsTooLarge)>,
 }
@@ -215,6 +219,8 @@ impl Outcome {
             inputs_pending: false,
             tampered,
             configs: Vec::new(),
+            changes: ConfigChanges::default(),
+            quarantined: 0,
             too_large: None,
         }
     }
@@ -253,7 +259,7 @@ pub fn compute(
             ..Outcome::only(Vec::new(), tampered)
         };
     }
-    let fleet = observe_fleet(s, &holds, &mut cache.observed);
+    let fleet = observe_fleet(s, &mut cache.observed);
     let existing: Vec<ExistingRevision> = live_revisions(s)
         .map(|r| ExistingRevision::from_object(r))
         .collect();
@@ -308,10 +314,11 @@ pub fn compute(
     let plan = rollout::step(&input, now);
     let mut intents = plan_intents(s, &plan, &renders.rendered, &tampered, now);
     intents.extend(unrestorable_revision_events(s, &tampered));
-    intents.extend(placeholders(s, &fleet.eligible, &plan));
-    intents.extend(quarantine_conditions(s, &plan, now));
+    intents.extend(placeholders(&cache.observed, &holds, &plan));
+    intents.extend(quarantine_conditions(&cache.observed, &plan, now));
     // Last: the input objects' status never holds up a rollout write.
     intents.extend(statuses);
+    let quarantined = quarantined_after(&cache.observed, &plan);
     let requeue_at = [plan.report.requeue_at, rolling.settle_until]
         .into_iter()
         .flatten()
@@ -324,6 +331,8 @@ pub fn compute(
         inputs_pending: rolling.settle_until.is_some(),
         tampered,
         configs: input.configs,
+        changes: cache.observed.changes(),
+        quarantined,
         too_large: rolling.too_large.map(|t| (hash, t)),
     }
 }
@@ -341,32 +350,17 @@ fn sequence_floor(s: &Snapshot) -> u64 {
         .unwrap_or(0)
 }
 
-/// The live nodes as render sees them, and which of them get placeholders.
-pub(crate) struct Fleet<'s> {
+/// The live nodes as render sees them.
+pub(crate) struct Fleet {
     nodes: Nodes,
-    /// Live nodes by name, and whether each is eligible (Ready and not cordoned): for placeholders. A
-    /// node whose config cannot be decoded is left out (never written, placeholder or not).
-    eligible: BTreeMap<&'s str, bool>,
 }
 
 /// The fleet's nodes (a node that does not read is skipped with a warning), converted only where
 /// they changed since the last reconcile ([`Observed`]).
-fn observe_fleet<'s>(s: &'s Snapshot, holds: &Holds, observed: &mut Observed) -> Fleet<'s> {
-    let nodes = observed.nodes(&s.nodes);
-    let eligible = s
-        .nodes
-        .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
-        .filter(|n| !holds.unreadable_nodes.contains(*n))
-        .filter_map(|n| {
-            let i = nodes
-                .states
-                .binary_search_by(|st| st.name.as_str().cmp(n))
-                .ok()?;
-            Some((n, nodes.states[i].eligible()))
-        })
-        .collect();
-    Fleet { nodes, eligible }
+fn observe_fleet(s: &Snapshot, observed: &mut Observed) -> Fleet {
+    Fleet {
+        nodes: observed.nodes(&s.nodes),
+    }
 }
 
 impl RenderCache {
@@ -707,38 +701,28 @@ const PLACEHOLDER_WRITES_PER_RECONCILE: usize = 250;
 /// leaves without an assignment (queued in a first rollout, or not Ready) gets a placeholder whose
 /// status says what it waits for. Placeholders of nodes that left are deleted. At most
 /// [`PLACEHOLDER_WRITES_PER_RECONCILE`] writes; the next reconcile makes the rest.
-fn placeholders(s: &Snapshot, nodes: &BTreeMap<&str, bool>, plan: &Plan) -> Vec<Intent> {
-    let assigned: BTreeSet<&str> = plan.assignments.iter().map(|a| a.node.as_str()).collect();
-    let existing: BTreeMap<&str, &NodeNetworkConfig> = s
-        .node_configs
-        .iter()
-        .filter_map(|c| Some((c.metadata.name.as_deref()?, c.as_ref())))
-        .collect();
+fn placeholders(observed: &Observed, holds: &Holds, plan: &Plan) -> Vec<Intent> {
     let mut out = Vec::new();
-    for (name, c) in &existing {
-        if c.spec.is_placeholder()
-            && !nodes.contains_key(name)
-            && c.metadata.deletion_timestamp.is_none()
-        {
+    for (name, c) in observed.placeholders() {
+        if !observed.has_node(name) && c.metadata.deletion_timestamp.is_none() {
             out.push(Intent::DeleteNodeConfig {
                 name: name.to_string(),
             });
         }
     }
-    for (&node, &eligible) in nodes {
+    let assigned: BTreeSet<&str> = plan.assignments.iter().map(|a| a.node.as_str()).collect();
+    for (node, eligible) in observed.bare_nodes() {
         if out.len() >= PLACEHOLDER_WRITES_PER_RECONCILE {
             break;
         }
-        if assigned.contains(node) {
-            continue;
-        }
-        let current = existing.get(node);
-        if current.is_some_and(|c| !c.spec.is_placeholder()) {
+        // A node whose config cannot be decoded is never written, placeholder or not.
+        if assigned.contains(node) || holds.unreadable_nodes.contains(node) {
             continue;
         }
         let Some(message) = plan.report.queued_message(eligible) else {
             continue;
         };
+        let current = observed.placeholders().get(node);
         let status = current.and_then(|c| c.status.as_ref());
         if status.is_some_and(|st| {
             st.phase.as_deref() == Some(netwave_api::NODE_PHASE_QUEUED)
@@ -758,18 +742,22 @@ fn placeholders(s: &Snapshot, nodes: &BTreeMap<&str, bool>, plan: &Plan) -> Vec<
 /// The `Quarantined` condition of every node config whose stored one differs from what its record
 /// (after this plan) says: set while quarantined, put back if its agent removed it, removed once an
 /// admin released the node.
-fn quarantine_conditions(s: &Snapshot, plan: &Plan, now: Timestamp) -> Vec<Intent> {
+fn quarantine_conditions(observed: &Observed, plan: &Plan, now: Timestamp) -> Vec<Intent> {
+    // The configs whose stored record asks for another condition, and those the plan gives a new
+    // record: no other config can need a write.
+    let names: BTreeSet<&str> = (observed.condition_fixes().iter().map(String::as_str))
+        .chain(plan.records.iter().map(|r| r.node.as_str()))
+        .collect();
     let mut out = Vec::new();
-    for c in s.node_configs.iter().filter(|c| live(c.as_ref())) {
-        let Some(name) = c.metadata.name.as_deref() else {
+    for name in names {
+        let Some((c, stored)) = observed.config(name) else {
             continue;
         };
-        let stored = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
         let record = plan
             .records
             .iter()
             .find(|r| r.node == name)
-            .map_or(&stored, |r| &r.record);
+            .map_or(stored, |r| &r.record);
         let current = c
             .status
             .as_ref()
@@ -1058,7 +1046,20 @@ fn equals_failed_note(name: &str, failed: Option<&NetworkConfigRevision>) -> Str
 }
 
 /// Updates gauges and counters from a plan.
-pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
+/// The live node configs quarantined once `plan` is written: those on record, with the records the
+/// plan writes instead of theirs.
+fn quarantined_after(observed: &Observed, plan: &Plan) -> usize {
+    let mut n = observed.quarantined();
+    for r in &plan.records {
+        if let Some((_, stored)) = observed.config(&r.node) {
+            n = n - usize::from(stored.is_quarantined()) + usize::from(r.record.is_quarantined());
+        }
+    }
+    n
+}
+
+/// Records a reconcile's plan in the metrics; `quarantined` is [`Outcome::quarantined`].
+pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan, quarantined: usize) {
     for a in &plan.assignments {
         metrics
             .assignments
@@ -1070,19 +1071,6 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
             metrics.rollbacks.inc();
         }
     }
-    let quarantined =
-        s.node_configs
-            .iter()
-            .filter(|c| live(c.as_ref()))
-            .filter(|c| {
-                let name = c.metadata.name.as_deref().unwrap_or_default();
-                match plan.records.iter().find(|r| r.node == name) {
-                    Some(r) => r.record.is_quarantined(),
-                    None => NodeRecord::from_annotations(c.metadata.annotations.as_ref())
-                        .is_quarantined(),
-                }
-            })
-            .count();
     metrics.quarantined_nodes.set(quarantined as i64);
     for e in &plan.events {
         if e.reason == rollout::EventReason::NodeFailed {
@@ -1165,54 +1153,95 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan) {
 /// Observes, once per (node, revision), how long the node took from assignment to `Provisioned`, and once
 /// per wave — the nodes assigned one revision at the same moment — how long until all of them were. The
 /// first reconcile of a process only remembers what is already done, so a new leader does not report the
-/// history it inherited.
+/// history it inherited. After that it reads only the node configs that changed (#28).
 #[derive(Default)]
 pub struct ApplyTimes {
-    /// Node → the revision it was last seen updated to (`None` before the first reconcile).
-    seen: Option<BTreeMap<String, String>>,
-    waves_done: BTreeSet<(String, i64)>,
+    started: bool,
+    /// Node → the revision it was last seen updated to.
+    seen: HashMap<String, String>,
+    /// Node → the wave it counts in, and whether it is updated.
+    member: HashMap<String, (Wave, bool)>,
+    /// Wave → (nodes, updated nodes).
+    waves: HashMap<Wave, (usize, usize)>,
+    waves_done: HashSet<Wave>,
 }
 
+/// A wave: a revision and the moment its nodes were assigned it.
+type Wave = (String, i64);
+
 impl ApplyTimes {
-    /// From the node configs a reconcile read (`Outcome::configs`); copies a name only when a node
-    /// becomes updated, so the leader's fleet-sized pass per reconcile allocates next to nothing.
-    pub fn observe(&mut self, configs: &[Arc<NodeConfigState>], now: Timestamp, metrics: &Metrics) {
-        let first = self.seen.is_none();
-        let seen = self.seen.get_or_insert_with(BTreeMap::new);
-        // (revision, assigned at) → (nodes, updated nodes).
-        let mut waves: BTreeMap<(&str, i64), (usize, usize)> = BTreeMap::new();
+    /// From a reconcile's node configs: all of them the first time (`Outcome::configs`), then only
+    /// those that changed since the last reconcile (`Outcome::changes`).
+    pub fn observe(
+        &mut self,
+        configs: &[Arc<NodeConfigState>],
+        changes: &ConfigChanges,
+        now: Timestamp,
+        metrics: &Metrics,
+    ) {
+        let first = !self.started;
+        self.started = true;
         let elapsed = |at: Timestamp| now.0.saturating_sub(at.0).max(0) as f64 / 1000.0;
-        for state in configs {
+        let (changed, removed): (&[Arc<NodeConfigState>], &[String]) = if first {
+            (configs, &[])
+        } else {
+            (&changes.changed, &changes.removed)
+        };
+        let mut touched: BTreeSet<Wave> = BTreeSet::new();
+        // A config that went is no longer counted in its wave; what it was last seen updated to is
+        // kept, so one that comes back as it was is not observed twice.
+        for name in removed {
+            self.leave(name, &mut touched);
+        }
+        for state in changed {
             let revision = state.spec.revision.as_str();
             let updated = rollout::is_updated(state, revision);
+            self.leave(&state.name, &mut touched);
             if let Some(at) = state.spec.assigned_at {
-                let w = waves.entry((revision, at.0)).or_default();
+                let wave = (revision.to_string(), at.0);
+                let w = self.waves.entry(wave.clone()).or_default();
                 w.0 += 1;
                 w.1 += usize::from(updated);
+                touched.insert(wave.clone());
+                self.member.insert(state.name.clone(), (wave, updated));
             }
             if !updated {
-                seen.remove(&state.name);
+                self.seen.remove(&state.name);
                 continue;
             }
-            if seen.get(&state.name).map(String::as_str) == Some(revision) {
+            if self.seen.get(&state.name).map(String::as_str) == Some(revision) {
                 continue;
             }
             if !first && let Some(at) = state.spec.assigned_at {
                 metrics.node_apply_duration.observe(elapsed(at));
             }
-            seen.insert(state.name.clone(), revision.to_string());
+            self.seen.insert(state.name.clone(), revision.to_string());
         }
-        let done: BTreeSet<(String, i64)> = waves
-            .into_iter()
-            .filter(|(_, (n, updated))| n == updated)
-            .map(|((rev, at), _)| (rev.to_string(), at))
-            .collect();
-        if !first {
-            for (_, at) in done.difference(&self.waves_done) {
-                metrics.wave_duration.observe(elapsed(Timestamp(*at)));
+        for wave in touched {
+            let (nodes, updated) = self.waves.get(&wave).copied().unwrap_or_default();
+            if nodes == 0 {
+                self.waves.remove(&wave);
+            }
+            if nodes > 0 && nodes == updated {
+                let at = wave.1;
+                if self.waves_done.insert(wave) && !first {
+                    metrics.wave_duration.observe(elapsed(Timestamp(at)));
+                }
+            } else {
+                self.waves_done.remove(&wave);
             }
         }
-        self.waves_done = done;
+    }
+
+    /// `node` no longer counts in the wave it was in.
+    fn leave(&mut self, node: &str, touched: &mut BTreeSet<Wave>) {
+        if let Some((wave, updated)) = self.member.remove(node) {
+            if let Some(w) = self.waves.get_mut(&wave) {
+                w.0 -= 1;
+                w.1 -= usize::from(updated);
+            }
+            touched.insert(wave);
+        }
     }
 }
 
@@ -1461,12 +1490,16 @@ impl Reconciler {
             &mut self.settle,
             now,
         );
+        if !self.writer.is_leader() {
+            // Changes a standby passes over are not followed: a leader again starts afresh.
+            self.apply_times = ApplyTimes::default();
+        }
         if let Some(plan) = &outcome.plan
             && self.writer.is_leader()
         {
-            record(&self.metrics, &snapshot, plan);
+            record(&self.metrics, &snapshot, plan, outcome.quarantined);
             self.apply_times
-                .observe(&outcome.configs, now, &self.metrics);
+                .observe(&outcome.configs, &outcome.changes, now, &self.metrics);
             for w in &plan.report.waiting {
                 debug!(waiting = %w);
             }
@@ -1793,6 +1826,130 @@ mod tests {
                 .filter(|i| matches!(i, Intent::InputStatus { .. }))
                 .count();
             assert_eq!(refused, 2);
+        }
+    }
+}
+
+#[cfg(test)]
+mod apply_times_tests {
+    use super::*;
+    use netwave_core::rollout::{AgentPhase, AgentReport, AssignedSpec};
+
+    /// The metrics as a full pass over every config observed them before #28 (the reference).
+    #[derive(Default)]
+    struct FullPass {
+        seen: Option<BTreeMap<String, String>>,
+        waves_done: BTreeSet<(String, i64)>,
+    }
+
+    impl FullPass {
+        fn observe(&mut self, configs: &[Arc<NodeConfigState>], now: Timestamp, m: &Metrics) {
+            let first = self.seen.is_none();
+            let seen = self.seen.get_or_insert_with(BTreeMap::new);
+            let mut waves: BTreeMap<(&str, i64), (usize, usize)> = BTreeMap::new();
+            let elapsed = |at: Timestamp| now.0.saturating_sub(at.0).max(0) as f64 / 1000.0;
+            for state in configs {
+                let revision = state.spec.revision.as_str();
+                let updated = rollout::is_updated(state, revision);
+                if let Some(at) = state.spec.assigned_at {
+                    let w = waves.entry((revision, at.0)).or_default();
+                    w.0 += 1;
+                    w.1 += usize::from(updated);
+                }
+                if !updated {
+                    seen.remove(&state.name);
+                    continue;
+                }
+                if seen.get(&state.name).map(String::as_str) == Some(revision) {
+                    continue;
+                }
+                if !first && let Some(at) = state.spec.assigned_at {
+                    m.node_apply_duration.observe(elapsed(at));
+                }
+                seen.insert(state.name.clone(), revision.to_string());
+            }
+            let done: BTreeSet<(String, i64)> = waves
+                .into_iter()
+                .filter(|(_, (n, updated))| n == updated)
+                .map(|((rev, at), _)| (rev.to_string(), at))
+                .collect();
+            if !first {
+                for (_, at) in done.difference(&self.waves_done) {
+                    m.wave_duration.observe(elapsed(Timestamp(*at)));
+                }
+            }
+            self.waves_done = done;
+        }
+    }
+
+    fn histograms(m: &Metrics) -> Vec<String> {
+        m.encode()
+            .lines()
+            .filter(|l| l.starts_with("netwave_node_apply") || l.starts_with("netwave_wave"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn apply_times_from_changes_observe_what_a_full_pass_over_every_config_observed() {
+        for seed in 1..=200u64 {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut below = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let (incremental, reference) = (Metrics::default(), Metrics::default());
+            let (mut new, mut old) = (ApplyTimes::default(), FullPass::default());
+            let mut store: BTreeMap<String, Arc<NodeConfigState>> = BTreeMap::new();
+            for step in 0..80i64 {
+                let now = Timestamp(1_000_000 + step * 500);
+                let mut changes = ConfigChanges::default();
+                for _ in 0..=below(4) {
+                    let name = format!("n{}", below(10));
+                    if below(6) == 0 {
+                        if store.remove(&name).is_some() {
+                            changes.removed.retain(|n| n != &name);
+                            changes.changed.retain(|c| c.name != name);
+                            changes.removed.push(name);
+                        }
+                        continue;
+                    }
+                    let revision = format!("r{}", below(2));
+                    let assigned = Timestamp(1_000_000 + below(4) as i64 * 1_000);
+                    let provisioned = below(2) == 0;
+                    let state = Arc::new(NodeConfigState {
+                        name: name.clone(),
+                        spec: AssignedSpec {
+                            revision: revision.clone(),
+                            config_hash: format!("h-{revision}"),
+                            assigned_at: (below(5) != 0).then_some(assigned),
+                            ..AssignedSpec::default()
+                        },
+                        status: AgentReport {
+                            phase: provisioned.then_some(AgentPhase::Provisioned),
+                            observed_revision: Some(revision.clone()),
+                            observed_retry: Some(0),
+                            config_hash: Some(format!("h-{revision}")),
+                            ..AgentReport::default()
+                        },
+                        record: Default::default(),
+                    });
+                    store.insert(name.clone(), state.clone());
+                    changes.removed.retain(|n| n != &name);
+                    changes.changed.retain(|c| c.name != name);
+                    changes.changed.push(state);
+                }
+                let configs: Vec<Arc<NodeConfigState>> = store.values().cloned().collect();
+                new.observe(&configs, &changes, now, &incremental);
+                old.observe(&configs, now, &reference);
+                assert_eq!(
+                    histograms(&incremental),
+                    histograms(&reference),
+                    "seed {seed}, step {step}"
+                );
+            }
         }
     }
 }
