@@ -422,6 +422,59 @@ spec:
 /// das-schiff-network-operator's BGP-as-a-service manifest (their `bgpaas` e2e BGPPeering, old API
 /// group), with only `apiVersion` rewritten, applies with every field kept (the fixture the FRR goldens
 /// render, crates/core/tests/golden/frr/das-schiff-bgpaas.yaml), and `kubectl get bgpp` shows it.
+/// The das-schiff fields netwave does not implement (README, "das-schiff compatibility") are refused
+/// by `kubectl apply`, naming each field, so a manifest that relies on one does not port silently.
+#[tokio::test]
+async fn das_schiff_fields_netwave_does_not_implement_are_refused_naming_the_field() {
+    let cp = with_crds().await;
+    let l2 = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: Layer2NetworkConfiguration
+metadata:
+  name: vlan400
+spec:
+  id: 400
+  vni: 400
+  mtu: 1500
+  advertiseNeighbors: true
+  createMacVLANInterface: true
+  disableSegmentation: true
+"#;
+    let o = kubectl(&cp, &["apply", "-f", "-"], Some(l2));
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "refused:\n{out}{err}");
+    for field in [
+        "spec.advertiseNeighbors",
+        "spec.createMacVLANInterface",
+        "spec.disableSegmentation",
+    ] {
+        assert!(
+            err.contains(&format!("unknown field \"{field}\"")),
+            "{field}: {err}"
+        );
+    }
+    let vrf = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: VRFRouteConfiguration
+metadata:
+  name: vrf-community
+spec:
+  vrf: blue
+  seq: 10
+  community: "65000:1"
+"#;
+    let o = kubectl(&cp, &["apply", "-f", "-"], Some(vrf));
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "refused:\n{out}{err}");
+    assert!(err.contains("unknown field \"spec.community\""), "{err}");
+    let o = kubectl(&cp, &["get", "l2,vrf", "-o", "name"], None);
+    let (listed, _) = text(&o);
+    assert!(
+        !listed.contains("vlan400") && !listed.contains("vrf-community"),
+        "nothing stored: {listed}"
+    );
+}
+
 #[tokio::test]
 async fn das_schiffs_bgpaas_peering_applies_with_only_the_api_version_changed() {
     let cp = with_crds().await;
