@@ -46,6 +46,8 @@ fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
 fn vrf_config() -> NodeConfig {
     NodeConfig {
         bgp_peers: Vec::new(),
+        mirror_tunnels: Vec::new(),
+        mirrors: Vec::new(),
         vrfs: vec![
             VrfConfig::named("blue")
                 .with_table(100)

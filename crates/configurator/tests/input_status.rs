@@ -217,6 +217,8 @@ async fn input_status_writes_only_on_change() {
             "layer2networkconfigurations",
             "routingtables",
             "bgppeerings",
+            "mirrortargets",
+            "mirrorselectors",
         ]
         .iter()
         .map(|k| c.get("patch", &format!("{k}/status")))
