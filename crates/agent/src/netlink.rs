@@ -602,9 +602,12 @@ impl Netlink {
                     InfoVxlan::Port(0),
                 ])),
             ],
+            // With a remote: one without would clash with the fallback `gretap0` (EEXIST).
             Feature::Gre => vec![
                 LinkInfo::Kind(InfoKind::GreTap),
-                LinkInfo::Data(InfoData::GreTap(vec![])),
+                LinkInfo::Data(InfoData::GreTap(vec![InfoGre::Remote(
+                    std::net::Ipv4Addr::new(198, 18, 255, 254),
+                )])),
             ],
         };
         m.attributes.push(LinkAttribute::LinkInfo(info));

@@ -162,6 +162,12 @@ impl LinkKind {
         }
     }
 
+    /// Created with another managed device's index in it (a tunnel's underlay VRF): after the
+    /// other links, in a stage of its own.
+    pub fn needs_device(&self) -> bool {
+        matches!(self, LinkKind::Gre { .. })
+    }
+
     pub fn feature(&self) -> Feature {
         match self {
             LinkKind::Vrf { .. } => Feature::Vrf,

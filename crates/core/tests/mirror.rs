@@ -397,6 +397,18 @@ fn fleet_validation_names_the_mirror_object_and_field() {
             "gre is not a protocol netwave can match",
         ),
         (
+            "the same tunnel twice",
+            Box::new(|i| {
+                let mut twin = i.mirror_targets[0].clone();
+                twin.name = "twin".into();
+                i.mirror_targets.push(twin);
+            }),
+            Check::MirrorTargetVrf,
+            "MirrorTarget/twin",
+            "spec.destinationIP",
+            "MirrorTarget col is the same tunnel",
+        ),
+        (
             "foreign API group",
             Box::new(|i| {
                 i.mirror_selectors[0].spec.mirror_target.api_group = Some("example.com".into())

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  del mirror filters, del clsact qdiscs, del rules → del routes → del addresses → del ports
-//!  → del bridges and tunnels → del VRFs → add links → set VRFs → set bridges and tunnels (enslave
+//!  → del bridges and tunnels → del VRFs → add links → add tunnels (their VRF exists) → set VRFs → set bridges and tunnels (enslave
 //!  to VRF) → set ports (enslave to bridge) → bridge-port flags → add addresses → add/replace routes
 //!  → add rules → add clsact qdiscs → add mirror filters
 //! ```
@@ -101,14 +101,14 @@ impl NetOp {
             NetOp::DelRoute(_) => 1,
             NetOp::DelAddr { .. } => 2,
             NetOp::DelLink { kind, .. } => 5 - kind.rank(),
-            NetOp::AddLink { .. } => 6,
-            NetOp::SetLink { rank, .. } => 7 + rank,
-            NetOp::SetNeighSuppress { .. } => 10,
-            NetOp::AddAddr { .. } => 11,
-            NetOp::AddRoute(_) | NetOp::ReplaceRoute(_) => 12,
-            NetOp::AddRule(_) => 13,
-            NetOp::AddQdisc { .. } => 14,
-            NetOp::AddFilter(_) => 15,
+            NetOp::AddLink { kind, .. } => 6 + u8::from(kind.needs_device()),
+            NetOp::SetLink { rank, .. } => 8 + rank,
+            NetOp::SetNeighSuppress { .. } => 11,
+            NetOp::AddAddr { .. } => 12,
+            NetOp::AddRoute(_) | NetOp::ReplaceRoute(_) => 13,
+            NetOp::AddRule(_) => 14,
+            NetOp::AddQdisc { .. } => 15,
+            NetOp::AddFilter(_) => 16,
         }
     }
 }
@@ -263,7 +263,15 @@ impl<'a> LinkPlan<'a> {
                 .values()
                 .filter(|l| !actual.links.contains_key(&l.name)),
         );
-        created.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
+        // Masters first; a link created on top of another managed device (a tunnel's VRF) after
+        // every other, in a stage of its own, once the shell knows the new devices' indexes.
+        created.sort_by(|a, b| {
+            (a.kind.needs_device(), a.kind.rank(), &a.name).cmp(&(
+                b.kind.needs_device(),
+                b.kind.rank(),
+                &b.name,
+            ))
+        });
         LinkPlan { removed, created }
     }
 

@@ -45,6 +45,39 @@ impl Validator<'_> {
         for i in 0..self.ix.mirror_selectors.len() {
             self.mirror_selector(i);
         }
+        self.same_tunnel();
+    }
+
+    /// Two targets of one type from one VRF loopback to one destination with one key would be one
+    /// tunnel to the kernel: it refuses the second (EEXIST).
+    fn same_tunnel(&mut self) {
+        let mut seen: std::collections::BTreeMap<_, &str> = std::collections::BTreeMap::new();
+        let targets = self.ix.mirror_targets.clone();
+        for t in targets {
+            let s = &t.spec;
+            let Ok(dest) = s.destination_ip.parse::<IpAddr>() else {
+                continue;
+            };
+            let key = (
+                s.kind,
+                s.destination_vrf.as_str(),
+                s.source_loopback.as_str(),
+                dest,
+                s.key,
+            );
+            if let Some(first) = seen.insert(key, &t.name) {
+                self.mirror_finding(
+                    true,
+                    Check::MirrorTargetVrf,
+                    InputRef::new(InputKind::MirrorTarget, &t.name),
+                    "spec.destinationIP",
+                    format!(
+                        "MirrorTarget {first} is the same tunnel (type, VRF loopback, destination and key): \
+                         a node can have only one; give one a key of its own"
+                    ),
+                );
+            }
+        }
     }
 
     fn mirror_target(&mut self, i: usize) {
