@@ -1088,3 +1088,95 @@ impl Builder<'_> {
         Ok(())
     }
 }
+
+/// One mirror health check after an apply: its probe name and what is wrong, if anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorCheck {
+    /// `mirror-tunnel TARGET (DEVICE)` or `mirror SELECTOR`.
+    pub name: String,
+    pub problem: Option<String>,
+}
+
+/// The health gate of a config's mirrors, against the kernel as observed after the apply (`up`: the
+/// links that are up with carrier). Each MirrorTarget's tunnel must be up, enslaved to its VRF and
+/// sourced from an address the VRF has (its loopback); each MirrorSelector's qdiscs and filters must be
+/// in place on every device of its source. Pure: the agent observes, this judges.
+pub fn mirror_health(
+    cfg: &NodeConfig,
+    settings: &NodeSettings,
+    observed: &Dataplane,
+    up: &BTreeSet<String>,
+) -> Vec<MirrorCheck> {
+    let mut out = Vec::new();
+    for t in &cfg.mirror_tunnels {
+        let link = observed.links.get(&t.device);
+        let vrf = cfg.vrfs.iter().find(|v| v.name == t.vrf);
+        let local: Option<IpAddr> = t.local.parse().ok();
+        let problem = match (link, vrf) {
+            (None, _) => Some(format!("tunnel {} does not exist", t.device)),
+            (_, None) => Some(format!("VRF {} is not in the config", t.vrf)),
+            (Some(l), Some(v)) => {
+                if l.master.as_deref() != Some(v.device.as_str()) {
+                    Some(format!("tunnel {} is not in VRF {}", t.device, v.device))
+                } else if !up.contains(&t.device) {
+                    Some(format!("tunnel {} is not up", t.device))
+                } else if !observed
+                    .links
+                    .get(&v.device)
+                    .is_some_and(|d| d.addresses.iter().any(|a| Some(a.addr()) == local))
+                {
+                    Some(format!(
+                        "VRF {} does not have the tunnel's source address {}",
+                        v.device, t.local
+                    ))
+                } else {
+                    None
+                }
+            }
+        };
+        out.push(MirrorCheck {
+            name: format!("mirror-tunnel {} ({})", t.name, t.device),
+            problem,
+        });
+    }
+    let have: BTreeSet<_> = observed
+        .mirrors
+        .iter()
+        .map(MirrorFilter::identity)
+        .collect();
+    for m in &cfg.mirrors {
+        let alone = NodeConfig {
+            mirrors: vec![m.clone()],
+            ..cfg.clone()
+        };
+        let problem = match desired(&alone, settings) {
+            Err(e) => Some(e.to_string()),
+            Ok(want) => {
+                let missing: Vec<String> = want
+                    .mirrors
+                    .iter()
+                    .filter(|f| !have.contains(&f.identity()))
+                    .map(|f| format!("{} {} {}", f.dev, f.hook, f.matcher))
+                    .collect();
+                let no_qdisc: Vec<&str> = want
+                    .links
+                    .values()
+                    .filter(|l| l.clsact && !observed.links.get(&l.name).is_some_and(|o| o.clsact))
+                    .map(|l| l.name.as_str())
+                    .collect();
+                if !no_qdisc.is_empty() {
+                    Some(format!("no clsact qdisc on {}", no_qdisc.join(", ")))
+                } else if !missing.is_empty() {
+                    Some(format!("filter not in place: {}", missing.join("; ")))
+                } else {
+                    None
+                }
+            }
+        };
+        out.push(MirrorCheck {
+            name: format!("mirror {}", m.name),
+            problem,
+        });
+    }
+    out
+}

@@ -586,3 +586,65 @@ fn a_second_selector_leaves_the_first_ones_filters_where_they_are() {
     );
     assert_eq!(ops.len(), 4, "{ops:#?}");
 }
+
+#[test]
+fn the_mirror_health_gate_fails_a_missing_filter_or_a_tunnel_without_its_source() {
+    use netwave_core::dataplane::mirror_health;
+    let inputs = fleet(vec![selector(
+        "s",
+        "Layer2NetworkConfiguration",
+        "vlan1",
+        "col",
+    )]);
+    let config = render(&inputs, &nodes()).unwrap()["n1"].config();
+    let settings = NodeSettings::default();
+    let want = desired(&config, &settings).unwrap();
+    let gre = tunnel_device("col", MirrorTargetType::L2gre);
+    let up: std::collections::BTreeSet<String> = [gre.clone()].into();
+    let problems = |observed: &netwave_core::dataplane::Dataplane,
+                    up: &std::collections::BTreeSet<String>|
+     -> Vec<(String, String)> {
+        mirror_health(&config, &settings, observed, up)
+            .into_iter()
+            .filter_map(|c| c.problem.map(|p| (c.name, p)))
+            .collect()
+    };
+    assert_eq!(problems(&want, &up), vec![], "applied as desired");
+    // A filter taken away (by hand, or an apply that did not place it): the selector fails.
+    let mut missing = want.clone();
+    let f = missing
+        .mirrors
+        .iter()
+        .find(|f| f.dev == "vx.501")
+        .unwrap()
+        .clone();
+    missing.mirrors.remove(&f);
+    let got = problems(&missing, &up);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, "mirror s");
+    assert!(
+        got[0]
+            .1
+            .starts_with("filter not in place: vx.501 egress ip"),
+        "{got:?}"
+    );
+    // The tunnel down, or its VRF without the source address.
+    let got = problems(&want, &std::collections::BTreeSet::new());
+    assert_eq!(
+        got,
+        vec![(
+            format!("mirror-tunnel col ({gre})"),
+            format!("tunnel {gre} is not up")
+        )]
+    );
+    let mut no_source = want.clone();
+    no_source.links.get_mut("mirror").unwrap().addresses.clear();
+    let got = problems(&no_source, &up);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0]
+            .1
+            .starts_with("VRF mirror does not have the tunnel's source address 10.250.91."),
+        "{got:?}"
+    );
+}
