@@ -48,7 +48,7 @@ BOOT_TIMEOUT=${NETWAVE_FLEET_VM_TIMEOUT:-1200}
 export VM_MEMORY=${NETWAVE_FLEET_VM_MEMORY:-4096} VM_CPUS=2
 # Modules /init loads before the chroot; the rest load on demand through the guest's kmod.
 BOOT_MODULES=(virtio_pci virtio_blk overlay)
-MODULES=(dummy veth vrf 8021q bridge vxlan macvlan br_netfilter)
+MODULES=(dummy veth vrf 8021q bridge vxlan macvlan br_netfilter ip_gre ip6_gre sch_ingress cls_flower act_mirred)
 ROOTFS_PACKAGES=frr,frr-pythontools,iproute2,iputils-ping,kmod,procps,mount,ca-certificates
 
 T0=$(date +%s.%N)

@@ -46,7 +46,7 @@ fi
 BUILD_DIR=${NETWAVE_KERNEL_TIER_BUILD_DIR:-$TARGET}
 BOOT_TIMEOUT=${NETWAVE_KERNEL_TIER_TIMEOUT:-120}
 # Modules the guest loads (their dependencies come from each module's own `depends=`).
-MODULES=(dummy veth vrf 8021q bridge vxlan macvlan)
+MODULES=(dummy veth vrf 8021q bridge vxlan macvlan ip_gre ip6_gre sch_ingress cls_flower act_mirred)
 
 T0=$(date +%s.%N)
 now() { date +%s.%N; }

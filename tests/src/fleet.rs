@@ -693,6 +693,12 @@ impl Fleet {
                 Manifest::BgpPeering(o) => {
                     Api::all(self.client.clone()).create(&pp, o).await?;
                 }
+                Manifest::MirrorTarget(o) => {
+                    Api::all(self.client.clone()).create(&pp, o).await?;
+                }
+                Manifest::MirrorSelector(o) => {
+                    Api::all(self.client.clone()).create(&pp, o).await?;
+                }
                 other => bail!("{} is not an input object", other.name()),
             }
         }

@@ -58,6 +58,8 @@ fn manifest(v: Value) -> Manifest {
         Some("Layer2NetworkConfiguration") => Manifest::Layer2(serde_json::from_value(v).unwrap()),
         Some("VRFRouteConfiguration") => Manifest::Vrf(serde_json::from_value(v).unwrap()),
         Some("BGPPeering") => Manifest::BgpPeering(serde_json::from_value(v).unwrap()),
+        Some("MirrorTarget") => Manifest::MirrorTarget(serde_json::from_value(v).unwrap()),
+        Some("MirrorSelector") => Manifest::MirrorSelector(serde_json::from_value(v).unwrap()),
         k => panic!("no manifest kind {k:?}"),
     }
 }
@@ -698,6 +700,224 @@ async fn vm_bgp_peering_reaches_other_nodes_through_evpn_and_a_wrong_asn_rolls_b
         test_start.elapsed().as_secs_f64(),
     );
     drop(speaker);
+    let run = f.net.run_id.clone();
+    drop(f);
+    assert_eq!(namespaces_of(&run), Vec::<String>::new(), "namespaces left");
+}
+
+/// `rx_packets` of `dev` in namespace `ns`.
+fn rx_packets(ns: &str, dev: &str) -> u64 {
+    let out = ip(&["-n", ns, "-s", "-j", "link", "show", dev]).unwrap();
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0)
+}
+
+/// Traffic mirroring (#29) in the VRF path: a MirrorSelector on node-0's segment vlan130 (VRF cluster)
+/// copies the ICMP its workload sends (direction egress, from the workload) through an l2gre
+/// MirrorTarget in VRF cluster, sourced from node-0's address of the VRF's loopback lo.mir, to a
+/// collector on node-1's segment vlan131, across the fabric (the L3 VNI); the collector decapsulates
+/// them with its own gretap (key 1001) and counts them. Removing the selector stops the copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm_a_mirror_selector_copies_a_segments_pings_to_a_collector_over_gre_and_its_removal_stops_them()
+ {
+    if skip() {
+        return;
+    }
+    let _g = Fleet::lock().await;
+    let test_start = Instant::now();
+    let mut f = Fleet::start(
+        Bins::build().expect("netwave binaries"),
+        FleetOptions {
+            nodes: 2,
+            max_unavailable: 1,
+            frr: true,
+            pools: Some(true),
+            server: ApiServer::Testbed,
+            health_deadline_secs: 30.0,
+            apply_timeout: Duration::from_secs(240),
+            ..FleetOptions::default()
+        },
+    )
+    .await
+    .expect("fleet with FRR starts");
+    let nodes = f.node_names();
+    let mut inputs = samples().unwrap();
+    for m in &mut inputs {
+        if let Manifest::Vrf(v) = m
+            && v.metadata.name.as_deref() == Some("cluster")
+        {
+            v.spec.loopbacks.push(netwave_api::VrfLoopback {
+                name: "lo.mir".into(),
+                subnet: "10.250.91.0/29".into(),
+            });
+        }
+    }
+    inputs.push(single_node_segment(130, &nodes[0]));
+    inputs.push(single_node_segment(131, &nodes[1]));
+    f.apply(&inputs).await.unwrap();
+    let rev1 = f
+        .wait_latest(0, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
+    f.wait_all_on(rev1.metadata.name.as_deref().unwrap(), T)
+        .await
+        .unwrap();
+
+    // The workload whose traffic is mirrored, and the collector on the other node.
+    let a = f
+        .net
+        .add_workload_on(&nodes[0], 2, "l2.130", "10.250.30.20/24", "10.250.30.1")
+        .unwrap();
+    let col = f
+        .net
+        .add_workload_on(&nodes[1], 3, "l2.131", "10.250.31.100/24", "10.250.31.1")
+        .unwrap();
+    ip(&[
+        "-n",
+        &col,
+        "link",
+        "add",
+        "gcol",
+        "type",
+        "gretap",
+        "local",
+        "10.250.31.100",
+        "key",
+        "1001",
+    ])
+    .unwrap();
+    ip(&["-n", &col, "link", "set", "gcol", "up"]).unwrap();
+    // The collector is known to its node (and so to the fabric) before the copies come.
+    ping_eventually(&f, &col, "10.250.31.1", "the collector → its gateway").await;
+    ping_eventually(&f, &a, "10.250.31.100", "the workload → the collector").await;
+
+    let target = json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "MirrorTarget",
+        "metadata": {"name": "collector"},
+        "spec": {
+            "type": "l2gre",
+            "destinationIP": "10.250.31.100",
+            "key": 1001,
+            "destinationVrf": "cluster",
+            "sourceLoopback": "lo.mir",
+        }
+    });
+    let selector = json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "MirrorSelector",
+        "metadata": {"name": "vlan130-icmp"},
+        "spec": {
+            "trafficMatch": {"protocol": "icmp"},
+            "mirrorTarget": {"apiGroup": "netwave.dev", "kind": "MirrorTarget", "name": "collector"},
+            "mirrorSource": {
+                "apiGroup": "netwave.dev",
+                "kind": "Layer2NetworkConfiguration",
+                "name": format!("vlan130-{}", nodes[0]),
+            },
+            "direction": "egress",
+        }
+    });
+    let t = Instant::now();
+    f.apply(&[manifest(target), manifest(selector)])
+        .await
+        .unwrap();
+    let rev2 = f
+        .wait_latest(rev1.spec.sequence, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
+    let rev2_name = rev2.metadata.name.clone().unwrap();
+    f.wait_all_on(&rev2_name, T).await.unwrap();
+    let rolled_out = t.elapsed();
+    let configs = f.configs().await.unwrap();
+    let probes = &configs[&nodes[0]].status.as_ref().unwrap().probes;
+    for name in ["mirror-tunnel collector (gtap-", "mirror vlan130-icmp"] {
+        let p = probes
+            .iter()
+            .find(|p| p.name.starts_with(name))
+            .unwrap_or_else(|| panic!("node-0 reports {name}: {probes:?}"));
+        assert_eq!((p.result.as_str(), p.gating), ("Passed", true), "{p:?}");
+    }
+    assert!(
+        configs[&nodes[1]].spec.config.mirrors.is_empty(),
+        "node-1 has no vlan130: no mirror there"
+    );
+    let targets: kube::Api<netwave_api::MirrorTarget> = kube::Api::all(f.client.clone());
+    f.eventually(T, "the MirrorTarget's status", || async {
+        let st = targets
+            .get("collector")
+            .await
+            .map_err(|e| e.to_string())?
+            .status
+            .unwrap_or_default();
+        match (
+            st.active_selectors,
+            st.active_nodes,
+            st.accepted().map(|c| c.status.clone()),
+        ) {
+            (Some(1), Some(1), Some(s)) if s == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+    .unwrap();
+
+    let five_pings = |to: &str| {
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &a, "ping", "-c", "5", "-i", "0.2", "-W", "1", "-q", to,
+            ])
+            .output()
+            .expect("ping runs");
+        assert!(out.status.success(), "5 pings {to}: {out:?}");
+    };
+    let before = rx_packets(&col, "gcol");
+    five_pings("10.250.30.1");
+    let first = Instant::now();
+    f.eventually(T, "5 copies at the collector", || async {
+        let n = rx_packets(&col, "gcol") - before;
+        if n >= 5 {
+            Ok(())
+        } else {
+            Err(format!("{n} copies"))
+        }
+    })
+    .await
+    .unwrap();
+    let pinged = rx_packets(&col, "gcol") - before;
+    let copies_in = first.elapsed();
+
+    // The selector removed: a new revision without it; the copies stop.
+    let selectors: kube::Api<netwave_api::MirrorSelector> = kube::Api::all(f.client.clone());
+    let t = Instant::now();
+    selectors
+        .delete("vlan130-icmp", &Default::default())
+        .await
+        .unwrap();
+    let rev3 = f
+        .wait_latest(rev2.spec.sequence, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap();
+    f.wait_all_on(rev3.metadata.name.as_deref().unwrap(), T)
+        .await
+        .unwrap();
+    let removed = t.elapsed();
+    let configs = f.configs().await.unwrap();
+    assert!(configs[&nodes[0]].spec.config.mirror_tunnels.is_empty());
+    let quiet = rx_packets(&col, "gcol");
+    five_pings("10.250.30.1");
+    five_pings("10.250.31.100");
+    let after = rx_packets(&col, "gcol") - quiet;
+    assert_eq!(after, 0, "copies after the selector was removed");
+    println!(
+        "MirrorSelector (full kernel, 2 nodes): rolled out in {:.1}s; 5 pings from node-0's vlan130: \
+         {pinged} copies at the collector on node-1 (gretap key 1001, across the L3 VNI), the first \
+         within {:.1}s; selector removed and rolled out in {:.1}s, then 10 pings and {after} copies; test {:.1}s",
+        rolled_out.as_secs_f64(),
+        copies_in.as_secs_f64(),
+        removed.as_secs_f64(),
+        test_start.elapsed().as_secs_f64(),
+    );
     let run = f.net.run_id.clone();
     drop(f);
     assert_eq!(namespaces_of(&run), Vec::<String>::new(), "namespaces left");

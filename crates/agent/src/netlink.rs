@@ -11,7 +11,14 @@
 //! - a route prefix with host bits set is rejected with EINVAL: the model masks prefixes;
 //! - IPv6 routes get metric 1024 when none is given: the model normalizes IPv6 metric 0 to 1024;
 //! - a missing kernel feature answers EOPNOTSUPP (errno 95): [`Netlink::capabilities`] probes with
-//!   throwaway links and reads exactly that.
+//!   throwaway links and reads exactly that;
+//! - a GRE tunnel enslaved to a VRF still routes its outer packets in the main table unless its
+//!   underlay device (`IFLA_GRE_LINK`) is the VRF: the model names it, and a tunnel whose VRF was
+//!   recreated (a stale ifindex) reads as another kind and is recreated with it;
+//! - mirror filters live in a `clsact` qdisc (see [`tc`]); deleting the qdisc deletes its filters, and
+//!   deleting a link deletes its qdisc.
+
+mod tc;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -28,19 +35,20 @@ use rtnetlink::packet_core::{
 };
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
 use rtnetlink::packet_route::link::{
-    InfoBridge, InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVlan, InfoVrf,
-    InfoVxlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    GreIOFlags, InfoBridge, InfoBridgePort, InfoData, InfoGre, InfoGre6, InfoKind, InfoPortData,
+    InfoPortKind, InfoVlan, InfoVrf, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use rtnetlink::packet_route::tc::{TcAttribute, TcHandle, TcMessage};
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use netwave_core::dataplane::diff::{DiffError, NetOp, Observed, diff};
 use netwave_core::dataplane::{
-    Capabilities, Dataplane, Family, Feature, Link, LinkKind, MANAGED_ALIAS, Mac, NodeSettings,
-    RTPROT_NETWAVE, RouteAction, RouteKey, Rule,
+    Capabilities, Dataplane, Family, Feature, Hook, Link, LinkKind, MANAGED_ALIAS, Mac,
+    NodeSettings, RTPROT_NETWAVE, RouteAction, RouteKey, Rule,
 };
 
 /// Requests outstanding at once within one stage (measured: ≈16 matches `ip -batch`).
@@ -365,7 +373,59 @@ impl Netlink {
                 }
             }
         }
+        self.observe_mirrors(&mut snap, &managed_idx, &names)
+            .await?;
         Ok(snap)
+    }
+
+    /// The clsact qdiscs of managed links, and the agent's mirror filters in them.
+    async fn observe_mirrors(
+        &self,
+        snap: &mut Snapshot,
+        managed_idx: &BTreeMap<u32, String>,
+        names: &BTreeMap<u32, String>,
+    ) -> Result<(), NetlinkError> {
+        let qdiscs = self
+            .dump(
+                RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()),
+                "qdiscs",
+            )
+            .await?;
+        let mut with_clsact = Vec::new();
+        for m in qdiscs {
+            let RouteNetlinkMessage::NewQueueDiscipline(q) = m else {
+                continue;
+            };
+            let Some(dev) = u32::try_from(q.header.index)
+                .ok()
+                .and_then(|i| managed_idx.get(&i))
+            else {
+                continue;
+            };
+            if q.attributes.contains(&TcAttribute::Kind("clsact".into()))
+                && let Some(link) = snap.observed.managed.links.get_mut(dev)
+            {
+                link.clsact = true;
+                with_clsact.push((q.header.index, dev.clone()));
+            }
+        }
+        for (index, dev) in with_clsact {
+            for hook in [Hook::Ingress, Hook::Egress] {
+                let mut q = TcMessage::with_index(index);
+                q.header.parent = TcHandle::from(tc::parent(hook));
+                for m in self
+                    .dump(RouteNetlinkMessage::GetTrafficFilter(q), "tc filters")
+                    .await?
+                {
+                    if let RouteNetlinkMessage::NewTrafficFilter(f) = m
+                        && let Some(filter) = tc::parse_filter(&dev, hook, &f, names)
+                    {
+                        snap.observed.managed.mirrors.insert(filter);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Executes `ops` in order, pipelining the ops of each stage. Stops at the first stage with a failure
@@ -542,6 +602,13 @@ impl Netlink {
                     InfoVxlan::Port(0),
                 ])),
             ],
+            // With a remote: one without would clash with the fallback `gretap0` (EEXIST).
+            Feature::Gre => vec![
+                LinkInfo::Kind(InfoKind::GreTap),
+                LinkInfo::Data(InfoData::GreTap(vec![InfoGre::Remote(
+                    std::net::Ipv4Addr::new(198, 18, 255, 254),
+                )])),
+            ],
         };
         m.attributes.push(LinkAttribute::LinkInfo(info));
         self.write(RouteNetlinkMessage::NewLink(m), NLM_F_CREATE | NLM_F_EXCL)
@@ -595,6 +662,7 @@ fn parse_link(name: &str, l: &LinkMessage, names: &BTreeMap<u32, String>) -> Opt
         up: l.header.flags.contains(LinkFlags::Up),
         neigh_suppress: false,
         addresses: BTreeSet::new(),
+        clsact: false,
     };
     let mut parent = None;
     for a in &l.attributes {
@@ -653,6 +721,10 @@ fn parse_link(name: &str, l: &LinkMessage, names: &BTreeMap<u32, String>) -> Opt
                 learning,
             }
         }
+        (InfoKind::GreTap, Some(InfoData::GreTap(d))) => gre_kind(true, &d, names)?,
+        (InfoKind::GreTun, Some(InfoData::GreTun(d))) => gre_kind(false, &d, names)?,
+        (InfoKind::GreTap6, Some(InfoData::GreTap6(d))) => gre6_kind(true, &d, names)?,
+        (InfoKind::GreTun6, Some(InfoData::GreTun6(d))) => gre6_kind(false, &d, names)?,
         (InfoKind::Vlan, Some(InfoData::Vlan(d))) => LinkKind::Vlan {
             parent: parent?,
             id: d.iter().find_map(|x| match x {
@@ -663,6 +735,55 @@ fn parse_link(name: &str, l: &LinkMessage, names: &BTreeMap<u32, String>) -> Opt
         _ => return None,
     };
     Some(link)
+}
+
+/// A key counts when it is sent (`okey` with the key flag).
+fn gre_key(flags: GreIOFlags, key: Option<u32>) -> Option<u32> {
+    flags.contains(GreIOFlags::Key).then_some(key).flatten()
+}
+
+fn gre_kind(tap: bool, d: &[InfoGre], names: &BTreeMap<u32, String>) -> Option<LinkKind> {
+    let (mut local, mut remote, mut key, mut flags, mut dev) =
+        (None, None, None, GreIOFlags::empty(), String::new());
+    for x in d {
+        match x {
+            InfoGre::Local(a) => local = Some(IpAddr::V4(*a)),
+            InfoGre::Remote(a) => remote = Some(IpAddr::V4(*a)),
+            InfoGre::OKey(k) => key = Some(*k),
+            InfoGre::OFlags(f) => flags = *f,
+            InfoGre::Link(i) => dev = names.get(i).cloned().unwrap_or_default(),
+            _ => {}
+        }
+    }
+    Some(LinkKind::Gre {
+        tap,
+        dev,
+        local: local?,
+        remote: remote?,
+        key: gre_key(flags, key),
+    })
+}
+
+fn gre6_kind(tap: bool, d: &[InfoGre6], names: &BTreeMap<u32, String>) -> Option<LinkKind> {
+    let (mut local, mut remote, mut key, mut flags, mut dev) =
+        (None, None, None, GreIOFlags::empty(), String::new());
+    for x in d {
+        match x {
+            InfoGre6::Local(a) => local = Some(IpAddr::V6(*a)),
+            InfoGre6::Remote(a) => remote = Some(IpAddr::V6(*a)),
+            InfoGre6::OKey(k) => key = Some(*k),
+            InfoGre6::OFlags(f) => flags = *f,
+            InfoGre6::Link(i) => dev = names.get(i).cloned().unwrap_or_default(),
+            _ => {}
+        }
+    }
+    Some(LinkKind::Gre {
+        tap,
+        dev,
+        local: local?,
+        remote: remote?,
+        key: gre_key(flags, key),
+    })
 }
 
 fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
@@ -822,6 +943,22 @@ fn op_message(
             ]));
             (RouteNetlinkMessage::NewLink(m), 0)
         }
+        NetOp::AddQdisc { dev } => (
+            RouteNetlinkMessage::NewQueueDiscipline(tc::clsact(idx(dev)?)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ),
+        NetOp::DelQdisc { dev } => (
+            RouteNetlinkMessage::DelQueueDiscipline(tc::clsact(idx(dev)?)),
+            0,
+        ),
+        NetOp::AddFilter(f) => (
+            RouteNetlinkMessage::NewTrafficFilter(tc::filter_add(f, idx(&f.dev)?, idx(&f.to)?)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ),
+        NetOp::DelFilter(f) => (
+            RouteNetlinkMessage::DelTrafficFilter(tc::filter_del(f, idx(&f.dev)?)),
+            0,
+        ),
     })
 }
 
@@ -872,11 +1009,74 @@ fn new_link_msg(
                 Some(InfoData::Vlan(vec![InfoVlan::Id(*id)])),
             )
         }
+        LinkKind::Gre {
+            tap,
+            dev,
+            local,
+            remote,
+            key,
+        } => gre_info(*tap, idx(dev)?, *local, *remote, *key),
     };
     let mut info = vec![LinkInfo::Kind(k)];
     info.extend(data.map(LinkInfo::Data));
     m.attributes.push(LinkAttribute::LinkInfo(info));
     Ok(m)
+}
+
+/// A GRE link's kind and data: its ends, its underlay device and, with a key, the key both ways.
+fn gre_info(
+    tap: bool,
+    link: u32,
+    local: IpAddr,
+    remote: IpAddr,
+    key: Option<u32>,
+) -> (InfoKind, Option<InfoData>) {
+    let flags = if key.is_some() {
+        GreIOFlags::Key
+    } else {
+        GreIOFlags::empty()
+    };
+    match (local, remote) {
+        (IpAddr::V4(l), IpAddr::V4(r)) => {
+            let mut d = vec![
+                InfoGre::Link(link),
+                InfoGre::Local(l),
+                InfoGre::Remote(r),
+                InfoGre::IFlags(flags),
+                InfoGre::OFlags(flags),
+            ];
+            if let Some(k) = key {
+                d.extend([InfoGre::IKey(k), InfoGre::OKey(k)]);
+            }
+            if tap {
+                (InfoKind::GreTap, Some(InfoData::GreTap(d)))
+            } else {
+                (InfoKind::GreTun, Some(InfoData::GreTun(d)))
+            }
+        }
+        (l, r) => {
+            // The model refuses mixed families; both are IPv6 here.
+            let v6 = |a: IpAddr| match a {
+                IpAddr::V6(a) => a,
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+            };
+            let mut d = vec![
+                InfoGre6::Link(link),
+                InfoGre6::Local(v6(l)),
+                InfoGre6::Remote(v6(r)),
+                InfoGre6::IFlags(flags),
+                InfoGre6::OFlags(flags),
+            ];
+            if let Some(k) = key {
+                d.extend([InfoGre6::IKey(k), InfoGre6::OKey(k)]);
+            }
+            if tap {
+                (InfoKind::GreTap6, Some(InfoData::GreTap6(d)))
+            } else {
+                (InfoKind::GreTun6, Some(InfoData::GreTun6(d)))
+            }
+        }
+    }
 }
 
 /// The attribute changes of link `index` (a new master named by its index, 0 for none).

@@ -702,6 +702,16 @@ impl Agent {
                     });
                     after.extend(peerings);
                 }
+                if fail.is_none() {
+                    let mirrors = self.mirrors_in_place(&t.config).await;
+                    fail = first_gating_failure(&mirrors).map(|r| {
+                        (
+                            Reason::HealthCheckFailed,
+                            format!("{}: {}", r.name, r.message.as_deref().unwrap_or("failed")),
+                        )
+                    });
+                    after.extend(mirrors);
+                }
                 (fail, after, n)
             }
         };
@@ -754,6 +764,58 @@ impl Agent {
         )
         .with_work(applied, writes, probes)
         .rolled_back()
+    }
+
+    /// The health gate of the config's mirrors (`netwave_core::dataplane::mirror_health`): each
+    /// tunnel up in its VRF with its source address there, each selector's filters in place. Always
+    /// gating (a mirror is what the revision promises); one kernel read, after the probes passed.
+    async fn mirrors_in_place(&self, config: &NodeConfig) -> Vec<ProbeResult> {
+        if config.mirror_tunnels.is_empty() && config.mirrors.is_empty() {
+            return Vec::new();
+        }
+        let started = Instant::now();
+        let seen = match (
+            self.netlink.observe().await,
+            self.netlink.link_states().await,
+        ) {
+            (Ok(snap), Ok(states)) => Ok((
+                snap,
+                states
+                    .into_iter()
+                    .filter(|(_, up)| *up)
+                    .map(|(n, _)| n)
+                    .collect::<BTreeSet<String>>(),
+            )),
+            (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+        };
+        let checks = match &seen {
+            Ok((snap, up)) => netwave_core::dataplane::mirror_health(
+                config,
+                self.netlink.settings(),
+                &snap.observed.managed,
+                up,
+            ),
+            Err(e) => vec![netwave_core::dataplane::MirrorCheck {
+                name: "mirror".into(),
+                problem: Some(format!("reading the kernel: {e}")),
+            }],
+        };
+        let seconds = (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0;
+        checks
+            .into_iter()
+            .map(|c| ProbeResult {
+                name: c.name,
+                gating: true,
+                result: if c.problem.is_none() {
+                    crate::health::PASSED
+                } else {
+                    crate::health::FAILED
+                }
+                .into(),
+                message: c.problem,
+                duration_seconds: Some(seconds),
+            })
+            .collect()
     }
 
     /// The health gate of the config's BGPPeerings: every session must reach Established within its

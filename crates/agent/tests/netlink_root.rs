@@ -48,6 +48,8 @@ fn route(
 fn config() -> NodeConfig {
     NodeConfig {
         bgp_peers: Vec::new(),
+        mirror_tunnels: Vec::new(),
+        mirrors: Vec::new(),
         vrfs: vec![],
         layer2s: vec![l2(10, 1010), l2(20, 1020)],
         routes: vec![

@@ -125,6 +125,54 @@ fn one_peering_kind() -> Vec<Value> {
     })]
 }
 
+/// A mirror reference names an object of netwave's group (or das-schiff's, for their manifests) of
+/// one of `kinds`; [`crate::validate::validate_mirror_selector`] says the same.
+fn mirror_ref(kinds: &[&str]) -> Vec<Value> {
+    let list = kinds
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        json!({
+            "rule": format!("self.kind in [{list}]"),
+            "message": format!("kind must be one of {}", kinds.join(", ")),
+            "fieldPath": ".kind",
+            "reason": "FieldValueInvalid",
+        }),
+        json!({
+            "rule": "!has(self.apiGroup) || self.apiGroup in ['', 'netwave.dev', 'network.t-caas.telekom.com']",
+            "message": "apiGroup must be netwave.dev (or das-schiff's network.t-caas.telekom.com), or omitted",
+            "fieldPath": ".apiGroup",
+            "reason": "FieldValueInvalid",
+        }),
+        json!({
+            "rule": "!has(self.namespace) || self.namespace == ''",
+            "message": "netwave's objects are cluster-scoped: omit the namespace",
+            "fieldPath": ".namespace",
+            "reason": "FieldValueForbidden",
+        }),
+    ]
+}
+
+/// Ports match only TCP, UDP and SCTP.
+fn ports_need_protocol() -> Vec<Value> {
+    vec![json!({
+        "rule": "!has(self.protocol) || !(self.protocol.lowerAscii() in ['icmp', 'icmpv6']) || (!has(self.srcPort) && !has(self.dstPort))",
+        "message": "ports match only tcp, udp or sctp; an ICMP packet has none",
+        "fieldPath": ".protocol",
+        "reason": "FieldValueInvalid",
+    })]
+}
+
+fn mirror_protocol() -> Vec<Value> {
+    vec![json!({
+        "rule": "self.lowerAscii() in ['tcp', 'udp', 'sctp', 'icmp', 'icmpv6']",
+        "message": "must be tcp, udp, sctp, icmp or icmpv6",
+        "reason": "FieldValueInvalid",
+    })]
+}
+
 /// (kind, path of property names under `spec`, where `[]` means the list's items, rules).
 fn rules() -> Vec<(&'static str, &'static [&'static str], Vec<Value>)> {
     vec![
@@ -168,6 +216,23 @@ fn rules() -> Vec<(&'static str, &'static [&'static str], Vec<Value>)> {
         ("BGPPeering", &["export", "[]"], prefix_item()),
         ("BGPPeering", &["export", "[]", "cidr"], network()),
         ("BGPPeering", &["loopbackPeer", "ips", "[]"], ip_address()),
+        ("MirrorTarget", &["destinationIP"], ip_address()),
+        (
+            "MirrorSelector",
+            &["mirrorTarget"],
+            mirror_ref(&["MirrorTarget"]),
+        ),
+        (
+            "MirrorSelector",
+            &["mirrorSource"],
+            mirror_ref(&crate::validate::MIRROR_SOURCE_KINDS),
+        ),
+        ("MirrorSelector", &["trafficMatch"], ports_need_protocol()),
+        (
+            "MirrorSelector",
+            &["trafficMatch", "protocol"],
+            mirror_protocol(),
+        ),
     ]
 }
 
@@ -227,6 +292,43 @@ fn bounds() -> Vec<(&'static str, &'static [&'static str], &'static str, u32)> {
         ("BGPPeering", &["export"], "maxItems", 2048),
         ("BGPPeering", &["export", "[]", "cidr"], "maxLength", ADDR),
         ("BGPPeering", &["loopbackPeer", "ips"], "maxItems", 2),
+        ("MirrorTarget", &["destinationIP"], "maxLength", ADDR),
+        (
+            "MirrorSelector",
+            &["trafficMatch", "srcPrefix"],
+            "maxLength",
+            ADDR,
+        ),
+        (
+            "MirrorSelector",
+            &["trafficMatch", "dstPrefix"],
+            "maxLength",
+            ADDR,
+        ),
+        (
+            "MirrorSelector",
+            &["mirrorTarget", "apiGroup"],
+            "maxLength",
+            253,
+        ),
+        (
+            "MirrorSelector",
+            &["mirrorSource", "apiGroup"],
+            "maxLength",
+            253,
+        ),
+        (
+            "MirrorSelector",
+            &["mirrorTarget", "namespace"],
+            "maxLength",
+            63,
+        ),
+        (
+            "MirrorSelector",
+            &["mirrorSource", "namespace"],
+            "maxLength",
+            63,
+        ),
         (
             "BGPPeering",
             &["loopbackPeer", "ips", "[]"],

@@ -38,6 +38,12 @@ pub struct InputStatus {
     /// VRFs: the kernel routing table, `spec.tableId` or the one allocated from the VRF name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub table_id: Option<u32>,
+    /// MirrorTargets only: the MirrorSelectors that send to it (das-schiff's `activeSelectors`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_selectors: Option<u32>,
+    /// MirrorTargets only: the nodes its tunnel is on (das-schiff's `activeNodes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_nodes: Option<u32>,
     /// The NetworkConfigRevision cut from the inputs this status judges (none when they cannot become
     /// one).
     #[serde(skip_serializing_if = "Option::is_none")]

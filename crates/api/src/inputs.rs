@@ -418,3 +418,189 @@ pub struct BgpPeeringLoopback {
     #[serde(rename = "ips")]
     pub ip_addresses: Vec<String>,
 }
+
+/// The API groups a mirror reference (`apiGroup`) may name: netwave's own, and das-schiff-network-operator's
+/// (`network.t-caas.telekom.com`), so their MirrorSelectors port by changing `apiVersion` only. An empty
+/// or omitted `apiGroup` means netwave's.
+pub const MIRROR_REF_GROUPS: [&str; 2] = ["netwave.dev", "network.t-caas.telekom.com"];
+
+/// The GRE encapsulation of a MirrorTarget's tunnel.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum MirrorTargetType {
+    /// Ethernet over GRE (a `gretap`/`ip6gretap` device): the collector sees the mirrored frames.
+    L2gre,
+    /// IP over GRE (a `gre`/`ip6gre` device): the collector sees the mirrored IP packets.
+    L3gre,
+}
+
+/// Where mirrored traffic goes: a GRE tunnel from every node that mirrors to a collector, living in a
+/// VRF and sourced from the node's address of one of that VRF's loopbacks (das-schiff-network-operator's
+/// `MirrorTarget`, every field kept).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "MirrorTarget",
+    plural = "mirrortargets",
+    shortname = "mirrortarget",
+    category = "netwave",
+    derive = "PartialEq",
+    status = "InputStatus",
+    doc = "A mirror collector: a GRE tunnel (l2gre or l3gre) in a VRF to destinationIP, sourced from each node's address of one of the VRF's loopbacks.",
+    printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
+    printcolumn(
+        name = "Destination",
+        type_ = "string",
+        json_path = ".spec.destinationIP"
+    ),
+    printcolumn(name = "VRF", type_ = "string", json_path = ".spec.destinationVrf"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(
+        name = "Selectors",
+        type_ = "integer",
+        json_path = ".status.activeSelectors"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.activeNodes"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorTargetSpec {
+    /// `l2gre` (Ethernet over GRE) or `l3gre` (IP over GRE).
+    #[serde(rename = "type")]
+    pub kind: MirrorTargetType,
+    /// The collector's address, the tunnel's remote end; of the family of the source loopback.
+    #[serde(rename = "destinationIP")]
+    pub destination_ip: String,
+    /// GRE key, sent and expected on the tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 4294967295u32))]
+    pub key: Option<u32>,
+    /// The VRF (its `spec.vrf` name) the tunnel lives in; it needs a VNI, so the collector is reached
+    /// over the fabric.
+    #[schemars(length(min = 1, max = 12), pattern(r"^[a-zA-Z0-9._-]{1,12}$"))]
+    pub destination_vrf: String,
+    /// The loopback of that VRF (`spec.loopbacks[].name`) whose per-node address is the tunnel's
+    /// source.
+    #[schemars(length(min = 1, max = 15), pattern(r"^[a-zA-Z0-9._-]{1,15}$"))]
+    pub source_loopback: String,
+}
+
+/// A reference from a MirrorSelector to another object (Kubernetes' `TypedObjectReference`).
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorObjectRef {
+    /// `netwave.dev` or das-schiff's `network.t-caas.telekom.com`; netwave's when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_group: Option<String>,
+    /// The kind of the object.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// The object's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Accepted for compatibility with `TypedObjectReference`; every netwave object is cluster-scoped,
+    /// so a namespace is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Which traffic of a mirror source is copied, in das-schiff-network-operator's terms: `ingress` is
+/// traffic to the source's workloads, `egress` traffic from them.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum MirrorDirection {
+    Ingress,
+    Egress,
+}
+
+/// Which packets a MirrorSelector copies; every field set must match, an empty match copies all IP
+/// traffic.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TrafficMatch {
+    /// Source network (CIDR) or address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_prefix: Option<String>,
+    /// Destination network (CIDR) or address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_prefix: Option<String>,
+    /// Source port (TCP, UDP or SCTP; all three when `protocol` is omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub src_port: Option<u16>,
+    /// Destination port (TCP, UDP or SCTP; all three when `protocol` is omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub dst_port: Option<u16>,
+    /// `tcp`, `udp`, `sctp`, `icmp` or `icmpv6`, in any case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 16))]
+    pub protocol: Option<String>,
+}
+
+/// What to mirror: the traffic of a layer-2 segment or a VRF, in one direction, optionally narrowed by
+/// a match, to a MirrorTarget (das-schiff-network-operator's `MirrorSelector`, every field kept). A node
+/// mirrors where it has the source and the target's VRF.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "MirrorSelector",
+    plural = "mirrorselectors",
+    shortname = "mirrorselector",
+    category = "netwave",
+    derive = "PartialEq",
+    status = "InputStatus",
+    doc = "Mirrors the traffic of a layer-2 segment or VRF (one direction, optionally matched) to a MirrorTarget, on every node that has both.",
+    printcolumn(name = "Direction", type_ = "string", json_path = ".spec.direction"),
+    printcolumn(
+        name = "Source",
+        type_ = "string",
+        json_path = ".spec.mirrorSource.name"
+    ),
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".spec.mirrorTarget.name"
+    ),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorSelectorSpec {
+    /// Which packets to copy; all IP traffic when omitted or empty.
+    #[serde(default)]
+    pub traffic_match: TrafficMatch,
+    /// The MirrorTarget (kind `MirrorTarget`) the copies go to.
+    pub mirror_target: MirrorObjectRef,
+    /// The `Layer2NetworkConfiguration` or `VRFRouteConfiguration` whose traffic is copied.
+    pub mirror_source: MirrorObjectRef,
+    /// `ingress` (to the source's workloads) or `egress` (from them).
+    pub direction: MirrorDirection,
+}

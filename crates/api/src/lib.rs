@@ -5,7 +5,9 @@
 //!  VRFRouteConfiguration ┐
 //!  Layer2NetworkConfig.  ├─ fold ─► NetworkConfigRevision ─ render ─► NodeNetworkConfig.spec
 //!  RoutingTable          │          (content hash,                    NodeNetworkConfig.status
-//!  BGPPeering            ┘           rollout status)
+//!  BGPPeering            │           rollout status)
+//!  MirrorTarget          │
+//!  MirrorSelector        ┘
 //!                                   + NetworkConfigInputs, same name
 //!                                    (the immutable snapshot)
 //! ```
@@ -57,6 +59,8 @@ fn generated() -> Vec<(&'static str, CustomResourceDefinition)> {
         ),
         ("routingtables.yaml", RoutingTable::crd()),
         ("bgppeerings.yaml", BGPPeering::crd()),
+        ("mirrortargets.yaml", MirrorTarget::crd()),
+        ("mirrorselectors.yaml", MirrorSelector::crd()),
         ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
         ("networkconfiginputs.yaml", NetworkConfigInputs::crd()),
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),

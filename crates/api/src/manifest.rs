@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::{
-    BGPPeering, Layer2NetworkConfiguration, NamedBgpPeering, NamedLayer2, NamedRoutingTable,
-    NamedVrf, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable,
-    VRFRouteConfiguration,
+    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NamedBgpPeering,
+    NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable, NamedVrf,
+    NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
 
 /// One netwave object read from a manifest.
@@ -21,6 +21,8 @@ pub enum Manifest {
     Layer2(Layer2NetworkConfiguration),
     RoutingTable(RoutingTable),
     BgpPeering(BGPPeering),
+    MirrorTarget(MirrorTarget),
+    MirrorSelector(MirrorSelector),
     Revision(Box<NetworkConfigRevision>),
     NodeConfig(NodeNetworkConfig),
 }
@@ -32,6 +34,8 @@ impl Manifest {
             Manifest::Layer2(o) => o.meta(),
             Manifest::RoutingTable(o) => o.meta(),
             Manifest::BgpPeering(o) => o.meta(),
+            Manifest::MirrorTarget(o) => o.meta(),
+            Manifest::MirrorSelector(o) => o.meta(),
             Manifest::Revision(o) => o.meta(),
             Manifest::NodeConfig(o) => o.meta(),
         };
@@ -45,6 +49,8 @@ impl Manifest {
             Manifest::Layer2(o) => serde_json::to_value(o),
             Manifest::RoutingTable(o) => serde_json::to_value(o),
             Manifest::BgpPeering(o) => serde_json::to_value(o),
+            Manifest::MirrorTarget(o) => serde_json::to_value(o),
+            Manifest::MirrorSelector(o) => serde_json::to_value(o),
             Manifest::Revision(o) => serde_json::to_value(o),
             Manifest::NodeConfig(o) => serde_json::to_value(o),
         };
@@ -53,7 +59,7 @@ impl Manifest {
 }
 
 impl RevisionInputs {
-    /// Adds an input object (a VRF, a layer-2 segment, a routing table or a BGP peering) under its name, as the
+    /// Adds an input object (a VRF, a layer-2 segment, a routing table, a BGP peering, a mirror target or selector) under its name, as the
     /// configurator folds it. Any other object is not an input: the error names it.
     pub fn add(&mut self, m: Manifest) -> Result<(), String> {
         let name = m.name().to_string();
@@ -66,9 +72,15 @@ impl RevisionInputs {
             Manifest::BgpPeering(o) => self
                 .bgp_peerings
                 .push(NamedBgpPeering { name, spec: o.spec }),
+            Manifest::MirrorTarget(o) => self
+                .mirror_targets
+                .push(NamedMirrorTarget { name, spec: o.spec }),
+            Manifest::MirrorSelector(o) => self
+                .mirror_selectors
+                .push(NamedMirrorSelector { name, spec: o.spec }),
             Manifest::Revision(_) | Manifest::NodeConfig(_) => {
                 return Err(format!(
-                    "{name} is not an input object (VRF, layer-2 segment, routing table, BGP peering)"
+                    "{name} is not an input object (VRF, layer-2 segment, routing table, BGP peering, mirror target or selector)"
                 ));
             }
         }
@@ -136,6 +148,10 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
             }
             "RoutingTable" => Manifest::RoutingTable(typed(&doc).map_err(|m| err(&location, m))?),
             "BGPPeering" => Manifest::BgpPeering(typed(&doc).map_err(|m| err(&location, m))?),
+            "MirrorTarget" => Manifest::MirrorTarget(typed(&doc).map_err(|m| err(&location, m))?),
+            "MirrorSelector" => {
+                Manifest::MirrorSelector(typed(&doc).map_err(|m| err(&location, m))?)
+            }
             "NetworkConfigRevision" => {
                 Manifest::Revision(Box::new(typed(&doc).map_err(|m| err(&location, m))?))
             }

@@ -15,7 +15,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::inputs::{
-    BGPPeeringSpec, Layer2NetworkConfigurationSpec, PrefixItem, RouteType, RoutingTableSpec,
+    BGPPeeringSpec, Layer2NetworkConfigurationSpec, MirrorDirection, MirrorSelectorSpec,
+    MirrorTargetSpec, MirrorTargetType, PrefixItem, RouteType, RoutingTableSpec, TrafficMatch,
     VRFRouteConfigurationSpec,
 };
 
@@ -157,6 +158,24 @@ pub struct RevisionInputs {
     /// Left out when empty, so revisions cut before BGPPeerings existed keep their hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bgp_peerings: Vec<NamedBgpPeering>,
+    /// Left out when empty, so revisions cut before mirroring existed keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror_targets: Vec<NamedMirrorTarget>,
+    /// Left out when empty, like `mirrorTargets`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror_selectors: Vec<NamedMirrorSelector>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NamedMirrorTarget {
+    pub name: String,
+    pub spec: MirrorTargetSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct NamedMirrorSelector {
+    pub name: String,
+    pub spec: MirrorSelectorSpec,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -487,6 +506,52 @@ pub struct NodeConfig {
     /// them keep their hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bgp_peers: Vec<BgpPeerConfig>,
+    /// GRE tunnels to mirror collectors (the MirrorTargets this node's mirrors use), by target name.
+    /// Left out when empty, so configs without them keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirror_tunnels: Vec<MirrorTunnelConfig>,
+    /// Traffic mirrors (MirrorSelectors) on this node, by name. Left out when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<MirrorConfig>,
+}
+
+/// A MirrorTarget on this node: its GRE tunnel, resolved.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorTunnelConfig {
+    /// The MirrorTarget's name.
+    pub name: String,
+    /// Tunnel device (`gre-<hash>` for l3gre, `gtap-<hash>` for l2gre, from the target's name).
+    pub device: String,
+    #[serde(rename = "type")]
+    pub kind: MirrorTargetType,
+    /// VRF device the tunnel is enslaved to and routes its packets in.
+    pub vrf: String,
+    /// This node's address of the target's source loopback (no prefix length).
+    pub local: String,
+    /// The collector (`spec.destinationIP`, canonical).
+    pub remote: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<u32>,
+}
+
+/// What a MirrorSelector copies on this node.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MirrorConfig {
+    /// The MirrorSelector's name.
+    pub name: String,
+    /// The source: a layer-2 segment's VLAN or a VRF's name (one of the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vrf: Option<String>,
+    pub direction: MirrorDirection,
+    /// The tunnel device the copies go to (`mirrorTunnels[].device`).
+    pub tunnel: String,
+    /// The selector's `trafficMatch`, as written.
+    #[serde(default)]
+    pub traffic_match: TrafficMatch,
 }
 
 /// One BGPPeering on this node, resolved: where FRR listens or whom it calls, and the session's

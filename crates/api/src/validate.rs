@@ -12,7 +12,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::inputs::{
-    BGPPeeringSpec, Layer2NetworkConfigurationSpec, PrefixAction, PrefixItem, RoutingTableSpec,
+    BGPPeeringSpec, Layer2NetworkConfigurationSpec, MIRROR_REF_GROUPS, MirrorObjectRef,
+    MirrorSelectorSpec, MirrorTargetSpec, PrefixAction, PrefixItem, RoutingTableSpec, TrafficMatch,
     VRFRouteConfigurationSpec,
 };
 
@@ -623,5 +624,231 @@ pub fn validate_bgp_peering(spec: &BGPPeeringSpec) -> Vec<FieldError> {
     bgp_timers(spec, &mut p);
     check_prefix_list(&spec.import, "import", &mut p);
     check_prefix_list(&spec.export, "export", &mut p);
+    p.0
+}
+
+/// One packet filter a `trafficMatch` becomes: an IP family, at most one protocol, and the prefixes and
+/// ports to compare. A match a single filter cannot say (ports without a protocol, no family fixed by
+/// a prefix or protocol) becomes several, one per protocol and family.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TrafficFilter {
+    pub ipv6: bool,
+    /// IP protocol number.
+    pub protocol: Option<u8>,
+    pub src: Option<IpNet>,
+    pub dst: Option<IpNet>,
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+}
+
+/// IP protocol numbers of the `trafficMatch.protocol` names.
+pub const IPPROTO_ICMP: u8 = 1;
+pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_UDP: u8 = 17;
+pub const IPPROTO_ICMPV6: u8 = 58;
+pub const IPPROTO_SCTP: u8 = 132;
+
+/// A `trafficMatch` prefix: a network in CIDR notation or a bare address (a host prefix).
+fn match_prefix(s: &str) -> Result<IpNet, String> {
+    if let Ok(addr) = s.parse::<IpAddr>() {
+        return Ok(IpNet::from(addr));
+    }
+    parse_network(s).map_err(|e| format!("{e}; or a single address such as 10.0.0.1"))
+}
+
+/// The filters a `trafficMatch` becomes, in a fixed order (IPv4 before IPv6, then by protocol), or
+/// every problem with it: a value that does not parse, and a match that can never match anything
+/// (prefixes of two families, ports with ICMP, an ICMP protocol of the other family than a prefix).
+/// `at` is its field path (`spec.trafficMatch`).
+pub fn traffic_filters(m: &TrafficMatch, at: &str) -> Result<Vec<TrafficFilter>, Vec<FieldError>> {
+    let mut p = Problems::default();
+    let prefix = |field: &str, v: &Option<String>, p: &mut Problems| {
+        v.as_ref().and_then(|v| {
+            match_prefix(v)
+                .map_err(|e| p.push(format!("{at}.{field}"), e))
+                .ok()
+        })
+    };
+    let src = prefix("srcPrefix", &m.src_prefix, &mut p);
+    let dst = prefix("dstPrefix", &m.dst_prefix, &mut p);
+    let protocol = m
+        .protocol
+        .as_ref()
+        .and_then(|v| match v.to_ascii_lowercase().as_str() {
+            "tcp" => Some(IPPROTO_TCP),
+            "udp" => Some(IPPROTO_UDP),
+            "sctp" => Some(IPPROTO_SCTP),
+            "icmp" => Some(IPPROTO_ICMP),
+            "icmpv6" => Some(IPPROTO_ICMPV6),
+            _ => {
+                p.push(
+                    format!("{at}.protocol"),
+                    format!(
+                        "{v} is not a protocol netwave can match: tcp, udp, sctp, icmp or icmpv6"
+                    ),
+                );
+                None
+            }
+        });
+    for (field, port) in [("srcPort", m.src_port), ("dstPort", m.dst_port)] {
+        if port == Some(0) {
+            p.push(format!("{at}.{field}"), "port 0 never matches (1 to 65535)");
+        }
+    }
+    if let (Some(s), Some(d)) = (src, dst)
+        && s.addr().is_ipv4() != d.addr().is_ipv4()
+    {
+        p.push(
+            format!("{at}.dstPrefix"),
+            format!("{d} and srcPrefix {s} are of two address families: no packet has both"),
+        );
+    }
+    let ports = m.src_port.is_some() || m.dst_port.is_some();
+    if let Some(proto @ (IPPROTO_ICMP | IPPROTO_ICMPV6)) = protocol {
+        if ports {
+            let field = if m.src_port.is_some() {
+                "srcPort"
+            } else {
+                "dstPort"
+            };
+            p.push(
+                format!("{at}.{field}"),
+                "ports match only tcp, udp or sctp; an ICMP packet has none",
+            );
+        }
+        let v6 = proto == IPPROTO_ICMPV6;
+        for (field, net) in [("srcPrefix", src), ("dstPrefix", dst)] {
+            if let Some(n) = net
+                && n.addr().is_ipv6() != v6
+            {
+                p.push(
+                    format!("{at}.{field}"),
+                    format!(
+                        "{n} is {} but protocol {} is {}: no packet matches both",
+                        if v6 { "IPv4" } else { "IPv6" },
+                        m.protocol.as_deref().unwrap_or_default(),
+                        if v6 { "IPv6's" } else { "IPv4's" },
+                    ),
+                );
+            }
+        }
+    }
+    if !p.0.is_empty() {
+        return Err(p.0);
+    }
+    let families: Vec<bool> = match (src.or(dst), protocol) {
+        (Some(n), _) => vec![n.addr().is_ipv6()],
+        (None, Some(IPPROTO_ICMP)) => vec![false],
+        (None, Some(IPPROTO_ICMPV6)) => vec![true],
+        (None, _) => vec![false, true],
+    };
+    let protocols: Vec<Option<u8>> = match protocol {
+        Some(proto) => vec![Some(proto)],
+        None if ports => vec![Some(IPPROTO_TCP), Some(IPPROTO_UDP), Some(IPPROTO_SCTP)],
+        None => vec![None],
+    };
+    let mut out = Vec::new();
+    for &ipv6 in &families {
+        for &protocol in &protocols {
+            out.push(TrafficFilter {
+                ipv6,
+                protocol,
+                src,
+                dst,
+                src_port: m.src_port,
+                dst_port: m.dst_port,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a mirror reference's `apiGroup` is one netwave answers for (see [`MIRROR_REF_GROUPS`]).
+pub fn mirror_ref_group_ok(r: &MirrorObjectRef) -> bool {
+    r.api_group
+        .as_deref()
+        .is_none_or(|g| g.is_empty() || MIRROR_REF_GROUPS.contains(&g))
+}
+
+fn check_mirror_ref(r: &MirrorObjectRef, at: &str, kinds: &[&str], p: &mut Problems) {
+    if !mirror_ref_group_ok(r) {
+        p.push(
+            format!("{at}.apiGroup"),
+            format!(
+                "{} is not netwave's group: use netwave.dev (or das-schiff's network.t-caas.telekom.com), or omit it",
+                r.api_group.as_deref().unwrap_or_default()
+            ),
+        );
+    }
+    if !kinds.contains(&r.kind.as_str()) {
+        p.push(
+            format!("{at}.kind"),
+            format!(
+                "{} cannot be referenced here: want {}",
+                r.kind,
+                kinds.join(" or ")
+            ),
+        );
+    }
+    if r.name.is_empty() {
+        p.push(format!("{at}.name"), "must name an object");
+    }
+    if r.namespace.as_deref().is_some_and(|n| !n.is_empty()) {
+        p.push(
+            format!("{at}.namespace"),
+            "netwave's objects are cluster-scoped: omit the namespace",
+        );
+    }
+}
+
+/// Problems with one `MirrorTarget` spec that the spec alone shows. Whether its VRF and loopback exist,
+/// and the loopback's family, is fleet validation's.
+pub fn validate_mirror_target(spec: &MirrorTargetSpec) -> Vec<FieldError> {
+    let mut p = Problems::default();
+    match spec.destination_ip.parse::<IpAddr>() {
+        Err(_) => p.push(
+            "spec.destinationIP",
+            format!(
+                "{} is not an IP address (e.g. 10.250.90.100 or fd00::100)",
+                spec.destination_ip
+            ),
+        ),
+        Ok(a) if a.is_unspecified() || a.is_loopback() || a.is_multicast() => p.push(
+            "spec.destinationIP",
+            format!("{a} is not a unicast address a collector can have"),
+        ),
+        Ok(_) => {}
+    }
+    if spec.destination_vrf.is_empty() {
+        p.push("spec.destinationVrf", "must name a VRF");
+    }
+    if spec.source_loopback.is_empty() {
+        p.push("spec.sourceLoopback", "must name a loopback of the VRF");
+    }
+    p.0
+}
+
+/// The kinds a MirrorSelector's `mirrorSource` may name.
+pub const MIRROR_SOURCE_KINDS: [&str; 2] = ["Layer2NetworkConfiguration", "VRFRouteConfiguration"];
+
+/// Problems with one `MirrorSelector` spec that the spec alone shows. Whether the objects it names exist
+/// is fleet validation's.
+pub fn validate_mirror_selector(spec: &MirrorSelectorSpec) -> Vec<FieldError> {
+    let mut p = Problems::default();
+    check_mirror_ref(
+        &spec.mirror_target,
+        "spec.mirrorTarget",
+        &["MirrorTarget"],
+        &mut p,
+    );
+    check_mirror_ref(
+        &spec.mirror_source,
+        "spec.mirrorSource",
+        &MIRROR_SOURCE_KINDS,
+        &mut p,
+    );
+    if let Err(e) = traffic_filters(&spec.traffic_match, "spec.trafficMatch") {
+        p.0.extend(e);
+    }
     p.0
 }

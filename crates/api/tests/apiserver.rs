@@ -58,7 +58,7 @@ async fn with_crds() -> Shared {
         !err.contains("Warning"),
         "the server warns about our CRDs:\n{err}"
     );
-    assert_eq!(out.lines().count(), 7, "seven CRDs: {out}");
+    assert_eq!(out.lines().count(), 9, "nine CRDs: {out}");
     ok(
         &cp,
         &[
@@ -514,4 +514,123 @@ async fn das_schiffs_bgpaas_peering_applies_with_only_the_api_version_changed() 
     );
     let again = ok(&cp, &["apply", "-f", fixture.to_str().expect("utf-8")]);
     assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
+}
+
+/// das-schiff-network-operator's traffic-mirror e2e manifests (their mirror VRF, collector segment and
+/// both MirrorTargets, and MirrorSelectors as their e2e makes them, references to their API group
+/// kept), with only `apiVersion` rewritten, apply with every field kept (the fixture core's mirror
+/// tests render, crates/core/tests/golden/mirror/das-schiff-mirror.yaml).
+#[tokio::test]
+async fn das_schiffs_mirror_manifests_apply_with_only_the_api_version_changed() {
+    let cp = with_crds().await;
+    let fixture = repo().join("crates/core/tests/golden/mirror/das-schiff-mirror.yaml");
+    let yaml = std::fs::read_to_string(&fixture).expect("fixture");
+    let out = ok(&cp, &["apply", "-f", fixture.to_str().expect("utf-8")]);
+    for created in [
+        "mirrortarget.netwave.dev/collector-prod created",
+        "mirrortarget.netwave.dev/collector-prod-v6 created",
+        "mirrorselector.netwave.dev/mirror-l2-ingress created",
+        "mirrorselector.netwave.dev/mirror-vrf-ingress-v6 created",
+    ] {
+        assert!(out.contains(created), "{out}");
+    }
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&yaml).expect("fixture YAML");
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] == "MirrorTarget" || d["kind"] == "MirrorSelector")
+    {
+        let kind = doc["kind"].as_str().expect("kind").to_ascii_lowercase();
+        let name = doc["metadata"]["name"].as_str().expect("name");
+        let stored: serde_json::Value =
+            serde_json::from_str(&ok(&cp, &["get", &kind, name, "-o", "json"])).expect("JSON");
+        assert_eq!(
+            stored["spec"], doc["spec"],
+            "{kind}/{name}: every field kept as written"
+        );
+    }
+    let listed = ok(&cp, &["get", "mirrortarget"]);
+    let header: Vec<&str> = listed.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "TYPE",
+            "DESTINATION",
+            "VRF",
+            "ACCEPTED",
+            "SELECTORS",
+            "NODES",
+            "AGE"
+        ],
+        "{listed}"
+    );
+    let again = ok(&cp, &["apply", "-f", fixture.to_str().expect("utf-8")]);
+    assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
+}
+
+/// What one MirrorSelector or MirrorTarget shows wrong on its own, the server refuses with the path.
+#[tokio::test]
+async fn the_server_refuses_a_bad_mirror_naming_the_field() {
+    let cp = with_crds().await;
+    let refused = |yaml: &str, want: &[&str]| {
+        let o = kubectl(&cp, &["apply", "-f", "-"], Some(yaml));
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "accepted:\n{yaml}");
+        for w in want {
+            assert!(err.contains(w), "the refusal says {w:?}:\n{err}");
+        }
+    };
+    refused(
+        r#"
+apiVersion: netwave.dev/v1alpha1
+kind: MirrorSelector
+metadata: {name: bad}
+spec:
+  trafficMatch: {protocol: icmp, dstPort: 443}
+  mirrorTarget: {kind: Layer2NetworkConfiguration, name: x}
+  mirrorSource: {apiGroup: example.com, kind: RoutingTable, name: rt1}
+  direction: egress
+"#,
+        &[
+            "spec.trafficMatch.protocol",
+            "ports match only tcp, udp or sctp",
+            "spec.mirrorTarget.kind",
+            "kind must be one of MirrorTarget",
+            "spec.mirrorSource.apiGroup",
+            "spec.mirrorSource.kind",
+        ],
+    );
+    refused(
+        r#"
+apiVersion: netwave.dev/v1alpha1
+kind: MirrorSelector
+metadata: {name: bad}
+spec:
+  mirrorTarget: {kind: MirrorTarget, name: col}
+  mirrorSource: {kind: Layer2NetworkConfiguration, name: vlan1}
+  direction: sideways
+"#,
+        &[
+            "spec.direction",
+            "supported values: \"ingress\", \"egress\"",
+        ],
+    );
+    refused(
+        r#"
+apiVersion: netwave.dev/v1alpha1
+kind: MirrorTarget
+metadata: {name: bad}
+spec: {type: l3gre, destinationIP: 10.250.90, destinationVrf: mirror, sourceLoopback: lo.mir}
+"#,
+        &["spec.destinationIP", "must be an IP address"],
+    );
+    refused(
+        r#"
+apiVersion: netwave.dev/v1alpha1
+kind: MirrorTarget
+metadata: {name: bad}
+spec: {type: l4gre, destinationIP: 10.250.90.100, destinationVrf: mirror, sourceLoopback: lo.mir}
+"#,
+        &["spec.type", "supported values: \"l2gre\", \"l3gre\""],
+    );
 }

@@ -56,7 +56,20 @@ fn every_kind_is_cluster_scoped_with_short_name_and_columns() {
                 .join(",")
         })
         .collect();
-    assert_eq!(short, ["vrf", "l2", "rt", "bgpp", "ncr", "nci", "nnc"]);
+    assert_eq!(
+        short,
+        [
+            "vrf",
+            "l2",
+            "rt",
+            "bgpp",
+            "mirrortarget",
+            "mirrorselector",
+            "ncr",
+            "nci",
+            "nnc"
+        ]
+    );
     for (file, crd) in &crds {
         assert_eq!(crd.spec.scope, "Cluster", "{file}");
         assert_eq!(crd.spec.group, "netwave.dev", "{file}");

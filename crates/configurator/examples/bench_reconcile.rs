@@ -180,6 +180,10 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                     InputKind::Layer2 => set(&mut s.layer2s, &name, |o| o.status = st),
                     InputKind::RoutingTable => set(&mut s.routing_tables, &name, |o| o.status = st),
                     InputKind::BgpPeering => set(&mut s.bgp_peerings, &name, |o| o.status = st),
+                    InputKind::MirrorTarget => set(&mut s.mirror_targets, &name, |o| o.status = st),
+                    InputKind::MirrorSelector => {
+                        set(&mut s.mirror_selectors, &name, |o| o.status = st)
+                    }
                 }
             }
             Intent::HoldRevision { hold: h, .. } => {

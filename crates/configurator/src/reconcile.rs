@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType as KubeEventType;
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    InputStatus, NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
-    NetworkConfigRevisionSpec, NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy,
-    ValidationResult,
+    InputStatus, NamedBgpPeering, NamedLayer2, NamedMirrorSelector, NamedMirrorTarget,
+    NamedRoutingTable, NamedVrf, NetworkConfigRevision, NetworkConfigRevisionSpec,
+    NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy, ValidationResult,
 };
 use netwave_core::fleet::{self, FleetParams};
 use netwave_core::limits::{self, InputsTooLarge};
@@ -59,6 +59,24 @@ pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
             .iter()
             .filter(|o| live(o.as_ref()))
             .map(|o| NamedBgpPeering {
+                name: name(&o.metadata),
+                spec: o.spec.clone(),
+            })
+            .collect(),
+        mirror_targets: s
+            .mirror_targets
+            .iter()
+            .filter(|o| live(o.as_ref()))
+            .map(|o| NamedMirrorTarget {
+                name: name(&o.metadata),
+                spec: o.spec.clone(),
+            })
+            .collect(),
+        mirror_selectors: s
+            .mirror_selectors
+            .iter()
+            .filter(|o| live(o.as_ref()))
+            .map(|o| NamedMirrorSelector {
                 name: name(&o.metadata),
                 spec: o.spec.clone(),
             })
@@ -801,6 +819,16 @@ fn input_statuses(
         s.bgp_peerings
             .iter()
             .map(|o| (InputKind::BgpPeering, &o.metadata, o.status.as_ref())),
+    )
+    .chain(
+        s.mirror_targets
+            .iter()
+            .map(|o| (InputKind::MirrorTarget, &o.metadata, o.status.as_ref())),
+    )
+    .chain(
+        s.mirror_selectors
+            .iter()
+            .map(|o| (InputKind::MirrorSelector, &o.metadata, o.status.as_ref())),
     );
     let mut out = Vec::new();
     for (kind, meta, old) in objects {
@@ -840,6 +868,12 @@ fn uid_of_input(s: &Snapshot, o: &InputRef) -> Option<String> {
             .find(|x| x.metadata.name.as_deref() == name)
             .and_then(|x| x.metadata.uid.clone()),
         InputKind::BgpPeering => (s.bgp_peerings.iter())
+            .find(|x| x.metadata.name.as_deref() == name)
+            .and_then(|x| x.metadata.uid.clone()),
+        InputKind::MirrorTarget => (s.mirror_targets.iter())
+            .find(|x| x.metadata.name.as_deref() == name)
+            .and_then(|x| x.metadata.uid.clone()),
+        InputKind::MirrorSelector => (s.mirror_selectors.iter())
             .find(|x| x.metadata.name.as_deref() == name)
             .and_then(|x| x.metadata.uid.clone()),
     }

@@ -16,8 +16,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use netwave_api::{
-    BGPPeering, Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision,
-    NodeNetworkConfig, RoutingTable, VRFRouteConfiguration,
+    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NetworkConfigInputs,
+    NetworkConfigRevision, NodeNetworkConfig, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_runtime::decoded::Decoded;
 use serde::de::DeserializeOwned;
@@ -33,6 +33,8 @@ pub struct Stores {
     pub layer2s: Store<Decoded<Layer2NetworkConfiguration>>,
     pub routing_tables: Store<Decoded<RoutingTable>>,
     pub bgp_peerings: Store<Decoded<BGPPeering>>,
+    pub mirror_targets: Store<Decoded<MirrorTarget>>,
+    pub mirror_selectors: Store<Decoded<MirrorSelector>>,
     pub nodes: Store<Node>,
     pub node_configs: Store<Decoded<NodeNetworkConfig>>,
     pub revisions: Store<Decoded<NetworkConfigRevision>>,
@@ -47,6 +49,8 @@ impl Stores {
             && self.layer2s.wait_until_ready().await.is_ok()
             && self.routing_tables.wait_until_ready().await.is_ok()
             && self.bgp_peerings.wait_until_ready().await.is_ok()
+            && self.mirror_targets.wait_until_ready().await.is_ok()
+            && self.mirror_selectors.wait_until_ready().await.is_ok()
             && self.nodes.wait_until_ready().await.is_ok()
             && self.node_configs.wait_until_ready().await.is_ok()
             && self.revisions.wait_until_ready().await.is_ok()
@@ -62,6 +66,8 @@ pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
         layer2s: reflect_decoded(client, changed.clone(), live, |_| {}),
         routing_tables: reflect_decoded(client, changed.clone(), live, |_| {}),
         bgp_peerings: reflect_decoded(client, changed.clone(), live, |_| {}),
+        mirror_targets: reflect_decoded(client, changed.clone(), live, |_| {}),
+        mirror_selectors: reflect_decoded(client, changed.clone(), live, |_| {}),
         nodes: reflect_with(Api::all(client.clone()), changed.clone(), live, slim_node),
         node_configs: reflect_decoded(client, changed.clone(), live, slim_node_config),
         revisions: reflect_decoded(client, changed.clone(), live, |_| {}),

@@ -11,13 +11,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
-use netwave_api::BGPPeering;
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
     NODE_PHASE_QUEUED, NetworkConfigInputs, NetworkConfigRevision, NetworkConfigRevisionSpec,
     NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
     RoutingTable, VRFRouteConfiguration,
 };
+use netwave_api::{BGPPeering, MirrorSelector, MirrorTarget};
 use netwave_core::render::InputKind;
 use netwave_core::revision::{DESTRUCTIVE_CHANGE_ANNOTATION, DESTRUCTIVE_CHANGE_BASIS_ANNOTATION};
 use netwave_core::rollout::NodeRecord;
@@ -739,6 +739,14 @@ impl Writer {
                 .await
                 .map(drop),
             InputKind::BgpPeering => Api::<BGPPeering>::all(c)
+                .patch_status(name, &apply, &patch)
+                .await
+                .map(drop),
+            InputKind::MirrorTarget => Api::<MirrorTarget>::all(c)
+                .patch_status(name, &apply, &patch)
+                .await
+                .map(drop),
+            InputKind::MirrorSelector => Api::<MirrorSelector>::all(c)
                 .patch_status(name, &apply, &patch)
                 .await
                 .map(drop),

@@ -48,6 +48,8 @@ async fn cost(
         "layer2networkconfigurations",
         "routingtables",
         "bgppeerings",
+        "mirrortargets",
+        "mirrorselectors",
     ]
     .iter()
     .map(|k| counts.get("patch", &format!("{k}/status")))

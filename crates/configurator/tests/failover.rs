@@ -329,7 +329,7 @@ async fn blind_kubeconfig(env: &Env, dir: &std::path::Path) -> std::path::PathBu
     let role: ClusterRole = serde_json::from_value(serde_json::json!({
         "metadata": {"name": name},
         "rules": [
-            {"apiGroups": ["netwave.dev"], "resources": ["vrfrouteconfigurations", "layer2networkconfigurations", "bgppeerings"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["netwave.dev"], "resources": ["vrfrouteconfigurations", "layer2networkconfigurations", "bgppeerings", "mirrortargets", "mirrorselectors"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["netwave.dev"], "resources": ["routingtables"], "verbs": ["get"]},
             {"apiGroups": ["netwave.dev"], "resources": ["vrfrouteconfigurations/status", "layer2networkconfigurations/status", "routingtables/status", "networkconfigrevisions/status"], "verbs": ["patch"]},
             {"apiGroups": ["netwave.dev"], "resources": ["networkconfigrevisions", "nodenetworkconfigs"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},

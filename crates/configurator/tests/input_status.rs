@@ -217,6 +217,8 @@ async fn input_status_writes_only_on_change() {
             "layer2networkconfigurations",
             "routingtables",
             "bgppeerings",
+            "mirrortargets",
+            "mirrorselectors",
         ]
         .iter()
         .map(|k| c.get("patch", &format!("{k}/status")))
@@ -349,6 +351,158 @@ async fn a_bgp_peering_reads_accepted_with_its_nodes_and_a_bad_one_names_its_fie
         errors
             .iter()
             .any(|e| e.starts_with("BGPPeering/orphan spec.peeringVlan.name")),
+        "{errors:?}"
+    );
+    for (node, c) in configs(&env.client).await {
+        assert_ne!(
+            Some(c.spec.revision.as_str()),
+            failed.metadata.name.as_deref(),
+            "{node} got the failed revision"
+        );
+    }
+}
+
+/// MirrorTarget and MirrorSelector are inputs like the others (#29): folded into the revision and onto
+/// the nodes that have the selector's source and the target's VRF (each node's tunnel from its own
+/// address of the VRF's loopback), with `Accepted` and their nodes in status (a target also its
+/// selectors, das-schiff's activeSelectors/activeNodes); a selector naming a target that does not
+/// exist reads `Accepted=False` naming the field, and no node gets the revision that has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mirrors_read_accepted_with_their_nodes_and_a_bad_selector_names_its_field() {
+    use kube::api::{Patch, PatchParams};
+    use netwave_api::{MirrorSelector, MirrorTarget};
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(100));
+    apply_samples(&env.client).await;
+    Api::<VRFRouteConfiguration>::all(env.client.clone())
+        .patch(
+            "cluster",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"loopbacks": [{"name": "lo.mir", "subnet": "10.250.91.0/29"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let target: MirrorTarget = serde_json::from_value(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "MirrorTarget",
+        "metadata": {"name": "collector"},
+        "spec": {"type": "l3gre", "destinationIP": "10.250.0.100", "key": 1001,
+                 "destinationVrf": "cluster", "sourceLoopback": "lo.mir"},
+    }))
+    .unwrap();
+    Api::<MirrorTarget>::all(env.client.clone())
+        .create(&PostParams::default(), &target)
+        .await
+        .unwrap();
+    let selector = |name: &str, target: &str| -> MirrorSelector {
+        serde_json::from_value(json!({
+            "apiVersion": "netwave.dev/v1alpha1",
+            "kind": "MirrorSelector",
+            "metadata": {"name": name},
+            "spec": {
+                "trafficMatch": {"protocol": "icmp"},
+                "mirrorTarget": {"apiGroup": "network.t-caas.telekom.com", "kind": "MirrorTarget", "name": target},
+                "mirrorSource": {"kind": "Layer2NetworkConfiguration", "name": "vlan100-frontend"},
+                "direction": "ingress",
+            },
+        }))
+        .unwrap()
+    };
+    let api = Api::<MirrorSelector>::all(env.client.clone());
+    api.create(&PostParams::default(), &selector("frontend", "collector"))
+        .await
+        .unwrap();
+    let _c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    eventually(T, "the samples and the mirror rolled out", || async {
+        match revisions(&env.client).await.as_slice() {
+            [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(()),
+            other => Err(format!("{:?}", other.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    let mut locals = std::collections::BTreeSet::new();
+    for (node, c) in configs(&env.client).await {
+        let (tunnels, mirrors) = (&c.spec.config.mirror_tunnels, &c.spec.config.mirrors);
+        assert_eq!((tunnels.len(), mirrors.len()), (1, 1), "{node}");
+        assert_eq!(
+            (
+                tunnels[0].vrf.as_str(),
+                tunnels[0].remote.as_str(),
+                tunnels[0].key
+            ),
+            ("cluster", "10.250.0.100", Some(1001)),
+            "{node}"
+        );
+        assert!(
+            tunnels[0].local.starts_with("10.250.91."),
+            "{node}: {tunnels:?}"
+        );
+        locals.insert(tunnels[0].local.clone());
+        assert_eq!(
+            (mirrors[0].name.as_str(), mirrors[0].vlan),
+            ("frontend", Some(100))
+        );
+    }
+    assert_eq!(
+        locals.len(),
+        3,
+        "each node its own source address: {locals:?}"
+    );
+    let row = eventually(
+        T,
+        "the target accepted with 1 selector on 3 nodes",
+        || async {
+            let r = rows(&kubectl(&env, &["get", "mirrortarget", "collector"])).remove(0);
+            if r["ACCEPTED"] == "True" && r["SELECTORS"] == "1" && r["NODES"] == "3" {
+                Ok(r)
+            } else {
+                Err(format!("{r:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(row["TYPE"], "l3gre");
+    eventually(T, "the selector accepted on 3 nodes", || async {
+        let r = rows(&kubectl(&env, &["get", "mirrorselector", "frontend"])).remove(0);
+        if r["ACCEPTED"] == "True" && r["NODES"] == "3" {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+
+    api.create(&PostParams::default(), &selector("orphan", "nope"))
+        .await
+        .unwrap();
+    let message = eventually(T, "the orphan selector not accepted", || async {
+        let st = api.get("orphan").await.unwrap().status.unwrap_or_default();
+        match st.accepted() {
+            Some(c) if c.status == "False" && c.reason == "Invalid" => Ok(c.message.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        message.contains("spec.mirrorTarget.name: MirrorTarget nope does not exist"),
+        "{message}"
+    );
+    let failed = eventually(T, "the revision with the orphan failed", || async {
+        let rs = revisions(&env.client).await;
+        match rs.last() {
+            Some(r) if rs.len() == 2 && phase(r) == RevisionPhase::Failed.as_str() => Ok(r.clone()),
+            _ => Err(format!("{:?}", rs.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+    let errors = failed.status.unwrap().validation.errors;
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("MirrorSelector/orphan spec.mirrorTarget.name")),
         "{errors:?}"
     );
     for (node, c) in configs(&env.client).await {

@@ -417,6 +417,8 @@ fn inputs(n_nodes: usize, worst_case: bool) -> RevisionInputs {
         .collect();
     RevisionInputs {
         bgp_peerings: Vec::new(),
+        mirror_targets: Vec::new(),
+        mirror_selectors: Vec::new(),
         vrfs,
         layer2s,
         routing_tables,

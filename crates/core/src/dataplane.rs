@@ -139,6 +139,17 @@ pub enum LinkKind {
         parent: String,
         id: u16,
     },
+    /// A mirror tunnel (MirrorTarget): `gretap`/`ip6gretap` when `tap` (l2gre), else `gre`/`ip6gre`
+    /// (l3gre), by the family of its ends. Enslaved to its VRF, which is also its underlay device
+    /// (`IFLA_GRE_LINK`), so its packets are routed in the VRF.
+    Gre {
+        tap: bool,
+        /// The underlay device (`IFLA_GRE_LINK`): the VRF the tunnel routes its packets in.
+        dev: String,
+        local: IpAddr,
+        remote: IpAddr,
+        key: Option<u32>,
+    },
 }
 
 impl LinkKind {
@@ -146,9 +157,15 @@ impl LinkKind {
     pub fn rank(&self) -> u8 {
         match self {
             LinkKind::Vrf { .. } => 0,
-            LinkKind::Bridge => 1,
+            LinkKind::Bridge | LinkKind::Gre { .. } => 1,
             LinkKind::Vxlan { .. } | LinkKind::Vlan { .. } => 2,
         }
+    }
+
+    /// Created with another managed device's index in it (a tunnel's underlay VRF): after the
+    /// other links, in a stage of its own.
+    pub fn needs_device(&self) -> bool {
+        matches!(self, LinkKind::Gre { .. })
     }
 
     pub fn feature(&self) -> Feature {
@@ -157,6 +174,7 @@ impl LinkKind {
             LinkKind::Bridge => Feature::Bridge,
             LinkKind::Vxlan { .. } => Feature::Vxlan,
             LinkKind::Vlan { .. } => Feature::Vlan,
+            LinkKind::Gre { .. } => Feature::Gre,
         }
     }
 }
@@ -183,6 +201,23 @@ impl fmt::Display for LinkKind {
                 Ok(())
             }
             LinkKind::Vlan { parent, id } => write!(f, "vlan link {parent} id {id}"),
+            LinkKind::Gre {
+                tap,
+                dev,
+                local,
+                remote,
+                key,
+            } => {
+                write!(
+                    f,
+                    "{} dev {dev} local {local} remote {remote}",
+                    gre_kind(*tap, local)
+                )?;
+                if let Some(k) = key {
+                    write!(f, " key {k}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -204,6 +239,113 @@ pub struct Link {
     /// Addresses with prefix length (`10.250.0.1/24`); IPv6 link-local addresses are the kernel's and
     /// never part of the model.
     pub addresses: BTreeSet<IpNet>,
+    /// A `clsact` qdisc, for the link's mirror filters.
+    #[serde(default)]
+    pub clsact: bool,
+}
+
+/// The kernel's name of a GRE link kind.
+pub fn gre_kind(tap: bool, local: &IpAddr) -> &'static str {
+    match (tap, local.is_ipv6()) {
+        (true, false) => "gretap",
+        (true, true) => "ip6gretap",
+        (false, false) => "gre",
+        (false, true) => "ip6gre",
+    }
+}
+
+/// The `clsact` hook a tc filter hangs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Hook {
+    Ingress,
+    Egress,
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Hook::Ingress => "ingress",
+            Hook::Egress => "egress",
+        })
+    }
+}
+
+/// What one mirror filter compares (a flower match): the family always, the rest when set.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MirrorMatch {
+    pub ipv6: bool,
+    pub protocol: Option<u8>,
+    pub src: Option<IpNet>,
+    pub dst: Option<IpNet>,
+    pub src_port: Option<u16>,
+    pub dst_port: Option<u16>,
+}
+
+impl From<netwave_api::validate::TrafficFilter> for MirrorMatch {
+    fn from(t: netwave_api::validate::TrafficFilter) -> Self {
+        MirrorMatch {
+            ipv6: t.ipv6,
+            protocol: t.protocol,
+            src: t.src.map(|n| n.trunc()),
+            dst: t.dst.map(|n| n.trunc()),
+            src_port: t.src_port,
+            dst_port: t.dst_port,
+        }
+    }
+}
+
+impl fmt::Display for MirrorMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.ipv6 { "ipv6" } else { "ip" })?;
+        if let Some(p) = self.protocol {
+            write!(f, " ip_proto {p}")?;
+        }
+        if let Some(n) = self.src {
+            write!(f, " src_ip {n}")?;
+        }
+        if let Some(n) = self.dst {
+            write!(f, " dst_ip {n}")?;
+        }
+        if let Some(p) = self.src_port {
+            write!(f, " src_port {p}")?;
+        }
+        if let Some(p) = self.dst_port {
+            write!(f, " dst_port {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Lowest tc priority of the agent's mirror filters; each (device, hook) numbers its filters up from
+/// here, so they stay clear of low priorities other tools use.
+pub const MIRROR_PRIORITY_BASE: u16 = 0x8000;
+
+/// One mirror filter: on `dev`'s `hook`, packets matching `matcher` are copied (`mirred egress
+/// mirror`) to the tunnel `to`. Its identity is everything but `priority` (the slot it took).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MirrorFilter {
+    pub dev: String,
+    pub hook: Hook,
+    pub matcher: MirrorMatch,
+    pub to: String,
+    pub priority: u16,
+}
+
+impl MirrorFilter {
+    /// What the filter does, without the slot it sits in.
+    pub fn identity(&self) -> (&str, Hook, &MirrorMatch, &str) {
+        (&self.dev, self.hook, &self.matcher, &self.to)
+    }
+}
+
+impl fmt::Display for MirrorFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "dev {} {} pref {} flower {} action mirred egress mirror dev {}",
+            self.dev, self.hook, self.priority, self.matcher, self.to
+        )
+    }
 }
 
 /// How a route forwards.
@@ -309,6 +451,9 @@ pub struct Dataplane {
     pub links: BTreeMap<String, Link>,
     pub routes: BTreeMap<RouteKey, RouteAction>,
     pub rules: BTreeSet<Rule>,
+    /// Mirror filters (MirrorSelectors) on managed links.
+    #[serde(default)]
+    pub mirrors: BTreeSet<MirrorFilter>,
 }
 
 impl Dataplane {
@@ -322,6 +467,7 @@ impl Dataplane {
                 .sum::<usize>()
             + self.routes.len()
             + self.rules.len()
+            + self.mirrors.len()
     }
 
     /// Kernel features this dataplane needs.
@@ -338,15 +484,18 @@ pub enum Feature {
     Bridge,
     Vxlan,
     BridgeVlanFiltering,
+    /// GRE tunnels (`ip_gre`, `ip6_gre`), for mirror targets.
+    Gre,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 5] = [
+    pub const ALL: [Feature; 6] = [
         Feature::Vrf,
         Feature::Vlan,
         Feature::Bridge,
         Feature::Vxlan,
         Feature::BridgeVlanFiltering,
+        Feature::Gre,
     ];
 
     /// Name used in NNC status `kernelCapabilities` and in `KernelUnsupported` messages.
@@ -357,6 +506,7 @@ impl Feature {
             Feature::Bridge => "bridge",
             Feature::Vxlan => "vxlan",
             Feature::BridgeVlanFiltering => "bridgeVlanFiltering",
+            Feature::Gre => "gre",
         }
     }
 }
@@ -482,6 +632,7 @@ fn new_link(name: &str, kind: LinkKind, mtu: Option<u32>) -> Link {
         up: true,
         neigh_suppress: false,
         addresses: BTreeSet::new(),
+        clsact: false,
     }
 }
 
@@ -581,6 +732,12 @@ pub fn desired(cfg: &NodeConfig, settings: &NodeSettings) -> Result<Dataplane, M
     }
     for (i, r) in cfg.rules.iter().enumerate() {
         b.add_rule(&format!("rules[{i}]"), r)?;
+    }
+    for (i, t) in cfg.mirror_tunnels.iter().enumerate() {
+        b.add_mirror_tunnel(&format!("mirrorTunnels[{i}]"), t, cfg)?;
+    }
+    for (i, m) in cfg.mirrors.iter().enumerate() {
+        b.add_mirror(&format!("mirrors[{i}]"), m, cfg)?;
     }
     b.check_masters()?;
     Ok(b.dp)
@@ -750,6 +907,171 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// A MirrorTarget's tunnel, enslaved to its VRF's device.
+    fn add_mirror_tunnel(
+        &mut self,
+        at: &str,
+        t: &netwave_api::MirrorTunnelConfig,
+        cfg: &NodeConfig,
+    ) -> Result<(), ModelError> {
+        let ip = |field: &str, v: &str| -> Result<IpAddr, ModelError> {
+            v.parse()
+                .map_err(|_| invalid(format!("{at}.{field}"), v, "not an IP address"))
+        };
+        let (local, remote) = (ip("local", &t.local)?, ip("remote", &t.remote)?);
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(invalid(
+                format!("{at}.remote"),
+                &t.remote,
+                format!("of another address family than local {local}"),
+            ));
+        }
+        let vrf = cfg
+            .vrfs
+            .iter()
+            .find(|v| v.name == t.vrf)
+            .ok_or_else(|| invalid(format!("{at}.vrf"), &t.vrf, "not a VRF of this config"))?;
+        let mut link = new_link(
+            &t.device,
+            LinkKind::Gre {
+                tap: t.kind == netwave_api::MirrorTargetType::L2gre,
+                dev: vrf.device.clone(),
+                local,
+                remote,
+                key: t.key,
+            },
+            None,
+        );
+        link.master = Some(vrf.device.clone());
+        self.add_link(format!("{at}.device"), link)
+    }
+
+    /// A MirrorSelector: its filters on the source's devices (a segment's bridge and VXLAN device, or
+    /// a VRF's layer-3 VXLAN device), each with a `clsact` qdisc.
+    ///
+    /// Direction is the workload's, as in das-schiff-network-operator: `ingress` is traffic to the
+    /// source's workloads, `egress` from them. A VXLAN device faces the fabric (to the workloads is its
+    /// ingress); a segment's bridge faces the node (traffic the node routes to the workloads leaves
+    /// through the bridge device, its egress, and what they send the gateway arrives on its ingress).
+    /// Together the two see what the segment exchanges with the node and with other nodes; frames
+    /// switched between two local ports of the bridge pass neither.
+    fn add_mirror(
+        &mut self,
+        at: &str,
+        m: &netwave_api::MirrorConfig,
+        cfg: &NodeConfig,
+    ) -> Result<(), ModelError> {
+        let to_workload = m.direction == netwave_api::MirrorDirection::Ingress;
+        let fabric = if to_workload {
+            Hook::Ingress
+        } else {
+            Hook::Egress
+        };
+        let node_side = if to_workload {
+            Hook::Egress
+        } else {
+            Hook::Ingress
+        };
+        let devices: Vec<(String, Hook)> = match (m.vlan, &m.vrf) {
+            (Some(vlan), None) => {
+                let l2 = cfg.layer2s.iter().find(|l| l.vlan == vlan).ok_or_else(|| {
+                    invalid(
+                        format!("{at}.vlan"),
+                        &vlan.to_string(),
+                        "not a segment of this config",
+                    )
+                })?;
+                vec![(l2.bridge.clone(), node_side), (l2.vxlan.clone(), fabric)]
+            }
+            (None, Some(vrf)) => {
+                let vx = cfg
+                    .vrfs
+                    .iter()
+                    .find(|v| &v.name == vrf)
+                    .and_then(|v| v.vxlan.clone())
+                    .ok_or_else(|| {
+                        invalid(
+                            format!("{at}.vrf"),
+                            vrf,
+                            "not a VRF of this config with a layer-3 VNI",
+                        )
+                    })?;
+                vec![(vx, fabric)]
+            }
+            _ => {
+                return Err(invalid(
+                    format!("{at}.vlan"),
+                    &format!("{:?}/{:?}", m.vlan, m.vrf),
+                    "a mirror has one source: vlan or vrf",
+                ));
+            }
+        };
+        if !self
+            .dp
+            .links
+            .get(&m.tunnel)
+            .is_some_and(|l| matches!(l.kind, LinkKind::Gre { .. }))
+        {
+            return Err(invalid(
+                format!("{at}.tunnel"),
+                &m.tunnel,
+                "not a mirror tunnel of this config",
+            ));
+        }
+        let filters =
+            netwave_api::validate::traffic_filters(&m.traffic_match, &format!("{at}.trafficMatch"))
+                .map_err(|e| {
+                    let first = &e[0];
+                    invalid(first.path.clone(), "", first.message.clone())
+                })?;
+        for (dev, hook) in devices {
+            let link = self.dp.links.get_mut(&dev).ok_or_else(|| {
+                invalid(
+                    at.to_string(),
+                    &dev,
+                    "source device is not a device of this config",
+                )
+            })?;
+            link.clsact = true;
+            for f in &filters {
+                let matcher: MirrorMatch = f.clone().into();
+                // Two selectors asking the same of one device: one filter copies once.
+                if self
+                    .dp
+                    .mirrors
+                    .iter()
+                    .any(|x| x.identity() == (dev.as_str(), hook, &matcher, m.tunnel.as_str()))
+                {
+                    continue;
+                }
+                let next = self
+                    .dp
+                    .mirrors
+                    .iter()
+                    .filter(|x| x.dev == dev && x.hook == hook)
+                    .count();
+                let priority = u16::try_from(next)
+                    .ok()
+                    .and_then(|n| MIRROR_PRIORITY_BASE.checked_add(n))
+                    .ok_or_else(|| {
+                        invalid(
+                            at.to_string(),
+                            &dev,
+                            "too many mirror filters on one device",
+                        )
+                    })?;
+                self.dp.mirrors.insert(MirrorFilter {
+                    dev: dev.clone(),
+                    hook,
+                    matcher,
+                    to: m.tunnel.clone(),
+                    priority,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Masters must be links of this dataplane: the agent never enslaves into a device it does not own.
     fn check_masters(&self) -> Result<(), ModelError> {
         for link in self.dp.links.values() {
@@ -765,4 +1087,96 @@ impl Builder<'_> {
         }
         Ok(())
     }
+}
+
+/// One mirror health check after an apply: its probe name and what is wrong, if anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorCheck {
+    /// `mirror-tunnel TARGET (DEVICE)` or `mirror SELECTOR`.
+    pub name: String,
+    pub problem: Option<String>,
+}
+
+/// The health gate of a config's mirrors, against the kernel as observed after the apply (`up`: the
+/// links that are up with carrier). Each MirrorTarget's tunnel must be up, enslaved to its VRF and
+/// sourced from an address the VRF has (its loopback); each MirrorSelector's qdiscs and filters must be
+/// in place on every device of its source. Pure: the agent observes, this judges.
+pub fn mirror_health(
+    cfg: &NodeConfig,
+    settings: &NodeSettings,
+    observed: &Dataplane,
+    up: &BTreeSet<String>,
+) -> Vec<MirrorCheck> {
+    let mut out = Vec::new();
+    for t in &cfg.mirror_tunnels {
+        let link = observed.links.get(&t.device);
+        let vrf = cfg.vrfs.iter().find(|v| v.name == t.vrf);
+        let local: Option<IpAddr> = t.local.parse().ok();
+        let problem = match (link, vrf) {
+            (None, _) => Some(format!("tunnel {} does not exist", t.device)),
+            (_, None) => Some(format!("VRF {} is not in the config", t.vrf)),
+            (Some(l), Some(v)) => {
+                if l.master.as_deref() != Some(v.device.as_str()) {
+                    Some(format!("tunnel {} is not in VRF {}", t.device, v.device))
+                } else if !up.contains(&t.device) {
+                    Some(format!("tunnel {} is not up", t.device))
+                } else if !observed
+                    .links
+                    .get(&v.device)
+                    .is_some_and(|d| d.addresses.iter().any(|a| Some(a.addr()) == local))
+                {
+                    Some(format!(
+                        "VRF {} does not have the tunnel's source address {}",
+                        v.device, t.local
+                    ))
+                } else {
+                    None
+                }
+            }
+        };
+        out.push(MirrorCheck {
+            name: format!("mirror-tunnel {} ({})", t.name, t.device),
+            problem,
+        });
+    }
+    let have: BTreeSet<_> = observed
+        .mirrors
+        .iter()
+        .map(MirrorFilter::identity)
+        .collect();
+    for m in &cfg.mirrors {
+        let alone = NodeConfig {
+            mirrors: vec![m.clone()],
+            ..cfg.clone()
+        };
+        let problem = match desired(&alone, settings) {
+            Err(e) => Some(e.to_string()),
+            Ok(want) => {
+                let missing: Vec<String> = want
+                    .mirrors
+                    .iter()
+                    .filter(|f| !have.contains(&f.identity()))
+                    .map(|f| format!("{} {} {}", f.dev, f.hook, f.matcher))
+                    .collect();
+                let no_qdisc: Vec<&str> = want
+                    .links
+                    .values()
+                    .filter(|l| l.clsact && !observed.links.get(&l.name).is_some_and(|o| o.clsact))
+                    .map(|l| l.name.as_str())
+                    .collect();
+                if !no_qdisc.is_empty() {
+                    Some(format!("no clsact qdisc on {}", no_qdisc.join(", ")))
+                } else if !missing.is_empty() {
+                    Some(format!("filter not in place: {}", missing.join("; ")))
+                } else {
+                    None
+                }
+            }
+        };
+        out.push(MirrorCheck {
+            name: format!("mirror {}", m.name),
+            problem,
+        });
+    }
+    out
 }

@@ -20,6 +20,8 @@
 //! Warnings: an object that selects no node; RoutingTables sharing a table id on a node (their routes and
 //! rules are merged); a cluster with no nodes.
 
+mod mirror;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -133,6 +135,13 @@ pub enum Check {
     PeeringSegmentNotOnNode,
     /// Two BGPPeerings listen on overlapping ranges, or peer with one address, in one VRF of a node.
     PeeringOverlap,
+    /// A MirrorTarget's VRF does not exist or has no VNI, its loopback is not one of that VRF's, or its
+    /// destination is of the other family than the loopback.
+    MirrorTargetVrf,
+    /// A MirrorSelector names a target or source that does not exist.
+    MissingMirrorReference,
+    /// A MirrorSelector's source VRF has no VNI (no device to mirror on).
+    MirrorSourceUnusable,
 }
 
 impl Check {
@@ -166,6 +175,9 @@ impl Check {
             Check::PeeringSegmentUnusable => "PeeringSegmentUnusable",
             Check::PeeringSegmentNotOnNode => "PeeringSegmentNotOnNode",
             Check::PeeringOverlap => "PeeringOverlap",
+            Check::MirrorTargetVrf => "MirrorTargetVrf",
+            Check::MissingMirrorReference => "MissingMirrorReference",
+            Check::MirrorSourceUnusable => "MirrorSourceUnusable",
         }
     }
 }
@@ -349,6 +361,8 @@ fn oversized_configs(
                     .iter()
                     .position(|v| v.name == o.name)
                     .map(|i| ix.peering_sel[i]),
+                // Small, and on the nodes of the objects they name, which are listed.
+                InputKind::MirrorTarget | InputKind::MirrorSelector => None,
             };
             group.is_some_and(|g| sel.is_some_and(|s| g.has(s)))
         };
@@ -459,6 +473,7 @@ pub fn validate(
     v.loopbacks();
     v.sbr_prefixes();
     v.bgp_peerings();
+    v.mirrors();
     v.out.errors.sort();
     v.out.errors.dedup();
     v.out.warnings.sort();

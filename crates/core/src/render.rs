@@ -44,6 +44,7 @@
 //! printed in their canonical form (`fd00:250:0::1/64` → `fd00:250::1/64`) and MACs in lowercase.
 
 pub(crate) mod index;
+pub(crate) mod mirror;
 mod objects;
 
 use std::collections::BTreeMap;
@@ -55,15 +56,16 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use netwave_api::validate::{parse_host_address, parse_network};
 use netwave_api::{
-    BgpPeerConfig, Layer2Config, LoopbackConfig, NamedBgpPeering, NamedLayer2, NamedRoutingTable,
-    NamedVrf, NodeConfig, PrefixItem, RevisionInputs, RouteConfig, RuleConfig, SbrConfig,
-    VrfConfig, VrfLoopback,
+    BgpPeerConfig, Layer2Config, LoopbackConfig, MirrorConfig, MirrorTunnelConfig, NamedBgpPeering,
+    NamedLayer2, NamedRoutingTable, NamedVrf, NodeConfig, PrefixItem, RevisionInputs, RouteConfig,
+    RuleConfig, SbrConfig, VrfConfig, VrfLoopback,
 };
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::selector::SelectorError;
 use index::Index;
+pub use mirror::tunnel_device;
 pub use objects::{
     InputKind, InputRef, NodeInfo, TABLE_ALLOC_BASE, TABLE_ALLOC_SIZE, layer2_bridge_name,
     layer2_vxlan_name, sbr_vrf_name, vrf_bridge_name, vrf_vxlan_name,
@@ -89,6 +91,8 @@ pub struct RenderedNode {
     selection: Arc<Selection>,
     /// This node's own loopback addresses, by VRF part: the one per-node piece of a config.
     loopbacks: Vec<(u32, Vec<LoopbackConfig>)>,
+    /// This node's mirror tunnels and mirrors (they use its loopback addresses, so they are per node).
+    mirrors: (Vec<MirrorTunnelConfig>, Vec<MirrorConfig>),
 }
 
 impl RenderedNode {
@@ -119,6 +123,8 @@ impl RenderedNode {
                 .iter()
                 .map(|&i| p.peers[i as usize].clone())
                 .collect(),
+            mirror_tunnels: self.mirrors.0.clone(),
+            mirrors: self.mirrors.1.clone(),
         }
     }
 }
@@ -207,8 +213,18 @@ pub fn render(
     }
     let parts = Arc::new(Parts::build(&index));
     let loopbacks = allocate_node_loopbacks(&index, &parts);
+    let placements = mirror::placements(&index);
     let mut out = BTreeMap::new();
-    for group in &index.groups {
+    for (g, group) in index.groups.iter().enumerate() {
+        let mirrored: Vec<(usize, mirror::Resolved)> = placements
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                p.as_ref()
+                    .filter(|(_, gs)| gs.contains(&g))
+                    .map(|(r, _)| (i, *r))
+            })
+            .collect();
         let pick = |sels: &[Option<u32>]| -> Vec<u32> {
             (0..sels.len() as u32)
                 .filter(|&i| group.has(sels[i as usize]))
@@ -234,8 +250,10 @@ pub fn render(
                 parts: Arc::clone(&parts),
                 selection: Arc::clone(&selection),
                 loopbacks: loopbacks.get(name).cloned().unwrap_or_default(),
+                mirrors: (Vec::new(), Vec::new()),
             };
-            if !node.loopbacks.is_empty() {
+            node.mirrors = node_mirrors(&index, &parts, &node.loopbacks, &mirrored);
+            if !node.loopbacks.is_empty() || !node.mirrors.1.is_empty() {
                 // Its config differs from its group's: hash the materialized one.
                 node.config_hash = config_hash_of(&node.config());
             }
@@ -642,4 +660,57 @@ fn allocate_node_loopbacks(
         }
     }
     out
+}
+
+/// A node's mirror tunnels and mirrors: for each selector placed on its group, the target's tunnel
+/// from the node's address of the target's loopback (a node without one, beyond the loopback's
+/// capacity, gets none: a validation error) and the selector itself. Tunnels by target name, mirrors
+/// by selector name (the index's order).
+fn node_mirrors(
+    index: &Index,
+    parts: &Parts,
+    loopbacks: &[(u32, Vec<LoopbackConfig>)],
+    placed: &[(usize, mirror::Resolved)],
+) -> (Vec<MirrorTunnelConfig>, Vec<MirrorConfig>) {
+    let mut tunnels: BTreeMap<&str, MirrorTunnelConfig> = BTreeMap::new();
+    let mut mirrors = Vec::new();
+    for &(i, r) in placed {
+        let target = index.mirror_targets[r.target];
+        let t = &target.spec;
+        let local = loopbacks
+            .iter()
+            .filter(|(part, _)| parts.vrfs[*part as usize].name == t.destination_vrf)
+            .flat_map(|(_, lbs)| lbs)
+            .find(|lb| lb.name == t.source_loopback)
+            .and_then(|lb| lb.address.parse::<IpNet>().ok());
+        let Some(local) = local else {
+            continue;
+        };
+        let device = mirror::tunnel_device(&target.name, t.kind);
+        tunnels
+            .entry(target.name.as_str())
+            .or_insert_with(|| MirrorTunnelConfig {
+                name: target.name.clone(),
+                device: device.clone(),
+                kind: t.kind,
+                vrf: t.destination_vrf.clone(),
+                local: local.addr().to_string(),
+                remote: canonical_ip(&t.destination_ip),
+                key: t.key,
+            });
+        let s = &index.mirror_selectors[i];
+        let (vlan, vrf) = match r.source {
+            mirror::Source::Layer2(l) => (Some(index.l2s[l].spec.id), None),
+            mirror::Source::Vrf(v) => (None, Some(index.vrfs[v].spec.vrf.clone())),
+        };
+        mirrors.push(MirrorConfig {
+            name: s.name.clone(),
+            vlan,
+            vrf,
+            direction: s.spec.direction,
+            tunnel: device,
+            traffic_match: s.spec.traffic_match.clone(),
+        });
+    }
+    (tunnels.into_values().collect(), mirrors)
 }

@@ -21,8 +21,8 @@
 use std::time::Duration;
 
 use netwave_api::{
-    NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, NetworkConfigRevision,
-    RevisionInputs,
+    NamedBgpPeering, NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable,
+    NamedVrf, NetworkConfigRevision, RevisionInputs,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -56,6 +56,10 @@ struct CanonicalInputs<'a> {
     routing_tables: Vec<&'a NamedRoutingTable>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     bgp_peerings: Vec<&'a NamedBgpPeering>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    mirror_targets: Vec<&'a NamedMirrorTarget>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    mirror_selectors: Vec<&'a NamedMirrorSelector>,
 }
 
 impl<'a> CanonicalInputs<'a> {
@@ -65,6 +69,8 @@ impl<'a> CanonicalInputs<'a> {
             layer2s: canonical_refs(&inputs.layer2s, |o| &o.name),
             routing_tables: canonical_refs(&inputs.routing_tables, |o| &o.name),
             bgp_peerings: canonical_refs(&inputs.bgp_peerings, |o| &o.name),
+            mirror_targets: canonical_refs(&inputs.mirror_targets, |o| &o.name),
+            mirror_selectors: canonical_refs(&inputs.mirror_selectors, |o| &o.name),
         }
     }
 }
@@ -77,6 +83,8 @@ pub fn canonical_inputs(inputs: &RevisionInputs) -> RevisionInputs {
         layer2s: c.layer2s.into_iter().cloned().collect(),
         routing_tables: c.routing_tables.into_iter().cloned().collect(),
         bgp_peerings: c.bgp_peerings.into_iter().cloned().collect(),
+        mirror_targets: c.mirror_targets.into_iter().cloned().collect(),
+        mirror_selectors: c.mirror_selectors.into_iter().cloned().collect(),
     }
 }
 

@@ -32,17 +32,21 @@ pub enum Kind {
     Layer2,
     RoutingTable,
     BgpPeering,
+    MirrorTarget,
+    MirrorSelector,
     Revision,
     RevisionInputs,
     NodeConfig,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Vrf,
         Kind::Layer2,
         Kind::RoutingTable,
         Kind::BgpPeering,
+        Kind::MirrorTarget,
+        Kind::MirrorSelector,
         Kind::Revision,
         Kind::RevisionInputs,
         Kind::NodeConfig,
@@ -55,6 +59,8 @@ impl Kind {
             Kind::Layer2 => "Layer2NetworkConfiguration",
             Kind::RoutingTable => "RoutingTable",
             Kind::BgpPeering => "BGPPeering",
+            Kind::MirrorTarget => "MirrorTarget",
+            Kind::MirrorSelector => "MirrorSelector",
             Kind::Revision => "NetworkConfigRevision",
             Kind::RevisionInputs => "NetworkConfigInputs",
             Kind::NodeConfig => "NodeNetworkConfig",
@@ -64,7 +70,12 @@ impl Kind {
     fn is_input(self) -> bool {
         matches!(
             self,
-            Kind::Vrf | Kind::Layer2 | Kind::RoutingTable | Kind::BgpPeering
+            Kind::Vrf
+                | Kind::Layer2
+                | Kind::RoutingTable
+                | Kind::BgpPeering
+                | Kind::MirrorTarget
+                | Kind::MirrorSelector
         )
     }
 }

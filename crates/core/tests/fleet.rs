@@ -663,6 +663,8 @@ proptest! {
         let a = validate(&inputs, &nodes, &FleetParams::default());
         let shuffled_inputs = RevisionInputs {
             bgp_peerings: Vec::new(),
+            mirror_targets: Vec::new(),
+            mirror_selectors: Vec::new(),
             vrfs: shuffled(&inputs.vrfs, seed),
             layer2s: shuffled(&inputs.layer2s, seed ^ 1),
             routing_tables: shuffled(&inputs.routing_tables, seed ^ 2),

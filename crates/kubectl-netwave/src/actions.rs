@@ -21,8 +21,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    BGPPeering, Layer2NetworkConfiguration, NetworkConfigRevision, RevisionInputs, RoutingTable,
-    VRFRouteConfiguration,
+    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NetworkConfigRevision,
+    RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_core::render::NodeInfo;
 use netwave_core::rollout::hold::{self, Footprint};
@@ -207,6 +207,8 @@ const VRF: &str = "VRFRouteConfiguration";
 const L2: &str = "Layer2NetworkConfiguration";
 const RT: &str = "RoutingTable";
 const BGPP: &str = "BGPPeering";
+const MT: &str = "MirrorTarget";
+const MS: &str = "MirrorSelector";
 
 fn specs<T: Serialize>(items: impl Iterator<Item = (String, T)>) -> BTreeMap<String, Value> {
     items
@@ -215,7 +217,7 @@ fn specs<T: Serialize>(items: impl Iterator<Item = (String, T)>) -> BTreeMap<Str
 }
 
 /// Every input kind as (kind, name → spec JSON).
-fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 4] {
+fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 6] {
     [
         (VRF, specs(i.vrfs.iter().map(|o| (o.name.clone(), &o.spec)))),
         (
@@ -229,6 +231,14 @@ fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 4] {
         (
             BGPP,
             specs(i.bgp_peerings.iter().map(|o| (o.name.clone(), &o.spec))),
+        ),
+        (
+            MT,
+            specs(i.mirror_targets.iter().map(|o| (o.name.clone(), &o.spec))),
+        ),
+        (
+            MS,
+            specs(i.mirror_selectors.iter().map(|o| (o.name.clone(), &o.spec))),
         ),
     ]
 }
@@ -361,9 +371,21 @@ async fn apply_inputs(
     for o in want.bgp_peerings.iter().filter(|o| touched(BGPP, &o.name)) {
         put::<BGPPeering>(client, BGPP, &o.name, &value(&o.spec)).await?;
     }
+    for o in want.mirror_targets.iter().filter(|o| touched(MT, &o.name)) {
+        put::<MirrorTarget>(client, MT, &o.name, &value(&o.spec)).await?;
+    }
+    for o in want
+        .mirror_selectors
+        .iter()
+        .filter(|o| touched(MS, &o.name))
+    {
+        put::<MirrorSelector>(client, MS, &o.name, &value(&o.spec)).await?;
+    }
     for d in c.delete.iter().rev() {
         let (kind, n) = d.split_once('/').expect("Kind/name");
         match kind {
+            MS => delete::<MirrorSelector>(client, kind, n).await?,
+            MT => delete::<MirrorTarget>(client, kind, n).await?,
             BGPP => delete::<BGPPeering>(client, kind, n).await?,
             RT => delete::<RoutingTable>(client, kind, n).await?,
             L2 => delete::<Layer2NetworkConfiguration>(client, kind, n).await?,

@@ -7,9 +7,10 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    BGPPeering, Layer2NetworkConfiguration, NamedBgpPeering, NamedLayer2, NamedRoutingTable,
-    NamedVrf, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs,
-    RoutingTable, VRFRouteConfiguration,
+    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NamedBgpPeering,
+    NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable, NamedVrf,
+    NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable,
+    VRFRouteConfiguration,
 };
 use netwave_core::render::NodeInfo;
 use netwave_core::revision::{ExistingRevision, canonical_inputs};
@@ -118,7 +119,33 @@ pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
         .list(&lp)
         .await
         .context("listing BGPPeerings")?;
+    let targets = Api::<MirrorTarget>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing MirrorTargets")?;
+    let selectors = Api::<MirrorSelector>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing MirrorSelectors")?;
     Ok(canonical_inputs(&RevisionInputs {
+        mirror_targets: targets
+            .items
+            .into_iter()
+            .filter(|o| live(&o.metadata))
+            .map(|o| NamedMirrorTarget {
+                name: o.name_any(),
+                spec: o.spec,
+            })
+            .collect(),
+        mirror_selectors: selectors
+            .items
+            .into_iter()
+            .filter(|o| live(&o.metadata))
+            .map(|o| NamedMirrorSelector {
+                name: o.name_any(),
+                spec: o.spec,
+            })
+            .collect(),
         bgp_peerings: peerings
             .items
             .into_iter()

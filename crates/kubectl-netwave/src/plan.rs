@@ -61,9 +61,12 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
                 Manifest::Layer2(_) => "Layer2NetworkConfiguration",
                 Manifest::RoutingTable(_) => "RoutingTable",
                 Manifest::BgpPeering(_) => "BGPPeering",
+                Manifest::MirrorTarget(_) => "MirrorTarget",
+                Manifest::MirrorSelector(_) => "MirrorSelector",
                 Manifest::Revision(_) | Manifest::NodeConfig(_) => bail!(
                     "{source}: {} is written by the configurator, not an input: plan reads \
-                     VRFRouteConfiguration, Layer2NetworkConfiguration, RoutingTable and BGPPeering objects",
+                     VRFRouteConfiguration, Layer2NetworkConfiguration, RoutingTable, BGPPeering, \
+                     MirrorTarget and MirrorSelector objects",
                     m.name()
                 ),
             };

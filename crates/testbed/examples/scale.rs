@@ -51,6 +51,8 @@ fn node_config(i: usize) -> NodeConfig {
         .collect();
     NodeConfig {
         bgp_peers: Vec::new(),
+        mirror_tunnels: Vec::new(),
+        mirrors: Vec::new(),
         vrfs,
         layer2s,
         routes,

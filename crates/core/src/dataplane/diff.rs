@@ -5,17 +5,25 @@
 //! Order (each stage only depends on earlier ones, so the ops inside one stage may run concurrently):
 //!
 //! ```text
-//!  del rules → del routes → del addresses → del ports → del bridges → del VRFs
-//!  → add links → set VRFs → set bridges (enslave to VRF) → set ports (enslave to bridge)
-//!  → bridge-port flags → add addresses → add/replace routes → add rules
+//!  del mirror filters, del clsact qdiscs, del rules → del routes → del addresses → del ports
+//!  → del bridges and tunnels → del VRFs → add links → add tunnels (their VRF exists) → set VRFs → set bridges and tunnels (enslave
+//!  to VRF) → set ports (enslave to bridge) → bridge-port flags → add addresses → add/replace routes
+//!  → add rules → add clsact qdiscs → add mirror filters
 //! ```
+//!
+//! Mirror filters are compared by what they do (device, hook, match, tunnel), not by the priority
+//! they sit at: a filter that stays keeps its slot, a new one takes its desired slot or the next free
+//! one, so adding or removing one selector never rewrites another's filters.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use ipnet::IpNet;
 
-use super::{Dataplane, Link, LinkKind, Mac, Route, RouteAction, RouteKey, Rule};
+use super::{
+    Dataplane, Hook, Link, LinkKind, MIRROR_PRIORITY_BASE, Mac, MirrorFilter, Route, RouteAction,
+    RouteKey, Rule,
+};
 
 /// What the kernel has: the managed objects plus the names of every link the agent does not own (so a
 /// desired device can never take over a foreign one).
@@ -73,22 +81,34 @@ pub enum NetOp {
     AddRoute(Route),
     ReplaceRoute(Route),
     AddRule(Rule),
+    /// Remove a mirror filter (by device, hook and priority).
+    DelFilter(MirrorFilter),
+    /// Remove a link's `clsact` qdisc, and the filters on it.
+    DelQdisc {
+        dev: String,
+    },
+    AddQdisc {
+        dev: String,
+    },
+    AddFilter(MirrorFilter),
 }
 
 impl NetOp {
     /// Stage in the order above. Ops of one stage are independent of each other.
     pub fn stage(&self) -> u8 {
         match self {
-            NetOp::DelRule(_) => 0,
+            NetOp::DelRule(_) | NetOp::DelFilter(_) | NetOp::DelQdisc { .. } => 0,
             NetOp::DelRoute(_) => 1,
             NetOp::DelAddr { .. } => 2,
             NetOp::DelLink { kind, .. } => 5 - kind.rank(),
-            NetOp::AddLink { .. } => 6,
-            NetOp::SetLink { rank, .. } => 7 + rank,
-            NetOp::SetNeighSuppress { .. } => 10,
-            NetOp::AddAddr { .. } => 11,
-            NetOp::AddRoute(_) | NetOp::ReplaceRoute(_) => 12,
-            NetOp::AddRule(_) => 13,
+            NetOp::AddLink { kind, .. } => 6 + u8::from(kind.needs_device()),
+            NetOp::SetLink { rank, .. } => 8 + rank,
+            NetOp::SetNeighSuppress { .. } => 11,
+            NetOp::AddAddr { .. } => 12,
+            NetOp::AddRoute(_) | NetOp::ReplaceRoute(_) => 13,
+            NetOp::AddRule(_) => 14,
+            NetOp::AddQdisc { .. } => 15,
+            NetOp::AddFilter(_) => 16,
         }
     }
 }
@@ -148,6 +168,10 @@ impl fmt::Display for NetOp {
             NetOp::AddRoute(r) => write!(f, "route add {r}"),
             NetOp::ReplaceRoute(r) => write!(f, "route replace {r}"),
             NetOp::AddRule(r) => write!(f, "rule add {r}"),
+            NetOp::DelFilter(m) => write!(f, "filter del {m}"),
+            NetOp::DelQdisc { dev } => write!(f, "qdisc del dev {dev} clsact"),
+            NetOp::AddQdisc { dev } => write!(f, "qdisc add dev {dev} clsact"),
+            NetOp::AddFilter(m) => write!(f, "filter add {m}"),
         }
     }
 }
@@ -192,6 +216,8 @@ pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, Diff
     }
     let plan = LinkPlan::new(desired, actual);
     let mut ops = Vec::new();
+    let mirrors = plan.mirrors(desired, actual);
+    ops.extend(mirrors.removals);
     plan.removals(desired, actual, &mut ops);
     for l in &plan.created {
         ops.push(NetOp::AddLink {
@@ -203,6 +229,7 @@ pub fn diff(desired: &Dataplane, observed: &Observed) -> Result<Vec<NetOp>, Diff
     }
     plan.link_changes(desired, actual, &mut ops);
     plan.additions(desired, actual, &mut ops);
+    ops.extend(mirrors.additions);
     debug_assert!(ops.windows(2).all(|w| w[0].stage() <= w[1].stage()));
     Ok(ops)
 }
@@ -236,7 +263,15 @@ impl<'a> LinkPlan<'a> {
                 .values()
                 .filter(|l| !actual.links.contains_key(&l.name)),
         );
-        created.sort_by(|a, b| (a.kind.rank(), &a.name).cmp(&(b.kind.rank(), &b.name)));
+        // Masters first; a link created on top of another managed device (a tunnel's VRF) after
+        // every other, in a stage of its own, once the shell knows the new devices' indexes.
+        created.sort_by(|a, b| {
+            (a.kind.needs_device(), a.kind.rank(), &a.name).cmp(&(
+                b.kind.needs_device(),
+                b.kind.rank(),
+                &b.name,
+            ))
+        });
         LinkPlan { removed, created }
     }
 
@@ -357,6 +392,67 @@ impl<'a> LinkPlan<'a> {
         })
     }
 
+    /// The qdisc and filter operations: removals (run first) and additions (run last, once the
+    /// devices and tunnels are up).
+    fn mirrors(&self, desired: &Dataplane, actual: &Dataplane) -> MirrorOps {
+        let mut out = MirrorOps::default();
+        let gone = |name: &str| self.removed.contains_key(name);
+        // Qdiscs: a link that goes or is recreated takes its qdisc and filters with it.
+        let mut qdisc_dropped: BTreeSet<&str> = BTreeSet::new();
+        for (name, have) in &actual.links {
+            if gone(name) || !have.clsact {
+                continue;
+            }
+            if !desired.links.get(name).is_some_and(|w| w.clsact) {
+                qdisc_dropped.insert(name);
+                out.removals.push(NetOp::DelQdisc { dev: name.clone() });
+            }
+        }
+        for want in desired.links.values().filter(|l| l.clsact) {
+            let has = actual
+                .links
+                .get(&want.name)
+                .is_some_and(|h| h.clsact && !gone(&want.name));
+            if !has {
+                out.additions.push(NetOp::AddQdisc {
+                    dev: want.name.clone(),
+                });
+            }
+        }
+        // Filters: keep what still does what is wanted (its tunnel not recreated), drop the rest.
+        let wanted: BTreeSet<_> = desired.mirrors.iter().map(MirrorFilter::identity).collect();
+        let mut kept: BTreeMap<(&str, Hook), BTreeSet<u16>> = BTreeMap::new();
+        let mut kept_ids = BTreeSet::new();
+        for f in &actual.mirrors {
+            if gone(&f.dev) || qdisc_dropped.contains(f.dev.as_str()) {
+                continue;
+            }
+            if wanted.contains(&f.identity()) && !gone(&f.to) && kept_ids.insert(f.identity()) {
+                kept.entry((&f.dev, f.hook)).or_default().insert(f.priority);
+            } else {
+                out.removals.push(NetOp::DelFilter(f.clone()));
+            }
+        }
+        for f in &desired.mirrors {
+            if kept_ids.contains(&f.identity()) {
+                continue;
+            }
+            let used = kept.entry((&f.dev, f.hook)).or_default();
+            let mut priority = f.priority;
+            if used.contains(&priority) {
+                priority = (MIRROR_PRIORITY_BASE..=u16::MAX)
+                    .find(|p| !used.contains(p))
+                    .unwrap_or(f.priority);
+            }
+            used.insert(priority);
+            out.additions.push(NetOp::AddFilter(MirrorFilter {
+                priority,
+                ..f.clone()
+            }));
+        }
+        out
+    }
+
     /// Routes and rules to add or replace.
     fn additions(&self, desired: &Dataplane, actual: &Dataplane, ops: &mut Vec<NetOp>) {
         for (key, action) in &desired.routes {
@@ -375,4 +471,10 @@ impl<'a> LinkPlan<'a> {
             ops.push(NetOp::AddRule(r.clone()));
         }
     }
+}
+
+#[derive(Default)]
+struct MirrorOps {
+    removals: Vec<NetOp>,
+    additions: Vec<NetOp>,
 }

@@ -8,7 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use netwave_api::validate::RESERVED_TABLES;
-use netwave_api::{NamedBgpPeering, NamedLayer2, NamedRoutingTable, NamedVrf, RevisionInputs};
+use netwave_api::{
+    NamedBgpPeering, NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable,
+    NamedVrf, RevisionInputs,
+};
 use sha2::{Digest, Sha256};
 
 use super::objects::{
@@ -38,6 +41,10 @@ pub(crate) struct Index<'a> {
     pub l2s: Vec<&'a NamedLayer2>,
     pub rts: Vec<&'a NamedRoutingTable>,
     pub peerings: Vec<&'a NamedBgpPeering>,
+    /// MirrorTargets and MirrorSelectors, by name (they have no selector of their own: a selector is
+    /// on the nodes that have its source and its target's VRF, see `render::mirror`).
+    pub mirror_targets: Vec<&'a NamedMirrorTarget>,
+    pub mirror_selectors: Vec<&'a NamedMirrorSelector>,
     /// Sorted by name, one per name.
     pub nodes: Vec<&'a NodeInfo>,
     /// Distinct selector of each object (parallel to `vrfs`, `l2s`, `rts`); `None` when invalid.
@@ -62,6 +69,8 @@ impl<'a> Index<'a> {
         let l2s = canonical_refs(&inputs.layer2s, |o| &o.name);
         let rts = canonical_refs(&inputs.routing_tables, |o| &o.name);
         let peerings = canonical_refs(&inputs.bgp_peerings, |o| &o.name);
+        let mirror_targets = canonical_refs(&inputs.mirror_targets, |o| &o.name);
+        let mirror_selectors = canonical_refs(&inputs.mirror_selectors, |o| &o.name);
 
         let mut distinct: BTreeMap<Selector, u32> = BTreeMap::new();
         let mut selector_errors = Vec::new();
@@ -143,6 +152,8 @@ impl<'a> Index<'a> {
             l2s,
             rts,
             peerings,
+            mirror_targets,
+            mirror_selectors,
             nodes: sorted_nodes,
             vrf_sel,
             l2_sel,

@@ -39,6 +39,8 @@ pub enum InputKind {
     Layer2,
     RoutingTable,
     BgpPeering,
+    MirrorTarget,
+    MirrorSelector,
 }
 
 impl InputKind {
@@ -49,6 +51,8 @@ impl InputKind {
             InputKind::Layer2 => "Layer2NetworkConfiguration",
             InputKind::RoutingTable => "RoutingTable",
             InputKind::BgpPeering => "BGPPeering",
+            InputKind::MirrorTarget => "MirrorTarget",
+            InputKind::MirrorSelector => "MirrorSelector",
         }
     }
 }

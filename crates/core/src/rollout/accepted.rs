@@ -37,6 +37,9 @@ pub struct ObjectVerdict {
     pub selected_nodes: u32,
     /// VRFs: the table, explicit or allocated.
     pub table_id: Option<u32>,
+    /// MirrorTargets: the MirrorSelectors that name it (`activeSelectors`); its node count is
+    /// `selected_nodes` (also written as `activeNodes`).
+    pub active_selectors: Option<u32>,
 }
 
 /// Every input object's verdict, by object.
@@ -101,6 +104,50 @@ pub fn input_verdicts(
             InputRef::new(InputKind::BgpPeering, &o.name),
             ObjectVerdict {
                 selected_nodes: count(ix.peering_sel[i]),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
+    // Mirrors have no selector: a MirrorSelector is on the nodes that have its source and its
+    // target's VRF, a MirrorTarget on the nodes of its selectors.
+    let placements = crate::render::mirror::placements(&ix);
+    let nodes_in = |groups: &std::collections::BTreeSet<usize>| -> u32 {
+        groups
+            .iter()
+            .map(|&g| ix.groups[g].nodes.len() as u32)
+            .sum()
+    };
+    let mut target_groups: Vec<std::collections::BTreeSet<usize>> =
+        vec![Default::default(); ix.mirror_targets.len()];
+    for (i, o) in ix.mirror_selectors.iter().enumerate() {
+        let groups: std::collections::BTreeSet<usize> = placements[i]
+            .as_ref()
+            .map(|(r, gs)| {
+                target_groups[r.target].extend(gs);
+                gs.iter().copied().collect()
+            })
+            .unwrap_or_default();
+        objects.insert(
+            InputRef::new(InputKind::MirrorSelector, &o.name),
+            ObjectVerdict {
+                selected_nodes: nodes_in(&groups),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
+    for (i, o) in ix.mirror_targets.iter().enumerate() {
+        let selectors = ix
+            .mirror_selectors
+            .iter()
+            .filter(|s| {
+                s.spec.mirror_target.name == o.name && s.spec.mirror_target.kind == "MirrorTarget"
+            })
+            .count() as u32;
+        objects.insert(
+            InputRef::new(InputKind::MirrorTarget, &o.name),
+            ObjectVerdict {
+                selected_nodes: nodes_in(&target_groups[i]),
+                active_selectors: Some(selectors),
                 ..ObjectVerdict::default()
             },
         );
@@ -258,6 +305,8 @@ fn accepted(
         }],
         selected_nodes: Some(verdict.selected_nodes),
         table_id: verdict.table_id,
+        active_selectors: verdict.active_selectors,
+        active_nodes: verdict.active_selectors.map(|_| verdict.selected_nodes),
         revision: revision.map(str::to_string),
         observed_generation: generation,
     }
@@ -312,6 +361,8 @@ mod tests {
     fn inputs() -> RevisionInputs {
         RevisionInputs {
             bgp_peerings: Vec::new(),
+            mirror_targets: Vec::new(),
+            mirror_selectors: Vec::new(),
             vrfs: vec![
                 vrf("tenant-a", 1001, None, "10.0.76.80/28"),
                 vrf("tenant-b", 1002, Some(200), "10.0.76.81/28"),

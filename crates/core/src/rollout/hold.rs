@@ -139,6 +139,8 @@ fn short(kind: InputKind) -> &'static str {
         InputKind::Layer2 => "l2",
         InputKind::RoutingTable => "rt",
         InputKind::BgpPeering => "bgpp",
+        InputKind::MirrorTarget => "mirrortarget",
+        InputKind::MirrorSelector => "mirrorselector",
     }
 }
 

@@ -149,6 +149,8 @@ pub fn inputs(
 ) -> RevisionInputs {
     RevisionInputs {
         bgp_peerings: Vec::new(),
+        mirror_targets: Vec::new(),
+        mirror_selectors: Vec::new(),
         vrfs,
         layer2s: l2s,
         routing_tables: rts,
