@@ -272,10 +272,22 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_failures: Option<u32>,
-    /// A node that has not reported `Provisioned` this long after assignment has failed.
+    /// How long a node's agent may take to apply a revision: a node not `Provisioned` this long after
+    /// its agent started this attempt (the `lastTransitionTime` of its `Provisioning` report for this
+    /// revision and retry) has failed (`ApplyTimeout`). Counted from the agent's start, not from the
+    /// assignment, so an API server slow to deliver the assignment or the report fails no node. The
+    /// start is read no earlier than the assignment and no later than the pickup deadline
+    /// (`pickupTimeoutSeconds`), so a skewed agent clock moves it at most within that window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub apply_timeout_seconds: Option<u32>,
+    /// How long after assignment a node's agent may take to start applying (report `Provisioning`,
+    /// or its verdict, for this revision and retry). A node whose agent has not started by then has
+    /// failed (`PickupTimeout`: a dead agent, a deleted pod, an agent that cannot reach the API
+    /// server). Defaults to `applyTimeoutSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub pickup_timeout_seconds: Option<u32>,
     /// No node updated for this long sets `Progressing=False` (`ProgressDeadlineExceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
