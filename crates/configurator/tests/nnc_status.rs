@@ -41,7 +41,8 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
     add_nodes(&client, &names).await;
     apply_samples(&client).await;
     let (a, port) = args_with_metrics(&[]);
-    let _configurator = Configurator::start(client.clone(), a);
+    let writes = NodeConfigWrites::default();
+    let _configurator = Configurator::start(writes.client(&env).await, a);
     let agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
     let first = eventually(T, "both nodes Provisioned", || async {
         let c = configs(&client).await;
@@ -103,13 +104,20 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
         other.status.as_ref().unwrap().phase.as_deref(),
         Some(NodePhase::Provisioned.as_str())
     );
-    // With no agent answering, it stays Pending (nothing else turns it back to Provisioned).
+    // With no agent answering, it stays Pending (nothing else turns it back to Provisioned), and the
+    // mark was written once for this transition: every write of node-00's status by the configurator.
     reconciles_pass(port, 2.0).await;
     let still = &configs(&client).await[&names[0]];
     assert_eq!(
         still.status.as_ref().unwrap().phase.as_deref(),
         Some(NODE_PHASE_PENDING)
     );
+    let marks: Vec<String> = writes.0.lock().unwrap()[&names[0]]
+        .iter()
+        .filter(|w| w.ends_with("/status"))
+        .cloned()
+        .collect();
+    assert_eq!(marks.len(), 1, "node-00's status written once: {marks:?}");
 
     // The agent reports on the new config: Provisioned, running the new hash.
     let _agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
