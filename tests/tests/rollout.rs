@@ -111,10 +111,10 @@ async fn happy_rollout_to_six_nodes_within_budget_and_the_data_plane_works() {
 
     // One writer per field, as the API server's server-side apply records it: the configurator owns
     // every NodeNetworkConfig's spec, the node's agent its status, and nobody else owns either. A node
-    // that waited in this first rollout had a placeholder whose status the configurator wrote (Queued,
-    // then Pending); the agent's reports took every field over, and a field can stay shared only where
-    // the agent wrote the very same value (a transition time within the same second): the configurator
-    // never owns a status field the agent does not.
+    // that waited in this first rollout had a placeholder (its status never written since #28; an
+    // older configurator wrote Queued, then Pending, there); the agent's reports took every field over,
+    // and a field can stay shared only where the agent wrote the very same value (a transition time
+    // within the same second): the configurator never owns a status field the agent does not.
     for (node, c) in f.configs().await.unwrap() {
         let fields = |manager: &str, part: &str| -> Option<std::collections::BTreeSet<String>> {
             let mut out: Option<std::collections::BTreeSet<String>> = None;

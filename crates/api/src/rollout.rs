@@ -30,10 +30,18 @@ pub const ASSIGNED_AT_ANNOTATION: &str = "netwave.dev/assigned-at";
 /// agent's next report replaces it. Without it the old `Provisioned` would read as applied.
 pub const NODE_PHASE_PENDING: &str = crate::vocab::node_phases::PENDING;
 
-/// `status.phase` of a NodeNetworkConfig that holds no assignment yet (a placeholder, `spec.revision`
-/// empty): the node waits for its first config in a rollout; `status.message` says what for. Written by
-/// the configurator, so `kubectl get nnc` lists every node of the fleet, queued ones too.
+/// `status.phase` that configurators before #28 wrote on a placeholder (`spec.revision` empty), with
+/// `status.message` saying what the node waits for. Now that is [`QUEUED_ANNOTATION`], written with the
+/// placeholder itself; this is still read from placeholders an older configurator left.
 pub const NODE_PHASE_QUEUED: &str = crate::vocab::node_phases::QUEUED;
+
+/// Annotation on a placeholder NodeNetworkConfig (`spec.revision` empty), written by the configurator
+/// when it creates it: what the node waits for ("queued for revision … in the rollout", "not Ready or
+/// cordoned"). Carried in the object it is created with, so a queued node costs one write, not a
+/// create and a status write; `kubectl get nnc` shows it (column `Queued`). The assignment that
+/// replaces the placeholder sets it empty (it cannot remove a field its create owns), and the node's
+/// next assignment removes it.
+pub const QUEUED_ANNOTATION: &str = "netwave.dev/queued";
 
 /// Annotation on a NodeNetworkConfig, written by the configurator (an agent can write only the status):
 /// the revisions the node failed in a row while other nodes provisioned them, `name@sequence`
@@ -291,10 +299,22 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_failures: Option<u32>,
-    /// A node that has not reported `Provisioned` this long after assignment has failed.
+    /// How long a node's agent may take to apply a revision: a node not `Provisioned` this long after
+    /// its agent started this attempt (the `lastTransitionTime` of its `Provisioning` report for this
+    /// revision and retry) has failed (`ApplyTimeout`). Counted from the agent's start, not from the
+    /// assignment, so an API server slow to deliver the assignment or the report fails no node. The
+    /// start is read no earlier than the assignment and no later than the pickup deadline
+    /// (`pickupTimeoutSeconds`), so a skewed agent clock moves it at most within that window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub apply_timeout_seconds: Option<u32>,
+    /// How long after assignment a node's agent may take to start applying (report `Provisioning`,
+    /// or its verdict, for this revision and retry). A node whose agent has not started by then has
+    /// failed (`PickupTimeout`: a dead agent, a deleted pod, an agent that cannot reach the API
+    /// server). Defaults to `applyTimeoutSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub pickup_timeout_seconds: Option<u32>,
     /// No node updated for this long sets `Progressing=False` (`ProgressDeadlineExceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -468,6 +488,11 @@ pub struct ValidationResult {
     ),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.reason"),
     printcolumn(
+        name = "Queued",
+        type_ = "string",
+        json_path = r".metadata.annotations.netwave\.dev/queued"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -476,8 +501,8 @@ pub struct ValidationResult {
 #[serde(rename_all = "camelCase")]
 pub struct NodeNetworkConfigSpec {
     /// Name of the NetworkConfigRevision this config was rendered from. Empty in a placeholder: the
-    /// node has not been assigned anything yet (it is queued in its first rollout, see `status`), and
-    /// its agent changes nothing.
+    /// node has not been assigned anything yet (it is queued in its first rollout; the annotation
+    /// `netwave.dev/queued` says what for), and its agent changes nothing.
     pub revision: String,
     /// That revision's sequence.
     pub sequence: u64,
@@ -724,7 +749,28 @@ impl NodeNetworkConfigSpec {
 }
 
 impl NodeNetworkConfig {
-    /// The status still says the node is queued although the spec now holds an assignment.
+    /// What a placeholder's node waits for: [`QUEUED_ANNOTATION`], or the `Queued` status an older
+    /// configurator wrote. `None` for an assignment.
+    pub fn queued_message(&self) -> Option<&str> {
+        if !self.spec.is_placeholder() {
+            return None;
+        }
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(QUEUED_ANNOTATION))
+            .map(String::as_str)
+            .filter(|m| !m.is_empty())
+            .or_else(|| {
+                let st = self.status.as_ref()?;
+                (st.phase.as_deref() == Some(NODE_PHASE_QUEUED))
+                    .then_some(st.message.as_deref())
+                    .flatten()
+            })
+    }
+
+    /// The status still says the node is queued although the spec now holds an assignment (a
+    /// placeholder an older configurator marked `Queued` in its status).
     pub fn reports_queued(&self) -> bool {
         !self.spec.is_placeholder()
             && self
@@ -751,9 +797,9 @@ impl NodeNetworkConfig {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", default)]
 pub struct NodeNetworkConfigStatus {
-    /// `Provisioning`, `Provisioned` or `Invalid` (the agent's); or the configurator's: `Queued` (a
-    /// placeholder: nothing assigned yet) and `Pending` (assigned, or re-rendered under the same
-    /// revision, and the agent has not reported on it yet).
+    /// `Provisioning`, `Provisioned` or `Invalid` (the agent's); or the configurator's `Pending` (the
+    /// config was re-rendered under the revision the agent reported `Provisioned` for, and the agent
+    /// has not reported on the new one yet). `Queued` on placeholders of configurators before #28.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Revision the phase refers to.

@@ -272,8 +272,13 @@ pub mod node_reasons {
     /// written by the configurator). The kernel was not touched. Not a verdict on the revision: the
     /// rollout does not count it as a node failure, and the configurator puts the spec back.
     pub const CONFIG_TAMPERED: &str = "ConfigTampered";
-    /// Recorded by the configurator for a node that did not report in time (`applyTimeoutSeconds`).
+    /// Recorded by the configurator for a node whose agent started applying this attempt but did not
+    /// report its verdict within `applyTimeoutSeconds` of that start.
     pub const APPLY_TIMEOUT: &str = "ApplyTimeout";
+    /// Recorded by the configurator for a node whose agent did not start applying (no `Provisioning`
+    /// report, nor a verdict, for this revision and retry) within `pickupTimeoutSeconds` of the
+    /// assignment: a dead agent, a deleted pod, an agent that cannot reach the API server.
+    pub const PICKUP_TIMEOUT: &str = "PickupTimeout";
     /// The agent's last good backup (`last-good.json` in its state dir) is corrupt: it does not parse,
     /// its checksum does not match, or its generation is wrong. The agent refuses every apply and
     /// touches no kernel object until an admin repairs it (moves the file aside), since it could not

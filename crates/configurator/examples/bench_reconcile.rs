@@ -33,8 +33,8 @@ use kube::api::ObjectMeta;
 use netwave_agent::sim::{Answer, status_for};
 use netwave_api::manifest::{Manifest, samples};
 use netwave_api::{
-    ASSIGNED_AT_ANNOTATION, NODE_PHASE_QUEUED, NetworkConfigInputs, NetworkConfigRevision,
-    NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus,
+    ASSIGNED_AT_ANNOTATION, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
+    NodeNetworkConfigSpec, NodeNetworkConfigStatus, QUEUED_ANNOTATION,
 };
 use netwave_configurator::metrics::Metrics;
 use netwave_configurator::reconcile::{self, ApplyTimes, RenderCache, Settings, Snapshot};
@@ -116,6 +116,7 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                 node,
                 spec,
                 assigned_at,
+                ..
             } => {
                 let status = s
                     .node_configs
@@ -145,11 +146,7 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
             Intent::QueueNode { node, message, .. } => {
                 let mut c = NodeNetworkConfig::new(&node, NodeNetworkConfigSpec::placeholder());
                 c.metadata.uid = Some(format!("uid-nnc-{node}"));
-                c.status = Some(NodeNetworkConfigStatus {
-                    phase: Some(NODE_PHASE_QUEUED.into()),
-                    message: Some(message),
-                    ..NodeNetworkConfigStatus::default()
-                });
+                c.metadata.annotations = Some([(QUEUED_ANNOTATION.to_string(), message)].into());
                 upsert(&mut s.node_configs, c);
             }
             Intent::DeleteNodeConfig { name } => s

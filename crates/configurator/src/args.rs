@@ -52,6 +52,10 @@ pub struct Args {
     /// Default for `spec.rollout.applyTimeoutSeconds`.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub apply_timeout: Duration,
+    /// Default for `spec.rollout.pickupTimeoutSeconds`: how long after assignment an agent may take
+    /// to start applying (report `Provisioning`). Unset: each revision's apply timeout.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub pickup_timeout: Option<Duration>,
     /// Default for `spec.rollout.progressDeadlineSeconds`.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
     pub progress_deadline: Duration,
@@ -163,9 +167,11 @@ impl Args {
             );
         }
         for (flag, d) in [
-            ("--apply-timeout", self.apply_timeout),
-            ("--progress-deadline", self.progress_deadline),
+            ("--apply-timeout", Some(self.apply_timeout)),
+            ("--pickup-timeout", self.pickup_timeout),
+            ("--progress-deadline", Some(self.progress_deadline)),
         ] {
+            let Some(d) = d else { continue };
             if d < Duration::from_secs(1) {
                 return Err(format!("{flag} must be at least 1s"));
             }

@@ -330,7 +330,7 @@ pub fn compute(
     cache.retain(&renders.used);
 
     let plan = rollout::step(&input, now);
-    let mut intents = plan_intents(s, &plan, &renders.rendered, &tampered, now);
+    let mut intents = plan_intents(s, &cache.observed, &plan, &renders.rendered, &tampered, now);
     intents.extend(unrestorable_revision_events(s, &tampered));
     intents.extend(placeholders(&cache.observed, &holds, &plan));
     intents.extend(quarantine_conditions(&cache.observed, &plan, now));
@@ -625,6 +625,7 @@ fn judge_inputs(
 /// back, deletes, then the plan's Events.
 fn plan_intents(
     s: &Snapshot,
+    observed: &Observed,
     plan: &Plan,
     rendered: &BTreeMap<String, Arc<Rendered>>,
     tampered: &Findings,
@@ -668,6 +669,7 @@ fn plan_intents(
             node: a.node.clone(),
             spec: Box::new(spec),
             assigned_at: a.assigned_at.to_rfc3339(),
+            clear_queued: may_be_queued(observed.config(&a.node).map(|(c, _)| c.as_ref())),
         });
     }
     intents.extend(restore_node_configs(s, tampered, rendered, plan, now));
@@ -711,13 +713,29 @@ fn event_intent(s: &Snapshot, e: &rollout::Event, action: &str) -> Intent {
     }
 }
 
+/// Whether an assignment over `current` (as the cache has it) must set `netwave.dev/queued` empty: it
+/// is a placeholder, or one the cache does not show yet (the create may have landed), or an
+/// assignment still carrying a message. Not once it is empty: the assignment then leaves it out, which
+/// removes it.
+fn may_be_queued(current: Option<&netwave_api::NodeNetworkConfig>) -> bool {
+    current.is_none_or(|c| {
+        c.spec.is_placeholder()
+            || c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(netwave_api::QUEUED_ANNOTATION))
+                .is_some_and(|m| !m.is_empty())
+    })
+}
+
 /// Most placeholder writes one reconcile makes: a first rollout of 5,000 nodes creates them in batches
 /// behind the rollout's own writes, so an agent's report never waits behind thousands of them.
 const PLACEHOLDER_WRITES_PER_RECONCILE: usize = 250;
 
 /// Every node of the fleet has a NodeNetworkConfig, so `kubectl get nnc` lists it: a node the plan
-/// leaves without an assignment (queued in a first rollout, or not Ready) gets a placeholder whose
-/// status says what it waits for. Placeholders of nodes that left are deleted. At most
+/// leaves without an assignment (queued in a first rollout, or not Ready) gets a placeholder created
+/// with `netwave.dev/queued` saying what it waits for (one write; its status is never written).
+/// Placeholders of nodes that left are deleted. At most
 /// [`PLACEHOLDER_WRITES_PER_RECONCILE`] writes; the next reconcile makes the rest.
 fn placeholders(observed: &Observed, holds: &Holds, plan: &Plan) -> Vec<Intent> {
     let mut out = Vec::new();
@@ -741,11 +759,7 @@ fn placeholders(observed: &Observed, holds: &Holds, plan: &Plan) -> Vec<Intent> 
             continue;
         };
         let current = observed.placeholders().get(node);
-        let status = current.and_then(|c| c.status.as_ref());
-        if status.is_some_and(|st| {
-            st.phase.as_deref() == Some(netwave_api::NODE_PHASE_QUEUED)
-                && st.message.as_deref() == Some(message.as_str())
-        }) {
+        if current.and_then(|c| c.queued_message()) == Some(message.as_str()) {
             continue;
         }
         out.push(Intent::QueueNode {
@@ -992,6 +1006,7 @@ fn restore_node_configs(
                         ..c.spec.clone()
                     }),
                     assigned_at,
+                    clear_queued: may_be_queued(Some(c.as_ref())),
                 });
                 "put back from its revision"
             }

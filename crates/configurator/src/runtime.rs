@@ -28,6 +28,7 @@ pub fn settings(args: &Args) -> Settings {
             max_unavailable: args.max_unavailable,
             max_failures: args.max_failures,
             apply_timeout_seconds: args.apply_timeout.as_secs() as u32,
+            pickup_timeout_seconds: args.pickup_timeout.map(|d| d.as_secs() as u32),
             progress_deadline_seconds: args.progress_deadline.as_secs() as u32,
             revision_history_limit: args.revision_history_limit as usize,
             destructive_threshold: args.destructive_threshold,

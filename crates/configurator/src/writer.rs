@@ -13,9 +13,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
-    NODE_PHASE_QUEUED, NetworkConfigInputs, NetworkConfigRevision, NetworkConfigRevisionSpec,
-    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, RevisionInputs,
-    RoutingTable, VRFRouteConfiguration,
+    NetworkConfigInputs, NetworkConfigRevision, NetworkConfigRevisionSpec,
+    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, QUEUED_ANNOTATION,
+    RevisionInputs, RoutingTable, VRFRouteConfiguration,
 };
 use netwave_api::{BGPPeering, MirrorSelector, MirrorTarget};
 use netwave_core::render::InputKind;
@@ -84,10 +84,15 @@ pub enum Intent {
         condition: Option<Condition>,
     },
     /// Server-side apply of a node's whole spec (creates the NNC if missing) and its assignment time.
+    /// `clear_queued`: the object may be (or may still be, as far as the cache knows) a placeholder
+    /// whose create set `netwave.dev/queued`: the same apply sets it empty (an apply cannot remove a
+    /// field a create owns, but takes it over), and the node's next assignment, which leaves it out,
+    /// removes it. No separate write either way.
     ApplyNodeConfig {
         node: String,
         spec: Box<NodeNetworkConfigSpec>,
         assigned_at: String,
+        clear_queued: bool,
     },
     /// Server-side apply of a revision's whole status: fields omitted now are removed.
     RevisionStatus {
@@ -102,10 +107,10 @@ pub enum Intent {
         name: String,
         status: Box<InputStatus>,
     },
-    /// A placeholder NodeNetworkConfig for a node without an assignment (created when
-    /// `resource_version` is `None`), and its `Queued` status saying what the node waits for. The
-    /// status is written only over the placeholder as read (its resourceVersion), never over an
-    /// assignment that came in between.
+    /// A placeholder NodeNetworkConfig for a node without an assignment, created (when
+    /// `resource_version` is `None`) with `netwave.dev/queued` saying what the node waits for: one
+    /// write. An existing placeholder whose message changed gets the new one over the object as read
+    /// (its resourceVersion), never over an assignment that came in between.
     QueueNode {
         node: String,
         message: String,
@@ -169,8 +174,11 @@ impl Intent {
 }
 
 /// After a spec write, `written`'s status may still describe something else: `Provisioned` for the
-/// config before a re-render under the same revision, or `Queued` from the placeholder the assignment
-/// replaced. Mark it `Pending` until the agent reports.
+/// config before a re-render under the same revision, or `Queued` from a placeholder an older
+/// configurator marked so. Mark it `Pending` until the agent reports. Read from the object the write
+/// returned, so an assignment sent again (the cache had not shown the first yet) finds `Pending`
+/// already and writes nothing: one status write per transition. A node whose status nobody wrote
+/// (a first assignment, over a placeholder or none) needs none: its empty status tells no lie.
 async fn mark_pending(
     nncs: &Api<NodeNetworkConfig>,
     written: &NodeNetworkConfig,
@@ -301,31 +309,40 @@ async fn put_inputs(
     api.create(&pp, &object).await.map(drop)
 }
 
-/// Creates a node's placeholder if `resource_version` is `None` (one a previous attempt created is
-/// reused; an assignment that beat us is left alone) and marks it `Queued` with `message`.
+/// Creates a node's placeholder saying what it waits for (`message`, in `netwave.dev/queued`) if
+/// `resource_version` is `None`: one write. One that exists already (a previous attempt's, or an
+/// assignment that beat us) is left alone: the next reconcile sees it and decides again. With
+/// `resource_version`, puts the new `message` on the placeholder as read; a conflict means it changed
+/// meanwhile (an assignment, say), and the newer object stands.
 async fn queue_node(
     nncs: &Api<NodeNetworkConfig>,
     node: &str,
     message: &str,
     resource_version: Option<&str>,
 ) -> Result<(), kube::Error> {
-    let rv = match resource_version {
-        Some(rv) => rv.to_string(),
-        None => {
-            let mut nnc = NodeNetworkConfig::new(node, NodeNetworkConfigSpec::placeholder());
-            nnc.meta_mut().labels = Some(managed_by());
-            let pp = create_params();
-            let created = match nncs.create(&pp, &nnc).await {
-                Err(kube::Error::Api(ae)) if ae.code == 409 => nncs.get(node).await?,
-                other => other?,
-            };
-            if !created.spec.is_placeholder() {
-                return Ok(());
-            }
-            created.metadata.resource_version.unwrap_or_default()
-        }
+    let Some(rv) = resource_version else {
+        let mut nnc = NodeNetworkConfig::new(node, NodeNetworkConfigSpec::placeholder());
+        nnc.meta_mut().labels = Some(managed_by());
+        nnc.meta_mut().annotations =
+            Some([(QUEUED_ANNOTATION.to_string(), message.to_string())].into());
+        return match nncs.create(&create_params(), &nnc).await {
+            Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
+            other => other.map(drop),
+        };
     };
-    write_node_phase(nncs, node, Some(&rv), NODE_PHASE_QUEUED, message).await
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": rv,
+            "annotations": { QUEUED_ANNOTATION: message },
+        },
+    });
+    match nncs
+        .patch(node, &merge_params(), &Patch::Merge(&patch))
+        .await
+    {
+        Err(kube::Error::Api(ae)) if ae.code == 409 => Ok(()),
+        r => r.map(drop),
+    }
 }
 
 /// One line for a person, written by the replica that did it, once it is done. Per-node writes stay at
@@ -612,11 +629,17 @@ impl Writer {
                 node,
                 spec,
                 assigned_at,
+                clear_queued,
             } => {
+                let mut annotations = serde_json::Map::new();
+                annotations.insert(ASSIGNED_AT_ANNOTATION.into(), assigned_at.as_str().into());
+                if *clear_queued {
+                    annotations.insert(QUEUED_ANNOTATION.into(), "".into());
+                }
                 let patch = json!({
                     "apiVersion": "netwave.dev/v1alpha1",
                     "kind": "NodeNetworkConfig",
-                    "metadata": { "name": node, "annotations": { ASSIGNED_AT_ANNOTATION: assigned_at } },
+                    "metadata": { "name": node, "annotations": annotations },
                     "spec": spec,
                 });
                 let written = nncs.patch(node, &apply, &Patch::Apply(&patch)).await?;

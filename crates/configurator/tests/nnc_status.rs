@@ -10,8 +10,11 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use netwave_api::NODE_PHASE_PENDING;
 use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -38,7 +41,8 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
     add_nodes(&client, &names).await;
     apply_samples(&client).await;
     let (a, port) = args_with_metrics(&[]);
-    let _configurator = Configurator::start(client.clone(), a);
+    let writes = NodeConfigWrites::default();
+    let _configurator = Configurator::start(writes.client(&env).await, a);
     let agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
     let first = eventually(T, "both nodes Provisioned", || async {
         let c = configs(&client).await;
@@ -100,13 +104,20 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
         other.status.as_ref().unwrap().phase.as_deref(),
         Some(NodePhase::Provisioned.as_str())
     );
-    // With no agent answering, it stays Pending (nothing else turns it back to Provisioned).
+    // With no agent answering, it stays Pending (nothing else turns it back to Provisioned), and the
+    // mark was written once for this transition: every write of node-00's status by the configurator.
     reconciles_pass(port, 2.0).await;
     let still = &configs(&client).await[&names[0]];
     assert_eq!(
         still.status.as_ref().unwrap().phase.as_deref(),
         Some(NODE_PHASE_PENDING)
     );
+    let marks: Vec<String> = writes.0.lock().unwrap()[&names[0]]
+        .iter()
+        .filter(|w| w.ends_with("/status"))
+        .cloned()
+        .collect();
+    assert_eq!(marks.len(), 1, "node-00's status written once: {marks:?}");
 
     // The agent reports on the new config: Provisioned, running the new hash.
     let _agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(50));
@@ -124,9 +135,9 @@ async fn rerendered_config_reads_pending_until_the_agent_reports_it() {
 }
 
 /// `kubectl get nnc` lists every node of the fleet during a first rollout: a node that waits for its
-/// turn has a placeholder reading `Queued` with what it waits for (a cordoned node says so), no agent
-/// applies a placeholder, an assignment replaces it (`Pending` until the agent reports), and a node that
-/// leaves takes its placeholder with it.
+/// turn has a placeholder whose `Queued` column says what it waits for (a cordoned node says so), no
+/// agent applies a placeholder, an assignment replaces it (the column empties; the status stays the
+/// agent's), and a node that leaves takes its placeholder with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
     let env = env().await;
@@ -153,11 +164,7 @@ async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
         let c = configs(&client).await;
         let queued: Vec<&str> = c
             .iter()
-            .filter(|(_, n)| {
-                n.spec.is_placeholder()
-                    && n.status.as_ref().and_then(|s| s.phase.as_deref())
-                        == Some(netwave_api::NODE_PHASE_QUEUED)
-            })
+            .filter(|(_, n)| n.queued_message().is_some())
             .map(|(name, _)| name.as_str())
             .collect();
         let placeholders = c.values().filter(|n| n.spec.is_placeholder()).count();
@@ -185,26 +192,32 @@ async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
         .values()
         .find(|n| n.spec.is_placeholder() && n.metadata.name.as_deref() != Some("node-03"))
         .unwrap();
-    let message = waiting.status.clone().unwrap().message.unwrap();
+    let message = waiting.queued_message().unwrap();
     assert!(
         message.contains(&format!("queued for revision {revision}")),
         "{message}"
     );
-    let message = queued["node-03"].status.clone().unwrap().message.unwrap();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(waiting.metadata.name.as_deref().unwrap()))
+        .unwrap();
+    assert!(
+        row.contains("queued for revision"),
+        "the Queued column: {row}"
+    );
+    let message = queued["node-03"].queued_message().unwrap();
     assert!(message.contains("not Ready or cordoned"), "{message}");
-    // A placeholder is no assignment: no agent reported on one.
+    // A placeholder is no assignment: no agent reported on one, and nobody wrote its status.
     assert!(
         queued
             .values()
             .filter(|n| n.spec.is_placeholder())
-            .all(|n| n
-                .status
-                .as_ref()
-                .is_some_and(|s| s.observed_revision.is_none()))
+            .all(|n| n.status.is_none())
     );
 
-    // The rollout reaches every schedulable node: each placeholder was replaced by its assignment; the
-    // silent node reads Pending (assigned, its agent never reported), not Queued.
+    // The rollout reaches every schedulable node: each placeholder was replaced by its assignment,
+    // which emptied what it waited for; the silent node reads its revision and no phase (assigned, its
+    // agent never reported), not Queued.
     let done = eventually(
         T,
         "node-00, node-01 Provisioned; node-02 assigned",
@@ -215,30 +228,36 @@ async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
                     == Some(NodePhase::Provisioned.as_str())
                     && c[n].spec.revision == revision
             };
-            // The Pending mark is the write right after the assignment: wait for both.
-            let pending = c["node-02"]
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                == Some(NODE_PHASE_PENDING);
-            (ok("node-00") && ok("node-01") && c["node-02"].spec.revision == revision && pending)
+            (ok("node-00") && ok("node-01") && c["node-02"].spec.revision == revision)
                 .then(|| c.clone())
                 .ok_or_else(|| "not yet".to_string())
         },
     )
     .await;
-    let silent = done["node-02"].status.clone().unwrap_or_default();
-    assert!(
-        silent
-            .message
-            .is_some_and(|m| m.contains(&format!("assigned revision {revision}"))),
-        "node-02 says it was assigned"
+    assert_eq!(
+        done["node-02"].status, None,
+        "nobody wrote node-02's status"
     );
+    for n in ["node-00", "node-01", "node-02"] {
+        assert_eq!(done[n].queued_message(), None, "{n}");
+        let annotation = done[n]
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(netwave_api::QUEUED_ANNOTATION));
+        assert!(
+            annotation.is_none_or(|m| m.is_empty()),
+            "{n}: {annotation:?}"
+        );
+    }
     assert!(
         done["node-03"].spec.is_placeholder(),
         "a cordoned node is not assigned"
     );
-    println!("after the rollout:\n{}", kubectl_get_nnc(&env));
+    let table = kubectl_get_nnc(&env);
+    println!("after the rollout:\n{table}");
+    let row = table.lines().find(|l| l.starts_with("node-02")).unwrap();
+    assert!(!row.contains("queued for revision"), "{row}");
 
     // node-03 leaves the cluster: its placeholder goes with it.
     Api::<Node>::all(client.clone())
@@ -252,4 +271,109 @@ async fn every_node_has_a_config_queued_ones_say_what_they_wait_for() {
             .ok_or_else(|| "still there".to_string())
     })
     .await;
+}
+
+/// The configurator's write requests per NodeNetworkConfig name, counted by a layer on its client
+/// (creates by the name in their body, everything else by the name in the path); reads are not counted.
+#[derive(Clone, Default)]
+struct NodeConfigWrites(Arc<Mutex<BTreeMap<String, Vec<String>>>>);
+
+impl NodeConfigWrites {
+    async fn client(&self, env: &Env) -> kube::Client {
+        let kc = Kubeconfig::read_from(env.kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        let writes = self.clone();
+        let layer =
+            tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+                writes.record(&req);
+                req
+            });
+        kube::client::ClientBuilder::try_from(config)
+            .unwrap()
+            .with_layer(&layer)
+            .build()
+    }
+
+    fn record(&self, req: &http::Request<kube::client::Body>) {
+        const PREFIX: &str = "/apis/netwave.dev/v1alpha1/nodenetworkconfigs";
+        if req.method() == http::Method::GET {
+            return;
+        }
+        let Some(rest) = req.uri().path().strip_prefix(PREFIX) else {
+            return;
+        };
+        let name = match rest.strip_prefix('/') {
+            Some(rest) => rest.split('/').next().unwrap_or_default().to_string(),
+            // A create: the name is in the body (kube sends it whole, so this is ready at once).
+            None => req
+                .body()
+                .try_clone()
+                .and_then(|b| futures::executor::block_on(b.collect_bytes()).ok())
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v["metadata"]["name"].as_str().map(str::to_string))
+                .unwrap_or_default(),
+        };
+        let what = format!("{} {}", req.method(), req.uri().path());
+        self.0.lock().unwrap().entry(name).or_default().push(what);
+    }
+}
+
+/// #28: a first rollout costs at most 2 configurator writes per node, the placeholders included: a
+/// node queued behind the first waves is its placeholder's create (which says what it waits for) and
+/// its assignment; one assigned at once is its assignment alone. No status write: the configurator
+/// never wrote a status a first assignment would have to correct. Counted by a layer on the
+/// configurator's client (every request it sends, failed ones too), against the real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_rollout_costs_at_most_two_configurator_writes_per_node() {
+    let env = env().await;
+    let client = env.client.clone();
+    let names = node_names(12);
+    add_nodes(&client, &names).await;
+    apply_samples(&client).await;
+    // Two at a time: six waves, so most nodes wait behind the first ones with a placeholder.
+    let writes = NodeConfigWrites::default();
+    let (a, port) = args_with_metrics(&["--max-unavailable", "2"]);
+    let _configurator = Configurator::start(writes.client(&env).await, a);
+    let _agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(300));
+    let revision = eventually(T, "every node Provisioned on the revision", || async {
+        let c = configs(&client).await;
+        let revision = c.values().next().map(|n| n.spec.revision.clone());
+        (c.len() == names.len()
+            && c.values().all(|n| {
+                !n.spec.is_placeholder()
+                    && Some(&n.spec.revision) == revision.as_ref()
+                    && n.status.as_ref().and_then(|s| s.phase.as_deref())
+                        == Some(NodePhase::Provisioned.as_str())
+            }))
+        .then_some(revision)
+        .flatten()
+        .ok_or_else(|| format!("{} configs", c.len()))
+    })
+    .await;
+    // Writes that follow the last report (a late mark) would show in the next reconciles.
+    reconciles_pass(port, 2.0).await;
+    let counted = writes.0.lock().unwrap().clone();
+    for (node, w) in &counted {
+        println!("{node}: {} writes: {w:?}", w.len());
+    }
+    assert_eq!(
+        counted.keys().collect::<Vec<_>>(),
+        names.iter().collect::<Vec<_>>(),
+        "every node's config was written, and only those"
+    );
+    for (node, w) in &counted {
+        assert!(w.len() <= 2, "{node} (revision {revision}): {w:#?}");
+        assert!(
+            !w.iter().any(|w| w.ends_with("/status")),
+            "{node}: the configurator wrote its status: {w:#?}"
+        );
+    }
+    let queued = counted.values().filter(|w| w.len() == 2).count();
+    assert!(
+        queued >= names.len() / 2,
+        "most nodes waited with a placeholder: {queued} of {}",
+        names.len()
+    );
 }

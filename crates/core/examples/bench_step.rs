@@ -29,6 +29,7 @@ fn policy() -> RolloutPolicy {
         max_unavailable: Some(IntOrString::String("5%".into())),
         max_failures: Some(3),
         apply_timeout_seconds: Some(600),
+        pickup_timeout_seconds: None,
         progress_deadline_seconds: Some(1800),
         canary: Some(Canary {
             count: Some(2),

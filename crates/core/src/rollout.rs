@@ -119,6 +119,7 @@
 
 mod accepted;
 pub mod cut;
+pub mod deadline;
 pub mod hold;
 mod input;
 mod plan;
@@ -147,5 +148,7 @@ pub use policy::{
 pub use quarantine::{NodeRecord, RecordUpdate};
 pub use step::{last_good, revisions_to_render, step};
 pub use time::TimeError;
-pub use vocab::{CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, reasons};
+pub use vocab::{
+    CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, reasons,
+};
 pub use world::{is_in_flight, is_updated};

@@ -281,6 +281,7 @@ fn build(g: &WorldGen) -> Store {
             }),
             max_failures: Some(r.max_failures as u32),
             apply_timeout_seconds: Some(300),
+            pickup_timeout_seconds: Some(400),
             progress_deadline_seconds: Some(600),
             canary: r.canary.map(|(count, bake)| Canary {
                 count: Some(count as u32),
@@ -367,7 +368,7 @@ fn build(g: &WorldGen) -> Store {
                     assigned_at: c.assigned_ago.map(|s| Timestamp(NOW.0 - s as i64 * 1000)),
                 },
                 status: AgentReport {
-                    phase,
+                    phase: phase.clone(),
                     observed_revision: c.observed_rev.map(|r| rev_name(r % (revs + 1))),
                     observed_retry: Some(c.observed_retry as u32),
                     observed_config_hash: None,
@@ -375,6 +376,12 @@ fn build(g: &WorldGen) -> Store {
                     last_good_revision: c.last_good.map(|r| rev_name(r % (revs + 1))),
                     reason: None,
                     message: None,
+                    // An agent that reports Provisioning started halfway between the assignment
+                    // and now (by its clock).
+                    started_at: (phase == Some(AgentPhase::Provisioning))
+                        .then_some(c.assigned_ago)
+                        .flatten()
+                        .map(|s| Timestamp(NOW.0 - s as i64 * 500)),
                 },
                 record: match c.record {
                     2 => NodeRecord {

@@ -15,7 +15,7 @@ use netwave_api::{Canary, NetworkConfigRevisionStatus, RolloutPolicy};
 use netwave_core::Timestamp;
 use netwave_core::rollout::{
     AgentPhase, AgentReport, AssignReason, AssignedSpec, Budget, EventReason, NodeConfigState,
-    Plan, REASON_APPLY_TIMEOUT, WaitingOn, is_in_flight, reasons, step,
+    Plan, REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, WaitingOn, is_in_flight, reasons, step,
 };
 use netwave_core::sim::Store;
 use support_step::run;
@@ -363,11 +363,12 @@ fn a_spec_refused_as_tampered_is_no_failure_but_the_apply_timeout_still_runs() {
     assert!(status(&store, "r2").failed_nodes.is_empty());
     assert_eq!(phase(&store, "r2"), RevisionPhase::Progressing.as_str());
     assert!(!event_reasons(&plan).contains(&EventReason::NodeFailed));
-    // Never put back: after the apply timeout the node is a failure like any node that never applies.
+    // Never put back: after the pickup deadline (the apply timeout, by default) the node is a failure
+    // like any node whose agent never starts.
     run(&mut store, at(160));
     let failed = &status(&store, "r2").failed_nodes;
     assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].reason, REASON_APPLY_TIMEOUT);
+    assert_eq!(failed[0].reason, REASON_PICKUP_TIMEOUT);
 }
 
 /// A node whose agent refuses every apply because its last good backup is corrupt cannot take the
@@ -394,22 +395,152 @@ fn a_node_refusing_for_a_corrupt_backup_fails_the_revision() {
 }
 
 #[test]
-fn failure_is_an_apply_timeout_counted_from_assignment() {
+fn failure_of_a_node_whose_agent_never_starts_is_a_pickup_timeout_counted_from_assignment() {
     let mut store = fleet_on_r1(3);
     store.add_revision("r2", 2).policy.apply_timeout_seconds = Some(60);
     let plan = run(&mut store, at(100));
     assert_eq!(
         plan.report.requeue_at,
         Some(at(160)),
-        "requeue when the apply timeout passes"
+        "requeue when the pickup deadline (the apply timeout by default) passes"
     );
     run(&mut store, at(159));
     assert!(status(&store, "r2").failed_nodes.is_empty());
     let plan = run(&mut store, at(160));
     let failed = &status(&store, "r2").failed_nodes;
-    assert_eq!(failed[0].reason, REASON_APPLY_TIMEOUT);
+    assert_eq!(failed[0].reason, REASON_PICKUP_TIMEOUT);
+    assert!(
+        failed[0].message.contains("did not start applying")
+            && failed[0].message.contains("pickupTimeoutSeconds"),
+        "{}",
+        failed[0].message
+    );
     assert_eq!(phase(&store, "r2"), RevisionPhase::Failed.as_str());
     assert_eq!(assigned(&plan), [("node-01", "r1", AssignReason::Rollback)]);
+}
+
+/// The apply timeout measures the agent's work, not the API server's latency (#28): it counts from the
+/// agent's start of this attempt (its `Provisioning` report), and a node whose agent never starts
+/// fails by the pickup deadline, counted from the assignment. Each row: node-01 is assigned r2 at 100
+/// (applyTimeoutSeconds 60, pickupTimeoutSeconds 120); its agent starts at `starts` by its clock (the
+/// configurator sees that report at `seen`) and reports Provisioned at `done`; the step at `quiet` must
+/// find no failure, the step at `check` the `verdict`.
+#[test]
+fn apply_timeout_counts_from_the_agents_start_and_a_dead_agent_fails_by_the_pickup_deadline() {
+    struct Row {
+        case: &'static str,
+        starts: Option<(u64, u64)>,
+        done: Option<u64>,
+        quiet: u64,
+        check: u64,
+        verdict: Option<&'static str>,
+    }
+    let rows = [
+        Row {
+            // The API server is slow: the agent sees the assignment at 150 and its Provisioning report
+            // reaches the configurator at 170, past assignment + applyTimeout; the apply takes 15 s.
+            case: "slow API server, quick apply",
+            starts: Some((150, 170)),
+            done: Some(185),
+            quiet: 170,
+            check: 185,
+            verdict: None,
+        },
+        Row {
+            case: "agent never starts",
+            starts: None,
+            done: None,
+            quiet: 219,
+            check: 220,
+            verdict: Some(REASON_PICKUP_TIMEOUT),
+        },
+        Row {
+            case: "agent starts at once and hangs",
+            starts: Some((110, 111)),
+            done: None,
+            quiet: 169,
+            check: 170,
+            verdict: Some(REASON_APPLY_TIMEOUT),
+        },
+        Row {
+            // An agent clock running far ahead cannot push the deadline past pickup + apply.
+            case: "agent clock an hour ahead, hangs",
+            starts: Some((3_700, 111)),
+            done: None,
+            quiet: 279,
+            check: 280,
+            verdict: Some(REASON_APPLY_TIMEOUT),
+        },
+    ];
+    for row in rows {
+        let mut store = fleet_on_r1(3);
+        let r2 = store.add_revision("r2", 2);
+        r2.policy.apply_timeout_seconds = Some(60);
+        r2.policy.pickup_timeout_seconds = Some(120);
+        run(&mut store, at(100));
+        assert_eq!(on_revision(&store, "r2"), ["node-01"], "{}", row.case);
+        let mut steps: Vec<u64> = vec![row.quiet, row.check];
+        if let Some((_, seen)) = row.starts {
+            steps.push(seen);
+        }
+        steps.sort();
+        for t in steps {
+            if let Some((starts, seen)) = row.starts
+                && t == seen
+            {
+                store.agent_starts("node-01", at(starts));
+            }
+            if row.done == Some(t) {
+                store.agent_reports("node-01", AgentPhase::Provisioned, None);
+            }
+            run(&mut store, at(t));
+            let failed = &status(&store, "r2").failed_nodes;
+            if t < row.check {
+                assert!(failed.is_empty(), "{} at {t}: {failed:?}", row.case);
+                continue;
+            }
+            assert_eq!(
+                failed.first().map(|f| f.reason.as_str()),
+                row.verdict,
+                "{} at {t}: {failed:?}",
+                row.case
+            );
+        }
+        if row.verdict.is_none() {
+            assert_eq!(
+                phase(&store, "r2"),
+                RevisionPhase::Progressing.as_str(),
+                "{}",
+                row.case
+            );
+            assert!(
+                store
+                    .config("node-01")
+                    .is_some_and(|c| c.status.phase == Some(AgentPhase::Provisioned)
+                        && c.spec.revision == "r2"),
+                "{}",
+                row.case
+            );
+        }
+    }
+}
+
+/// Once the agent's start is seen, the step wakes at its apply deadline, not at the assignment's.
+#[test]
+fn the_step_wakes_at_the_apply_deadline_counted_from_the_agents_start() {
+    let mut store = fleet_on_r1(3);
+    let r2 = store.add_revision("r2", 2);
+    r2.policy.apply_timeout_seconds = Some(60);
+    r2.policy.pickup_timeout_seconds = Some(120);
+    let plan = run(&mut store, at(100));
+    assert_eq!(plan.report.requeue_at, Some(at(220)), "the pickup deadline");
+    store.agent_starts("node-01", at(130));
+    let plan = step(&store.input(), at(131));
+    assert_eq!(
+        plan.report.requeue_at,
+        Some(at(190)),
+        "start + applyTimeout"
+    );
 }
 
 #[test]

@@ -166,6 +166,50 @@ fn a_hostile_node_vetoes_every_revision_unless_quarantine_is_on() {
     }
 }
 
+/// #28 in the simulator: an overloaded API server delivers specs late — agents start 1–50 s after
+/// the assignment, past applyTimeoutSeconds (30) but within pickupTimeoutSeconds (60), and apply in 1–6
+/// s. None of them fails: the apply timeout counts from each agent's start. Agents that never start
+/// (dead) fail by the pickup deadline, agents that start and hang by the apply timeout, and each says
+/// which.
+#[test]
+fn late_agents_do_not_fail_dead_ones_fail_by_the_pickup_deadline_hung_ones_by_the_apply_timeout() {
+    let run = |late: f64, deaf: f64, hang: f64, seed: u64| {
+        let mut cfg = SimConfig::random(seed, 30).without_faults();
+        cfg.policy.apply_timeout_seconds = Some(30);
+        cfg.policy.pickup_timeout_seconds = Some(60);
+        cfg.policy.max_failures = Some(1_000);
+        cfg.policy.quarantine = None;
+        cfg.faults.late = late;
+        cfg.faults.late_secs = 50;
+        cfg.faults.deaf = deaf;
+        cfg.faults.hang = hang;
+        Fleet::new(cfg)
+            .run()
+            .unwrap_or_else(|v| panic!("late {late} deaf {deaf} hang {hang}: {v}"))
+    };
+    let (mut late, mut dead, mut hung) = (Outcome::default(), 0, 0);
+    for seed in 0..20 {
+        let o = run(0.5, 0.0, 0.0, seed);
+        assert_eq!(
+            (o.node_failures, o.failed_revisions),
+            (0, 0),
+            "seed {seed}: a late start is no failure: {o:?}"
+        );
+        assert!(o.final_target.is_some(), "seed {seed}");
+        late.steps += o.steps;
+        let o = run(0.0, 0.05, 0.0, seed);
+        assert_eq!(o.node_failures, o.pickup_timeouts, "seed {seed}: {o:?}");
+        dead += o.pickup_timeouts;
+        let o = run(0.0, 0.0, 0.05, seed);
+        assert_eq!(o.node_failures, o.apply_timeouts, "seed {seed}: {o:?}");
+        hung += o.apply_timeouts;
+    }
+    assert!(
+        dead > 0 && hung > 0,
+        "the faults happened: {dead} dead, {hung} hung"
+    );
+}
+
 #[test]
 fn larger_fleets_hold_the_invariants_too() {
     for seed in [7, 8, 9] {

@@ -109,8 +109,11 @@ pub struct NodeLine {
 fn node_state(c: &NodeNetworkConfig, rev: &str, last_good: Option<&str>) -> (String, String) {
     let st = c.status.clone().unwrap_or_default();
     if c.spec.is_placeholder() {
-        // Nothing assigned yet: the configurator's status says what the node waits for.
-        return ("queued".into(), st.message.unwrap_or_default());
+        // Nothing assigned yet: the configurator's annotation says what the node waits for.
+        return (
+            "queued".into(),
+            c.queued_message().unwrap_or_default().into(),
+        );
     }
     let on_rev = NodeConfigState::from_api(c).is_ok_and(|s| is_updated(&s, rev));
     if on_rev {

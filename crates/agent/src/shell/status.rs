@@ -23,6 +23,13 @@ fn transition(prev: Option<&NodeNetworkConfigStatus>, phase: &str, now: &Time) -
     }
 }
 
+/// `prev` reports on the attempt `t` (its revision, retry and config).
+fn same_attempt(prev: &NodeNetworkConfigStatus, t: &Target) -> bool {
+    prev.observed_revision.as_deref() == Some(t.revision.as_str())
+        && prev.observed_retry == Some(t.retry)
+        && prev.observed_config_hash.as_deref() == Some(t.config_hash.as_str())
+}
+
 /// Status reporting `o`.
 pub fn from_outcome(
     o: &Outcome,
@@ -65,6 +72,9 @@ pub fn answering(
 }
 
 /// Status while `t` is being applied: the running config and last good revision stay what they were.
+/// `lastTransitionTime` is when this attempt (revision, retry, config) started: the configurator counts
+/// the apply timeout from it, so it is kept across restarts of the same attempt and set afresh for a
+/// new one, even straight after another attempt's `Provisioning`.
 pub fn provisioning(
     t: &Target,
     prev: Option<&NodeNetworkConfigStatus>,
@@ -80,7 +90,7 @@ pub fn provisioning(
         last_good_revision: prev.and_then(|p| p.last_good_revision.clone()),
         reason: None,
         message: Some(format!("applying revision {}", t.revision)),
-        last_transition_time: transition(prev, PROVISIONING, &now),
+        last_transition_time: transition(prev.filter(|p| same_attempt(p, t)), PROVISIONING, &now),
         probes: Vec::new(),
         agent_version: Some(AGENT_VERSION.to_string()),
         kernel_capabilities: caps_map(caps),
@@ -134,5 +144,32 @@ mod tests {
             Some(t(300))
         );
         assert_eq!(from_outcome(&ok, Some(&s), &caps, t(300)).reason, None);
+    }
+
+    /// The configurator counts the apply timeout from a `Provisioning` report's `lastTransitionTime`
+    /// (#28): it is the start of this attempt, not of an earlier one the agent was still applying.
+    #[test]
+    fn provisioning_transition_time_is_the_start_of_this_attempt() {
+        let target = |revision: &str, retry: u32, hash: &str| Target {
+            revision: revision.into(),
+            retry,
+            config_hash: hash.into(),
+            config: Default::default(),
+        };
+        let caps = Capabilities::default();
+        let first = provisioning(&target("r2", 0, "h2"), None, &caps, t(100));
+        assert_eq!(first.last_transition_time, Some(t(100)));
+        // The same attempt again (the agent restarted mid-apply): still started at 100.
+        let again = provisioning(&target("r2", 0, "h2"), Some(&first), &caps, t(150));
+        assert_eq!(again.last_transition_time, Some(t(100)));
+        // Superseded mid-apply, a re-render, a retry: each starts now.
+        for next in [
+            target("r3", 0, "h3"),
+            target("r2", 0, "h2b"),
+            target("r2", 1, "h2"),
+        ] {
+            let s = provisioning(&next, Some(&first), &caps, t(200));
+            assert_eq!(s.last_transition_time, Some(t(200)), "{}", next.revision);
+        }
     }
 }

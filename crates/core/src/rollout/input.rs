@@ -124,6 +124,9 @@ pub struct AgentReport {
     pub last_good_revision: Option<String>,
     pub reason: Option<String>,
     pub message: Option<String>,
+    /// `status.lastTransitionTime` of a `Provisioning` report: when the agent started applying the
+    /// attempt it names (the agent's clock; [`super::deadline`] bounds it). `None` in any other phase.
+    pub started_at: Option<Timestamp>,
 }
 
 /// The agent's `status.phase`. Status is a free string in the schema; anything unknown is neither a
@@ -273,6 +276,13 @@ impl NodeConfigState {
         let field = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>| {
             status.and_then(|s| f(s).clone())
         };
+        let phase = status
+            .and_then(|s| s.phase.as_deref())
+            .map(AgentPhase::parse);
+        let started_at = status
+            .filter(|_| phase == Some(AgentPhase::Provisioning))
+            .and_then(|s| s.last_transition_time.as_ref())
+            .map(Timestamp::from_time);
         Ok(NodeConfigState {
             name,
             spec: AssignedSpec {
@@ -283,9 +293,7 @@ impl NodeConfigState {
                 assigned_at,
             },
             status: AgentReport {
-                phase: status
-                    .and_then(|s| s.phase.as_deref())
-                    .map(AgentPhase::parse),
+                phase,
                 observed_revision: field(|s| &s.observed_revision),
                 observed_retry: status.and_then(|s| s.observed_retry),
                 observed_config_hash: field(|s| &s.observed_config_hash),
@@ -293,6 +301,7 @@ impl NodeConfigState {
                 last_good_revision: field(|s| &s.last_good_revision),
                 reason: field(|s| &s.reason),
                 message: field(|s| &s.message),
+                started_at,
             },
             record: NodeRecord::from_annotations(nnc.metadata.annotations.as_ref()),
         })

@@ -24,6 +24,9 @@ pub struct PolicyDefaults {
     pub max_unavailable: Budget,
     pub max_failures: u32,
     pub apply_timeout_seconds: u32,
+    /// `--pickup-timeout`: default of `spec.rollout.pickupTimeoutSeconds`; `None`: the revision's
+    /// apply timeout.
+    pub pickup_timeout_seconds: Option<u32>,
     pub progress_deadline_seconds: u32,
     /// Revisions kept; older ones are deleted unless a node still references them.
     pub revision_history_limit: usize,
@@ -42,6 +45,7 @@ impl Default for PolicyDefaults {
             max_unavailable: Budget::Count(1),
             max_failures: 1,
             apply_timeout_seconds: 300,
+            pickup_timeout_seconds: None,
             progress_deadline_seconds: 600,
             revision_history_limit: 10,
             destructive_threshold: super::hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
@@ -55,7 +59,10 @@ impl Default for PolicyDefaults {
 pub struct Policy {
     pub max_unavailable: Budget,
     pub max_failures: u32,
+    /// Counted from the agent's start of this attempt ([`super::deadline`]).
     pub apply_timeout_seconds: u32,
+    /// Counted from the assignment: the agent must have started by then ([`super::deadline`]).
+    pub pickup_timeout_seconds: u32,
     pub progress_deadline_seconds: u32,
     pub canary: Option<CanaryPolicy>,
     /// Node label naming a failure domain; nodes without it form the domain `""`.
@@ -108,11 +115,25 @@ impl PolicyDefaults {
             max_unavailable: self.max_unavailable,
             max_failures: self.max_failures.max(1),
             apply_timeout_seconds: self.apply_timeout_seconds.max(1),
+            pickup_timeout_seconds: self
+                .pickup_timeout_seconds
+                .unwrap_or(self.apply_timeout_seconds)
+                .max(1),
             progress_deadline_seconds: self.progress_deadline_seconds.max(1),
             canary: None,
             topology_key: None,
             max_unavailable_per_domain: None,
             quarantine_after: self.quarantine_after.filter(|&n| n > 0),
+        }
+    }
+}
+
+impl Policy {
+    /// The apply and pickup timeouts ([`super::deadline`]).
+    pub fn timeouts(&self) -> super::deadline::Timeouts {
+        super::deadline::Timeouts {
+            apply: self.apply_timeout_seconds,
+            pickup: self.pickup_timeout_seconds,
         }
     }
 }
@@ -155,6 +176,17 @@ pub fn resolve(spec: &RolloutPolicy, defaults: &PolicyDefaults) -> (Policy, Vec<
             Some(n) => *slot = n,
             None => {}
         }
+    }
+    // The pickup deadline follows the apply timeout unless set on its own (here or by the default).
+    match spec.pickup_timeout_seconds {
+        Some(0) => errors.push(PolicyError::Zero {
+            field: "pickupTimeoutSeconds",
+        }),
+        Some(n) => policy.pickup_timeout_seconds = n,
+        None if defaults.pickup_timeout_seconds.is_none() => {
+            policy.pickup_timeout_seconds = policy.apply_timeout_seconds
+        }
+        None => {}
     }
     match spec.topology_key.as_deref() {
         Some("") => errors.push(PolicyError::EmptyTopologyKey),

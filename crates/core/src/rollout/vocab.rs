@@ -23,8 +23,11 @@ pub(super) use netwave_api::vocab::node_conditions::READY as NODE_READY;
 
 pub(super) use netwave_api::vocab::ConditionStatus;
 
-/// Failure reason recorded when an agent did not report in time.
+/// Failure reason recorded when an agent started applying but did not report its verdict in time.
 pub const REASON_APPLY_TIMEOUT: &str = netwave_api::vocab::node_reasons::APPLY_TIMEOUT;
+
+/// Failure reason recorded when an agent did not start applying in time.
+pub const REASON_PICKUP_TIMEOUT: &str = netwave_api::vocab::node_reasons::PICKUP_TIMEOUT;
 
 /// Condition reasons (tests and the configurator's alerts match on them).
 pub use netwave_api::vocab::revision_reasons as reasons;

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use netwave_api::FailedNode;
 
+use super::deadline::{Attempt, Deadline, deadline};
 use super::hold::Removal;
 use super::input::{
     AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, RevisionState, RolloutInput,
@@ -200,6 +201,18 @@ impl<'a> Node<'a> {
     pub fn name(&self) -> &'a str {
         &self.state.name
     }
+    /// Its current assignment and when it has failed that unless its agent reports, under `policy`
+    /// (`None`: no assignment, or no assignment time).
+    pub fn deadline(&self, policy: &Policy) -> Option<(Attempt<'a>, Deadline)> {
+        let s = self.spec?;
+        let attempt = Attempt {
+            revision: s.revision,
+            retry: s.retry,
+            config_hash: s.hash,
+            assigned_at: s.assigned_at?,
+        };
+        Some((attempt, deadline(&attempt, self.status, policy.timeouts())))
+    }
     pub fn updated(&self, revision: &str) -> bool {
         self.spec
             .is_some_and(|s| updated_of(s.revision, s.hash, self.status, revision))
@@ -232,6 +245,7 @@ pub(super) static NO_REPORT: AgentReport = AgentReport {
     last_good_revision: None,
     reason: None,
     message: None,
+    started_at: None,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

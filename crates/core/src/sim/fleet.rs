@@ -16,8 +16,8 @@ use super::store::Store;
 use crate::render::{InputKind, InputRef};
 use crate::rollout::hold;
 use crate::rollout::{
-    AgentPhase, AgentReport, AssignReason, Budget, Phase, Plan, PolicyDefaults, Write,
-    is_in_flight, is_updated, resolve, step,
+    AgentPhase, AgentReport, AssignReason, Budget, Phase, Plan, PolicyDefaults,
+    REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, Write, is_in_flight, is_updated, resolve, step,
 };
 use crate::types::Timestamp;
 
@@ -30,8 +30,17 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub struct Faults {
     /// The apply fails: the agent restores its last good config and reports `Invalid`.
     pub fail: f64,
-    /// The agent never reports on this apply (until it restarts): the apply timeout catches it.
+    /// The agent starts this apply (reports `Provisioning`) but never reports on it (until it
+    /// restarts): the apply timeout, counted from its start, catches it.
     pub hang: f64,
+    /// The agent sees a new spec late (an overloaded API server delivers it after 1 to
+    /// [`Faults::late_secs`] s), then applies it as usual: its apply timeout counts from that late
+    /// start, so it fails only if it starts after the pickup deadline.
+    pub late: f64,
+    pub late_secs: u64,
+    /// The agent never takes up a new spec (a dead agent, a deleted pod; until it restarts): it
+    /// reports nothing, and the pickup deadline, counted from the assignment, catches it.
+    pub deaf: f64,
     /// The agent process restarts (down 1–5 s); an apply in progress is rolled back locally and redone.
     pub crash: f64,
     /// The node goes Not Ready or is cordoned for 1–20 s.
@@ -49,6 +58,9 @@ impl Faults {
         Faults {
             fail: 0.0,
             hang: 0.0,
+            late: 0.0,
+            late_secs: 0,
+            deaf: 0.0,
             crash: 0.0,
             flap: 0.0,
             join: 0.0,
@@ -128,11 +140,15 @@ impl SimConfig {
             topology_key: (domains > 1).then(|| ZONE_LABEL.to_string()),
             max_unavailable_per_domain: per_domain,
             quarantine: None,
+            pickup_timeout_seconds: None,
         };
         let chaos = rng.random_range(0.0..1.0f64);
         let faults = Faults {
             fail: chaos * 0.03,
             hang: chaos * 0.01,
+            late: 0.0,
+            late_secs: 0,
+            deaf: 0.0,
             crash: chaos * 0.002,
             flap: chaos * 0.002,
             join: chaos * 0.02,
@@ -165,6 +181,23 @@ impl SimConfig {
             release: 0.0,
         }
         .with_quarantine_drawn(&mut rng, nodes)
+        .with_late_agents_drawn(&mut rng)
+    }
+
+    /// Draws after everything else (so earlier draws stay what they were): in some runs agents that
+    /// start late (a slow API server) and agents that never start (dead), and a pickup deadline of
+    /// its own.
+    fn with_late_agents_drawn(mut self, rng: &mut ChaCha8Rng) -> SimConfig {
+        if rng.random_bool(0.3) {
+            let chaos = rng.random_range(0.0..0.05f64);
+            self.faults.late = chaos;
+            self.faults.deaf = chaos * 0.2;
+            let apply = self.policy.apply_timeout_seconds.unwrap_or(300);
+            let pickup = apply + rng.random_range(0..=40);
+            self.policy.pickup_timeout_seconds = Some(pickup);
+            self.faults.late_secs = u64::from(pickup) + 10;
+        }
+        self
     }
 
     /// Draws last (so the draws above stay what they were): in some runs a hostile node, in some
@@ -218,6 +251,10 @@ pub struct Outcome {
     pub revisions: u32,
     pub failed_revisions: u32,
     pub node_failures: u32,
+    /// Of those: agents that did not start in time (`PickupTimeout`), agents that started and did
+    /// not finish in time (`ApplyTimeout`).
+    pub pickup_timeouts: u32,
+    pub apply_timeouts: u32,
     pub rollbacks: u32,
     pub fast_paths: u32,
     pub canary_bakes: u32,
@@ -245,6 +282,8 @@ struct Pending {
 struct Agent {
     /// (revision, retry, hash) of the spec this agent last acted on.
     handled: Option<(String, u32, String)>,
+    /// A spec this agent sees late ([`Faults::late`]), and from when.
+    sees: Option<((String, u32, String), Timestamp)>,
     pending: Option<Pending>,
     /// Hash of the config the kernel runs.
     running: Option<String>,
@@ -562,7 +601,7 @@ impl Fleet {
     fn agents_idle(&self) -> bool {
         self.agents
             .values()
-            .all(|a| a.pending.is_none() && a.down_until.is_none())
+            .all(|a| a.pending.is_none() && a.down_until.is_none() && a.sees.is_none())
     }
 
     /// One tick: time passes, the world and the admins act, agents act, the leader steps.
@@ -742,8 +781,34 @@ impl Fleet {
         faults: &Faults,
     ) -> u32 {
         let key = key_of(spec);
-        if agent.handled.as_ref() != Some(&key) {
+        if agent.handled.as_ref() == Some(&key) {
+            // Back to the spec it acted on before a newer one reached it: that one never will.
+            agent.sees = None;
+        } else {
+            match &agent.sees {
+                Some((k, at)) if *k == key && self.now < *at => return 0,
+                Some((k, _)) if *k == key => {}
+                _ if faults.late > 0.0 && self.rng.random_bool(faults.late) => {
+                    let at = self
+                        .now
+                        .plus_secs(self.rng.random_range(1..=faults.late_secs.max(1)));
+                    agent.sees = Some((key, at));
+                    return 0;
+                }
+                _ => {}
+            }
+            agent.sees = None;
             agent.handled = Some(key.clone());
+            if faults.deaf > 0.0 && self.rng.random_bool(faults.deaf) {
+                // Never takes this spec up and reports nothing, until it restarts and looks again
+                // (the quiet phase restarts it like a hung one; it changed nothing).
+                agent.pending = Some(Pending {
+                    done_at: None,
+                    fail: false,
+                });
+                self.record(&format!("deaf {name}"));
+                return 0;
+            }
             agent.pending = None;
             self.take_up(name, agent, spec, &key, faults);
             return 1;
@@ -779,6 +844,7 @@ impl Fleet {
                 last_good_revision: agent.last_good.clone(),
                 reason: fail.then(|| NodeReason::ApplyFailed.as_str().to_string()),
                 message: None,
+                started_at: None,
             },
         );
         1
@@ -844,6 +910,7 @@ impl Fleet {
                 AgentReport {
                     phase: Some(AgentPhase::Provisioning),
                     config_hash: agent.running.clone(),
+                    started_at: Some(now),
                     ..report_base
                 },
             );
@@ -946,6 +1013,13 @@ impl Fleet {
                 let known = self.store.revisions[&u.revision].status.failed_nodes.len();
                 self.outcome.node_failures +=
                     u.status.failed_nodes.len().saturating_sub(known) as u32;
+                for f in u.status.failed_nodes.iter().skip(known) {
+                    match f.reason.as_str() {
+                        REASON_PICKUP_TIMEOUT => self.outcome.pickup_timeouts += 1,
+                        REASON_APPLY_TIMEOUT => self.outcome.apply_timeouts += 1,
+                        _ => {}
+                    }
+                }
                 self.check_flagged(&u.revision, &u.status.failed_nodes)?;
             }
             Write::Assign(a) => {

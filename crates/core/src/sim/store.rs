@@ -138,6 +138,7 @@ impl Store {
                     last_good_revision: Some(revision.to_string()),
                     reason: None,
                     message: None,
+                    started_at: None,
                 },
                 record: Default::default(),
             },
@@ -184,11 +185,28 @@ impl Store {
         } else {
             last_good
         };
+        cfg.status.started_at = None;
         cfg.status.phase = Some(phase);
         cfg.status.observed_revision = Some(spec.revision);
         cfg.status.observed_retry = Some(spec.retry);
         cfg.status.config_hash = running;
         cfg.status.reason = reason.map(str::to_string);
+        true
+    }
+
+    /// The agent of `node` starts applying its current spec at `at` (its clock): `Provisioning` for
+    /// the spec's revision, retry and config, with `lastTransitionTime` `at`. Returns false if the
+    /// node has no config.
+    pub fn agent_starts(&mut self, node: &str, at: Timestamp) -> bool {
+        let Some(cfg) = self.configs.get_mut(node) else {
+            return false;
+        };
+        cfg.status.phase = Some(AgentPhase::Provisioning);
+        cfg.status.observed_revision = Some(cfg.spec.revision.clone());
+        cfg.status.observed_retry = Some(cfg.spec.retry);
+        cfg.status.observed_config_hash = Some(cfg.spec.config_hash.clone());
+        cfg.status.reason = None;
+        cfg.status.started_at = Some(at);
         true
     }
 

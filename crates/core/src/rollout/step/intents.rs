@@ -85,8 +85,8 @@ pub(super) fn target_rollout_intents(w: &mut World) {
             continue; // new nodes were handled before
         }
         // A move to the last good revision (rollback, new node) finishes before the node moves on to
-        // the target — unless it cannot finish any more: its agent did not answer within that
-        // revision's apply timeout (a node whose first rollout timed out stays on it, in flight, for
+        // the target — unless it cannot finish any more: its agent did not answer by that revision's
+        // pickup or apply deadline (a node whose first rollout timed out stays on it, in flight, for
         // good). Waiting on such a node would keep every later target from completing; taking the
         // target costs no budget (it is in flight already) and its timeout there is a failure on record.
         if let (Some(s), Some(lg)) = (n.spec, w.last_good)
@@ -94,8 +94,7 @@ pub(super) fn target_rollout_intents(w: &mut World) {
             && lg != t
             && n.in_flight
         {
-            let timeout = w.revs[lg].policy.apply_timeout_seconds as u64;
-            match s.assigned_at.map(|at| at.plus_secs(timeout)) {
+            match n.deadline(&w.revs[lg].policy).map(|(_, d)| d.at()) {
                 Some(over) if w.now >= over => {}
                 over => {
                     if let Some(over) = over {

@@ -99,11 +99,11 @@ fn target_view(w: &mut World, t: usize) -> TargetView {
     }
 }
 
-/// Counts the target's nodes, and wakes the step when an apply timeout of this attempt runs out.
+/// Counts the target's nodes, and wakes the step when a pickup or apply deadline of this attempt runs
+/// out.
 fn tally_target(w: &mut World, t: usize) -> Tally {
     let target = &w.revs[t];
     let name = target.name();
-    let timeout = target.policy.apply_timeout_seconds as u64;
     let mut tally = Tally {
         started: target.same_attempt && target.state.status.started_at.is_some(),
         ..Tally::default()
@@ -125,9 +125,9 @@ fn tally_target(w: &mut World, t: usize) -> Tally {
                     tally.applying.push(n.name().to_string());
                 }
                 if s.retry == target.state.retry
-                    && let Some(at) = s.assigned_at
+                    && let Some((_, deadline)) = n.deadline(&target.policy)
                 {
-                    w.requeue.wake(at.plus_secs(timeout));
+                    w.requeue.wake(deadline.at());
                 }
             }
             _ if n.unreadable => {

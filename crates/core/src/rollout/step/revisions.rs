@@ -11,7 +11,7 @@ use netwave_api::FailedNode;
 
 use super::super::hold;
 use super::super::input::{AgentPhase, RevisionState, RolloutInput};
-use super::super::vocab::{Phase, REASON_APPLY_TIMEOUT};
+use super::super::vocab::Phase;
 use super::super::world::{FailCause, Fate, Hold, Node, Rev, World};
 use crate::types::Timestamp;
 
@@ -137,8 +137,10 @@ fn candidate_fate(rev: &mut Rev, w: &mut World) -> Fate {
     }
 }
 
-/// Failures of `rev` not on record yet: its agent reported `Invalid` for this attempt, or it was
-/// assigned this attempt `applyTimeoutSeconds` ago and is not updated.
+/// Failures of `rev` not on record yet: its agent reported `Invalid` for this attempt, or it is not
+/// updated and past its [`deadline`](super::super::deadline): its agent did not start this attempt
+/// within `pickupTimeoutSeconds` of the assignment, or did not finish it within `applyTimeoutSeconds`
+/// of starting.
 fn detect_failures(
     nodes: &[Node],
     assigned: &[usize],
@@ -147,7 +149,6 @@ fn detect_failures(
 ) -> Vec<FailedNode> {
     let name = rev.name();
     let retry = rev.state.retry;
-    let timeout = rev.policy.apply_timeout_seconds as u64;
     let known: BTreeSet<&str> = rev.failed_nodes.iter().map(|f| f.node.as_str()).collect();
     let mut out = Vec::new();
     for &i in assigned {
@@ -179,16 +180,14 @@ fn detect_failures(
         } else if spec.revision == name
             && spec.retry == retry
             && !n.updated(name)
-            && let Some(at) = spec.assigned_at
-            && now >= at.plus_secs(timeout)
+            && let Some((attempt, deadline)) = n.deadline(&rev.policy)
+            && now >= deadline.at()
         {
+            let (reason, message) = deadline.failure(&attempt);
             out.push(FailedNode {
                 node: n.name().to_string(),
-                reason: REASON_APPLY_TIMEOUT.to_string(),
-                message: format!(
-                    "no Provisioned report within {timeout}s of assignment at {}",
-                    at.to_time().0
-                ),
+                reason: reason.to_string(),
+                message,
                 at: Some(now.to_time()),
                 quarantined: false,
             });
