@@ -32,6 +32,21 @@ async fn has(nl: &Netlink, test: &str, needs: &[Feature]) -> Result<bool> {
     Ok(false)
 }
 
+/// The mirror tests' node: VRF `blue` with the loopback `lo.mir` (this node's 198.18.91.3, the
+/// tunnel's source) and segment 10 in it.
+fn mirror_base(mut blue: VrfConfig) -> NodeConfig {
+    blue.loopbacks = vec![netwave_api::LoopbackConfig {
+        name: "lo.mir".into(),
+        subnet: "198.18.91.0/29".into(),
+        address: "198.18.91.3/32".into(),
+    }];
+    NodeConfig {
+        vrfs: vec![blue],
+        layer2s: vec![l2(10, Some("vr.blue"))],
+        ..NodeConfig::default()
+    }
+}
+
 fn l2(vlan: u16, vrf: Option<&str>) -> Layer2Config {
     Layer2Config::segment(vlan, 1000 + u32::from(vlan))
         .with_mtu(1450)
@@ -325,17 +340,7 @@ fn kernel_tier_a_mirror_copies_a_segments_packets_through_its_gre_tunnel() {
         if !has(&nl, test, &[Feature::Vrf, Feature::Gre]).await? {
             return Ok(());
         }
-        let mut blue = VrfConfig::named("blue").with_table(100).with_l3_vni(5000);
-        blue.loopbacks = vec![netwave_api::LoopbackConfig {
-            name: "lo.mir".into(),
-            subnet: "198.18.91.0/29".into(),
-            address: "198.18.91.3/32".into(),
-        }];
-        let base = NodeConfig {
-            vrfs: vec![blue],
-            layer2s: vec![l2(10, Some("vr.blue"))],
-            ..NodeConfig::default()
-        };
+        let base = mirror_base(VrfConfig::named("blue").with_table(100).with_l3_vni(5000));
         let tunnel = "gtap-col";
         let mut cfg = base.clone();
         cfg.mirror_tunnels = vec![netwave_api::MirrorTunnelConfig {
@@ -544,17 +549,7 @@ fn kernel_tier_a_mirror_not_in_place_fails_the_node_and_is_rolled_back() {
             config,
         };
         // No L3 VNI: without FRR the agent refuses BGP content; the tunnel needs none on the node.
-        let mut blue = VrfConfig::named("blue").with_table(100);
-        blue.loopbacks = vec![netwave_api::LoopbackConfig {
-            name: "lo.mir".into(),
-            subnet: "198.18.91.0/29".into(),
-            address: "198.18.91.3/32".into(),
-        }];
-        let base = NodeConfig {
-            vrfs: vec![blue],
-            layer2s: vec![l2(10, Some("vr.blue"))],
-            ..NodeConfig::default()
-        };
+        let base = mirror_base(VrfConfig::named("blue").with_table(100));
         let mirrored = |local: &str| {
             let mut c = base.clone();
             c.mirror_tunnels = vec![netwave_api::MirrorTunnelConfig {

@@ -139,10 +139,9 @@ impl RenderCache {
         hash: &str,
         inputs: &RevisionInputs,
         nodes: &Nodes,
-        fingerprint: u64,
         params: &FleetParams,
     ) -> Arc<Rendered> {
-        let key = (hash.to_string(), fingerprint);
+        let key = (hash.to_string(), nodes.fingerprint);
         if let Some(r) = self.rendered.get(&key) {
             return r.clone();
         }
@@ -171,11 +170,10 @@ impl RenderCache {
         hash: &str,
         inputs: &RevisionInputs,
         nodes: &Nodes,
-        fingerprint: u64,
         params: &FleetParams,
     ) -> Arc<InputVerdicts> {
         self.verdicts
-            .entry((hash.to_string(), fingerprint))
+            .entry((hash.to_string(), nodes.fingerprint))
             .or_insert_with(|| Arc::new(rollout::input_verdicts(inputs, &nodes.infos(), params)))
             .clone()
     }
@@ -245,7 +243,7 @@ impl Outcome {
 }
 
 /// Decides what to write. Pure apart from the cache. Stages: integrity (tampered specs put back) →
-/// [`observe_fleet`] → the cut ([`rollout::cut`]: a revision created or reactivated ends the reconcile)
+/// the fleet's nodes → the cut ([`rollout::cut`]: a revision created or reactivated ends the reconcile)
 /// → [`step_input`] → [`render_for_step`] → [`judge_inputs`] → the step → [`plan_intents`].
 pub fn compute(
     s: &Snapshot,
@@ -277,7 +275,8 @@ pub fn compute(
             ..Outcome::only(Vec::new(), tampered)
         };
     }
-    let fleet = observe_fleet(s, &mut cache.observed);
+    // The live nodes, converted only where they changed since the last reconcile ([`Observed`]).
+    let fleet = cache.observed.nodes(&s.nodes);
     let existing: Vec<ExistingRevision> = live_revisions(s)
         .map(|r| ExistingRevision::from_object(r))
         .collect();
@@ -368,35 +367,16 @@ fn sequence_floor(s: &Snapshot) -> u64 {
         .unwrap_or(0)
 }
 
-/// The live nodes as render sees them.
-pub(crate) struct Fleet {
-    nodes: Nodes,
-}
-
-/// The fleet's nodes (a node that does not read is skipped with a warning), converted only where
-/// they changed since the last reconcile ([`Observed`]).
-fn observe_fleet(s: &Snapshot, observed: &mut Observed) -> Fleet {
-    Fleet {
-        nodes: observed.nodes(&s.nodes),
-    }
-}
-
 impl RenderCache {
     /// [`RenderCache::get`] on the current fleet.
     fn on(
         &mut self,
-        fleet: &Fleet,
+        fleet: &Nodes,
         settings: &Settings,
         hash: &str,
         inputs: &RevisionInputs,
     ) -> Arc<Rendered> {
-        self.get(
-            hash,
-            inputs,
-            &fleet.nodes,
-            fleet.nodes.fingerprint,
-            &settings.fleet,
-        )
+        self.get(hash, inputs, fleet, &settings.fleet)
     }
 }
 
@@ -415,7 +395,7 @@ fn create_revision(
     s: &Snapshot,
     settings: &Settings,
     cache: &mut RenderCache,
-    fleet: &Fleet,
+    fleet: &Nodes,
     tampered: &Findings,
     new: NewRevision,
 ) -> Vec<Intent> {
@@ -484,10 +464,10 @@ fn step_input(
     s: &Snapshot,
     settings: &Settings,
     holds: &Holds,
-    fleet: &Fleet,
+    fleet: &Nodes,
     observed: &mut Observed,
 ) -> RolloutInput {
-    let nodes = fleet.nodes.states.clone();
+    let nodes = fleet.states.clone();
     let configs = observed.configs(&s.node_configs);
     RolloutInput {
         defaults: settings.defaults.clone(),
@@ -524,7 +504,7 @@ fn render_for_step(
     s: &Snapshot,
     settings: &Settings,
     cache: &mut RenderCache,
-    fleet: &Fleet,
+    fleet: &Nodes,
     tampered: &Findings,
     input: &mut RolloutInput,
 ) -> Renders {
@@ -554,8 +534,7 @@ fn render_for_step(
         if let Some(state) = state {
             state.validation = r.validation.clone();
         }
-        out.used
-            .insert((rev.spec.hash.clone(), fleet.nodes.fingerprint));
+        out.used.insert((rev.spec.hash.clone(), fleet.fingerprint));
         input.rendered.set_revision(name.clone(), r.hashes.clone());
         input.footprints.insert(name.clone(), r.footprint.clone());
         out.rendered.insert(name, r);
@@ -576,7 +555,7 @@ fn judge_inputs(
     s: &Snapshot,
     settings: &Settings,
     cache: &mut RenderCache,
-    fleet: &Fleet,
+    fleet: &Nodes,
     current: &Current,
     renders: &mut Renders,
     now: Timestamp,
@@ -584,14 +563,8 @@ fn judge_inputs(
     let mut verdicts = || {
         renders
             .used
-            .insert((current.hash.to_string(), fleet.nodes.fingerprint));
-        cache.verdicts(
-            current.hash,
-            current.inputs,
-            &fleet.nodes,
-            fleet.nodes.fingerprint,
-            &settings.fleet,
-        )
+            .insert((current.hash.to_string(), fleet.fingerprint));
+        cache.verdicts(current.hash, current.inputs, fleet, &settings.fleet)
     };
     if let Some(problem) = &current.rolling.too_large {
         let verdicts = verdicts();
