@@ -14,10 +14,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use netwave_api::NodeNetworkConfig;
-use netwave_core::Timestamp;
 use netwave_core::render::NodeInfo;
 use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{NodeConfigState, NodeState};
+use netwave_core::{Interner, Timestamp};
 use tracing::warn;
 
 use crate::snapshot::live;
@@ -43,6 +43,8 @@ pub struct Observed {
     condition_fixes: BTreeSet<String>,
     /// node configs' states that came or changed, and names that went, since [`Observed::changes`].
     changes: ConfigChanges,
+    /// One copy of each name and hash the step compares ([`Sym`]).
+    strings: Interner,
 }
 
 /// What one node config tells the reconcile, read once per change of the object.
@@ -95,7 +97,7 @@ impl<K: Resource, V> Kept<K, V> {
     fn pass(
         &mut self,
         objects: &[Arc<K>],
-        convert: impl Fn(&Arc<K>) -> V,
+        mut convert: impl FnMut(&Arc<K>) -> V,
         mut changed_value: impl FnMut(&str, Option<&V>, Option<&V>),
     ) -> bool {
         self.pass += 1;
@@ -160,7 +162,7 @@ impl Nodes {
         self.states
             .iter()
             .map(|st| NodeInfo {
-                name: st.name.clone(),
+                name: st.name.to_string(),
                 labels: st.labels.clone(),
             })
             .collect()
@@ -168,13 +170,19 @@ impl Nodes {
 }
 
 impl Observed {
+    /// The interner the nodes' and configs' names and hashes come from: what else the step compares
+    /// with them (rendered hashes, revision names) is interned here too.
+    pub fn strings(&mut self) -> &mut Interner {
+        &mut self.strings
+    }
+
     /// The live nodes of `nodes`. A node that does not read is skipped, with one warning when it is
     /// first seen (not one per reconcile).
     pub fn nodes(&mut self, nodes: &[Arc<Node>]) -> Nodes {
-        let (bare, assigned) = (&mut self.bare, &self.assigned);
+        let (bare, assigned, strings) = (&mut self.bare, &self.assigned, &mut self.strings);
         let changed = self.nodes.pass(
             nodes,
-            |n| node_share(n),
+            |n| node_share(n, strings),
             |name, old, new| match (
                 old.is_some_and(Option::is_some),
                 new.is_some_and(Option::is_some),
@@ -213,48 +221,53 @@ impl Observed {
             quarantined,
             condition_fixes,
             changes,
+            strings,
             ..
         } = self;
-        let changed = kept.pass(configs, config_facts, |name, old, new| {
-            if let Some(old) = old {
-                if old.object.spec.is_placeholder() {
-                    placeholders.remove(name);
+        let changed = kept.pass(
+            configs,
+            |c| config_facts(c, strings),
+            |name, old, new| {
+                if let Some(old) = old {
+                    if old.object.spec.is_placeholder() {
+                        placeholders.remove(name);
+                    } else {
+                        assigned.remove(name);
+                    }
+                    *quarantined -= usize::from(old.live && old.record.is_quarantined());
+                    condition_fixes.remove(name);
+                }
+                match new {
+                    Some(new) if new.object.spec.is_placeholder() => {
+                        placeholders.insert(name.to_string(), new.object.clone());
+                    }
+                    Some(_) => drop(assigned.insert(name.to_string())),
+                    None => {}
+                }
+                if let Some(new) = new {
+                    *quarantined += usize::from(new.live && new.record.is_quarantined());
+                    if new.condition_fix {
+                        condition_fixes.insert(name.to_string());
+                    }
+                }
+                let node_live = nodes
+                    .by_name
+                    .get(name)
+                    .is_some_and(|(_, share)| share.is_some());
+                if assigned.contains(name) || !node_live {
+                    bare.remove(name);
                 } else {
-                    assigned.remove(name);
+                    bare.insert(name.to_string());
                 }
-                *quarantined -= usize::from(old.live && old.record.is_quarantined());
-                condition_fixes.remove(name);
-            }
-            match new {
-                Some(new) if new.object.spec.is_placeholder() => {
-                    placeholders.insert(name.to_string(), new.object.clone());
+                match new.and_then(|n| n.state.clone()) {
+                    Some(state) => changes.changed.push(state),
+                    None if old.is_some_and(|o| o.state.is_some()) => {
+                        changes.removed.push(name.to_string())
+                    }
+                    None => {}
                 }
-                Some(_) => drop(assigned.insert(name.to_string())),
-                None => {}
-            }
-            if let Some(new) = new {
-                *quarantined += usize::from(new.live && new.record.is_quarantined());
-                if new.condition_fix {
-                    condition_fixes.insert(name.to_string());
-                }
-            }
-            let node_live = nodes
-                .by_name
-                .get(name)
-                .is_some_and(|(_, share)| share.is_some());
-            if assigned.contains(name) || !node_live {
-                bare.remove(name);
-            } else {
-                bare.insert(name.to_string());
-            }
-            match new.and_then(|n| n.state.clone()) {
-                Some(state) => changes.changed.push(state),
-                None if old.is_some_and(|o| o.state.is_some()) => {
-                    changes.removed.push(name.to_string())
-                }
-                None => {}
-            }
-        });
+            },
+        );
         if changed {
             self.last_configs = (self.configs.by_name.values())
                 .filter_map(|(_, f)| f.state.clone())
@@ -307,7 +320,7 @@ impl Observed {
 }
 
 /// A node config's facts, read once per change of the object.
-fn config_facts(c: &Arc<NodeNetworkConfig>) -> ConfigFacts {
+fn config_facts(c: &Arc<NodeNetworkConfig>, strings: &mut Interner) -> ConfigFacts {
     let record = NodeRecord::from_annotations(c.metadata.annotations.as_ref());
     let name = c.metadata.name.as_deref().unwrap_or_default();
     let current = c
@@ -321,7 +334,7 @@ fn config_facts(c: &Arc<NodeNetworkConfig>) -> ConfigFacts {
     let live = live(c.as_ref());
     ConfigFacts {
         state: (!c.spec.is_placeholder())
-            .then(|| NodeConfigState::from_api(c).ok().map(Arc::new))
+            .then(|| NodeConfigState::interned(c, strings).ok().map(Arc::new))
             .flatten(),
         object: c.clone(),
         live,
@@ -333,11 +346,11 @@ fn config_facts(c: &Arc<NodeNetworkConfig>) -> ConfigFacts {
 }
 
 /// A node's state and its share of the fleet fingerprint, if it is live and reads.
-fn node_share(n: &Node) -> NodeShare {
+fn node_share(n: &Node, strings: &mut Interner) -> NodeShare {
     if !live(n) {
         return None;
     }
-    match NodeState::from_api(n) {
+    match NodeState::interned(n, strings) {
         Ok(st) => {
             let mut h = DefaultHasher::new();
             (&st.name, &st.labels).hash(&mut h);
@@ -561,8 +574,11 @@ mod tests {
                 assert_eq!(got_configs, want_configs, "{ctx}");
 
                 // The aggregates against their definitions, read off the store directly.
-                let live_nodes: BTreeSet<String> =
-                    want_nodes.states.iter().map(|s| s.name.clone()).collect();
+                let live_nodes: BTreeSet<String> = want_nodes
+                    .states
+                    .iter()
+                    .map(|s| s.name.to_string())
+                    .collect();
                 let assigned: BTreeSet<String> = configs
                     .iter()
                     .filter(|c| !c.spec.is_placeholder())

@@ -28,7 +28,7 @@ use netwave_core::rollout::{
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
 };
 use netwave_core::undecodable::{self, Holds, Kind};
-use netwave_core::{Sequence, Timestamp};
+use netwave_core::{Sequence, Sym, Timestamp};
 use tokio::sync::Notify;
 use tracing::{debug, info, info_span, warn};
 
@@ -129,7 +129,7 @@ pub struct Rendered {
     pub footprint: Arc<Footprint>,
     /// Every node's configHash, shared with each step input (built once per render, not per reconcile:
     /// at 5,000 nodes the copy was 15% of a reconcile's compute).
-    pub hashes: Arc<BTreeMap<String, String>>,
+    pub hashes: Arc<BTreeMap<Sym, Sym>>,
     pub validation: ValidationResult,
 }
 
@@ -149,10 +149,12 @@ impl RenderCache {
         // A render that fails comes with validation errors, so the revision goes Failed and nothing
         // is ever assigned from an empty render.
         let checked = fleet::render_and_validate(inputs, nodes, params);
+        // Interned with the node configs' names and hashes, so the step compares them by pointer.
+        let strings = self.observed.strings();
         let hashes = checked
             .nodes
             .iter()
-            .map(|(n, rn)| (n.clone(), rn.config_hash.clone()))
+            .map(|(n, rn)| (strings.intern(n), strings.intern(&rn.config_hash)))
             .collect::<BTreeMap<_, _>>();
         let r = Arc::new(Rendered {
             footprint: Arc::new(Footprint::of(inputs, nodes)),
@@ -404,7 +406,7 @@ fn create_revision(
         .collect();
     let last_good = rollout::last_good(&states).and_then(|lg| {
         // A tampered revision is never rendered again (its inputs are not what it hashes to).
-        if tampered.revisions.contains_key(&lg.name) {
+        if tampered.revisions.contains_key(lg.name.as_str()) {
             return None;
         }
         let rendered = cache.on(fleet, settings, &lg.hash, s.inputs_of(&lg.name)?);
@@ -480,7 +482,7 @@ fn step_input(
                     .as_ref()
                     .map(|s| s.validation.clone())
                     .unwrap_or_default();
-                RevisionState::from_api(r, stored).ok()
+                RevisionState::interned(r, stored, observed.strings()).ok()
             })
             .collect(),
         nodes,
@@ -627,19 +629,22 @@ fn plan_intents(
         });
     }
     for a in &plan.assignments {
-        let Some(config) = rendered.get(&a.revision).and_then(|r| r.nodes.get(&a.node)) else {
+        let Some(config) = rendered
+            .get(a.revision.as_str())
+            .and_then(|r| r.nodes.get(a.node.as_str()))
+        else {
             warn!(node = %a.node, revision = %a.revision, "no rendered config for an assignment; skipped");
             continue;
         };
         let spec = NodeNetworkConfigSpec {
-            revision: a.revision.clone(),
+            revision: a.revision.to_string(),
             sequence: a.sequence.0,
-            config_hash: a.config_hash.clone(),
+            config_hash: a.config_hash.to_string(),
             retry: a.retry,
             config: config.config(),
         };
         intents.push(Intent::ApplyNodeConfig {
-            node: a.node.clone(),
+            node: a.node.to_string(),
             spec: Box::new(spec),
             assigned_at: a.assigned_at.to_rfc3339(),
             clear_queued: may_be_queued(observed.config(&a.node).map(|(c, _)| c.as_ref())),
@@ -1217,7 +1222,7 @@ impl ApplyTimes {
         }
         for state in changed {
             let revision = state.spec.revision.as_str();
-            let updated = rollout::is_updated(state, revision);
+            let updated = rollout::is_updated(state, &state.spec.revision);
             self.leave(&state.name, &mut touched);
             if let Some(at) = state.spec.assigned_at {
                 let wave = (revision.to_string(), at.0);
@@ -1225,19 +1230,20 @@ impl ApplyTimes {
                 w.0 += 1;
                 w.1 += usize::from(updated);
                 touched.insert(wave.clone());
-                self.member.insert(state.name.clone(), (wave, updated));
+                self.member.insert(state.name.to_string(), (wave, updated));
             }
             if !updated {
-                self.seen.remove(&state.name);
+                self.seen.remove(state.name.as_str());
                 continue;
             }
-            if self.seen.get(&state.name).map(String::as_str) == Some(revision) {
+            if self.seen.get(state.name.as_str()).map(String::as_str) == Some(revision) {
                 continue;
             }
             if !first && let Some(at) = state.spec.assigned_at {
                 metrics.node_apply_duration.observe(elapsed(at));
             }
-            self.seen.insert(state.name.clone(), revision.to_string());
+            self.seen
+                .insert(state.name.to_string(), revision.to_string());
         }
         for wave in touched {
             let (nodes, updated) = self.waves.get(&wave).copied().unwrap_or_default();
@@ -1872,23 +1878,23 @@ mod apply_times_tests {
             let elapsed = |at: Timestamp| now.0.saturating_sub(at.0).max(0) as f64 / 1000.0;
             for state in configs {
                 let revision = state.spec.revision.as_str();
-                let updated = rollout::is_updated(state, revision);
+                let updated = rollout::is_updated(state, &state.spec.revision);
                 if let Some(at) = state.spec.assigned_at {
                     let w = waves.entry((revision, at.0)).or_default();
                     w.0 += 1;
                     w.1 += usize::from(updated);
                 }
                 if !updated {
-                    seen.remove(&state.name);
+                    seen.remove(state.name.as_str());
                     continue;
                 }
-                if seen.get(&state.name).map(String::as_str) == Some(revision) {
+                if seen.get(state.name.as_str()).map(String::as_str) == Some(revision) {
                     continue;
                 }
                 if !first && let Some(at) = state.spec.assigned_at {
                     m.node_apply_duration.observe(elapsed(at));
                 }
-                seen.insert(state.name.clone(), revision.to_string());
+                seen.insert(state.name.to_string(), revision.to_string());
             }
             let done: BTreeSet<(String, i64)> = waves
                 .into_iter()
@@ -1942,18 +1948,18 @@ mod apply_times_tests {
                     let assigned = Timestamp(1_000_000 + below(4) as i64 * 1_000);
                     let provisioned = below(2) == 0;
                     let state = Arc::new(NodeConfigState {
-                        name: name.clone(),
+                        name: (&name).into(),
                         spec: AssignedSpec {
-                            revision: revision.clone(),
-                            config_hash: format!("h-{revision}"),
+                            revision: (&revision).into(),
+                            config_hash: format!("h-{revision}").into(),
                             assigned_at: (below(5) != 0).then_some(assigned),
                             ..AssignedSpec::default()
                         },
                         status: AgentReport {
                             phase: provisioned.then_some(AgentPhase::Provisioned),
-                            observed_revision: Some(revision.clone()),
+                            observed_revision: Some((&revision).into()),
                             observed_retry: Some(0),
-                            config_hash: Some(format!("h-{revision}")),
+                            config_hash: Some(format!("h-{revision}").into()),
                             ..AgentReport::default()
                         },
                         record: Default::default(),

@@ -112,7 +112,7 @@ fn succeed_in_flight(store: &mut Store) {
         .configs
         .values()
         .filter(|c| c.status.observed_revision.as_deref() != Some(c.spec.revision.as_str()))
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     for n in names {
         store.agent_reports(&n, AgentPhase::Provisioned, None);
@@ -174,7 +174,7 @@ fn main() {
         .values()
         .filter(|c| c.spec.revision == "r2" && c.status.observed_revision.as_deref() != Some("r2"))
         .take(3)
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     for n in &in_flight_r2 {
         failing.agent_reports(

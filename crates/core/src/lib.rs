@@ -23,7 +23,9 @@ pub mod rollout;
 pub mod selector;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod sym;
 pub mod types;
 pub mod undecodable;
 
+pub use sym::{Interner, Sym};
 pub use types::*;

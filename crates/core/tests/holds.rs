@@ -394,7 +394,7 @@ fn an_approved_revision_once_complete_is_the_new_baseline() {
         run(&mut store, at(s));
         let busy: Vec<String> = (store.configs.values())
             .filter(|c| is_in_flight(c))
-            .map(|c| c.name.clone())
+            .map(|c| c.name.to_string())
             .collect();
         for n in busy {
             store.agent_reports(&n, AgentPhase::Provisioned, None);

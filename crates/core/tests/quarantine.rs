@@ -55,7 +55,7 @@ fn agents_answer(store: &mut Store, hostile: Option<&str>) -> bool {
             } else {
                 AgentPhase::Provisioned
             };
-            (c.name.clone(), phase)
+            (c.name.to_string(), phase)
         })
         .collect();
     for (node, phase) in &pending {
@@ -105,7 +105,7 @@ fn on(store: &Store, rev: &str) -> Vec<String> {
     (store.configs.values())
         .filter(|c| c.spec.revision == rev && c.status.observed_revision.as_deref() == Some(rev))
         .filter(|c| c.status.phase == Some(AgentPhase::Provisioned))
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect()
 }
 

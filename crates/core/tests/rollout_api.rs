@@ -34,9 +34,9 @@ fn an_assignment_written_as_annotation_reads_back_as_the_same_assignment_time() 
             ..ObjectMeta::default()
         },
         spec: NodeNetworkConfigSpec {
-            revision: a.revision.clone(),
+            revision: a.revision.to_string(),
             sequence: 3,
-            config_hash: a.config_hash.clone(),
+            config_hash: a.config_hash.to_string(),
             retry: a.retry,
             config: NodeConfig::default(),
         },

@@ -217,7 +217,7 @@ fn last_good(store: &Store) -> Option<String> {
         .values()
         .filter(|r| r.status.phase.as_deref() == Some(Phase::Complete.as_str()))
         .max_by_key(|r| r.sequence)
-        .map(|r| r.name.clone())
+        .map(|r| r.name.to_string())
 }
 
 /// Whether `rev` is destructive against the last good revision `lg` in `store`'s footprints.
@@ -348,7 +348,7 @@ fn build(g: &WorldGen) -> Store {
         let spec_rev = rev_name(c.spec_rev % (revs + 1));
         let spec_hash = match c.spec_hash {
             None => store.hash_of(&spec_rev, &node_name(i)),
-            Some(h) => format!("h{h}"),
+            Some(h) => format!("h{h}").into(),
         };
         let phase = match c.phase {
             0 => None,
@@ -359,9 +359,9 @@ fn build(g: &WorldGen) -> Store {
         store.configs.insert(
             node_name(i),
             NodeConfigState {
-                name: node_name(i),
+                name: node_name(i).into(),
                 spec: AssignedSpec {
-                    revision: spec_rev,
+                    revision: spec_rev.into(),
                     sequence: Default::default(),
                     config_hash: spec_hash,
                     retry: c.spec_retry as u32,
@@ -369,11 +369,11 @@ fn build(g: &WorldGen) -> Store {
                 },
                 status: AgentReport {
                     phase: phase.clone(),
-                    observed_revision: c.observed_rev.map(|r| rev_name(r % (revs + 1))),
+                    observed_revision: c.observed_rev.map(|r| rev_name(r % (revs + 1)).into()),
                     observed_retry: Some(c.observed_retry as u32),
                     observed_config_hash: None,
-                    config_hash: c.status_hash.map(|h| format!("h{h}")),
-                    last_good_revision: c.last_good.map(|r| rev_name(r % (revs + 1))),
+                    config_hash: c.status_hash.map(|h| format!("h{h}").into()),
+                    last_good_revision: c.last_good.map(|r| rev_name(r % (revs + 1)).into()),
                     reason: None,
                     message: None,
                     // An agent that reports Provisioning started halfway between the assignment
@@ -457,7 +457,7 @@ fn budgets(store: &Store, plan: &Plan) -> (u32, Option<BTreeMap<String, u32>>) {
                 .revisions
                 .values()
                 .max_by_key(|r| r.sequence)
-                .map(|r| r.name.clone())
+                .map(|r| r.name.to_string())
         })
         .expect("at least one revision");
     let (policy, _) = resolve(&store.revisions[&gov].policy, &store.defaults);
@@ -486,7 +486,7 @@ proptest! {
             .configs
             .values()
             .filter(|c| store.joining(c))
-            .map(|c| c.name.clone())
+            .map(|c| c.name.to_string())
             .collect();
         let (before, before_per) = budgeted_in_flight(&store, &joining);
         let mut world = store.clone();
@@ -498,8 +498,8 @@ proptest! {
                 world
                     .configs
                     .values()
-                    .filter(|c| !store.configs.contains_key(&c.name) && store.joining(c))
-                    .map(|c| c.name.clone()),
+                    .filter(|c| !store.configs.contains_key(c.name.as_str()) && store.joining(c))
+                    .map(|c| c.name.to_string()),
             );
             let (now_total, now_per) = budgeted_in_flight(&world, &joining);
             prop_assert!(
@@ -530,7 +530,7 @@ proptest! {
             .values()
             .filter(|r| r.status.phase.as_deref() == Some(Phase::Complete.as_str()))
             .max_by_key(|r| r.sequence)
-            .map(|r| r.name.clone());
+            .map(|r| r.name.to_string());
         let target_completes_now = plan.report.target.is_some()
             && plan.report.target == plan.report.last_good
             && plan.report.last_good != last_good_before;
@@ -539,7 +539,7 @@ proptest! {
         let mut seen = std::collections::BTreeSet::new();
         for a in &plan.assignments {
             prop_assert!(seen.insert(a.node.clone()), "{} assigned twice", a.node);
-            let rev = &after.revisions[&a.revision];
+            let rev = &after.revisions[a.revision.as_str()];
             prop_assert_ne!(rev.status.phase.as_deref(), Some(Phase::Failed.as_str()));
             // Going back to the last good revision is allowed even if the fleet no longer validates
             // with it: the node ran it before.
@@ -549,16 +549,16 @@ proptest! {
                     rev.status.conditions.iter().any(|c| c.type_ == RevisionCondition::Validated.as_str() && c.status == ConditionStatus::True.as_str()),
                     "{} not validated", a.revision
                 );
-            } else if Some(&a.revision) != plan.report.last_good.as_ref() {
+            } else if Some(a.revision.as_str()) != plan.report.last_good.as_deref() {
                 prop_assert!(
-                    target_completes_now && Some(&a.revision) == last_good_before.as_ref(),
+                    target_completes_now && Some(a.revision.as_str()) == last_good_before.as_deref(),
                     "rollback of {} to {}: last good before {:?}, after {:?}, target {:?}",
                     a.node, a.revision, last_good_before, plan.report.last_good, plan.report.target
                 );
             }
-            let node = &store.nodes[&a.node];
-            let was = store.configs.get(&a.node).is_some_and(is_in_flight);
-            let now = is_in_flight(&after.configs[&a.node]);
+            let node = &store.nodes[a.node.as_str()];
+            let was = store.configs.get(a.node.as_str()).is_some_and(is_in_flight);
+            let now = is_in_flight(&after.configs[a.node.as_str()]);
             prop_assert!(node.eligible() || was || !now, "{} made in flight while not eligible", a.node);
         }
     }
@@ -571,7 +571,7 @@ proptest! {
         let store = build(&g);
         let plan = step(&store.input(), NOW);
         for a in &plan.assignments {
-            let quarantined = store.configs.get(&a.node).is_some_and(|c| c.record.is_quarantined());
+            let quarantined = store.configs.get(a.node.as_str()).is_some_and(|c| c.record.is_quarantined());
             prop_assert!(
                 !quarantined || a.reason == AssignReason::Rollback,
                 "quarantined {} moved to {} ({:?})", a.node, a.revision, a.reason
@@ -602,12 +602,12 @@ proptest! {
         let plan = step(&store.input(), NOW);
         let Some(lg) = last_good(&store) else { return Ok(()) };
         for a in &plan.assignments {
-            let moves = store.configs.get(&a.node).is_none_or(|c| c.spec.revision != a.revision);
+            let moves = store.configs.get(a.node.as_str()).is_none_or(|c| c.spec.revision != a.revision);
             if !moves || a.reason == AssignReason::Rollback || a.revision == lg {
                 continue;
             }
             if let Some(r) = destructive(&store, &lg, &a.revision) {
-                let rev = &store.revisions[&a.revision];
+                let rev = &store.revisions[a.revision.as_str()];
                 let approved = rev.hold_basis.as_deref() == Some(&hold::basis(rev.sequence, &lg))
                     && !rev.paused;
                 prop_assert!(approved, "{} moved to {} ({:?}), which {r}", a.node, a.revision, a.reason);

@@ -66,7 +66,7 @@ fn agents_succeed(store: &mut Store) {
         .filter(|c| {
             is_in_flight(c) || c.status.observed_revision.as_deref() != Some(&c.spec.revision)
         })
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     for n in pending {
         store.agent_reports(&n, AgentPhase::Provisioned, None);
@@ -77,7 +77,7 @@ fn in_flight(store: &Store) -> usize {
     store
         .configs
         .values()
-        .filter(|c| store.nodes.contains_key(&c.name) && is_in_flight(c))
+        .filter(|c| store.nodes.contains_key(c.name.as_str()) && is_in_flight(c))
         .count()
 }
 
@@ -98,7 +98,7 @@ fn on_revision(store: &Store, rev: &str) -> Vec<String> {
         .configs
         .values()
         .filter(|c| c.spec.revision == rev)
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect()
 }
 
@@ -1214,7 +1214,7 @@ fn a_reactivated_revision_is_progressing_until_its_nodes_are_back() {
         || store
             .configs
             .values()
-            .any(|c| !netwave_core::rollout::is_updated(c, "r1"))
+            .any(|c| !netwave_core::rollout::is_updated(c, &"r1".into()))
     {
         assert_eq!(
             phase(&store, "r1"),
@@ -1354,7 +1354,7 @@ fn agents_succeed_except(store: &mut Store, silent: &str) {
         .configs
         .values()
         .filter(|c| c.name != silent && is_in_flight(c))
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     for n in pending {
         store.agent_reports(&n, AgentPhase::Provisioned, None);

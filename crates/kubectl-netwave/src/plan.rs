@@ -28,7 +28,7 @@ use netwave_core::rollout::{
     AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, NodeState, Phase, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput, step,
 };
-use netwave_core::{Sequence, Timestamp};
+use netwave_core::{Sequence, Sym, Timestamp};
 use serde::Serialize;
 
 use crate::actions::{InputChanges, input_changes};
@@ -217,6 +217,14 @@ pub fn waves(
     out
 }
 
+/// Rendered hashes per node as the rollout takes them.
+fn syms(hashes: &BTreeMap<String, String>) -> BTreeMap<Sym, Sym> {
+    hashes
+        .iter()
+        .map(|(node, hash)| (Sym::from(node), Sym::from(hash)))
+        .collect()
+}
+
 /// The rollout's input before the new revision: `current` Complete and provisioned on every node
 /// it has a config for, then `new` created with the default policy.
 fn settled_fleet(
@@ -230,7 +238,7 @@ fn settled_fleet(
     let mut revisions = Vec::new();
     let mut configs = Vec::new();
     if let Some((cur, hashes)) = current {
-        rendered.set_revision(cur, hashes.clone());
+        rendered.set_revision(cur, syms(hashes));
         revisions.push(RevisionState {
             name: cur.into(),
             sequence: Sequence(1),
@@ -242,7 +250,7 @@ fn settled_fleet(
             ..Default::default()
         });
         for n in nodes {
-            let Some(h) = hashes.get(&n.name) else {
+            let Some(h) = hashes.get(n.name.as_str()) else {
                 continue;
             };
             configs.push(Arc::new(NodeConfigState {
@@ -250,7 +258,7 @@ fn settled_fleet(
                 spec: AssignedSpec {
                     revision: cur.into(),
                     sequence: Sequence(1),
-                    config_hash: h.clone(),
+                    config_hash: h.into(),
                     retry: 0,
                     assigned_at: Some(t0),
                 },
@@ -258,7 +266,7 @@ fn settled_fleet(
                     phase: Some(AgentPhase::Provisioned),
                     observed_revision: Some(cur.into()),
                     observed_retry: Some(0),
-                    config_hash: Some(h.clone()),
+                    config_hash: Some(h.into()),
                     last_good_revision: Some(cur.into()),
                     ..Default::default()
                 },
@@ -266,7 +274,7 @@ fn settled_fleet(
             }));
         }
     }
-    rendered.set_revision(new.0, new.1.clone());
+    rendered.set_revision(new.0, syms(new.1));
     revisions.push(RevisionState {
         name: new.0.into(),
         sequence: Sequence(2),
@@ -310,7 +318,7 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
                 wave.count += 1;
                 wave.canary |= a.reason == AssignReason::Canary;
                 if wave.first.len() < 3 {
-                    wave.first.push(a.node.clone());
+                    wave.first.push(a.node.to_string());
                 }
             }
         }
@@ -601,7 +609,7 @@ mod tests {
         nodes[9].ready = false;
         let cur: BTreeMap<String, String> = nodes
             .iter()
-            .map(|n| (n.name.clone(), "h0".into()))
+            .map(|n| (n.name.to_string(), "h0".into()))
             .collect();
         // n0 and n1 keep their config: moved for free.
         let new: BTreeMap<String, String> = nodes
@@ -612,7 +620,7 @@ mod tests {
                 } else {
                     "h1"
                 };
-                (n.name.clone(), h.into())
+                (n.name.to_string(), h.into())
             })
             .collect();
         let w = waves(
@@ -641,13 +649,16 @@ mod fleet_tests {
     fn waves_of_a_5000_node_fleet() {
         let nodes: Vec<NodeState> = (0..5000)
             .map(|i| NodeState {
-                name: format!("node-{i:04}"),
+                name: format!("node-{i:04}").into(),
                 ready: true,
                 ..Default::default()
             })
             .collect();
         let hashes = |h: &str| -> BTreeMap<String, String> {
-            nodes.iter().map(|n| (n.name.clone(), h.into())).collect()
+            nodes
+                .iter()
+                .map(|n| (n.name.to_string(), h.into()))
+                .collect()
         };
         let (cur, new) = (hashes("h0"), hashes("h1"));
         for (budget, want) in [

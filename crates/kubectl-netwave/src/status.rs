@@ -115,7 +115,7 @@ fn node_state(c: &NodeNetworkConfig, rev: &str, last_good: Option<&str>) -> (Str
             c.queued_message().unwrap_or_default().into(),
         );
     }
-    let on_rev = NodeConfigState::from_api(c).is_ok_and(|s| is_updated(&s, rev));
+    let on_rev = NodeConfigState::from_api(c).is_ok_and(|s| is_updated(&s, &rev.into()));
     if on_rev {
         return (NodePhase::Provisioned.as_str().into(), String::new());
     }

@@ -17,6 +17,7 @@ use thiserror::Error;
 use super::policy::PolicyDefaults;
 use super::quarantine::NodeRecord;
 use super::vocab::{ConditionStatus, NODE_READY};
+use crate::sym::{Interner, Sym};
 use crate::types::{Sequence, Timestamp};
 
 /// Everything one step decides on.
@@ -48,7 +49,7 @@ pub struct RolloutInput {
 /// One `NetworkConfigRevision`: identity, admin knobs, current status and this step's fleet validation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RevisionState {
-    pub name: String,
+    pub name: Sym,
     /// `metadata.generation`, mirrored to `status.observedGeneration`.
     pub generation: Option<i64>,
     pub sequence: Sequence,
@@ -72,7 +73,7 @@ pub struct RevisionState {
 /// One `Node`, reduced to what the rollout needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeState {
-    pub name: String,
+    pub name: Sym,
     pub labels: BTreeMap<String, String>,
     /// The `Ready` condition is `True`.
     pub ready: bool,
@@ -91,7 +92,7 @@ impl NodeState {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeConfigState {
     /// = node name.
-    pub name: String,
+    pub name: Sym,
     pub spec: AssignedSpec,
     pub status: AgentReport,
     /// The configurator's record of the node in annotations its agent cannot write (failure streak,
@@ -102,9 +103,9 @@ pub struct NodeConfigState {
 /// `NodeNetworkConfig.spec` without the config body, plus the assignment time annotation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AssignedSpec {
-    pub revision: String,
+    pub revision: Sym,
     pub sequence: Sequence,
-    pub config_hash: String,
+    pub config_hash: Sym,
     pub retry: u32,
     /// From `netwave.dev/assigned-at`; `None` when missing or unreadable (the step then re-stamps the
     /// assignment, so the apply timeout always has a start).
@@ -115,13 +116,13 @@ pub struct AssignedSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AgentReport {
     pub phase: Option<AgentPhase>,
-    pub observed_revision: Option<String>,
+    pub observed_revision: Option<Sym>,
     pub observed_retry: Option<u32>,
     /// `spec.configHash` the phase refers to (`None` from agents that do not report it).
-    pub observed_config_hash: Option<String>,
+    pub observed_config_hash: Option<Sym>,
     /// Hash of the config the kernel runs now.
-    pub config_hash: Option<String>,
-    pub last_good_revision: Option<String>,
+    pub config_hash: Option<Sym>,
+    pub last_good_revision: Option<Sym>,
     pub reason: Option<String>,
     pub message: Option<String>,
     /// `status.lastTransitionTime` of a `Provisioning` report: when the agent started applying the
@@ -163,16 +164,11 @@ impl AgentPhase {
 /// caches rendered hashes per revision builds an input without copying them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RenderedHashes {
-    by_revision: BTreeMap<String, Arc<BTreeMap<String, String>>>,
+    by_revision: BTreeMap<Sym, Arc<BTreeMap<Sym, Sym>>>,
 }
 
 impl RenderedHashes {
-    pub fn insert(
-        &mut self,
-        revision: impl Into<String>,
-        node: impl Into<String>,
-        hash: impl Into<String>,
-    ) {
+    pub fn insert(&mut self, revision: impl Into<Sym>, node: impl Into<Sym>, hash: impl Into<Sym>) {
         Arc::make_mut(self.by_revision.entry(revision.into()).or_default())
             .insert(node.into(), hash.into());
     }
@@ -180,21 +176,18 @@ impl RenderedHashes {
     /// Sets every node's hash for one revision at once.
     pub fn set_revision(
         &mut self,
-        revision: impl Into<String>,
-        hashes: impl Into<Arc<BTreeMap<String, String>>>,
+        revision: impl Into<Sym>,
+        hashes: impl Into<Arc<BTreeMap<Sym, Sym>>>,
     ) {
         self.by_revision.insert(revision.into(), hashes.into());
     }
 
-    pub fn get(&self, revision: &str, node: &str) -> Option<&str> {
-        self.by_revision
-            .get(revision)
-            .and_then(|m| m.get(node))
-            .map(String::as_str)
+    pub fn get(&self, revision: &str, node: &str) -> Option<&Sym> {
+        self.by_revision.get(revision).and_then(|m| m.get(node))
     }
 
     /// Every node's hash for one revision, shared.
-    pub fn revision(&self, revision: &str) -> Option<&Arc<BTreeMap<String, String>>> {
+    pub fn revision(&self, revision: &str) -> Option<&Arc<BTreeMap<Sym, Sym>>> {
         self.by_revision.get(revision)
     }
 }
@@ -212,9 +205,23 @@ impl RevisionState {
         rev: &NetworkConfigRevision,
         validation: ValidationResult,
     ) -> Result<RevisionState, InputError> {
-        let name = rev.metadata.name.clone().ok_or(InputError::MissingName {
-            kind: "NetworkConfigRevision",
-        })?;
+        Self::interned(rev, validation, &mut Interner::default())
+    }
+
+    /// [`from_api`](Self::from_api), its name taken from `strings`.
+    pub fn interned(
+        rev: &NetworkConfigRevision,
+        validation: ValidationResult,
+        strings: &mut Interner,
+    ) -> Result<RevisionState, InputError> {
+        let name = rev
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(InputError::MissingName {
+                kind: "NetworkConfigRevision",
+            })?;
+        let name = strings.intern(name);
         let annotation = |key: &str| rev.metadata.annotations.as_ref()?.get(key).cloned();
         Ok(RevisionState {
             name,
@@ -260,9 +267,23 @@ pub fn field_writer(meta: &ObjectMeta, path: &[&str]) -> Option<String> {
 impl NodeConfigState {
     /// From the API object; an unreadable `netwave.dev/assigned-at` annotation reads as missing.
     pub fn from_api(nnc: &NodeNetworkConfig) -> Result<NodeConfigState, InputError> {
-        let name = nnc.metadata.name.clone().ok_or(InputError::MissingName {
-            kind: "NodeNetworkConfig",
-        })?;
+        Self::interned(nnc, &mut Interner::default())
+    }
+
+    /// [`from_api`](Self::from_api), its names and hashes taken from `strings`: equal ones across
+    /// configs and revisions then compare by pointer.
+    pub fn interned(
+        nnc: &NodeNetworkConfig,
+        strings: &mut Interner,
+    ) -> Result<NodeConfigState, InputError> {
+        let name = nnc
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(InputError::MissingName {
+                kind: "NodeNetworkConfig",
+            })?;
+        let name = strings.intern(name);
         let assigned_at = nnc
             .metadata
             .annotations
@@ -273,9 +294,16 @@ impl NodeConfigState {
         // conditions, and cloning all of it for 5,000 nodes per reconcile was a quarter of the
         // configurator's compute (#14).
         let status = nnc.status.as_ref();
-        let field = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>| {
+        let text = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>| {
             status.and_then(|s| f(s).clone())
         };
+        let mut sym = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>| {
+            strings.intern_opt(status.and_then(|s| f(s).as_deref()))
+        };
+        let observed_revision = sym(|s| &s.observed_revision);
+        let observed_config_hash = sym(|s| &s.observed_config_hash);
+        let config_hash = sym(|s| &s.config_hash);
+        let last_good_revision = sym(|s| &s.last_good_revision);
         let phase = status
             .and_then(|s| s.phase.as_deref())
             .map(AgentPhase::parse);
@@ -286,21 +314,21 @@ impl NodeConfigState {
         Ok(NodeConfigState {
             name,
             spec: AssignedSpec {
-                revision: nnc.spec.revision.clone(),
+                revision: strings.intern(&nnc.spec.revision),
                 sequence: Sequence(nnc.spec.sequence),
-                config_hash: nnc.spec.config_hash.clone(),
+                config_hash: strings.intern(&nnc.spec.config_hash),
                 retry: nnc.spec.retry,
                 assigned_at,
             },
             status: AgentReport {
                 phase,
-                observed_revision: field(|s| &s.observed_revision),
+                observed_revision,
                 observed_retry: status.and_then(|s| s.observed_retry),
-                observed_config_hash: field(|s| &s.observed_config_hash),
-                config_hash: field(|s| &s.config_hash),
-                last_good_revision: field(|s| &s.last_good_revision),
-                reason: field(|s| &s.reason),
-                message: field(|s| &s.message),
+                observed_config_hash,
+                config_hash,
+                last_good_revision,
+                reason: text(|s| &s.reason),
+                message: text(|s| &s.message),
                 started_at,
             },
             record: NodeRecord::from_annotations(nnc.metadata.annotations.as_ref()),
@@ -312,11 +340,17 @@ impl NodeState {
     /// From the API object: `Ready` means a `Ready` condition with status `True`; cordoned means
     /// `spec.unschedulable`.
     pub fn from_api(node: &Node) -> Result<NodeState, InputError> {
+        Self::interned(node, &mut Interner::default())
+    }
+
+    /// [`from_api`](Self::from_api), its name taken from `strings`.
+    pub fn interned(node: &Node, strings: &mut Interner) -> Result<NodeState, InputError> {
         let name = node
             .metadata
             .name
-            .clone()
+            .as_deref()
             .ok_or(InputError::MissingName { kind: "Node" })?;
+        let name = strings.intern(name);
         let ready = node
             .status
             .as_ref()

@@ -7,6 +7,7 @@ use netwave_api::NetworkConfigRevisionStatus;
 
 pub use super::hold::HoldRecord;
 pub use super::quarantine::RecordUpdate;
+use crate::sym::Sym;
 use crate::types::{Sequence, Timestamp};
 
 /// The outcome of one step.
@@ -92,12 +93,12 @@ pub struct StatusUpdate {
 /// `config_hash`) and set the `netwave.dev/assigned-at` annotation to `assigned_at`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
-    pub node: String,
+    pub node: Sym,
     /// The node has no `NodeNetworkConfig` yet: create it.
     pub create: bool,
-    pub revision: String,
+    pub revision: Sym,
     pub sequence: Sequence,
-    pub config_hash: String,
+    pub config_hash: Sym,
     pub retry: u32,
     pub assigned_at: Timestamp,
     pub reason: AssignReason,

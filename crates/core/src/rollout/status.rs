@@ -234,7 +234,9 @@ impl<'c> Draft<'c> {
     }
 
     fn last_good_name(&self) -> Option<&'c str> {
-        self.ctx.last_good_after().map(|l| self.ctx.revs[l].name())
+        self.ctx
+            .last_good_after()
+            .map(|l| self.ctx.revs[l].name().as_str())
     }
 }
 

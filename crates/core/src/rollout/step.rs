@@ -36,6 +36,7 @@ mod revisions;
 use super::input::{RevisionState, RolloutInput};
 use super::plan::Plan;
 use super::world::Overlay;
+use crate::sym::Sym;
 use crate::types::Timestamp;
 
 pub use revisions::{last_good, revisions_to_render};
@@ -76,7 +77,7 @@ pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
 /// Applies a plan's writes to revisions and the spec overlay, as the API server would.
 fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan: &Plan) {
     for r in &plan.records {
-        overlay.records.insert(r.node.clone(), r.record.clone());
+        overlay.records.insert(Sym::from(&r.node), r.record.clone());
     }
     for h in &plan.holds {
         if let Some(r) = revisions.iter_mut().find(|r| r.name == h.revision) {
@@ -92,9 +93,9 @@ fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan:
         overlay.specs.insert(a.node.clone(), Some(a.spec()));
     }
     for n in &plan.delete_configs {
-        overlay.specs.insert(n.clone(), None);
+        overlay.specs.insert(Sym::from(n), None);
     }
-    revisions.retain(|r| !plan.delete_revisions.contains(&r.name));
+    revisions.retain(|r| !plan.delete_revisions.iter().any(|d| r.name == *d));
 }
 
 /// Folds a later round into a plan: last write per object wins, first-appearance order is kept.

@@ -22,6 +22,7 @@ use super::plan::{AssignReason, Assignment, Event, WaitingOn};
 use super::policy::{Policy, PolicyDefaults, resolve};
 use super::quarantine::{NodeRecord, RecordUpdate};
 use super::vocab::Phase;
+use crate::sym::Sym;
 use crate::types::Timestamp;
 
 /// Whether a node is *in flight*: its agent may be changing the node's network config because of what
@@ -47,7 +48,7 @@ pub fn is_in_flight(config: &NodeConfigState) -> bool {
 /// The node is *updated* for `revision`: its spec is `revision`, and its agent reports `Provisioned` for
 /// `revision` (and, when it reports a hash, for the config the spec holds). Status about an older
 /// revision or an older config never counts.
-pub fn is_updated(config: &NodeConfigState, revision: &str) -> bool {
+pub fn is_updated(config: &NodeConfigState, revision: &Sym) -> bool {
     updated_of(
         &config.spec.revision,
         &config.spec.config_hash,
@@ -56,30 +57,30 @@ pub fn is_updated(config: &NodeConfigState, revision: &str) -> bool {
     )
 }
 
-pub(super) fn in_flight_of(revision: &str, retry: u32, hash: &str, st: &AgentReport) -> bool {
+pub(super) fn in_flight_of(revision: &Sym, retry: u32, hash: &Sym, st: &AgentReport) -> bool {
     let gave_up = st.phase == Some(AgentPhase::Invalid)
-        && st.observed_revision.as_deref() == Some(revision)
+        && st.observed_revision.as_ref() == Some(revision)
         && st.observed_retry == Some(retry)
-        && st.observed_config_hash.as_deref().is_none_or(|h| h == hash);
+        && st.observed_config_hash.as_ref().is_none_or(|h| h == hash);
     // An agent that reported Invalid restored its last good config and reports that config's hash.
     let runs_it = match (&st.phase, &st.config_hash) {
         (Some(AgentPhase::Provisioned | AgentPhase::Invalid), Some(h)) => h == hash,
-        (Some(AgentPhase::Provisioned), None) => st.observed_revision.as_deref() == Some(revision),
+        (Some(AgentPhase::Provisioned), None) => st.observed_revision.as_ref() == Some(revision),
         _ => false,
     };
     !(gave_up || runs_it)
 }
 
 pub(super) fn updated_of(
-    spec_revision: &str,
-    hash: &str,
+    spec_revision: &Sym,
+    hash: &Sym,
     st: &AgentReport,
-    revision: &str,
+    revision: &Sym,
 ) -> bool {
     spec_revision == revision
-        && st.observed_revision.as_deref() == Some(revision)
         && st.phase == Some(AgentPhase::Provisioned)
-        && st.config_hash.as_deref().is_none_or(|h| h == hash)
+        && st.observed_revision.as_ref() == Some(revision)
+        && st.config_hash.as_ref().is_none_or(|h| h == hash)
 }
 
 /// How many node names a status message or report lists before "and N more".
@@ -89,9 +90,9 @@ pub(super) const LIST_LIMIT: usize = 5;
 #[derive(Default)]
 pub(super) struct Overlay {
     /// Node → new spec (`None`: config deleted).
-    pub specs: BTreeMap<String, Option<AssignedSpec>>,
+    pub specs: BTreeMap<Sym, Option<AssignedSpec>>,
     /// Node → new record (streak, quarantine).
-    pub records: BTreeMap<String, NodeRecord>,
+    pub records: BTreeMap<Sym, NodeRecord>,
 }
 
 /// Everything the stages of one step share. Indices into `nodes` and `revs` stand for nodes and
@@ -105,7 +106,7 @@ pub(super) struct World<'a> {
     pub orphans: Vec<String>,
     /// Nodes by the revision their spec names, or their agent reports on (failure detection looks at
     /// these; counts of nodes *assigned* a revision check the spec again).
-    pub by_revision: BTreeMap<&'a str, Vec<usize>>,
+    pub by_revision: BTreeMap<&'a Sym, Vec<usize>>,
     /// Every revision, newest first, with its fate.
     pub revs: Vec<Rev<'a>>,
     pub target: Option<usize>,
@@ -167,9 +168,9 @@ impl<'a> World<'a> {
 /// The spec of a node's config, borrowed from the input or from this step's assignments.
 #[derive(Clone, Copy)]
 pub(super) struct Spec<'a> {
-    pub revision: &'a str,
+    pub revision: &'a Sym,
     pub retry: u32,
-    pub hash: &'a str,
+    pub hash: &'a Sym,
     pub assigned_at: Option<Timestamp>,
 }
 
@@ -198,7 +199,7 @@ pub(super) struct Node<'a> {
 }
 
 impl<'a> Node<'a> {
-    pub fn name(&self) -> &'a str {
+    pub fn name(&self) -> &'a Sym {
         &self.state.name
     }
     /// Its current assignment and when it has failed that unless its agent reports, under `policy`
@@ -213,7 +214,7 @@ impl<'a> Node<'a> {
         };
         Some((attempt, deadline(&attempt, self.status, policy.timeouts())))
     }
-    pub fn updated(&self, revision: &str) -> bool {
+    pub fn updated(&self, revision: &Sym) -> bool {
         self.spec
             .is_some_and(|s| updated_of(s.revision, s.hash, self.status, revision))
     }
@@ -312,7 +313,7 @@ impl<'a> Rev<'a> {
             hold: None,
         }
     }
-    pub fn name(&self) -> &'a str {
+    pub fn name(&self) -> &'a Sym {
         &self.state.name
     }
     /// `Failed` on record for this attempt: stays failed until `spec.retry` changes.
@@ -392,16 +393,16 @@ impl Budgets<'_> {
 pub(super) struct Hashes<'a> {
     pub target: Option<usize>,
     pub last_good: Option<usize>,
-    pub of_target: Vec<Option<&'a String>>,
-    pub of_last_good: Vec<Option<&'a String>>,
+    pub of_target: Vec<Option<&'a Sym>>,
+    pub of_last_good: Vec<Option<&'a Sym>>,
 }
 
 impl<'a> Hashes<'a> {
-    pub fn get(&self, rev: usize, node: usize) -> Option<&'a str> {
+    pub fn get(&self, rev: usize, node: usize) -> Option<&'a Sym> {
         if Some(rev) == self.target {
-            self.of_target[node].map(String::as_str)
+            self.of_target[node]
         } else if Some(rev) == self.last_good {
-            self.of_last_good[node].map(String::as_str)
+            self.of_last_good[node]
         } else {
             None
         }
@@ -498,7 +499,7 @@ pub(super) struct Context<'a, 'b> {
     pub revs: &'b [Rev<'a>],
     pub target: Option<&'b TargetView>,
     pub last_good: Option<usize>,
-    pub counts: &'b BTreeMap<&'a str, Counts>,
+    pub counts: &'b BTreeMap<&'a Sym, Counts>,
     /// Nodes in the fleet: every revision's `total`, so each revision's counters read against the
     /// whole fleet (an older revision's `updated` is how many nodes still run it).
     pub fleet: u32,

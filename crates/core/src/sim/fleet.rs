@@ -19,6 +19,7 @@ use crate::rollout::{
     AgentPhase, AgentReport, AssignReason, Budget, Phase, Plan, PolicyDefaults,
     REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, Write, is_in_flight, is_updated, resolve, step,
 };
+use crate::sym::Sym;
 use crate::types::Timestamp;
 
 /// The label that names a node's failure domain in the simulation.
@@ -286,9 +287,9 @@ struct Agent {
     sees: Option<((String, u32, String), Timestamp)>,
     pending: Option<Pending>,
     /// Hash of the config the kernel runs.
-    running: Option<String>,
+    running: Option<Sym>,
     /// Revision of the durable backup.
-    last_good: Option<String>,
+    last_good: Option<Sym>,
     down_until: Option<Timestamp>,
     /// (revision, retry, hash) reported Invalid: not re-applied unless the retry (or the config)
     /// changes.
@@ -473,9 +474,9 @@ impl Fleet {
     fn reactivate(&mut self) {
         let newest = self.store.revisions.values().map(|r| r.sequence).max();
         let older: Vec<String> = (self.store.revisions.values())
-            .filter(|r| Some(r.sequence) != newest && !self.invalid.contains(&r.name))
+            .filter(|r| Some(r.sequence) != newest && !self.invalid.contains(r.name.as_str()))
             .filter(|r| r.status.phase.as_deref() != Some(Phase::Failed.as_str()))
-            .map(|r| r.name.clone())
+            .map(|r| r.name.to_string())
             .collect();
         if older.is_empty() {
             return;
@@ -503,7 +504,7 @@ impl Fleet {
     fn approve_holds(&mut self, all: bool) {
         let held: Vec<String> = (self.store.revisions.values())
             .filter(|r| r.paused && r.hold_basis.is_some())
-            .map(|r| r.name.clone())
+            .map(|r| r.name.to_string())
             .collect();
         if held.is_empty() {
             return;
@@ -528,7 +529,7 @@ impl Fleet {
     fn release_one(&mut self) {
         let quarantined: Vec<String> = (self.store.configs.values())
             .filter(|c| c.record.is_quarantined())
-            .map(|c| c.name.clone())
+            .map(|c| c.name.to_string())
             .collect();
         if quarantined.is_empty() {
             return;
@@ -692,7 +693,7 @@ impl Fleet {
                     if !rev.paused
                         && let Some(basis) = &rev.hold_basis
                     {
-                        self.approved.insert((rev.name.clone(), basis.clone()));
+                        self.approved.insert((rev.name.to_string(), basis.clone()));
                         self.outcome.approvals += 1;
                     }
                     let line = format!("pause {} {}", rev.name, rev.paused);
@@ -704,7 +705,7 @@ impl Fleet {
                     .revisions
                     .values()
                     .filter(|r| r.status.phase.as_deref() == Some(Phase::Failed.as_str()))
-                    .map(|r| r.name.clone())
+                    .map(|r| r.name.to_string())
                     .collect();
                 if !failed.is_empty() {
                     let pick = failed[self.rng.random_range(0..failed.len())].clone();
@@ -1053,15 +1054,17 @@ impl Fleet {
     /// No node is ever given a failed or unvalidated revision, and no Not Ready or cordoned node is
     /// ever made in flight.
     fn check_assignment(&self, a: &crate::rollout::Assignment) -> Result<(), Violation> {
-        let Some(rev) = self.store.revisions.get(&a.revision) else {
-            return Err(self.violation("assigns known revisions", a.revision.clone()));
+        let Some(rev) = self.store.revisions.get(a.revision.as_str()) else {
+            return Err(self.violation("assigns known revisions", a.revision.to_string()));
         };
         let phase = rev.status.phase.as_deref();
         let validated = rev.status.conditions.iter().any(|c| {
             c.type_ == crate::rollout::ConditionType::Validated.as_str()
                 && c.status == netwave_api::vocab::ConditionStatus::True.as_str()
         });
-        if phase == Some(Phase::Failed.as_str()) || !validated || self.invalid.contains(&a.revision)
+        if phase == Some(Phase::Failed.as_str())
+            || !validated
+            || self.invalid.contains(a.revision.as_str())
         {
             return Err(self.violation(
                 "never assigns a failed or unvalidated revision",
@@ -1071,8 +1074,8 @@ impl Fleet {
                 ),
             ));
         }
-        let node = &self.store.nodes[&a.node];
-        let config = self.store.configs.get(&a.node);
+        let node = &self.store.nodes[a.node.as_str()];
+        let config = self.store.configs.get(a.node.as_str());
         if config.is_some_and(|c| c.record.is_quarantined() && c.spec.revision != a.revision)
             && a.reason != AssignReason::Rollback
         {
@@ -1081,14 +1084,23 @@ impl Fleet {
                 format!("{} → {} ({:?})", a.node, a.revision, a.reason),
             ));
         }
-        let was = self.store.configs.get(&a.node).is_some_and(is_in_flight);
-        let mut after = self.store.configs.get(&a.node).cloned().unwrap_or_default();
+        let was = self
+            .store
+            .configs
+            .get(a.node.as_str())
+            .is_some_and(is_in_flight);
+        let mut after = self
+            .store
+            .configs
+            .get(a.node.as_str())
+            .cloned()
+            .unwrap_or_default();
         after.spec.revision = a.revision.clone();
         after.spec.config_hash = a.config_hash.clone();
         if !node.eligible() && !was && is_in_flight(&after) {
             return Err(self.violation(
                 "never makes a Not Ready or cordoned node in flight",
-                a.node.clone(),
+                a.node.to_string(),
             ));
         }
         self.check_hold(a)
@@ -1130,7 +1142,7 @@ impl Fleet {
         let moves = self
             .store
             .configs
-            .get(&a.node)
+            .get(a.node.as_str())
             .is_none_or(|c| c.spec.revision != a.revision);
         if !moves || a.reason == AssignReason::Rollback {
             return Ok(());
@@ -1152,8 +1164,14 @@ impl Fleet {
         let Some(removal) = hold::destructive(&last_good.name, base, cand, threshold) else {
             return Ok(());
         };
-        let basis = hold::basis(self.store.revisions[&a.revision].sequence, &last_good.name);
-        if self.approved.contains(&(a.revision.clone(), basis.clone())) {
+        let basis = hold::basis(
+            self.store.revisions[a.revision.as_str()].sequence,
+            &last_good.name,
+        );
+        if self
+            .approved
+            .contains(&(a.revision.to_string(), basis.clone()))
+        {
             return Ok(());
         }
         Err(self.violation(
@@ -1253,8 +1271,8 @@ impl Fleet {
                 let ok = match cfg {
                     Some(c) if failed_here => last_good
                         .as_deref()
-                        .is_none_or(|lg| lg == t || is_updated(c, lg)),
-                    Some(c) => is_updated(c, t),
+                        .is_none_or(|lg| lg == t || is_updated(c, &lg.into())),
+                    Some(c) => is_updated(c, &t.into()),
                     None => false,
                 };
                 if !ok {
@@ -1339,5 +1357,9 @@ pub fn run_seed(seed: u64, nodes: usize) -> Result<Outcome, Violation> {
 
 /// What an agent judges a spec by: (revision, retry, configHash).
 fn key_of(spec: &crate::rollout::AssignedSpec) -> (String, u32, String) {
-    (spec.revision.clone(), spec.retry, spec.config_hash.clone())
+    (
+        spec.revision.to_string(),
+        spec.retry,
+        spec.config_hash.to_string(),
+    )
 }

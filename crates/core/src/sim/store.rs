@@ -12,6 +12,7 @@ use crate::rollout::{
     AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, PolicyDefaults,
     RenderedHashes, RevisionState, RolloutInput, Write, revisions_to_render,
 };
+use crate::sym::Sym;
 use crate::types::{Sequence, Timestamp};
 
 /// A write the API server would reject (the leader's view was stale).
@@ -56,7 +57,7 @@ impl Store {
         self.nodes.insert(
             name.to_string(),
             NodeState {
-                name: name.to_string(),
+                name: name.into(),
                 labels,
                 ready: true,
                 unschedulable: false,
@@ -71,7 +72,7 @@ impl Store {
         self.revisions.insert(
             name.to_string(),
             RevisionState {
-                name: name.to_string(),
+                name: name.into(),
                 generation: Some(1),
                 sequence: Sequence(sequence),
                 hash: format!("sha-{name}"),
@@ -88,10 +89,14 @@ impl Store {
     pub fn joining(&self, config: &crate::rollout::NodeConfigState) -> bool {
         config.status.last_good_revision.is_none()
             && config.status.phase != Some(crate::rollout::AgentPhase::Invalid)
-            && self.revisions.get(&config.spec.revision).is_some_and(|r| {
-                r.status.completed_at.is_some()
-                    || r.status.phase.as_deref() == Some(crate::rollout::Phase::Complete.as_str())
-            })
+            && self
+                .revisions
+                .get(config.spec.revision.as_str())
+                .is_some_and(|r| {
+                    r.status.completed_at.is_some()
+                        || r.status.phase.as_deref()
+                            == Some(crate::rollout::Phase::Complete.as_str())
+                })
     }
 
     pub fn revision(&mut self, name: &str) -> &mut RevisionState {
@@ -108,10 +113,11 @@ impl Store {
 
     /// The rendered hash of `revision` for `node`: an explicit entry in `rendered`, else the revision
     /// name (every node gets the same config).
-    pub fn hash_of(&self, revision: &str, node: &str) -> String {
+    pub fn hash_of(&self, revision: &str, node: &str) -> Sym {
         self.rendered
             .get(revision, node)
-            .map_or_else(|| format!("cfg-{revision}"), str::to_string)
+            .cloned()
+            .unwrap_or_else(|| format!("cfg-{revision}").into())
     }
 
     /// The node runs `revision` and its agent reported it: spec, `Provisioned`, lastGood, hash.
@@ -121,9 +127,9 @@ impl Store {
         self.configs.insert(
             node.to_string(),
             NodeConfigState {
-                name: node.to_string(),
+                name: node.into(),
                 spec: AssignedSpec {
-                    revision: revision.to_string(),
+                    revision: revision.into(),
                     sequence: rev.sequence,
                     config_hash: hash.clone(),
                     retry: rev.retry,
@@ -131,11 +137,11 @@ impl Store {
                 },
                 status: AgentReport {
                     phase: Some(AgentPhase::Provisioned),
-                    observed_revision: Some(revision.to_string()),
+                    observed_revision: Some(revision.into()),
                     observed_retry: Some(rev.retry),
                     observed_config_hash: Some(hash.clone()),
                     config_hash: Some(hash),
-                    last_good_revision: Some(revision.to_string()),
+                    last_good_revision: Some(revision.into()),
                     reason: None,
                     message: None,
                     started_at: None,
@@ -154,11 +160,11 @@ impl Store {
             .configs
             .entry(node.to_string())
             .or_insert_with(|| NodeConfigState {
-                name: node.to_string(),
+                name: node.into(),
                 ..NodeConfigState::default()
             });
         cfg.spec = AssignedSpec {
-            revision: revision.to_string(),
+            revision: revision.into(),
             sequence,
             config_hash: hash,
             retry,
@@ -220,7 +226,7 @@ impl Store {
             configs: self
                 .configs
                 .values()
-                .filter(|c| !self.unreadable_configs.contains(&c.name))
+                .filter(|c| !self.unreadable_configs.contains(c.name.as_str()))
                 .cloned()
                 .map(Arc::new)
                 .collect(),
@@ -234,15 +240,15 @@ impl Store {
             }
             // Share a complete explicit rendering; otherwise fill in the defaults.
             if let Some(m) = self.rendered.revision(&rev)
-                && self.nodes.keys().all(|n| m.contains_key(n))
+                && self.nodes.keys().all(|n| m.contains_key(n.as_str()))
             {
                 input.rendered.set_revision(rev, m.clone());
                 continue;
             }
-            let hashes: BTreeMap<String, String> = self
+            let hashes: BTreeMap<Sym, Sym> = self
                 .nodes
                 .keys()
-                .map(|n| (n.clone(), self.hash_of(&rev, n)))
+                .map(|n| (Sym::from(n), self.hash_of(&rev, n)))
                 .collect();
             input.rendered.set_revision(rev, hashes);
         }
@@ -275,13 +281,13 @@ impl Store {
             }
             Write::Assign(a) => {
                 let spec = a.spec();
-                match (self.configs.get_mut(&a.node), a.create) {
-                    (Some(_), true) => return Err(StoreError::ConfigExists(a.node.clone())),
-                    (None, false) => return Err(StoreError::ConfigNotFound(a.node.clone())),
+                match (self.configs.get_mut(a.node.as_str()), a.create) {
+                    (Some(_), true) => return Err(StoreError::ConfigExists(a.node.to_string())),
+                    (None, false) => return Err(StoreError::ConfigNotFound(a.node.to_string())),
                     (Some(cfg), false) => cfg.spec = spec,
                     (None, true) => {
                         self.configs.insert(
-                            a.node.clone(),
+                            a.node.to_string(),
                             NodeConfigState {
                                 name: a.node.clone(),
                                 spec,

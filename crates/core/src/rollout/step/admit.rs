@@ -14,6 +14,7 @@ use std::mem;
 
 use super::super::plan::{AssignReason, Assignment};
 use super::super::world::{Intent, Refused, Spec, World, in_flight_of};
+use crate::sym::Sym;
 
 /// Turns intents into assignments, then records what holds back the rest.
 pub(super) fn admit_under_budget(w: &mut World) {
@@ -56,7 +57,7 @@ pub(super) fn admit_under_budget(w: &mut World) {
 
 /// Writes the move into the world (so later intents see the node assigned and the budget spent) and
 /// into the plan.
-fn assign<'a>(w: &mut World<'a>, intent: &Intent, hash: &'a str, will: bool) {
+fn assign<'a>(w: &mut World<'a>, intent: &Intent, hash: &'a Sym, will: bool) {
     let rev = &w.revs[intent.rev];
     let n = &mut w.nodes[intent.node];
     // A move that keeps the config the node runs is a fast path, whatever made us want it.
@@ -80,11 +81,11 @@ fn assign<'a>(w: &mut World<'a>, intent: &Intent, hash: &'a str, will: bool) {
         assigned_at: Some(w.now),
     });
     w.assignments.push(Assignment {
-        node: n.name().to_string(),
+        node: n.name().clone(),
         create: !n.has_config,
-        revision: rev.name().to_string(),
+        revision: rev.name().clone(),
         sequence: rev.state.sequence,
-        config_hash: hash.to_string(),
+        config_hash: hash.clone(),
         retry: rev.state.retry,
         assigned_at: w.now,
         reason,

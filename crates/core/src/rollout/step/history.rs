@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::super::world::World;
+use crate::sym::Sym;
 
 /// Revisions to delete: beyond the history limit and referenced by nothing.
 ///
@@ -16,7 +17,7 @@ pub(super) fn history_deletions(w: &World, last_good_after: Option<usize>) -> Ve
     if !w.input.unreadable_configs.is_empty() {
         return Vec::new();
     }
-    let mut protected: BTreeSet<&str> = BTreeSet::new();
+    let mut protected: BTreeSet<&Sym> = BTreeSet::new();
     for n in &w.nodes {
         if let Some(s) = n.spec {
             protected.insert(s.revision);

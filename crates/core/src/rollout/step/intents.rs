@@ -11,13 +11,14 @@ use super::super::plan::{AssignReason, WaitingOn};
 use super::super::policy::{CanaryNodes, CanaryPolicy};
 use super::super::vocab::Phase;
 use super::super::world::{CanaryStage, Fate, Node, Rev, World};
+use crate::sym::Sym;
 use crate::types::Timestamp;
 
 /// Every node on a failed revision, and every node that failed the target, goes back to the last good
 /// revision. Without one, nothing is assigned: the nodes keep what their agents restored.
 pub(super) fn rollback_intents(w: &mut World) {
     let Some(lg) = w.last_good else { return };
-    let failed_revs: BTreeSet<&str> = w
+    let failed_revs: BTreeSet<&Sym> = w
         .revs
         .iter()
         .filter(|r| matches!(r.fate, Fate::Failed(_)))
@@ -134,7 +135,7 @@ pub(super) fn target_rollout_intents(w: &mut World) {
 
 /// Why node `n` should be (re)assigned the target, if it should: it runs something else, its spec
 /// holds a stale rendering (`want` is the current one), an older attempt, or no assignment time.
-fn target_move(n: &Node, target: &Rev, want: Option<&str>) -> Option<AssignReason> {
+fn target_move(n: &Node, target: &Rev, want: Option<&Sym>) -> Option<AssignReason> {
     let name = target.name();
     match n.spec {
         Some(s) if s.revision == name => {

@@ -7,6 +7,7 @@ use super::super::input::{NodeConfigState, NodeState, RolloutInput};
 use super::super::world::{
     Intents, NO_RECORD, NO_REPORT, Node, Overlay, Spec, World, in_flight_of,
 };
+use crate::sym::Sym;
 use crate::types::Timestamp;
 
 /// The world as observed: every node with its spec and report, the orphaned configs, and nodes by the
@@ -17,13 +18,13 @@ pub(super) fn observe_fleet<'a>(
     now: Timestamp,
 ) -> World<'a> {
     let mut w = World::new(input, now);
-    // Sorting is stable and adaptive: inputs that arrive sorted (watch caches usually are) cost O(n).
-    let mut node_states: Vec<&NodeState> = input.nodes.iter().map(AsRef::as_ref).collect();
-    node_states.sort_by(|a, b| a.name.cmp(&b.name));
-    node_states.dedup_by(|a, b| a.name == b.name);
-    let mut configs: Vec<&NodeConfigState> = input.configs.iter().map(AsRef::as_ref).collect();
-    configs.sort_by(|a, b| a.name.cmp(&b.name));
-    configs.dedup_by(|a, b| a.name == b.name);
+    let node_states = by_name(input.nodes.iter().map(AsRef::as_ref), |n: &NodeState| {
+        &n.name
+    });
+    let configs = by_name(
+        input.configs.iter().map(AsRef::as_ref),
+        |c: &NodeConfigState| &c.name,
+    );
 
     let mut matched = vec![false; configs.len()];
     let mut ci = 0;
@@ -37,7 +38,8 @@ pub(super) fn observe_fleet<'a>(
             matched[ci] = true;
             configs[ci]
         });
-        let unreadable = input.unreadable_configs.contains(&state.name);
+        let unreadable = !input.unreadable_configs.is_empty()
+            && input.unreadable_configs.contains(state.name.as_str());
         w.nodes.push(node_of(state, cfg, overlay, unreadable));
     }
     // Configs of nodes that left (and were not deleted by an earlier round).
@@ -45,7 +47,7 @@ pub(super) fn observe_fleet<'a>(
         .iter()
         .zip(&matched)
         .filter(|(c, matched)| !**matched && !matches!(overlay.specs.get(&c.name), Some(None)))
-        .map(|(c, _)| c.name.clone())
+        .map(|(c, _)| c.name.to_string())
         .collect();
     w.by_revision = by_revision(&w.nodes);
     w.intents = Intents::new(w.nodes.len());
@@ -80,9 +82,9 @@ fn node_of<'a>(
     };
     let quarantined = record.is_quarantined();
     let spec = spec.map(|s| Spec {
-        revision: s.revision.as_str(),
+        revision: &s.revision,
         retry: s.retry,
-        hash: s.config_hash.as_str(),
+        hash: &s.config_hash,
         assigned_at: s.assigned_at,
     });
     Node {
@@ -102,19 +104,48 @@ fn node_of<'a>(
     }
 }
 
-fn by_revision<'a>(nodes: &[Node<'a>]) -> BTreeMap<&'a str, Vec<usize>> {
-    let mut by_revision: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+/// Sorted by name, one per name (the first). Sorting is stable and adaptive, and inputs that arrive
+/// sorted and unique (the configurator's are) are only checked: O(n) comparisons.
+fn by_name<'a, T>(items: impl Iterator<Item = &'a T>, name: impl Fn(&T) -> &Sym) -> Vec<&'a T> {
+    let mut v: Vec<&T> = items.collect();
+    if !v.is_sorted_by(|a, b| name(a) < name(b)) {
+        v.sort_by(|a, b| name(a).cmp(name(b)));
+        v.dedup_by(|a, b| name(a) == name(b));
+    }
+    v
+}
+
+fn by_revision<'a>(nodes: &[Node<'a>]) -> BTreeMap<&'a Sym, Vec<usize>> {
+    let mut by_revision: BTreeMap<&Sym, Vec<usize>> = BTreeMap::new();
+    // Neighbours mostly name the same revision: the last one's list is kept at hand.
+    let mut last: Option<(&Sym, Vec<usize>)> = None;
     for (i, n) in nodes.iter().enumerate() {
         if let Some(s) = n.spec {
-            by_revision.entry(s.revision).or_default().push(i);
+            match &mut last {
+                Some((r, list)) if *r == s.revision => list.push(i),
+                _ => {
+                    if let Some((r, list)) = last.take() {
+                        by_revision.entry(r).or_default().extend(list);
+                    }
+                    let mut list = by_revision.remove(s.revision).unwrap_or_default();
+                    list.push(i);
+                    last = Some((s.revision, list));
+                }
+            }
         }
         // Nodes whose agent reports on a revision other than its spec: an `Invalid` report about R is a
         // failure of R even after the spec moved on (the agent will not apply R again at this retry).
-        if let Some(obs) = n.status.observed_revision.as_deref()
+        if let Some(obs) = n.status.observed_revision.as_ref()
             && n.spec.is_some_and(|s| s.revision != obs)
         {
-            by_revision.entry(obs).or_default().push(i);
+            match &mut last {
+                Some((r, list)) if *r == obs => list.push(i),
+                _ => by_revision.entry(obs).or_default().push(i),
+            }
         }
+    }
+    if let Some((r, list)) = last {
+        by_revision.entry(r).or_default().extend(list);
     }
     by_revision
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::policy::Policy;
 use super::super::world::{Budgets, Hashes, Node, World};
+use crate::sym::Sym;
 
 /// Sorts nodes into failure domains, fixes the rollout order, counts what is in flight against the
 /// budgets, and looks up the rendered hashes the assignments may use.
@@ -112,18 +113,18 @@ fn budgets<'a>(nodes: &[Node], policy: &Policy, domain_names: Vec<&'a str>) -> B
 
 /// Joins a map keyed by node name with the nodes (both sorted by name): O(n), no per-node lookups.
 fn join_by_name<'a, V>(
-    names: impl Iterator<Item = &'a str>,
-    map: Option<&'a BTreeMap<String, V>>,
+    names: impl Iterator<Item = &'a Sym>,
+    map: Option<&'a BTreeMap<Sym, V>>,
 ) -> Vec<Option<&'a V>> {
     let mut it = map.map(|m| m.iter().peekable());
     names
         .map(|name| {
             let it = it.as_mut()?;
-            while it.peek().is_some_and(|(k, _)| k.as_str() < name) {
+            while it.peek().is_some_and(|(k, _)| *k < name) {
                 it.next();
             }
             match it.peek() {
-                Some((k, v)) if k.as_str() == name => Some(*v),
+                Some((k, v)) if *k == name => Some(*v),
                 _ => None,
             }
         })

@@ -24,7 +24,7 @@ pub(super) fn judge_failures(
     let start = rev.failed_nodes.len() - rev.new_failures;
     let node_of = |name: &str| {
         nodes
-            .binary_search_by(|n| n.name().cmp(name))
+            .binary_search_by(|n| n.name().as_str().cmp(name))
             .ok()
             .map(|i| &nodes[i])
     };
@@ -41,8 +41,8 @@ pub(super) fn judge_failures(
             continue;
         };
         let others_failed = (rev.failed_nodes.iter()).any(|o| o.node != f.node && !o.quarantined);
-        let others_updated = nodes.iter().any(|m| m.name() != f.node && m.updated(name));
-        if others_failed || !others_updated || n.record.streak.iter().any(|e| e.revision == name) {
+        let others_updated = nodes.iter().any(|m| *m.name() != f.node && m.updated(name));
+        if others_failed || !others_updated || n.record.streak.iter().any(|e| e.revision == *name) {
             continue;
         }
         let mut record = NodeRecord {
@@ -91,7 +91,7 @@ pub(super) fn streaks_and_suspects(w: &mut World) {
             if !n.quarantined
                 && newer
                 && n.updated(name)
-                && !w.records.iter().any(|r| r.node == n.name())
+                && !w.records.iter().any(|r| r.node == *n.name())
             {
                 w.records.push(RecordUpdate {
                     node: n.name().to_string(),
@@ -117,6 +117,6 @@ pub(super) fn streaks_and_suspects(w: &mut World) {
         .flat_map(|r| r.failed_nodes.iter().map(|f| f.node.clone()))
         .collect();
     for n in &mut w.nodes {
-        n.suspect = !n.record.streak.is_empty() || failed_lately.contains(n.name());
+        n.suspect = !n.record.streak.is_empty() || failed_lately.contains(n.name().as_str());
     }
 }

@@ -12,11 +12,12 @@ use super::super::status;
 use super::super::world::{
     CanaryStage, Context, Counts, FailCause, Fate, LIST_LIMIT, TargetView, World, updated_of,
 };
+use crate::sym::Sym;
 use crate::types::Timestamp;
 
 /// Node counts after the plan, per revision and in detail for the target.
 pub(super) struct AfterPlan<'a> {
-    pub counts: BTreeMap<&'a str, Counts>,
+    pub counts: BTreeMap<&'a Sym, Counts>,
     pub target: Option<TargetView>,
     /// The last good revision once the plan is applied (the target if it completes now).
     pub last_good_after: Option<usize>,
@@ -37,7 +38,7 @@ impl<'a> AfterPlan<'a> {
 
 /// Counts the nodes per revision, and the target's nodes by state, as the next step will see them.
 pub(super) fn after_plan<'a>(w: &mut World<'a>) -> AfterPlan<'a> {
-    let mut counts: BTreeMap<&str, Counts> = BTreeMap::new();
+    let mut counts: BTreeMap<&'a Sym, Counts> = BTreeMap::new();
     for n in &w.nodes {
         if let Some(s) = n.spec {
             let c = counts.entry(s.revision).or_default();
@@ -301,7 +302,7 @@ fn hold_records(w: &World) -> (Vec<HoldRecord>, Vec<Event>) {
 /// roll back to, rendered configs the shell did not supply.
 fn report_waiting(
     w: &World,
-    counts: &BTreeMap<&str, Counts>,
+    counts: &BTreeMap<&Sym, Counts>,
     target_waiting: Option<Vec<WaitingOn>>,
     missing: BTreeMap<usize, Vec<String>>,
 ) -> Vec<WaitingOn> {

@@ -34,7 +34,7 @@ pub fn revisions_to_render(input: &RolloutInput) -> Vec<String> {
         if phase == Some(Phase::Failed) && same_attempt {
             continue;
         }
-        out.push(r.name.clone());
+        out.push(r.name.to_string());
         if phase == Some(Phase::Complete) {
             break;
         }
@@ -76,7 +76,7 @@ pub(super) fn evaluate_revisions<'a>(w: &mut World<'a>, revisions: &'a [Revision
     });
     if let Some(t) = w.target {
         for f in &w.revs[t].failed_nodes {
-            if let Ok(i) = w.nodes.binary_search_by(|n| n.name().cmp(&f.node)) {
+            if let Ok(i) = w.nodes.binary_search_by(|n| n.name().as_str().cmp(&f.node)) {
                 w.nodes[i].failed_target = true;
             }
         }
@@ -96,8 +96,10 @@ fn judge_hold(w: &mut World) {
     }
     let footprints = &w.input.footprints;
     let (lg_name, target) = (w.revs[lg].name(), w.revs[t].state);
-    let (Some(baseline), Some(candidate)) = (footprints.get(lg_name), footprints.get(&target.name))
-    else {
+    let (Some(baseline), Some(candidate)) = (
+        footprints.get(lg_name.as_str()),
+        footprints.get(target.name.as_str()),
+    ) else {
         return;
     };
     let threshold = w.input.defaults.destructive_threshold;
@@ -156,7 +158,8 @@ fn detect_failures(
         let (Some(spec), st) = (n.spec, n.status) else {
             continue;
         };
-        if known.contains(n.name()) || out.iter().any(|f: &FailedNode| f.node == n.name()) {
+        let name_str = n.name().as_str();
+        if known.contains(name_str) || out.iter().any(|f: &FailedNode| f.node == name_str) {
             continue;
         }
         // A spec the agent refused as tampered says nothing about the revision: the configurator puts
