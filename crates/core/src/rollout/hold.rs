@@ -37,7 +37,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
 
 use netwave_api::RevisionInputs;
 
@@ -54,9 +55,45 @@ const NAMED: usize = 5;
 /// What a revision puts on the nodes: for each node, the input objects rendered there (an object is
 /// on a node when its `nodeSelector` selects the node). Nodes that select the same objects share one
 /// set, so a footprint of 5,000 nodes is one map and a few sets.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Footprint {
     nodes: BTreeMap<String, Arc<BTreeSet<InputRef>>>,
+    /// Names this content: a fresh id whenever it changes (a clone keeps it, as it keeps the content).
+    id: u64,
+    /// The last [`removal`] measured with this footprint as the candidate. Each step measures the
+    /// same pair again (a pass over every node), so it is measured once per pair instead.
+    memo: Memo,
+}
+
+/// Ids of footprint contents.
+static NEXT_FOOTPRINT: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Footprint {
+    fn default() -> Self {
+        Footprint {
+            nodes: BTreeMap::new(),
+            id: NEXT_FOOTPRINT.fetch_add(1, AtomicOrdering::Relaxed),
+            memo: Memo::default(),
+        }
+    }
+}
+
+impl PartialEq for Footprint {
+    fn eq(&self, other: &Footprint) -> bool {
+        self.nodes == other.nodes
+    }
+}
+
+impl Eq for Footprint {}
+
+/// (baseline id, baseline name, what the candidate removes from it).
+#[derive(Debug, Default)]
+struct Memo(Mutex<Option<(u64, String, Removal)>>);
+
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Memo(Mutex::new(self.0.lock().ok().and_then(|m| m.clone())))
+    }
 }
 
 impl Footprint {
@@ -99,6 +136,8 @@ impl Footprint {
     /// Puts `objects` on `node` (for building footprints by hand: tests and the simulator).
     pub fn insert(&mut self, node: impl Into<String>, objects: Arc<BTreeSet<InputRef>>) {
         self.nodes.insert(node.into(), objects);
+        self.id = NEXT_FOOTPRINT.fetch_add(1, AtomicOrdering::Relaxed);
+        self.memo = Memo::default();
     }
 }
 
@@ -175,6 +214,22 @@ impl fmt::Display for Removal {
 /// What `candidate` takes off the nodes compared with `baseline`, the footprint of the last good
 /// revision `baseline_name`. Nodes are matched by name; a node the candidate lacks loses everything.
 pub fn removal(baseline_name: &str, baseline: &Footprint, candidate: &Footprint) -> Removal {
+    let mut memo = candidate.memo.0.lock().ok();
+    if let Some(Some((id, name, r))) = memo.as_deref()
+        && *id == baseline.id
+        && name == baseline_name
+    {
+        return r.clone();
+    }
+    let r = measure(baseline_name, baseline, candidate);
+    if let Some(m) = memo.as_deref_mut() {
+        *m = Some((baseline.id, baseline_name.to_string(), r.clone()));
+    }
+    r
+}
+
+/// [`removal`], measured.
+fn measure(baseline_name: &str, baseline: &Footprint, candidate: &Footprint) -> Removal {
     let empty = BTreeSet::new();
     // Nodes share sets, so each (baseline set, candidate set) pair is compared once.
     let mut pairs: BTreeMap<(usize, usize), u64> = BTreeMap::new();
@@ -303,6 +358,25 @@ mod tests {
             f.insert(*n, Arc::new(set));
         }
         f
+    }
+
+    #[test]
+    fn a_remembered_removal_is_the_one_measured_for_that_baseline_and_no_other() {
+        let base = fp(&[("a", &["x", "y"]), ("b", &["x"])]);
+        let mut cand = fp(&[("a", &["x"]), ("b", &["x"])]);
+        assert_eq!(removal("rev-1", &base, &cand).lost, 1);
+        assert_eq!(removal("rev-1", &base, &cand).lost, 1);
+        // Another baseline with the same name, another name, a changed candidate: measured afresh.
+        let other = fp(&[("a", &["x", "y", "z"]), ("b", &["x"])]);
+        assert_eq!(removal("rev-1", &other, &cand).lost, 2);
+        assert_eq!(removal("rev-2", &base, &cand).baseline, "rev-2");
+        cand.insert("a", Arc::new(BTreeSet::new()));
+        assert_eq!(removal("rev-2", &base, &cand).lost, 2);
+        let copy = cand.clone();
+        assert_eq!(
+            removal("rev-2", &base, &copy),
+            removal("rev-2", &base, &cand)
+        );
     }
 
     #[test]
