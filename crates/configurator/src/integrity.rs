@@ -152,12 +152,13 @@ impl IntegrityCache {
             // verified on arrival was dropped from it (`watch::slim_node_config`). Nearly every node
             // config is one of these: nothing is kept for them (at 5,000 nodes, keeping a verdict per
             // config was a tenth of a reconcile's compute), and one put back loses its old verdict.
-            let verified = c
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(crate::watch::CONFIG_VERIFIED));
-            if c.spec.is_placeholder() || verified {
+            let verified = || {
+                c.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(crate::watch::CONFIG_VERIFIED))
+            };
+            if c.spec.is_placeholder() || verified() {
                 continue;
             }
             seen.insert(name);

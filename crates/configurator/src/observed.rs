@@ -283,8 +283,11 @@ impl Observed {
 
     /// Live nodes without a config holding an assignment, by name, with whether each is eligible.
     pub fn bare_nodes(&self) -> impl Iterator<Item = (&str, bool)> {
-        self.bare.iter().filter_map(|n| {
-            let (_, share) = self.nodes.by_name.get(n)?;
+        // Both in name order: a merge, not a lookup per node.
+        let mut nodes = self.nodes.by_name.iter().peekable();
+        self.bare.iter().filter_map(move |n| {
+            while nodes.next_if(|(k, _)| *k < n).is_some() {}
+            let (_, (_, share)) = nodes.next_if(|(k, _)| *k == n)?;
             Some((n.as_str(), share.as_ref()?.0.eligible()))
         })
     }

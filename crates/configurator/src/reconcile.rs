@@ -725,24 +725,31 @@ fn placeholders(observed: &Observed, holds: &Holds, plan: &Plan) -> Vec<Intent> 
         }
     }
     let assigned: BTreeSet<&str> = plan.assignments.iter().map(|a| a.node.as_str()).collect();
+    // The words depend only on whether the node is eligible: made twice, not once per queued node.
+    let messages = [false, true].map(|eligible| plan.report.queued_message(eligible));
+    // Both in name order: each node's placeholder is found by walking along, not by a lookup.
+    let mut placeholders = observed.placeholders().iter().peekable();
     for (node, eligible) in observed.bare_nodes() {
         if out.len() >= PLACEHOLDER_WRITES_PER_RECONCILE {
             break;
         }
+        while placeholders.next_if(|(p, _)| p.as_str() < node).is_some() {}
+        let current = placeholders.next_if(|(p, _)| *p == node).map(|(_, c)| c);
         // A node whose config cannot be decoded is never written, placeholder or not.
-        if assigned.contains(node) || holds.unreadable_nodes.contains(node) {
+        if (!assigned.is_empty() && assigned.contains(node))
+            || (!holds.unreadable_nodes.is_empty() && holds.unreadable_nodes.contains(node))
+        {
             continue;
         }
-        let Some(message) = plan.report.queued_message(eligible) else {
+        let Some(message) = &messages[usize::from(eligible)] else {
             continue;
         };
-        let current = observed.placeholders().get(node);
         if current.and_then(|c| c.queued_message()) == Some(message.as_str()) {
             continue;
         }
         out.push(Intent::QueueNode {
             node: node.to_string(),
-            message,
+            message: message.clone(),
             resource_version: current.and_then(|c| c.metadata.resource_version.clone()),
         });
     }
