@@ -43,7 +43,8 @@
 //! benchmark sets its `spec.rollout` and resumes it, as an admin would — the policy is in place before
 //! any node is assigned. Per rollout it prints wall time (first assignment → last answer, and →
 //! revision terminal), the ideal ⌈N / budget⌉ × mean(delay) (plus the canary wave and bake), their
-//! ratio, the reaction latency (an agent's status observed → the next assignment observed, both from
+//! ratio, the reaction latency (an agent's status observed → the next assignment observed, in the
+//! report's failure domain when budgets are per domain, both from
 //! this process's watch), API requests and writes per node by verb and resource and per client (the
 //! testbed's counters or the audit log; each configurator, the agents and this benchmark use their
 //! own bearer token),
@@ -1388,10 +1389,35 @@ impl Fleet {
             canary_gate.is_some_and(|g| t < g)
                 || failover_gate.is_some_and(|(from, to)| t >= from && t < to)
         };
-        let mut reaction: Vec<Duration> = reported
+        // With per-domain budgets a report frees a slot only in its own failure domain (node-i is in
+        // zone i % ZONES): its reaction is the next assignment there. A report from a domain where
+        // nobody waits any more is followed by no assignment of its own and is not counted (it used
+        // to be, up to the next assignment elsewhere).
+        let zone = |node: &str| -> usize {
+            sc.per_domain_percent
+                .and_then(|_| node.strip_prefix("node-")?.parse::<usize>().ok())
+                .map_or(0, |i| i % ZONES)
+        };
+        let (assigned_in, reported_in) = {
+            let o = self.seen.lock().unwrap();
+            let of = |at: Instant, node: &str| (at, zone(node));
+            let assigned: Vec<(Instant, usize)> = (o.assigned[mark.0..].iter())
+                .filter(|a| a.2 == name)
+                .map(|a| of(a.0, &a.1))
+                .collect();
+            let reported: Vec<(Instant, usize)> = (o.reported[mark.1..].iter())
+                .filter(|a| a.2 == name)
+                .map(|a| of(a.0, &a.1))
+                .collect();
+            (assigned, reported)
+        };
+        let mut reaction: Vec<Duration> = reported_in
             .iter()
-            .filter(|r| **r < last_assigned && !gated(**r))
-            .filter_map(|r| assigned.iter().find(|a| *a >= r).map(|a| *a - *r))
+            .filter(|(r, _)| *r < last_assigned && !gated(*r))
+            .filter_map(|(r, z)| {
+                let (a, _) = assigned_in.iter().find(|(a, za)| za == z && a >= r)?;
+                Some(*a - *r)
+            })
             .collect();
         reaction.sort();
         let excluded = reported
@@ -1433,7 +1459,8 @@ impl Fleet {
         );
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "reaction (status observed -> next assignment observed, {} samples; {excluded} during the \
+            "reaction (status observed -> next assignment observed, in its failure domain with per-domain \
+             budgets; {} samples; {excluded} during the \
              canary wave and bake or the failover not counted): median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             reaction.len(),
             ms(percentile(&reaction, 0.5)),
