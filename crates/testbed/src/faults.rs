@@ -285,9 +285,50 @@ pub struct Counters {
     /// client → counts; a client is its bearer token, else its user agent (replicas of one program
     /// share a user agent; a benchmark gives each its own token to tell them apart).
     by_client: Mutex<BTreeMap<String, RequestCounts>>,
+    /// client (as in `by_client`) → what the server sent it.
+    traffic: Mutex<BTreeMap<String, Traffic>>,
+}
+
+/// What the server sent one client: the bodies of its answers to non-watch requests, per verb, and
+/// the events of its watches (`ADDED`/`MODIFIED`/`DELETED` lines as sent; bookmarks and errors not
+/// counted), per resource. Bytes are body bytes, as kube-apiserver's `apiserver_response_sizes` (which
+/// counts the answers to reads only) and `apiserver_watch_events_sizes` count them: HTTP headers and
+/// chunk framing are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Traffic {
+    pub response_bytes: BTreeMap<String, u64>,
+    pub watch_events: BTreeMap<String, u64>,
+    pub watch_event_bytes: BTreeMap<String, u64>,
 }
 
 impl Counters {
+    fn traffic_of<T>(&self, client: &str, f: impl FnOnce(&mut Traffic) -> T) -> T {
+        let mut traffic = lock(&self.traffic);
+        match traffic.get_mut(client) {
+            Some(t) => f(t),
+            None => f(traffic.entry(client.to_string()).or_default()),
+        }
+    }
+
+    /// `bytes` of the body of an answer to a `verb` request sent to `client`.
+    pub fn record_response_bytes(&self, client: &str, verb: &str, bytes: usize) {
+        self.traffic_of(client, |t| add(&mut t.response_bytes, verb, bytes as u64));
+    }
+
+    /// One watch event of `resource`, `bytes` long, sent to `client`.
+    pub fn record_watch_event(&self, client: &str, resource: &str, bytes: usize) {
+        self.traffic_of(client, |t| {
+            add(&mut t.watch_events, resource, 1);
+            add(&mut t.watch_event_bytes, resource, bytes as u64);
+        });
+    }
+
+    /// What the server sent each client (see [`Traffic`]).
+    pub fn traffic(&self) -> BTreeMap<String, Traffic> {
+        lock(&self.traffic).clone()
+    }
+
     pub fn record(&self, verb: &str, resource: &str) {
         *lock(&self.map)
             .entry((verb.to_string(), resource.to_string()))
@@ -320,6 +361,15 @@ impl Counters {
     pub fn reset(&self) {
         lock(&self.map).clear();
         lock(&self.by_client).clear();
+        lock(&self.traffic).clear();
+    }
+}
+
+fn add(map: &mut BTreeMap<String, u64>, key: &str, v: u64) {
+    if let Some(n) = map.get_mut(key) {
+        *n += v;
+    } else {
+        map.insert(key.to_string(), v);
     }
 }
 

@@ -47,7 +47,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-pub use faults::{Action, Budget, Faults, Match, Partition, RequestCounts, Rule};
+pub use faults::{Action, Budget, Faults, Match, Partition, RequestCounts, Rule, Traffic};
 use shared::Shared;
 use store::Store;
 
@@ -334,6 +334,12 @@ impl Testbed {
     /// Requests served so far, per verb and resource.
     pub fn counters(&self) -> RequestCounts {
         self.shared.counters.snapshot()
+    }
+
+    /// What the server sent each client so far (bearer token, else user agent): answer bytes, watch
+    /// events and their bytes.
+    pub fn traffic(&self) -> std::collections::BTreeMap<String, Traffic> {
+        self.shared.counters.traffic()
     }
 
     pub fn reset_counters(&self) {

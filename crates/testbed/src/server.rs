@@ -116,6 +116,38 @@ struct Client {
     token: String,
 }
 
+impl Client {
+    /// The key of its counters: its bearer token, else its user agent.
+    fn who(&self) -> &str {
+        if self.token.is_empty() {
+            &self.user_agent
+        } else {
+            &self.token
+        }
+    }
+}
+
+/// `resp`, the answer to a `verb` request, with its body's bytes counted for `who` as they are sent.
+fn counting(
+    resp: Response<Body>,
+    shared: &Arc<Shared>,
+    who: &str,
+    verb: &'static str,
+) -> Response<Body> {
+    let (shared, who) = (shared.clone(), who.to_string());
+    resp.map(|body| {
+        body.map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                shared
+                    .counters
+                    .record_response_bytes(&who, verb, data.len());
+            }
+            frame
+        })
+        .boxed()
+    })
+}
+
 /// The request was refused (partition): the connection is closed without an answer.
 #[derive(Debug, thiserror::Error)]
 #[error("client refused by a partition fault")]
@@ -413,17 +445,20 @@ async fn resource_request(
         as_table: accept.contains("as=Table"),
         as_meta: accept.contains("as=PartialObjectMetadata"),
     };
-    match verb {
+    let answer = match verb {
+        // A watch's events are counted as they are sent (`watch.rs`).
+        "watch" => return call.watch(),
         "get" => call.get(),
         "list" => call.list(),
-        "watch" => call.watch(),
         "create" => call.create(&body),
         "update" => call.update(&body),
         "patch" => call.patch(&content_type, &body),
         "delete" => call.delete(&body),
         "deletecollection" => call.delete_collection(&body),
         _ => Err(ApiError::method_not_allowed()),
-    }
+    };
+    let resp = answer.unwrap_or_else(|e| error_response(&e));
+    Ok(counting(resp, shared, client.who(), verb))
 }
 
 /// Resolves a resource path (after the group/version) to namespace, resource type, name and
@@ -488,12 +523,7 @@ async fn admit(
     } else {
         target.rt.plural.clone()
     };
-    let who = if client.token.is_empty() {
-        &client.user_agent
-    } else {
-        &client.token
-    };
-    shared.counters.record_for(who, verb, &resource);
+    shared.counters.record_for(client.who(), verb, &resource);
     let info = RequestInfo {
         verb,
         resource: &resource,
@@ -801,6 +831,12 @@ async fn admin(
                 .collect();
             Ok(json_response(200, &serde_json::Value::Object(body)))
         }
+        // `{"<client>": {"responseBytes": {"patch": 123}, "watchEvents": {"nodenetworkconfigs": 4},
+        // "watchEventBytes": {...}}}`: what the server sent each client (faults::Traffic).
+        ("GET", ["counters", "traffic"]) => Ok(json_response(
+            200,
+            &serde_json::to_value(shared.counters.traffic()).unwrap_or_default(),
+        )),
         ("DELETE", ["counters"]) => {
             shared.counters.reset();
             Ok(json_response(200, &json!({})))

@@ -96,7 +96,19 @@ impl Watcher {
         } else {
             raw_line(kind.as_str(), &obj.json)
         };
-        self.tx.send(Ok(body)).await.is_ok()
+        let len = body.len();
+        let sent = self.tx.send(Ok(body)).await.is_ok();
+        if sent {
+            let who = if self.p.token.is_empty() {
+                &self.p.user_agent
+            } else {
+                &self.p.token
+            };
+            self.shared
+                .counters
+                .record_watch_event(who, &self.t.rt.plural, len);
+        }
+        sent
     }
 
     /// The event this watcher sees for a change, if any (selector transitions included).

@@ -793,6 +793,95 @@ async fn injected_faults_partitions_and_counters() {
     cut_off.get("x").await.unwrap();
 }
 
+/// The bytes and watch events the server sends are counted per client (its bearer token), exactly as
+/// the client receives them: a benchmark takes each client's share of the server's traffic from them.
+#[tokio::test]
+async fn what_the_server_sends_is_counted_per_client_in_bytes_and_watch_events() {
+    use futures::AsyncBufReadExt;
+    let tb = testbed().await;
+    let as_token = |t: &str| {
+        tb.client_as(ClientIdentity {
+            token: Some(t.into()),
+            ..Default::default()
+        })
+    };
+    let (watcher_client, writer) = (as_token("watcher"), as_token("writer"));
+    // The watcher follows configmap x only; y's events are not its.
+    let req = http::Request::get(
+        "/api/v1/namespaces/default/configmaps?watch=true&fieldSelector=metadata.name%3Dx",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let mut lines = watcher_client.request_stream(req).await.unwrap();
+    let mut sent: BTreeMap<String, u64> = BTreeMap::new();
+    for (verb, method, path, body) in [
+        (
+            "create",
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            json!(cm("x", &[("a", "1")])),
+        ),
+        (
+            "create",
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            json!(cm("y", &[])),
+        ),
+        (
+            "get",
+            "GET",
+            "/api/v1/namespaces/default/configmaps/x",
+            json!(null),
+        ),
+        (
+            "update",
+            "PUT",
+            "/api/v1/namespaces/default/configmaps/x",
+            json!(cm("x", &[("a", "2")])),
+        ),
+    ] {
+        let body = if body.is_null() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&body).unwrap()
+        };
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap();
+        *sent.entry(verb.to_string()).or_default() +=
+            writer.request_text(req).await.unwrap().len() as u64;
+    }
+    // Two events reach the watcher: x added, x modified.
+    let mut received = 0u64;
+    for _ in 0..2 {
+        let mut line = String::new();
+        lines.read_line(&mut line).await.unwrap();
+        assert!(line.contains("\"name\":\"x\""), "{line}");
+        received += line.len() as u64;
+    }
+    let traffic = tb.traffic();
+    let (w, r) = (&traffic["watcher"], &traffic["writer"]);
+    assert_eq!(
+        w.watch_events,
+        BTreeMap::from([("configmaps".to_string(), 2)])
+    );
+    assert_eq!(
+        w.watch_event_bytes,
+        BTreeMap::from([("configmaps".to_string(), received)])
+    );
+    assert!(
+        w.response_bytes.is_empty(),
+        "a watch's bytes are its events'"
+    );
+    assert_eq!(r.response_bytes, sent);
+    assert!(r.watch_events.is_empty());
+    tb.reset_counters();
+    assert!(tb.traffic().is_empty());
+}
+
 #[tokio::test]
 async fn garbage_collection_of_dependents_is_switchable() {
     let tb = testbed().await;

@@ -383,6 +383,11 @@ impl ControlPlane {
         self.etcd.as_ref()?.server_pid("etcd")
     }
 
+    /// etcd's client URL (plain HTTP on loopback; its `/metrics` too).
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
+    }
+
     /// The API server's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
