@@ -18,12 +18,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use netwave_api::NodeNetworkConfig;
+use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
 use netwave_runtime::decoded::Decoded;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::reconcile::{Outcome, Reason};
+use crate::reconcile::{Outcome, Reason, Target};
 use crate::shell::FIELD_MANAGER;
 use crate::shell::status;
 
@@ -78,6 +78,96 @@ pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json
         "kind": "NodeNetworkConfig",
         "status": st,
     }))
+}
+
+/// The `Provisioning` status a real agent writes when it picks `nnc`'s spec up to apply it (the
+/// configurator counts the apply timeout from its `lastTransitionTime`: `core::rollout::deadline`), by
+/// the agent's own [`status::provisioning`]; `None` for [`Answer::Silent`] (a dead agent never starts).
+pub fn provisioning_for(
+    nnc: &NodeNetworkConfig,
+    answer: &Answer,
+) -> Option<NodeNetworkConfigStatus> {
+    if *answer == Answer::Silent {
+        return None;
+    }
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let target = Target::from(&nnc.spec);
+    Some(status::provisioning(
+        &target,
+        nnc.status.as_ref(),
+        &Default::default(),
+        now,
+    ))
+}
+
+/// The answer a real agent writes once the apply it reported `Provisioning` for (`provisioning`, from
+/// [`provisioning_for`]) ends: as [`status_for`], but following that report as the agent's does (its
+/// `lastTransitionTime` is the answer's, not carried over from the previous revision's answer).
+pub fn answer_after(
+    nnc: &NodeNetworkConfig,
+    provisioning: &NodeNetworkConfigStatus,
+    answer: &Answer,
+) -> Option<serde_json::Value> {
+    let mut after = nnc.clone();
+    after.status = Some(provisioning.clone());
+    status_for(&after, answer)
+}
+
+/// The body of the agent's server-side apply of `st` to the status subresource.
+pub fn status_apply(st: &NodeNetworkConfigStatus) -> serde_json::Value {
+    json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "status": st,
+    })
+}
+
+/// Writes `body` to `name`'s status as the agent does (server-side apply, field manager
+/// `netwave-agent`, forced), retrying failures up to `tries` times 100 ms apart: the stored object, or
+/// `None` when it is gone or every try failed.
+pub async fn write_status(
+    api: &Api<NodeNetworkConfig>,
+    name: &str,
+    body: &serde_json::Value,
+    tries: usize,
+) -> Option<NodeNetworkConfig> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for _ in 0..tries {
+        match api.patch_status(name, &params, &Patch::Apply(body)).await {
+            Ok(o) => return Some(o),
+            Err(kube::Error::Api(ae)) if ae.code == 404 => return None,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    None
+}
+
+/// Reports on `nnc`'s spec as a real agent does: `Provisioning` at once (when the agent picks it up),
+/// then `answer` after `delay` (the apply). Returns what the server answered each write with (for
+/// benchmarks that count it).
+pub async fn report(
+    api: &Api<NodeNetworkConfig>,
+    nnc: &NodeNetworkConfig,
+    answer: &Answer,
+    delay: Duration,
+    tries: usize,
+) -> Vec<NodeNetworkConfig> {
+    let Some(provisioning) = provisioning_for(nnc, answer) else {
+        return Vec::new();
+    };
+    let name = nnc.name_any();
+    let mut written = Vec::new();
+    match write_status(api, &name, &status_apply(&provisioning), tries).await {
+        Some(o) => written.push(o),
+        None => return written,
+    }
+    tokio::time::sleep(delay).await;
+    if let Some(body) = answer_after(nnc, &provisioning, answer)
+        && let Some(o) = write_status(api, &name, &body, tries).await
+    {
+        written.push(o);
+    }
+    written
 }
 
 /// One spec a node was answered for: (revision, retry, configHash).
