@@ -6,10 +6,11 @@
 //! `cargo build --release -p netwave-configurator -p netwave-testbed --bins &&
 //!  cargo run --release -p netwave-configurator --example bench_fleet [N...]`
 //! (sizes from the arguments, else `BENCH_FLEET_SIZES=1000,5000`, else 1000; servers from
-//! `BENCH_FLEET_SERVERS=testbed,apiserver`, the default, in that order)
+//! `BENCH_FLEET_SERVERS=testbed,apiserver`, the default, in that order; the agents' watches from
+//! `BENCH_FLEET_AGENT_WATCH=fleet|node`, see [`AgentWatch`])
 //!
 //! ```text
-//!  this process: N simulated agents (one NNC watch) ──► status after 1–3 s (seeded) ──┐
+//!  this process: N simulated agents (NNC watches) ──► Provisioning, answer after 1–3 s ─┐
 //!                  ▲ spec (revision) observed, timestamped                             ▼
 //!  netwave-configurator ×2 (Lease) ◄──── netwave-testbed (request counters per bearer token)
 //!                                    or  kube-apiserver + etcd (audit log: one event per request,
@@ -27,8 +28,10 @@
 //! process gone, under 256 MiB of memory left) is reported as FAILED with the servers' RSS and the
 //! machine's available memory, and the run goes on.
 //!
-//! Each agent answers its NodeNetworkConfig after an apply delay drawn uniformly from 1–3 s; 0.5% of
-//! the nodes report `Invalid`, 0.2% never answer (the same nodes in every rollout). One fleet per
+//! Each agent reports on a new spec as the real agent does (`netwave_agent::sim::report`): `Provisioning`
+//! when it picks it up (the apply timeout counts from it), then its answer after an apply delay drawn
+//! uniformly from 1–3 s; 0.5% of the nodes report `Invalid`, 0.2% never answer nor start (the same
+//! nodes in every rollout). One fleet per
 //! size goes through these rollouts, one after the other:
 //!
 //! 1. the samples (first rollout of an empty fleet), maxUnavailable 10% (the configurator's default);
@@ -49,7 +52,10 @@
 //! testbed's counters or the audit log; each configurator, the agents and this benchmark use their
 //! own bearer token),
 //! and peak RSS and CPU seconds of the configurator leader and standby, the server's processes and
-//! this process (from /proc). A table per size closes, with das-schiff's rules (one node per pass, 1 s debounce,
+//! this process (from /proc), and the API server's cost per node ([`Cost`]): its CPU (kube-apiserver
+//! and etcd apart), the bytes it sent (answers and watch events, by its own count: the testbed's
+//! per-token counters, kube-apiserver's size metrics read before and after), the watch events it
+//! delivered, and the agents' share of them as the agents here received them. A table per size closes, with das-schiff's rules (one node per pass, 1 s debounce,
 //! `netwave_core::sim::das_schiff`) on the same agents as the baseline: "+fails" with the failing and
 //! silent agents, the others with every agent healthy (one failure ends a das-schiff rollout). Column
 //! "/instnt" is wall time over that of a scheduler reacting instantly over the same agents
@@ -72,7 +78,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use netwave_agent::reconcile::Reason;
-use netwave_agent::sim::{Answer, status_for};
+use netwave_agent::sim::{self, Answer};
 use netwave_api::{NetworkConfigRevision, NodeNetworkConfig, RoutingTable};
 use netwave_core::sim::das_schiff;
 use serde_json::{Value, json};
@@ -282,6 +288,21 @@ struct Observed {
     /// (when, node, revision, phase): a node's status reported on its current spec.
     reported: Vec<(Instant, String, String, String)>,
     events: u64,
+    /// The agents' received bytes as counted here: each watch event re-encoded as JSON in its
+    /// `{"type":…,"object":…}` line, and each answer to their status writes re-encoded.
+    event_bytes: u64,
+    answer_bytes: u64,
+}
+
+/// The length of `o` re-encoded as JSON, in a watch event's line (`{"type":"MODIFIED","object":…}\n`)
+/// if `event`: what the server sent, up to the order of fields.
+fn encoded_len(o: &NodeNetworkConfig, event: bool) -> u64 {
+    let body = serde_json::to_vec(o).map_or(0, |v| v.len() as u64);
+    if event {
+        body + r#"{"type":"MODIFIED","object":}"#.len() as u64 + 1
+    } else {
+        body
+    }
 }
 
 /// Whether the status already answers this spec, as the real agent judges it
@@ -306,78 +327,144 @@ fn already_answered(nnc: &NodeNetworkConfig) -> bool {
         }
 }
 
-/// The simulated agents: one NNC watch; each new (revision, retry, configHash) is answered per
-/// [`fate`]. A placeholder (no revision assigned yet) is not answered, as by the real agent.
+/// How the simulated agents watch their NodeNetworkConfigs (`BENCH_FLEET_AGENT_WATCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AgentWatch {
+    /// One watch on every NNC for all agents (`fleet`, the default): the same events reach this
+    /// process as reach N agents, but the server dispatches each event to one watch instead of
+    /// matching it against N.
+    Fleet,
+    /// One watch per node with a field selector on its name, as each real agent watches (`node`): N
+    /// watch connections.
+    Node,
+}
+
+impl AgentWatch {
+    fn from_env() -> Result<AgentWatch> {
+        match std::env::var("BENCH_FLEET_AGENT_WATCH").as_deref() {
+            Err(_) | Ok("" | "fleet") => Ok(AgentWatch::Fleet),
+            Ok("node") => Ok(AgentWatch::Node),
+            Ok(other) => bail!("BENCH_FLEET_AGENT_WATCH={other:?} is neither `fleet` nor `node`"),
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            AgentWatch::Fleet => "the agents share one NNC watch (BENCH_FLEET_AGENT_WATCH=fleet)",
+            AgentWatch::Node => {
+                "each agent watches its own NNC by field selector (BENCH_FLEET_AGENT_WATCH=node)"
+            }
+        }
+    }
+}
+
+/// What the simulated agents remember: per node, the spec last seen and the report last recorded.
+#[derive(Default)]
+struct AgentMemory {
+    specs: BTreeMap<String, (String, u32, String)>,
+    statuses: BTreeMap<String, (String, String)>,
+}
+
+/// The simulated agents: their NNC watches ([`AgentWatch`]); each new (revision, retry, configHash)
+/// is answered per [`fate`] as the real agent answers it: `Provisioning` when picked up, the answer
+/// after the apply delay. A placeholder (no revision assigned yet) is not answered, as by the real
+/// agent.
 fn spawn_agents(
     client: Client,
     n: usize,
+    watch: AgentWatch,
     rollout: Arc<Mutex<u64>>,
     seen: Arc<Mutex<Observed>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<NodeNetworkConfig> = Api::all(client);
-        let mut specs: BTreeMap<String, (String, u32, String)> = BTreeMap::new();
-        let mut statuses: BTreeMap<String, (String, String)> = BTreeMap::new();
-        let stream = watcher(api.clone(), watcher::Config::default()).default_backoff();
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            let now = Instant::now();
-            let nnc = match ev {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-                _ => continue,
-            };
-            let mut obs = seen.lock().unwrap();
-            obs.events += 1;
-            if nnc.spec.is_placeholder() {
-                continue;
-            }
-            let name = nnc.name_any();
-            let key = netwave_agent::sim::spec_key(&nnc);
-            let st = nnc.status.clone().unwrap_or_default();
-            if let (Some(rev), Some(phase)) = (&st.observed_revision, &st.phase)
-                && *rev == key.0
-                && matches!(
-                    NodePhase::parse(phase),
-                    Some(NodePhase::Provisioned | NodePhase::Invalid)
-                )
-                && statuses.get(&name) != Some(&(rev.clone(), phase.clone()))
-            {
-                statuses.insert(name.clone(), (rev.clone(), phase.clone()));
-                obs.reported
-                    .push((now, name.clone(), rev.clone(), phase.clone()));
-            }
-            if specs.get(&name) == Some(&key) {
-                continue;
-            }
-            specs.insert(name.clone(), key.clone());
-            if already_answered(&nnc) {
-                continue;
-            }
-            obs.assigned.push((now, name.clone(), key.0.clone()));
-            drop(obs);
-            let i: usize = name
-                .rsplit('-')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let (answer, delay) = fate(i, n, *rollout.lock().unwrap());
-            let api = api.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let Some(body) = status_for(&nnc, &answer) else {
-                    return;
-                };
-                let params = PatchParams::apply(netwave_agent::shell::FIELD_MANAGER).force();
-                for _ in 0..100 {
-                    match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
-                        Ok(_) => break,
-                        Err(kube::Error::Api(ae)) if ae.code == 404 => break,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                    }
-                }
-            });
+        let memory: Arc<Mutex<AgentMemory>> = Arc::default();
+        let configs: Vec<watcher::Config> = match watch {
+            AgentWatch::Fleet => vec![watcher::Config::default()],
+            AgentWatch::Node => (0..n)
+                .map(|i| watcher::Config::default().fields(&format!("metadata.name=node-{i}")))
+                .collect(),
+        };
+        // Dropped (every watch aborted) when this task is aborted.
+        let mut watches = tokio::task::JoinSet::new();
+        for config in configs {
+            watches.spawn(agent_watch(
+                api.clone(),
+                config,
+                n,
+                rollout.clone(),
+                seen.clone(),
+                memory.clone(),
+            ));
         }
+        while watches.join_next().await.is_some() {}
     })
+}
+
+async fn agent_watch(
+    api: Api<NodeNetworkConfig>,
+    config: watcher::Config,
+    n: usize,
+    rollout: Arc<Mutex<u64>>,
+    seen: Arc<Mutex<Observed>>,
+    memory: Arc<Mutex<AgentMemory>>,
+) {
+    let stream = watcher(api.clone(), config).default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        let now = Instant::now();
+        let nnc = match ev {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+            _ => continue,
+        };
+        let mut obs = seen.lock().unwrap();
+        obs.events += 1;
+        obs.event_bytes += encoded_len(&nnc, true);
+        if nnc.spec.is_placeholder() {
+            continue;
+        }
+        let name = nnc.name_any();
+        let key = netwave_agent::sim::spec_key(&nnc);
+        let st = nnc.status.clone().unwrap_or_default();
+        let mut mem = memory.lock().unwrap();
+        if let (Some(rev), Some(phase)) = (&st.observed_revision, &st.phase)
+            && *rev == key.0
+            && matches!(
+                NodePhase::parse(phase),
+                Some(NodePhase::Provisioned | NodePhase::Invalid)
+            )
+            && mem.statuses.get(&name) != Some(&(rev.clone(), phase.clone()))
+        {
+            mem.statuses
+                .insert(name.clone(), (rev.clone(), phase.clone()));
+            obs.reported
+                .push((now, name.clone(), rev.clone(), phase.clone()));
+        }
+        if mem.specs.get(&name) == Some(&key) {
+            continue;
+        }
+        mem.specs.insert(name.clone(), key.clone());
+        drop(mem);
+        if already_answered(&nnc) {
+            continue;
+        }
+        obs.assigned.push((now, name.clone(), key.0.clone()));
+        drop(obs);
+        let i: usize = name
+            .rsplit('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let (answer, delay) = fate(i, n, *rollout.lock().unwrap());
+        let api = api.clone();
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            // As the real agent: Provisioning at pick-up, the answer after the apply.
+            let written = sim::report(&api, &nnc, &answer, delay, 100).await;
+            let bytes: u64 = written.iter().map(|o| encoded_len(o, false)).sum();
+            seen.lock().unwrap().answer_bytes += bytes;
+        });
+    }
 }
 
 fn workspace_root() -> PathBuf {
@@ -489,7 +576,130 @@ enum Server {
         cp: Box<netwave_control_plane::ControlPlane>,
         dir: PathBuf,
         audit: Mutex<AuditTally>,
+        /// What kube-apiserver's and etcd's /metrics said at the last reset.
+        sent0: Mutex<Sent>,
     },
+}
+
+/// What the server sent since the last reset. Bytes are body bytes (HTTP headers and chunk framing
+/// left out), as kube-apiserver's `apiserver_response_sizes` and `apiserver_watch_events_sizes` count
+/// them and the testbed's per-token counters too.
+#[derive(Debug, Default, Clone)]
+struct Sent {
+    /// Answers to reads (get, list): both servers count them.
+    read_bytes: f64,
+    /// Answers to writes: the testbed only (kube-apiserver's `apiserver_response_sizes` covers reads
+    /// only).
+    write_answer_bytes: Option<f64>,
+    /// Watch events (added, modified, deleted; no bookmarks), one per watch that received it, and their
+    /// bytes, per resource.
+    watch_events: BTreeMap<String, f64>,
+    watch_bytes: BTreeMap<String, f64>,
+    /// Per client as the server counted it (testbed only: kube-apiserver's metrics have no user
+    /// label): (bytes, watch events).
+    by_client: BTreeMap<String, (f64, f64)>,
+    /// etcd's gRPC bytes to kube-apiserver (`etcd_network_client_grpc_sent_bytes_total`).
+    etcd_bytes: Option<f64>,
+}
+
+impl Sent {
+    /// Answers to reads and watch events: what both servers count.
+    fn bytes(&self) -> f64 {
+        self.read_bytes + self.watch_bytes.values().sum::<f64>()
+    }
+
+    fn events(&self) -> f64 {
+        self.watch_events.values().sum()
+    }
+
+    /// `self - before` (cumulative counters).
+    fn minus(&self, before: &Sent) -> Sent {
+        let sub = |a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
+            a.iter()
+                .map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, v)| *v > 0.0)
+                .collect()
+        };
+        Sent {
+            read_bytes: self.read_bytes - before.read_bytes,
+            write_answer_bytes: None,
+            watch_events: sub(&self.watch_events, &before.watch_events),
+            watch_bytes: sub(&self.watch_bytes, &before.watch_bytes),
+            by_client: self.by_client.clone(),
+            etcd_bytes: self
+                .etcd_bytes
+                .map(|e| e - before.etcd_bytes.unwrap_or(0.0)),
+        }
+    }
+
+    /// From kube-apiserver's and etcd's /metrics (cumulative since they started).
+    fn from_metrics(apiserver: &str, etcd: Option<&str>) -> Sent {
+        let mut s = Sent::default();
+        // The label naming the watched kind: `resource` in recent releases, `kind` before.
+        let kind = |labels: &str| {
+            let r = prom_label(labels, "resource");
+            if r.is_empty() {
+                prom_label(labels, "kind").to_lowercase()
+            } else {
+                r.to_string()
+            }
+        };
+        for (labels, v) in prom_samples(apiserver, "apiserver_watch_events_total") {
+            *s.watch_events.entry(kind(labels)).or_default() += v;
+        }
+        for (labels, v) in prom_samples(apiserver, "apiserver_watch_events_sizes_sum") {
+            *s.watch_bytes.entry(kind(labels)).or_default() += v;
+        }
+        // Recorded for reads only; a watch's bytes are its events' (above).
+        s.read_bytes = prom_samples(apiserver, "apiserver_response_sizes_sum")
+            .filter(|(l, _)| matches!(prom_label(l, "verb"), "GET" | "LIST"))
+            .map(|(_, v)| v)
+            .sum();
+        s.etcd_bytes = etcd.map(|e| {
+            prom_samples(e, "etcd_network_client_grpc_sent_bytes_total")
+                .map(|(_, v)| v)
+                .sum()
+        });
+        s
+    }
+}
+
+/// (labels, value) of every sample of metric `name` in Prometheus' text format.
+fn prom_samples<'a>(text: &'a str, name: &'a str) -> impl Iterator<Item = (&'a str, f64)> + 'a {
+    text.lines().filter_map(move |l| {
+        let rest = l.strip_prefix(name)?;
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => r.split_once('}')?,
+            None if rest.starts_with(' ') => ("", rest),
+            None => return None,
+        };
+        Some((labels, value.split_whitespace().next()?.parse().ok()?))
+    })
+}
+
+/// The value of label `key` in a sample's labels (`a="x",b="y"`), empty if absent.
+fn prom_label<'a>(labels: &'a str, key: &str) -> &'a str {
+    let pat = format!("{key}=\"");
+    labels
+        .match_indices(&pat)
+        .find(|(i, _)| *i == 0 || labels.as_bytes()[i - 1] == b',')
+        .and_then(|(i, _)| labels[i + pat.len()..].split('"').next())
+        .unwrap_or("")
+}
+
+/// `GET path` over plain HTTP/1.0 from `addr` (host:port): the body.
+async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.ok()?;
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).await.ok()?;
+    Some(
+        text.split_once("\r\n\r\n")
+            .map_or(text.clone(), |(_, b)| b.to_string()),
+    )
 }
 
 fn token_of(who: &str) -> String {
@@ -550,6 +760,7 @@ impl Server {
                     cp: Box::new(cp),
                     dir: dir.to_path_buf(),
                     audit: Mutex::new(AuditTally::new(log)),
+                    sent0: Mutex::default(),
                 })
             }
         }
@@ -582,9 +793,65 @@ impl Server {
             Server::Testbed { .. } => {
                 admin(client, "DELETE", "/testbed/counters").await?;
             }
-            Server::Apiserver { audit, .. } => audit.lock().unwrap().reset()?,
+            Server::Apiserver { audit, sent0, .. } => {
+                audit.lock().unwrap().reset()?;
+                let now = self.sent_total(client).await?;
+                *sent0.lock().unwrap() = now;
+            }
         }
         Ok(())
+    }
+
+    /// kube-apiserver's and etcd's cumulative counters of what they sent.
+    async fn sent_total(&self, client: &Client) -> Result<Sent> {
+        let Server::Apiserver { cp, .. } = self else {
+            return Ok(Sent::default());
+        };
+        let apiserver = admin(client, "GET", "/metrics").await?;
+        let etcd = http_get(cp.etcd_url().trim_start_matches("http://"), "/metrics").await;
+        Ok(Sent::from_metrics(&apiserver, etcd.as_deref()))
+    }
+
+    /// What the server sent since the last reset.
+    async fn sent(&self, client: &Client) -> Result<Sent> {
+        match self {
+            Server::Testbed { .. } => {
+                let traffic: BTreeMap<String, netwave_testbed::Traffic> = serde_json::from_str(
+                    &admin(client, "GET", "/testbed/counters/traffic").await?,
+                )?;
+                let mut s = Sent {
+                    write_answer_bytes: Some(0.0),
+                    ..Sent::default()
+                };
+                for (who, t) in traffic {
+                    let mut bytes = 0.0;
+                    for (verb, b) in t.response_bytes {
+                        let b = b as f64;
+                        bytes += b;
+                        if matches!(verb.as_str(), "get" | "list") {
+                            s.read_bytes += b;
+                        } else {
+                            *s.write_answer_bytes.get_or_insert(0.0) += b;
+                        }
+                    }
+                    let mut events = 0.0;
+                    for (r, n) in t.watch_events {
+                        *s.watch_events.entry(r).or_default() += n as f64;
+                        events += n as f64;
+                    }
+                    for (r, b) in t.watch_event_bytes {
+                        *s.watch_bytes.entry(r).or_default() += b as f64;
+                        bytes += b as f64;
+                    }
+                    s.by_client.insert(who, (bytes, events));
+                }
+                Ok(s)
+            }
+            Server::Apiserver { sent0, .. } => {
+                let now = self.sent_total(client).await?;
+                Ok(now.minus(&sent0.lock().unwrap()))
+            }
+        }
     }
 
     /// Requests since the last reset, by "verb resource[/subresource]", in all and per client.
@@ -1057,6 +1324,8 @@ struct Row {
     leader_rss: Option<f64>,
     leader_cpu: Option<f64>,
     standby_cpu: Option<f64>,
+    /// The API server's cost (not for the simulated das-schiff rows).
+    cost: Option<Cost>,
     note: String,
 }
 
@@ -1067,7 +1336,7 @@ fn print_table(kind: ServerKind, n: usize, rows: &[Row]) {
         kind.name()
     );
     println!(
-        "{:<28} {:>7} {:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8}  note",
+        "{:<28} {:>7} {:>7} {:>6} {:>7} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>7} {:>6} {:>6}  note",
         "rollout",
         "wall s",
         "ideal s",
@@ -1079,12 +1348,20 @@ fn print_table(kind: ServerKind, n: usize, rows: &[Row]) {
         "cfg wr",
         "RSS MiB",
         "CPU s",
-        "stby CPU"
+        "stby CPU",
+        "srv ms",
+        "etcd ms",
+        "KiB/nd",
+        "ev/nd",
+        "agt KiB",
+        "agt ev",
+        "agt wr"
     );
     let opt = |v: Option<f64>, prec: usize| v.map_or("-".to_string(), |v| format!("{v:.prec$}"));
     for r in rows {
+        let c = r.cost.as_ref();
         println!(
-            "{:<28} {:>7.1} {:>7.1} {:>6.2} {:>7} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>8} {:>8} {:>8}  {}",
+            "{:<28} {:>7.1} {:>7.1} {:>6.2} {:>7} {:>8.1} {:>8.1} {:>7.2} {:>7.2} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>7} {:>6} {:>6}  {}",
             r.label,
             r.wall,
             r.ideal,
@@ -1097,9 +1374,38 @@ fn print_table(kind: ServerKind, n: usize, rows: &[Row]) {
             opt(r.leader_rss, 1),
             opt(r.leader_cpu, 2),
             opt(r.standby_cpu, 2),
+            opt(c.map(|c| c.cpu_ms), 2),
+            opt(c.and_then(|c| c.etcd_cpu_ms), 2),
+            opt(c.map(|c| c.kib), 1),
+            opt(c.map(|c| c.events), 2),
+            opt(c.map(|c| c.agents_kib), 1),
+            opt(c.map(|c| c.agents_events), 2),
+            opt(c.map(|c| c.agents_writes), 2),
             r.note
         );
     }
+    println!(
+        "API server cost per node and rollout: srv ms = CPU ms of the {} process, etcd ms = etcd's (both \
+         from /proc); KiB/nd = KiB the server sent (answers to reads, plus watch events: answers to \
+         writes are not in it as kube-apiserver has no metric of them; body bytes, by the server's own count: {}), ev/nd = watch events it delivered (one per \
+         watch that received it); agt KiB / agt ev = the agents' share of the watch events, as the \
+         simulated agents of this process received them (re-encoded as JSON{}); agt wr = the agents' \
+         writes",
+        match kind {
+            ServerKind::Testbed => "netwave-testbed",
+            ServerKind::Apiserver => "kube-apiserver",
+        },
+        match kind {
+            ServerKind::Testbed => "its per-token counters",
+            ServerKind::Apiserver =>
+                "apiserver_response_sizes (GET, LIST) and apiserver_watch_events_sizes/_total from \
+                 /metrics, read before and after each rollout",
+        },
+        match kind {
+            ServerKind::Testbed => "; the testbed's own count of them is printed per rollout",
+            ServerKind::Apiserver => "; kube-apiserver's metrics have no user label",
+        }
+    );
 }
 
 /// One fleet: the testbed, two configurators, N agents.
@@ -1253,7 +1559,12 @@ impl Fleet {
             .collect();
         let mark = {
             let o = self.seen.lock().unwrap();
-            (o.assigned.len(), o.reported.len(), o.events)
+            (
+                o.assigned.len(),
+                o.reported.len(),
+                o.events,
+                (o.event_bytes, o.answer_bytes),
+            )
         };
         self.server.reset_counters(&self.client).await?;
         let use0 = self.usage();
@@ -1261,9 +1572,18 @@ impl Fleet {
         let hist0 = reconcile_histogram(&self.metrics[&leader0]).await;
         self.trigger(&sc.trigger).await?;
         let started = Instant::now();
+        // Listed until it shows, then read by name: the benchmark's own polling stays small in what the
+        // server sends.
+        let found: Mutex<Option<String>> = Mutex::default();
         let new_revision = || async {
+            let known = found.lock().unwrap().clone();
+            if let Some(name) = known {
+                return anyhow::Ok(revs.get_opt(&name).await?);
+            }
             let list = revs.list(&ListParams::default()).await?.items;
-            anyhow::Ok(list.into_iter().find(|r| !before.contains(&r.name_any())))
+            let rev = list.into_iter().find(|r| !before.contains(&r.name_any()));
+            *found.lock().unwrap() = rev.as_ref().map(|r| r.name_any());
+            anyhow::Ok(rev)
         };
         let mut note = String::new();
         if let Some(policy) = &sc.policy {
@@ -1344,12 +1664,13 @@ impl Fleet {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let (counts, by_client) = self.server.counters(&self.client).await?;
+        let sent = self.server.sent(&self.client).await?;
         let use1 = self.usage();
         let leader = self.leader().await?;
         let hist1 = reconcile_histogram(&self.metrics[&leader]).await;
         let name = rev.name_any();
         let st = rev.status.clone().unwrap_or_default();
-        let (assigned, reported, events) = {
+        let (assigned, reported, events, agent_bytes) = {
             let o = self.seen.lock().unwrap();
             let assigned: Vec<Instant> = o.assigned[mark.0..]
                 .iter()
@@ -1361,7 +1682,12 @@ impl Fleet {
                 .filter(|a| a.2 == name)
                 .map(|a| a.0)
                 .collect();
-            (assigned, reported, o.events - mark.2)
+            (
+                assigned,
+                reported,
+                o.events - mark.2,
+                (o.event_bytes - mark.3.0, o.answer_bytes - mark.3.1),
+            )
         };
         let (Some(&first), Some(&last_assigned)) = (assigned.first(), assigned.last()) else {
             bail!("{}: revision {name} was assigned to no node", sc.label);
@@ -1529,14 +1855,16 @@ impl Fleet {
                 cpu - before
             );
         }
-        let standby = use1
-            .keys()
-            .find(|k| k.starts_with("configurator-") && **k != leader)
-            .cloned();
         let cpu_of = |who: &str| {
             use1.get(who)
                 .map(|u| u.1 - use0.get(who).map_or(0.0, |b| b.1))
         };
+        let cost = self.cost(&sent, events, agent_bytes, &by_client, &cpu_of);
+        cost.print(&sent, n, self.server.kind());
+        let standby = use1
+            .keys()
+            .find(|k| k.starts_with("configurator-") && **k != leader)
+            .cloned();
         if let Some((at, c0, by0, old)) = killed {
             let until = at + FAILOVER_WINDOW;
             if let Some(wait) = until.checked_duration_since(Instant::now()) {
@@ -1593,8 +1921,109 @@ impl Fleet {
             leader_rss: use1.get(&leader).map(|u| u.0),
             leader_cpu: cpu_of(&leader),
             standby_cpu: standby.as_deref().and_then(cpu_of),
+            cost: Some(cost),
             note,
         })
+    }
+
+    /// The API server's cost of one rollout per node, from what the server and this process counted.
+    fn cost(
+        &self,
+        sent: &Sent,
+        agent_events: u64,
+        (agent_bytes, agent_answers): (u64, u64),
+        by_client: &BTreeMap<String, Counts>,
+        cpu_of: &dyn Fn(&str) -> Option<f64>,
+    ) -> Cost {
+        let n = self.n as f64;
+        let (server, etcd) = match self.server.kind() {
+            ServerKind::Testbed => (cpu_of("netwave-testbed"), None),
+            ServerKind::Apiserver => (cpu_of("kube-apiserver"), cpu_of("etcd")),
+        };
+        Cost {
+            cpu_ms: server.unwrap_or(f64::NAN) * 1e3 / n,
+            etcd_cpu_ms: etcd.map(|c| c * 1e3 / n),
+            kib: sent.bytes() / 1024.0 / n,
+            events: sent.events() / n,
+            agents_kib: agent_bytes as f64 / 1024.0 / n,
+            agents_answers_kib: agent_answers as f64 / 1024.0 / n,
+            agents_events: agent_events as f64 / n,
+            agents_writes: by_client.get("agents").map_or(0, writes) as f64 / n,
+        }
+    }
+}
+
+/// The API server's cost of one rollout, per node.
+#[derive(Debug, Clone)]
+struct Cost {
+    /// CPU ms of the server process (the testbed, or kube-apiserver) and of etcd, from /proc.
+    cpu_ms: f64,
+    etcd_cpu_ms: Option<f64>,
+    /// KiB sent (answers + watch events) and watch events delivered, by the server's count.
+    kib: f64,
+    events: f64,
+    /// The agents' share as received here (watch events re-encoded), and the answers to their writes.
+    agents_kib: f64,
+    agents_answers_kib: f64,
+    agents_events: f64,
+    /// The agents' writes (their status applies).
+    agents_writes: f64,
+}
+
+impl Cost {
+    fn print(&self, sent: &Sent, n: f64, kind: ServerKind) {
+        let server = match kind {
+            ServerKind::Testbed => format!("netwave-testbed {:.2} ms", self.cpu_ms),
+            ServerKind::Apiserver => format!(
+                "kube-apiserver {:.2} ms, etcd {:.2} ms",
+                self.cpu_ms,
+                self.etcd_cpu_ms.unwrap_or(f64::NAN)
+            ),
+        };
+        println!(
+            "API server cost per node: CPU {server} (from /proc); sent {:.2} KiB: answers to reads \
+             {:.2} KiB, watch events {:.2} KiB in {:.2} events (one per watch that received it; body \
+             bytes as the server counts them: kube-apiserver's response (reads only) and watch-event \
+             size metrics, the testbed's per-token counters); this benchmark's own polling (revisions, \
+             Lease) is in them",
+            self.kib,
+            sent.read_bytes / 1024.0 / n,
+            sent.watch_bytes.values().sum::<f64>() / 1024.0 / n,
+            self.events
+        );
+        for (r, e) in &sent.watch_events {
+            println!(
+                "  watch events {r:<30} {:>8.2}/node, {:>8.2} KiB/node ({:.0} B each)",
+                e / n,
+                sent.watch_bytes.get(r).copied().unwrap_or(0.0) / 1024.0 / n,
+                sent.watch_bytes.get(r).copied().unwrap_or(0.0) / e.max(1.0)
+            );
+        }
+        for (who, (b, e)) in &sent.by_client {
+            println!(
+                "  sent to {who:<35} {:>8.2} KiB/node, {:>6.2} watch events/node (testbed's count)",
+                b / 1024.0 / n,
+                e / n
+            );
+        }
+        if let Some(w) = sent.write_answer_bytes {
+            println!(
+                "  answers to writes (testbed's count; kube-apiserver has no metric of them) {:.2} KiB/node",
+                w / 1024.0 / n
+            );
+        }
+        if let Some(e) = sent.etcd_bytes {
+            println!(
+                "  etcd -> kube-apiserver (gRPC, etcd's count) {:.2} KiB/node",
+                e / 1024.0 / n
+            );
+        }
+        println!(
+            "the agents' share, as received by the simulated agents here (their NNC watches' events \
+             re-encoded as JSON): {:.2} KiB/node in {:.2} watch events/node; their writes {:.2}/node, \
+             answered with {:.2} KiB/node",
+            self.agents_kib, self.agents_events, self.agents_writes, self.agents_answers_kib
+        );
     }
 }
 
@@ -1663,6 +2092,7 @@ fn das_schiff_rows(n: usize) -> Vec<Row> {
             leader_rss: None,
             leader_cpu: None,
             standby_cpu: None,
+            cost: None,
             note: format!("{end}; {} passes (simulated)", o.passes),
         });
     }
@@ -1724,9 +2154,11 @@ async fn bench(bins: &Path, kind: ServerKind, n: usize) -> Result<()> {
         })?;
     let seen: Arc<Mutex<Observed>> = Arc::default();
     let rollout = Arc::new(Mutex::new(0));
+    let agent_watch = AgentWatch::from_env()?;
     let agents = spawn_agents(
         server.client("agents").await?,
         n,
+        agent_watch,
         rollout.clone(),
         seen.clone(),
     );
@@ -1760,12 +2192,13 @@ async fn bench(bins: &Path, kind: ServerKind, n: usize) -> Result<()> {
     println!(
         "\n#### fleet rollout benchmark on the {}: N={n}, {silent} silent and {failing} failing agents, \
          apply delay uniform {}-{} ms (seed {SEED}), maxFailures {max_failures}, {ZONES} zones; setup \
-         {:.1} s; leader {leader}; {}; logs in {}",
+         {:.1} s; leader {leader}; {}; {}; logs in {}",
         kind.name(),
         DELAY_MS.0,
         DELAY_MS.1,
         setup.elapsed().as_secs_f64(),
         fleet.server.auth(),
+        agent_watch.describe(),
         fleet.dir.display()
     );
     let mut rows = Vec::new();
