@@ -648,6 +648,9 @@ fn plan_intents(
             spec: Box::new(spec),
             assigned_at: a.assigned_at.to_rfc3339(),
             clear_queued: may_be_queued(observed.config(&a.node).map(|(c, _)| c.as_ref())),
+            based_on: observed
+                .config(&a.node)
+                .and_then(|(c, _)| c.metadata.resource_version.clone()),
         });
     }
     intents.extend(restore_node_configs(s, tampered, rendered, plan, now));
@@ -992,6 +995,7 @@ fn restore_node_configs(
                     }),
                     assigned_at,
                     clear_queued: may_be_queued(Some(c.as_ref())),
+                    based_on: c.metadata.resource_version.clone(),
                 });
                 "put back from its revision"
             }

@@ -88,11 +88,16 @@ pub enum Intent {
     /// whose create set `netwave.dev/queued`: the same apply sets it empty (an apply cannot remove a
     /// field a create owns, but takes it over), and the node's next assignment, which leaves it out,
     /// removes it. No separate write either way.
+    ///
+    /// `based_on`: the node config's resourceVersion in the view the plan was made on (`None`: not in
+    /// it). The same spec planned again on that same view — the cache has not shown this replica's own
+    /// write yet — is not sent again ([`Writer::execute`]).
     ApplyNodeConfig {
         node: String,
         spec: Box<NodeNetworkConfigSpec>,
         assigned_at: String,
         clear_queued: bool,
+        based_on: Option<String>,
     },
     /// Server-side apply of a revision's whole status: fields omitted now are removed.
     RevisionStatus {
@@ -421,6 +426,32 @@ pub struct Writer {
     pending_events: Vec<Intent>,
     base: Duration,
     max: Duration,
+    /// node → the last spec written to its config, on which view, and until when a plan on that same
+    /// view repeats it ([`SENT_SPEC_MEMORY`]).
+    sent_specs: BTreeMap<String, SentSpec>,
+}
+
+/// A spec this replica wrote to a node config (revision, sequence, retry, configHash), planned on the
+/// view `based_on` of that config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SentSpec {
+    based_on: Option<String>,
+    spec: (String, u64, u32, String),
+    until: Instant,
+}
+
+/// How long a written spec is taken as still on its way to the cache: a plan on the view it was based
+/// on within this time repeats it and is not sent. Past it, the plan is trusted again (a config
+/// deleted before the cache ever showed it is then written anew).
+const SENT_SPEC_MEMORY: Duration = Duration::from_secs(10);
+
+fn spec_key(spec: &NodeNetworkConfigSpec) -> (String, u64, u32, String) {
+    (
+        spec.revision.clone(),
+        spec.sequence,
+        spec.retry,
+        spec.config_hash.clone(),
+    )
 }
 
 /// What happened to a batch of intents.
@@ -432,6 +463,9 @@ pub struct Outcome {
     pub deferred: usize,
     /// Not sent because this replica is not the leader.
     pub dropped: usize,
+    /// Node config specs not sent because this replica wrote them already on the same view (the
+    /// cache had not shown that write when the plan was made).
+    pub repeated: usize,
     /// The earliest time a deferred or failed write may be retried.
     pub retry_at: Option<Instant>,
 }
@@ -446,6 +480,44 @@ impl Writer {
             pending_events: Vec::new(),
             base: Duration::from_millis(200),
             max: Duration::from_secs(60),
+            sent_specs: BTreeMap::new(),
+        }
+    }
+
+    /// `intent` writes a spec this replica wrote already, planned on the same view of the node config
+    /// (within [`SENT_SPEC_MEMORY`]): sending it again would only move the assignment time, and cost
+    /// the API server a write and an event for every watch of node configs.
+    fn repeats(&self, intent: &Intent, now: Instant) -> bool {
+        let Intent::ApplyNodeConfig {
+            node,
+            spec,
+            based_on,
+            ..
+        } = intent
+        else {
+            return false;
+        };
+        self.sent_specs
+            .get(node)
+            .is_some_and(|s| s.based_on == *based_on && s.spec == spec_key(spec) && now < s.until)
+    }
+
+    fn remember(&mut self, intent: &Intent, now: Instant) {
+        if let Intent::ApplyNodeConfig {
+            node,
+            spec,
+            based_on,
+            ..
+        } = intent
+        {
+            self.sent_specs.insert(
+                node.clone(),
+                SentSpec {
+                    based_on: based_on.clone(),
+                    spec: spec_key(spec),
+                    until: now + SENT_SPEC_MEMORY,
+                },
+            );
         }
     }
 
@@ -464,6 +536,8 @@ impl Writer {
             .into_iter()
             .partition(|i| matches!(i, Intent::Event { .. }));
         let total = writes.len();
+        let started = Instant::now();
+        self.sent_specs.retain(|_, s| s.until > started);
         let mut i = 0;
         'writes: while i < total {
             if !self.gate.is_leader() {
@@ -494,14 +568,25 @@ impl Writer {
                 }
                 end = k;
             }
-            let results =
-                futures::future::join_all(writes[i..end].iter().map(|w| self.send(w))).await;
+            let this = &*self;
+            let results = futures::future::join_all(writes[i..end].iter().map(|w| async move {
+                if this.repeats(w, now) {
+                    return Ok(false);
+                }
+                this.send(w).await.map(|()| true)
+            }))
+            .await;
             let mut failed = false;
             for (intent, result) in writes[i..end].iter().zip(results) {
                 let key = intent.key();
                 match result {
-                    Ok(()) => {
+                    Ok(false) => {
+                        debug!(object = %key, "written already on this view; not sent again");
+                        out.repeated += 1;
+                    }
+                    Ok(true) => {
                         self.backoff.remove(&key);
+                        self.remember(intent, Instant::now());
                         log_done(intent);
                         out.written += 1;
                     }
@@ -630,6 +715,7 @@ impl Writer {
                 spec,
                 assigned_at,
                 clear_queued,
+                ..
             } => {
                 let mut annotations = serde_json::Map::new();
                 annotations.insert(ASSIGNED_AT_ANNOTATION.into(), assigned_at.as_str().into());
