@@ -21,9 +21,12 @@
 //! max, the one-node baseline (the same rollouts on 1 node) so the ratio says what grows with the
 //! fleet, and the CPU seconds of the whole rollout (which other work on the machine does not inflate
 //! as it does the wall-clock times).
+//!
+//! Each rollout runs twice: told which nodes and node configs changed since the last reconcile, as the
+//! configurator's watches tell it (#28), and, as the baseline in the same run, reading them whole.
 
 use netwave_api::vocab::{ConditionStatus, RevisionPhase, node_conditions};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -282,6 +285,29 @@ struct Leader {
     settle: InputSettle,
     metrics: Metrics,
     apply_times: ApplyTimes,
+    /// Tell the reconcile which nodes and node configs changed, as the watches do (else it reads
+    /// them all, the baseline).
+    by_change: bool,
+    /// Each node's and node config's object at the last reconcile, by name.
+    last_nodes: BTreeMap<String, usize>,
+    last_configs: BTreeMap<String, usize>,
+}
+
+/// The names of the objects that came, went or were replaced since `last` (updated to now).
+fn changed<K: kube::Resource>(
+    list: &[Arc<K>],
+    last: &mut BTreeMap<String, usize>,
+) -> BTreeSet<String> {
+    let now: BTreeMap<String, usize> = list
+        .iter()
+        .map(|o| (o.meta().name.clone().unwrap_or_default(), Arc::as_ptr(o) as usize))
+        .collect();
+    let names = (now.keys().chain(last.keys()))
+        .filter(|k| now.get(*k) != last.get(*k))
+        .cloned()
+        .collect();
+    *last = now;
+    names
 }
 
 /// Reconciles until the current inputs' revision is Complete, letting `per_step` agents answer
@@ -293,6 +319,13 @@ fn roll_out(s: &mut Snapshot, l: &mut Leader, now: &mut Timestamp, per_step: usi
         cpu: Duration::ZERO,
     };
     for _ in 0..200_000 {
+        // As the watches tell the configurator: which nodes and node configs changed since the last
+        // reconcile (not timed: the watches do this as events arrive).
+        if l.by_change {
+            let nodes = changed(&s.nodes, &mut l.last_nodes);
+            let configs = changed(&s.node_configs, &mut l.last_configs);
+            s.changed_by_hand(nodes, configs);
+        }
         // What the leader does before its writes (`netwave_reconcile_compute_duration_seconds`).
         let t = Instant::now();
         let cpu = cpu_time();
@@ -323,8 +356,8 @@ fn ms(d: Duration) -> String {
     format!("{:.2}", d.as_secs_f64() * 1e3)
 }
 
-/// Both rollouts on `n` nodes: (first, second).
-fn fleet(n: usize) -> (Run, Run) {
+/// Both rollouts on `n` nodes: (first, second); `by_change`: the reconcile is told what changed.
+fn fleet(n: usize, by_change: bool) -> (Run, Run) {
     // The configurator's own defaults, as its command line gives them.
     let mut settings = netwave_configurator::runtime::settings(
         &<netwave_configurator::args::Args as clap::Parser>::parse_from(["netwave-configurator"]),
@@ -347,6 +380,9 @@ fn fleet(n: usize) -> (Run, Run) {
         settle: InputSettle::default(),
         metrics: Metrics::default(),
         apply_times: ApplyTimes::default(),
+        by_change,
+        last_nodes: BTreeMap::new(),
+        last_configs: BTreeMap::new(),
     };
     let mut now = Timestamp(1_800_000_000_000);
     let first = roll_out(&mut s, &mut leader, &mut now, usize::MAX);
@@ -368,7 +404,7 @@ fn main() {
             args
         }
     };
-    let (_, base) = fleet(1);
+    let (_, base) = fleet(1, true);
     let mut base = base.compute;
     base.sort();
     let base_median = quantile(&base, 0.5);
@@ -385,10 +421,13 @@ fn main() {
         if seen.insert(n, ()).is_some() {
             continue;
         }
-        let (first, second) = fleet(n);
+        let (first, second) = fleet(n, true);
+        let (first_whole, second_whole) = fleet(n, false);
         for (what, run) in [
             ("first rollout (a reconcile per wave)", first),
+            ("  same, nodes and configs read whole", first_whole),
             ("MTU change (one report per reconcile)", second),
+            ("  same, nodes and configs read whole", second_whole),
         ] {
             let mut c = run.compute;
             c.sort();

@@ -69,8 +69,11 @@ struct Verdict<T, V = SpecVersion> {
 pub struct IntegrityCache {
     /// Keyed by the revision's spec version and its inputs' (`None`: gone).
     revisions: BTreeMap<String, Verdict<Option<Tampered>, RevisionVersion>>,
-    /// `true`: `spec.config` does not hash to `spec.configHash`.
+    /// `true`: `spec.config` does not hash to `spec.configHash`. Only configs that hold something
+    /// to guard: neither placeholders nor verified on arrival.
     node_configs: BTreeMap<String, Verdict<bool>>,
+    /// The snapshot whose node configs were checked last ([`Snapshot::id`]).
+    configs_seen: Option<u64>,
 }
 
 /// Tampered specs in one snapshot.
@@ -143,40 +146,68 @@ impl IntegrityCache {
             }
         }
         self.revisions.retain(|n, _| seen.contains(n.as_str()));
-        let mut seen = BTreeSet::new();
-        for c in &s.node_configs {
-            let Some(name) = c.metadata.name.as_deref() else {
-                continue;
-            };
-            // A placeholder holds no config to guard (and no agent applies one); a config the cache
-            // verified on arrival was dropped from it (`watch::slim_node_config`). Nearly every node
-            // config is one of these: nothing is kept for them (at 5,000 nodes, keeping a verdict per
-            // config was a tenth of a reconcile's compute), and one put back loses its old verdict.
-            let verified = || {
-                c.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(crate::watch::CONFIG_VERIFIED))
-            };
-            if c.spec.is_placeholder() || verified() {
-                continue;
+        match s.changed_since(self.configs_seen.replace(s.id)) {
+            Some(changed) => {
+                for name in &changed.node_configs {
+                    if !s.node_config(name).is_some_and(|c| self.check_config(c)) {
+                        self.node_configs.remove(name.as_str());
+                    }
+                }
             }
-            seen.insert(name);
-            let (tampered, due) = check_one(
-                &mut self.node_configs,
-                name,
-                spec_version(c.as_ref()),
-                || render::config_hash(&c.spec.config) != c.spec.config_hash,
-            );
-            if *tampered {
-                out.node_configs.insert(name.to_string());
-                if due {
-                    out.unreported_node_configs.insert(name.to_string());
+            None => {
+                let mut guarded = BTreeSet::new();
+                for c in &s.node_configs {
+                    if self.check_config(c) {
+                        guarded.insert(c.metadata.name.as_deref().unwrap_or_default());
+                    }
+                }
+                self.node_configs
+                    .retain(|n, _| guarded.contains(n.as_str()));
+            }
+        }
+        for (name, v) in &mut self.node_configs {
+            if v.verdict {
+                out.node_configs.insert(name.clone());
+                if !std::mem::replace(&mut v.reported, true) {
+                    out.unreported_node_configs.insert(name.clone());
                 }
             }
         }
-        self.node_configs.retain(|n, _| seen.contains(n.as_str()));
         out
+    }
+
+    /// Judges one node config, again only if its spec changed since; whether it holds something to
+    /// guard (else it has no verdict).
+    fn check_config(&mut self, c: &netwave_api::NodeNetworkConfig) -> bool {
+        let Some(name) = c.metadata.name.as_deref() else {
+            return false;
+        };
+        // A placeholder holds no config to guard (and no agent applies one); a config the cache
+        // verified on arrival was dropped from it (`watch::slim_node_config`). Nearly every node
+        // config is one of these: nothing is kept for them (at 5,000 nodes, keeping a verdict per
+        // config was a tenth of a reconcile's compute), and one put back loses its old verdict.
+        let verified = c
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::watch::CONFIG_VERIFIED));
+        if c.spec.is_placeholder() || verified {
+            return false;
+        }
+        let version = spec_version(c);
+        if self
+            .node_configs
+            .get(name)
+            .is_none_or(|v| v.version != version)
+        {
+            let fresh = Verdict {
+                version,
+                verdict: render::config_hash(&c.spec.config) != c.spec.config_hash,
+                reported: false,
+            };
+            self.node_configs.insert(name.to_string(), fresh);
+        }
+        true
     }
 }
 

@@ -20,14 +20,14 @@ use netwave_core::rollout::{NodeConfigState, NodeState};
 use netwave_core::{Interner, Timestamp};
 use tracing::warn;
 
-use crate::snapshot::live;
+use crate::snapshot::{Snapshot, find_sorted, live};
 
 /// What the leader keeps of the nodes and their configs between reconciles.
 #[derive(Default)]
 pub struct Observed {
     nodes: Kept<Node, NodeShare>,
     configs: Kept<NodeNetworkConfig, ConfigFacts>,
-    /// The last answers, given again while no object changed.
+    /// The last answers: given again while no object changed; the configs' kept up to date in place.
     last_nodes: Option<Nodes>,
     last_configs: Vec<Arc<NodeConfigState>>,
     /// Kept up to date as objects come and go, so no pass over the fleet needs them:
@@ -73,6 +73,8 @@ struct Kept<K, V> {
     by_name: BTreeMap<String, (usize, V)>,
     /// Counts passes: an object not seen in the current one goes.
     pass: u64,
+    /// The snapshot last taken in ([`Snapshot::id`]).
+    seen: Option<u64>,
 }
 
 impl<K, V> Default for Kept<K, V> {
@@ -81,6 +83,7 @@ impl<K, V> Default for Kept<K, V> {
             by_object: HashMap::new(),
             by_name: BTreeMap::new(),
             pass: 0,
+            seen: None,
         }
     }
 }
@@ -92,6 +95,63 @@ struct Seen<K> {
 }
 
 impl<K: Resource, V> Kept<K, V> {
+    /// Takes in the store's objects: only those named in `changed` when it is given (`objects` is
+    /// then sorted by name), else every one. See [`Kept::pass`].
+    fn update(
+        &mut self,
+        objects: &[Arc<K>],
+        changed: Option<&BTreeSet<String>>,
+        convert: impl FnMut(&Arc<K>) -> V,
+        changed_value: impl FnMut(&str, Option<&V>, Option<&V>),
+    ) -> bool {
+        match changed {
+            Some(names) => self.pass_names(objects, names, convert, changed_value),
+            None => self.pass(objects, convert, changed_value),
+        }
+    }
+
+    /// [`Kept::pass`] over the objects named in `names` only, looked up in `objects` (sorted by
+    /// name): what changed since the last pass, as the watches saw it.
+    fn pass_names(
+        &mut self,
+        objects: &[Arc<K>],
+        names: &BTreeSet<String>,
+        mut convert: impl FnMut(&Arc<K>) -> V,
+        mut changed_value: impl FnMut(&str, Option<&V>, Option<&V>),
+    ) -> bool {
+        let mut changed = false;
+        for name in names {
+            let now = find_sorted(objects, name);
+            let now_key = now.map(|o| Arc::as_ptr(o) as usize);
+            let old_key = self.by_name.get(name.as_str()).map(|(k, _)| *k);
+            if now_key == old_key {
+                continue;
+            }
+            changed = true;
+            if let Some(k) = old_key {
+                self.by_object.remove(&k);
+            }
+            let old = match (now, now_key) {
+                (Some(o), Some(key)) => {
+                    let seen = Seen {
+                        object: o.clone(),
+                        pass: self.pass,
+                    };
+                    self.by_object.insert(key, seen);
+                    let value = convert(o);
+                    self.by_name.insert(name.clone(), (key, value))
+                }
+                _ => self.by_name.remove(name.as_str()),
+            };
+            changed_value(
+                name,
+                old.as_ref().map(|(_, v)| v),
+                self.by_name.get(name.as_str()).map(|(_, v)| v),
+            );
+        }
+        changed
+    }
+
     /// Takes in the store's objects, converting those not seen before; whether anything changed.
     /// `changed` hears of every value that came, went or was replaced, under its object's name.
     fn pass(
@@ -176,12 +236,20 @@ impl Observed {
         &mut self.strings
     }
 
-    /// The live nodes of `nodes`. A node that does not read is skipped, with one warning when it is
-    /// first seen (not one per reconcile).
-    pub fn nodes(&mut self, nodes: &[Arc<Node>]) -> Nodes {
+    /// The live nodes of the snapshot. A node that does not read is skipped, with one warning when
+    /// it is first seen (not one per reconcile). Reads only the nodes that changed since the snapshot
+    /// it read last, where the snapshot knows them.
+    pub fn nodes(&mut self, s: &Snapshot) -> Nodes {
+        let changed = s.changed_since(self.nodes.seen.replace(s.id));
+        self.nodes_in(&s.nodes, changed.map(|c| &c.nodes))
+    }
+
+    /// [`Observed::nodes`] of `nodes`: those named in `changed` only, if given.
+    fn nodes_in(&mut self, nodes: &[Arc<Node>], changed: Option<&BTreeSet<String>>) -> Nodes {
         let (bare, assigned, strings) = (&mut self.bare, &self.assigned, &mut self.strings);
-        let changed = self.nodes.pass(
+        let changed = self.nodes.update(
             nodes,
+            changed,
             |n| node_share(n, strings),
             |name, old, new| match (
                 old.is_some_and(Option::is_some),
@@ -209,9 +277,20 @@ impl Observed {
         out
     }
 
-    /// The step's view of `configs`, sorted by name: placeholders and configs that do not read are
-    /// left out. Call after [`Observed::nodes`] of the same snapshot.
-    pub fn configs(&mut self, configs: &[Arc<NodeNetworkConfig>]) -> Vec<Arc<NodeConfigState>> {
+    /// The step's view of the snapshot's node configs, sorted by name: placeholders and configs that
+    /// do not read are left out. Call after [`Observed::nodes`] of the same snapshot. Reads only the
+    /// configs that changed since the snapshot it read last, where the snapshot knows them.
+    pub fn configs(&mut self, s: &Snapshot) -> Vec<Arc<NodeConfigState>> {
+        let changed = s.changed_since(self.configs.seen.replace(s.id));
+        self.configs_in(&s.node_configs, changed.map(|c| &c.node_configs))
+    }
+
+    /// [`Observed::configs`] of `configs`: those named in `changed` only, if given.
+    fn configs_in(
+        &mut self,
+        configs: &[Arc<NodeNetworkConfig>],
+        changed: Option<&BTreeSet<String>>,
+    ) -> Vec<Arc<NodeConfigState>> {
         let Observed {
             nodes,
             configs: kept,
@@ -222,10 +301,12 @@ impl Observed {
             condition_fixes,
             changes,
             strings,
+            last_configs,
             ..
         } = self;
-        let changed = kept.pass(
+        kept.update(
             configs,
+            changed,
             |c| config_facts(c, strings),
             |name, old, new| {
                 if let Some(old) = old {
@@ -259,20 +340,24 @@ impl Observed {
                 } else {
                     bare.insert(name.to_string());
                 }
-                match new.and_then(|n| n.state.clone()) {
-                    Some(state) => changes.changed.push(state),
-                    None if old.is_some_and(|o| o.state.is_some()) => {
-                        changes.removed.push(name.to_string())
+                let at = last_configs.binary_search_by(|c| c.name.as_str().cmp(name));
+                match (new.and_then(|n| n.state.clone()), at) {
+                    (Some(state), Ok(i)) => {
+                        last_configs[i] = state.clone();
+                        changes.changed.push(state);
                     }
-                    None => {}
+                    (Some(state), Err(i)) => {
+                        last_configs.insert(i, state.clone());
+                        changes.changed.push(state);
+                    }
+                    (None, Ok(i)) => {
+                        last_configs.remove(i);
+                        changes.removed.push(name.to_string());
+                    }
+                    (None, Err(_)) => {}
                 }
             },
         );
-        if changed {
-            self.last_configs = (self.configs.by_name.values())
-                .filter_map(|(_, f)| f.state.clone())
-                .collect();
-        }
         self.last_configs.clone()
     }
 
@@ -406,16 +491,16 @@ mod tests {
         let mut o = Observed::default();
         let mut nodes = vec![node("b", "z1"), node("a", "z1"), node("c", "z2")];
         let mut configs = vec![config("a", "r1"), config("b", "r1")];
-        let first = o.nodes(&nodes);
-        let first_configs = o.configs(&configs);
+        let first = o.nodes_in(&nodes, None);
+        let first_configs = o.configs_in(&configs, None);
         let names: Vec<&str> = first.states.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "c"], "sorted by name");
 
         // One node relabelled, one config changed (new objects, as the watch delivers them).
         nodes[2] = node("c", "z3");
         configs[1] = config("b", "r2");
-        let second = o.nodes(&nodes);
-        let second_configs = o.configs(&configs);
+        let second = o.nodes_in(&nodes, None);
+        let second_configs = o.configs_in(&configs, None);
         assert!(Arc::ptr_eq(&first.states[0], &second.states[0]), "a kept");
         assert!(Arc::ptr_eq(&first.states[1], &second.states[1]), "b kept");
         assert!(
@@ -434,7 +519,7 @@ mod tests {
         assert_eq!((o.nodes.by_name.len(), o.configs.by_name.len()), (3, 2));
 
         // Nothing changed: the same states and fingerprint.
-        let third = o.nodes(&nodes);
+        let third = o.nodes_in(&nodes, None);
         assert_eq!(third.fingerprint, second.fingerprint);
         assert!(
             third
@@ -448,10 +533,10 @@ mod tests {
     #[test]
     fn the_fingerprint_does_not_depend_on_store_order_and_nodes_that_leave_are_forgotten() {
         let mut o = Observed::default();
-        let ab = o.nodes(&[node("a", "z1"), node("b", "z2")]).fingerprint;
-        let ba = o.nodes(&[node("b", "z2"), node("a", "z1")]).fingerprint;
+        let ab = o.nodes_in(&[node("a", "z1"), node("b", "z2")], None).fingerprint;
+        let ba = o.nodes_in(&[node("b", "z2"), node("a", "z1")], None).fingerprint;
         assert_eq!(ab, ba);
-        let a = o.nodes(&[node("a", "z1")]);
+        let a = o.nodes_in(&[node("a", "z1")], None);
         assert_ne!(a.fingerprint, ab);
         assert_eq!((o.nodes.by_object.len(), o.nodes.by_name.len()), (1, 1));
     }
@@ -464,13 +549,13 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
-        let nodes = o.nodes(&[node("a", "z1"), Arc::new(leaving)]);
+        let nodes = o.nodes_in(&[node("a", "z1"), Arc::new(leaving)], None);
         assert_eq!(nodes.states.len(), 1);
         let placeholder = Arc::new(NodeNetworkConfig::new(
             "p",
             NodeNetworkConfigSpec::placeholder(),
         ));
-        assert!(o.configs(&[placeholder, config("a", "r1")]).len() == 1);
+        assert!(o.configs_in(&[placeholder, config("a", "r1")], None).len() == 1);
     }
 
     /// A tiny deterministic generator (xorshift), so a failing seed replays.
@@ -549,11 +634,35 @@ mod tests {
         }
     }
 
+    fn by_name<K: Resource>(list: &[Arc<K>]) -> Vec<Arc<K>> {
+        let mut v = list.to_vec();
+        v.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+        v
+    }
+
+    /// The names whose object came, went or was replaced between two sorted lists, and now and then
+    /// one that did not change (a watch event can name an object the reconcile already read).
+    fn changed_names<K: Resource>(rng: &mut Rng, before: &[Arc<K>], now: &[Arc<K>]) -> BTreeSet<String> {
+        let index = |l: &[Arc<K>]| -> BTreeMap<String, usize> {
+            l.iter()
+                .map(|o| (o.meta().name.clone().unwrap_or_default(), Arc::as_ptr(o) as usize))
+                .collect()
+        };
+        let (b, n) = (index(before), index(now));
+        let mut names: BTreeSet<String> = b.keys().chain(n.keys()).filter(|k| b.get(*k) != n.get(*k)).cloned().collect();
+        if let Some(k) = n.keys().nth(rng.below(n.len().max(1) as u64) as usize) {
+            names.insert(k.clone());
+        }
+        names
+    }
+
     #[test]
     fn what_is_kept_between_passes_equals_a_fresh_reading_of_the_store_after_every_edit() {
         for seed in 1..=300u64 {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             let mut o = Observed::default();
+            let mut delta = Observed::default();
+            let (mut last_nodes, mut last_configs) = (Vec::new(), Vec::new());
             let (mut nodes, mut configs) = (Vec::new(), Vec::new());
             for step in 0..60 {
                 for _ in 0..=rng.below(3) {
@@ -565,16 +674,38 @@ mod tests {
                     let k = configs.len().min(1);
                     configs.rotate_left(k);
                 }
-                let got_nodes = o.nodes(&nodes);
-                let got_configs = o.configs(&configs);
+                let got_nodes = o.nodes_in(&nodes, None);
+                let got_configs = o.configs_in(&configs, None);
                 let ctx = format!("seed {seed}, step {step}");
 
                 let mut fresh = Observed::default();
-                let want_nodes = fresh.nodes(&nodes);
-                let want_configs = fresh.configs(&configs);
+                let want_nodes = fresh.nodes_in(&nodes, None);
+                let want_configs = fresh.configs_in(&configs, None);
                 assert_eq!(got_nodes.states, want_nodes.states, "{ctx}");
                 assert_eq!(got_nodes.fingerprint, want_nodes.fingerprint, "{ctx}");
                 assert_eq!(got_configs, want_configs, "{ctx}");
+
+                // Fed only the names the watches would name (those whose object came, went or
+                // was replaced, and a few that did not change), from lists sorted by name.
+                let (sorted_nodes, sorted_configs) = (by_name(&nodes), by_name(&configs));
+                let (changed_nodes, changed_configs) = (
+                    changed_names(&mut rng, &last_nodes, &sorted_nodes),
+                    changed_names(&mut rng, &last_configs, &sorted_configs),
+                );
+                let delta_nodes = delta.nodes_in(&sorted_nodes, Some(&changed_nodes));
+                let delta_configs = delta.configs_in(&sorted_configs, Some(&changed_configs));
+                assert_eq!(delta_nodes.states, want_nodes.states, "{ctx}: by names");
+                assert_eq!(delta_nodes.fingerprint, want_nodes.fingerprint, "{ctx}");
+                assert_eq!(delta_configs, want_configs, "{ctx}: by names");
+                assert_eq!(
+                    delta.bare_nodes().collect::<Vec<_>>(),
+                    o.bare_nodes().collect::<Vec<_>>(),
+                    "{ctx}: by names"
+                );
+                assert_eq!(delta.placeholders(), o.placeholders(), "{ctx}: by names");
+                assert_eq!(delta.quarantined(), o.quarantined(), "{ctx}: by names");
+                assert_eq!(delta.condition_fixes(), o.condition_fixes(), "{ctx}: by names");
+                (last_nodes, last_configs) = (sorted_nodes, sorted_configs);
 
                 // The aggregates against their definitions, read off the store directly.
                 let live_nodes: BTreeSet<String> = want_nodes

@@ -278,7 +278,7 @@ pub fn compute(
         };
     }
     // The live nodes, converted only where they changed since the last reconcile ([`Observed`]).
-    let fleet = cache.observed.nodes(&s.nodes);
+    let fleet = cache.observed.nodes(s);
     let existing: Vec<ExistingRevision> = live_revisions(s)
         .map(|r| ExistingRevision::from_object(r))
         .collect();
@@ -470,7 +470,7 @@ fn step_input(
     observed: &mut Observed,
 ) -> RolloutInput {
     let nodes = fleet.states.clone();
-    let configs = observed.configs(&s.node_configs);
+    let configs = observed.configs(s);
     RolloutInput {
         defaults: settings.defaults.clone(),
         revisions: live_revisions(s)
@@ -674,11 +674,7 @@ fn event_intent(s: &Snapshot, e: &rollout::Event, action: &str) -> Intent {
             object_ref("NetworkConfigRevision", n, uid)
         }
         ObjectRef::NodeConfig(n) => {
-            let uid = s
-                .node_configs
-                .iter()
-                .find(|c| c.metadata.name.as_deref() == Some(n))
-                .and_then(|c| c.metadata.uid.clone());
+            let uid = s.node_config(n).and_then(|c| c.metadata.uid.clone());
             object_ref("NodeNetworkConfig", n, uid)
         }
     };
@@ -966,13 +962,11 @@ fn restore_node_configs(
     now: Timestamp,
 ) -> Vec<Intent> {
     let mut out = Vec::new();
-    for c in &s.node_configs {
-        let Some(name) = c.metadata.name.as_deref() else {
+    for name in &tampered.node_configs {
+        let Some(c) = s.node_config(name) else {
             continue;
         };
-        if !tampered.node_configs.contains(name) {
-            continue;
-        }
+        let name = name.as_str();
         let reassigned = plan.assignments.iter().any(|a| a.node == name);
         let same = rendered
             .get(&c.spec.revision)
@@ -1308,6 +1302,8 @@ pub struct Reconciler {
     /// Inputs (by hash) too large to become a revision: last logged, and last told in an Event.
     too_large_logged: Option<String>,
     too_large_evented: Option<String>,
+    /// The last reconcile's snapshot, refreshed by the next one ([`Snapshot::refresh`]).
+    snapshot: Option<Snapshot>,
 }
 
 /// A revision status write that only moves counters (and the words and progress stamp that follow
@@ -1363,6 +1359,7 @@ impl Reconciler {
             undecodable_seen: BTreeMap::new(),
             too_large_logged: None,
             too_large_evented: None,
+            snapshot: None,
         }
     }
 
@@ -1520,7 +1517,11 @@ impl Reconciler {
         let span = info_span!("reconcile");
         let _g = span.enter();
         let started = std::time::Instant::now();
-        let snapshot = Snapshot::take(&self.stores);
+        // The nodes and node configs read again only where their watches saw a change.
+        let snapshot = match self.snapshot.take() {
+            Some(last) => last.refresh(&self.stores),
+            None => Snapshot::take(&self.stores),
+        };
         let now = now();
         let outcome = compute(
             &snapshot,
@@ -1612,6 +1613,7 @@ impl Reconciler {
                 "reconciled"
             );
         }
+        self.snapshot = Some(snapshot);
         let time_based = outcome
             .requeue_at
             .map(|t| Duration::from_millis(t.0.saturating_sub(now.0).max(0) as u64));

@@ -1,10 +1,12 @@
 //! What one reconcile reads: the stores' objects at one moment, those that do not decode set apart.
 //! [`crate::reconcile`] decides from it and [`crate::integrity`] checks it; neither is needed to read it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
 use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
 use netwave_core::undecodable::{self, Holds, Kind, Undecodable};
 use netwave_runtime::decoded::Decoded;
@@ -27,31 +29,151 @@ pub struct Snapshot {
     pub revision_inputs: Vec<Arc<NetworkConfigInputs>>,
     /// Live objects of the kinds above that do not decode (not in those lists), with their uid.
     pub undecodable: Vec<(Undecodable, Option<String>)>,
+    /// Tells this snapshot apart from every other one of this process (0: built by hand).
+    pub id: u64,
+    /// What changed since the snapshot this one was refreshed from (`None`: taken whole).
+    changed: Option<Changed>,
+    /// `nodes` and `node_configs` are sorted by name.
+    sorted: bool,
+    /// Node configs that do not decode, by name (kept between refreshes).
+    bad_configs: BTreeMap<String, (Undecodable, Option<String>)>,
+}
+
+/// The nodes and node configs that changed since snapshot `since`, by name.
+#[derive(Clone, Debug, Default)]
+pub struct Changed {
+    pub since: u64,
+    pub nodes: BTreeSet<String>,
+    pub node_configs: BTreeSet<String>,
+}
+
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Snapshot {
+    /// Everything in the stores, the nodes and node configs sorted by name.
     pub fn take(stores: &Stores) -> Self {
+        // What changed before now is in this snapshot.
+        drop((stores.node_changes.take(), stores.config_changes.take()));
+        let mut nodes = stores.nodes.state();
+        nodes.sort_unstable_by(|a, b| name_of(a).cmp(name_of(b)));
+        let mut bad_configs = BTreeMap::new();
+        let mut node_configs = Vec::new();
+        for o in stores.node_configs.state() {
+            if let Some((name, entry)) = config_entry(&o) {
+                match entry {
+                    Ok(c) => node_configs.push(c),
+                    Err(bad) => drop(bad_configs.insert(name, bad)),
+                }
+            }
+        }
+        node_configs.sort_unstable_by(|a, b| name_of(a).cmp(name_of(b)));
+        let mut s = Snapshot {
+            nodes,
+            node_configs,
+            bad_configs,
+            id: next_id(),
+            sorted: true,
+            ..Snapshot::default()
+        };
+        s.take_small(stores);
+        s
+    }
+
+    /// This snapshot brought up to the stores: the kinds with few objects taken whole, the nodes and
+    /// node configs only where their watches saw a change since the last take ([`Changed`]). Costs
+    /// what changed, not the fleet (#28).
+    pub fn refresh(mut self, stores: &Stores) -> Self {
+        let (nodes, configs) = (stores.node_changes.take(), stores.config_changes.take());
+        if nodes.relisted || configs.relisted || !self.sorted {
+            return Snapshot::take(stores);
+        }
+        for name in &nodes.names {
+            let now = stores.nodes.get(&ObjectRef::new(name));
+            put(&mut self.nodes, name, now);
+        }
+        for name in &configs.names {
+            let now = stores
+                .node_configs
+                .get(&ObjectRef::new(name))
+                .and_then(|o| config_entry(&o));
+            self.bad_configs.remove(name);
+            let now = match now {
+                Some((_, Ok(c))) => Some(c),
+                Some((name, Err(bad))) => {
+                    self.bad_configs.insert(name, bad);
+                    None
+                }
+                None => None,
+            };
+            put(&mut self.node_configs, name, now);
+        }
+        self.changed = Some(Changed {
+            since: self.id,
+            nodes: nodes.names,
+            node_configs: configs.names,
+        });
+        self.id = next_id();
+        self.take_small(stores);
+        self
+    }
+
+    /// Marks this snapshot as a new one in which only the named nodes and node configs changed
+    /// since it was last read (sorting its lists). For what drives [`crate::reconcile::compute`]
+    /// without watches, as [`Snapshot::refresh`] does with them.
+    pub fn changed_by_hand(&mut self, nodes: BTreeSet<String>, node_configs: BTreeSet<String>) {
+        self.nodes.sort_by(|a, b| name_of(a).cmp(name_of(b)));
+        self.node_configs.sort_by(|a, b| name_of(a).cmp(name_of(b)));
+        self.sorted = true;
+        self.changed = Some(Changed {
+            since: self.id,
+            nodes,
+            node_configs,
+        });
+        self.id = next_id();
+    }
+
+    /// What changed since snapshot `seen`, when this one knows (it was refreshed from that one);
+    /// `None`: whoever read `seen` must read this one whole.
+    pub fn changed_since(&self, seen: Option<u64>) -> Option<&Changed> {
+        self.changed
+            .as_ref()
+            .filter(|c| self.sorted && Some(c.since) == seen)
+    }
+
+    /// The kinds with few objects, taken whole, and the objects that do not decode.
+    fn take_small(&mut self, stores: &Stores) {
         let mut bad = Vec::new();
-        Snapshot {
-            vrfs: decoded(stores.vrfs.state(), Kind::Vrf, &mut bad),
-            layer2s: decoded(stores.layer2s.state(), Kind::Layer2, &mut bad),
-            routing_tables: decoded(stores.routing_tables.state(), Kind::RoutingTable, &mut bad),
-            bgp_peerings: decoded(stores.bgp_peerings.state(), Kind::BgpPeering, &mut bad),
-            mirror_targets: decoded(stores.mirror_targets.state(), Kind::MirrorTarget, &mut bad),
-            mirror_selectors: decoded(
-                stores.mirror_selectors.state(),
-                Kind::MirrorSelector,
-                &mut bad,
-            ),
-            nodes: stores.nodes.state(),
-            node_configs: decoded(stores.node_configs.state(), Kind::NodeConfig, &mut bad),
-            revisions: decoded(stores.revisions.state(), Kind::Revision, &mut bad),
-            revision_inputs: decoded(
-                stores.revision_inputs.state(),
-                Kind::RevisionInputs,
-                &mut bad,
-            ),
-            undecodable: bad,
+        self.vrfs = decoded(stores.vrfs.state(), Kind::Vrf, &mut bad);
+        self.layer2s = decoded(stores.layer2s.state(), Kind::Layer2, &mut bad);
+        self.routing_tables = decoded(stores.routing_tables.state(), Kind::RoutingTable, &mut bad);
+        self.bgp_peerings = decoded(stores.bgp_peerings.state(), Kind::BgpPeering, &mut bad);
+        self.mirror_targets = decoded(stores.mirror_targets.state(), Kind::MirrorTarget, &mut bad);
+        self.mirror_selectors = decoded(
+            stores.mirror_selectors.state(),
+            Kind::MirrorSelector,
+            &mut bad,
+        );
+        bad.extend(self.bad_configs.values().cloned());
+        self.revisions = decoded(stores.revisions.state(), Kind::Revision, &mut bad);
+        self.revision_inputs = decoded(
+            stores.revision_inputs.state(),
+            Kind::RevisionInputs,
+            &mut bad,
+        );
+        self.undecodable = bad;
+    }
+
+    /// The node config named `name`. By lookup where the list is known sorted, else by a search.
+    pub fn node_config(&self, name: &str) -> Option<&Arc<NodeNetworkConfig>> {
+        if self.sorted {
+            find_sorted(&self.node_configs, name)
+        } else {
+            self.node_configs
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
         }
     }
 
@@ -72,6 +194,51 @@ impl Snapshot {
     /// The inputs of the revision `name`, if they are there.
     pub fn inputs_of(&self, name: &str) -> Option<&RevisionInputs> {
         self.inputs_object(name).map(|i| &i.spec)
+    }
+}
+
+fn name_of<K: Resource>(o: &Arc<K>) -> &str {
+    o.meta().name.as_deref().unwrap_or_default()
+}
+
+/// The object named `name` in a list sorted by name.
+pub fn find_sorted<'a, K: Resource>(list: &'a [Arc<K>], name: &str) -> Option<&'a Arc<K>> {
+    list.binary_search_by(|o| name_of(o).cmp(name))
+        .ok()
+        .map(|i| &list[i])
+}
+
+/// Puts `now` (or nothing) in the place of `name` in a list sorted by name.
+fn put<K: Resource>(list: &mut Vec<Arc<K>>, name: &str, now: Option<Arc<K>>) {
+    let at = list.binary_search_by(|o| name_of(o).cmp(name));
+    match (at, now) {
+        (Ok(i), Some(o)) => list[i] = o,
+        (Ok(i), None) => drop(list.remove(i)),
+        (Err(i), Some(o)) => list.insert(i, o),
+        (Err(_), None) => {}
+    }
+}
+
+/// A stored node config by name: the object, or what to report of it when it does not decode
+/// (`None`: unnamed, or undecodable and being deleted).
+type ConfigEntry = (
+    String,
+    Result<Arc<NodeNetworkConfig>, (Undecodable, Option<String>)>,
+);
+
+fn config_entry(o: &Decoded<NodeNetworkConfig>) -> Option<ConfigEntry> {
+    match o {
+        Decoded::Object(k) => Some((k.metadata.name.clone()?, Ok(k.clone()))),
+        Decoded::Undecodable(u) if u.metadata.deletion_timestamp.is_none() => {
+            let name = u.metadata.name.clone().unwrap_or_default();
+            let bad = Undecodable {
+                kind: Kind::NodeConfig,
+                name: name.clone(),
+                error: u.error.clone(),
+            };
+            Some((name, Err((bad, u.metadata.uid.clone()))))
+        }
+        Decoded::Undecodable(_) => None,
     }
 }
 

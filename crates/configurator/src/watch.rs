@@ -8,7 +8,8 @@
 //! (`netwave_core::undecodable`). Nodes are the API server's own kind, validated by it against the
 //! types k8s-openapi is generated from, and are watched as they are.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -40,6 +41,53 @@ pub struct Stores {
     pub revisions: Store<Decoded<NetworkConfigRevision>>,
     /// The revisions' inputs, one object per revision under its name.
     pub revision_inputs: Store<Decoded<NetworkConfigInputs>>,
+    /// The names of the nodes and node configs that changed since a reconcile last took them: a
+    /// reconcile reads those of the fleet's objects again, not the whole fleet (#28).
+    pub node_changes: Journal,
+    pub config_changes: Journal,
+}
+
+/// Names of the objects of one kind that changed, written by its watch after the store has the change
+/// and before the reconcile loop is poked; taken by the reconcile.
+#[derive(Clone, Default)]
+pub struct Journal(Arc<Mutex<Changes>>);
+
+/// What a [`Journal`] collected since it was last taken.
+#[derive(Debug, Default, PartialEq)]
+pub struct Changes {
+    pub names: BTreeSet<String>,
+    /// The watch listed the kind again (its first list, or after it lost its place): the store was
+    /// replaced, and every object may have changed.
+    pub relisted: bool,
+}
+
+impl Journal {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Changes> {
+        // The lock guards a set: a panic elsewhere cannot leave it half-written.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes one watch event.
+    fn note<K: Resource>(&self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                if let Some(name) = o.meta().name.clone() {
+                    self.lock().names.insert(name);
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut c = self.lock();
+                c.relisted = true;
+                c.names.clear();
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        }
+    }
+
+    /// What changed since the last call.
+    pub fn take(&self) -> Changes {
+        std::mem::take(&mut *self.lock())
+    }
 }
 
 impl Stores {
@@ -61,19 +109,35 @@ impl Stores {
 /// Starts one reflector per kind; `changed` is notified on every event, and each watch reports its
 /// lists and errors to `live` (a replica that cannot list cannot lead).
 pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
+    let (node_changes, config_changes) = (Journal::default(), Journal::default());
+    let none = None;
     Stores {
-        vrfs: reflect_decoded(client, changed.clone(), live, |_| {}),
-        layer2s: reflect_decoded(client, changed.clone(), live, |_| {}),
-        routing_tables: reflect_decoded(client, changed.clone(), live, |_| {}),
-        bgp_peerings: reflect_decoded(client, changed.clone(), live, |_| {}),
-        mirror_targets: reflect_decoded(client, changed.clone(), live, |_| {}),
-        mirror_selectors: reflect_decoded(client, changed.clone(), live, |_| {}),
-        nodes: reflect_with(Api::all(client.clone()), changed.clone(), live, slim_node),
-        node_configs: reflect_decoded(client, changed.clone(), live, slim_node_config),
-        revisions: reflect_decoded(client, changed.clone(), live, |_| {}),
-        revision_inputs: reflect_decoded(client, changed, live, |i| {
+        vrfs: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        layer2s: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        routing_tables: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        bgp_peerings: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        mirror_targets: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        mirror_selectors: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        nodes: reflect_with(
+            Api::all(client.clone()),
+            changed.clone(),
+            live,
+            Some(node_changes.clone()),
+            slim_node,
+        ),
+        node_configs: reflect_decoded(
+            client,
+            changed.clone(),
+            live,
+            Some(config_changes.clone()),
+            slim_node_config,
+        ),
+        revisions: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        revision_inputs: reflect_decoded(client, changed, live, none, |i| {
             i.metadata.managed_fields = None
         }),
+        node_changes,
+        config_changes,
     }
 }
 
@@ -124,6 +188,7 @@ fn reflect_decoded<K>(
     client: &Client,
     changed: Arc<Notify>,
     live: &Liveness,
+    journal: Option<Journal>,
     slim: fn(&mut K),
 ) -> Store<Decoded<K>>
 where
@@ -139,6 +204,7 @@ where
         Api::all(client.clone()),
         changed,
         live,
+        journal,
         move |d: &mut Decoded<K>| d.modify(slim),
     )
 }
@@ -147,6 +213,7 @@ fn reflect_with<K>(
     api: Api<K>,
     changed: Arc<Notify>,
     live: &Liveness,
+    journal: Option<Journal>,
     slim: impl FnMut(&mut K) + Send + 'static,
 ) -> Store<K>
 where
@@ -172,6 +239,9 @@ where
                 match event {
                     Ok(event) => {
                         health.ok(matches!(event, watcher::Event::InitDone));
+                        if let Some(j) = &journal {
+                            j.note(&event);
+                        }
                         changed.notify_one()
                     }
                     // The watcher re-lists and re-watches by itself (with backoff); keep going.
