@@ -300,7 +300,12 @@ fn changed<K: kube::Resource>(
 ) -> BTreeSet<String> {
     let now: BTreeMap<String, usize> = list
         .iter()
-        .map(|o| (o.meta().name.clone().unwrap_or_default(), Arc::as_ptr(o) as usize))
+        .map(|o| {
+            (
+                o.meta().name.clone().unwrap_or_default(),
+                Arc::as_ptr(o) as usize,
+            )
+        })
         .collect();
     let names = (now.keys().chain(last.keys()))
         .filter(|k| now.get(*k) != last.get(*k))

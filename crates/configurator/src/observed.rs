@@ -533,8 +533,12 @@ mod tests {
     #[test]
     fn the_fingerprint_does_not_depend_on_store_order_and_nodes_that_leave_are_forgotten() {
         let mut o = Observed::default();
-        let ab = o.nodes_in(&[node("a", "z1"), node("b", "z2")], None).fingerprint;
-        let ba = o.nodes_in(&[node("b", "z2"), node("a", "z1")], None).fingerprint;
+        let ab = o
+            .nodes_in(&[node("a", "z1"), node("b", "z2")], None)
+            .fingerprint;
+        let ba = o
+            .nodes_in(&[node("b", "z2"), node("a", "z1")], None)
+            .fingerprint;
         assert_eq!(ab, ba);
         let a = o.nodes_in(&[node("a", "z1")], None);
         assert_ne!(a.fingerprint, ab);
@@ -642,14 +646,28 @@ mod tests {
 
     /// The names whose object came, went or was replaced between two sorted lists, and now and then
     /// one that did not change (a watch event can name an object the reconcile already read).
-    fn changed_names<K: Resource>(rng: &mut Rng, before: &[Arc<K>], now: &[Arc<K>]) -> BTreeSet<String> {
+    fn changed_names<K: Resource>(
+        rng: &mut Rng,
+        before: &[Arc<K>],
+        now: &[Arc<K>],
+    ) -> BTreeSet<String> {
         let index = |l: &[Arc<K>]| -> BTreeMap<String, usize> {
             l.iter()
-                .map(|o| (o.meta().name.clone().unwrap_or_default(), Arc::as_ptr(o) as usize))
+                .map(|o| {
+                    (
+                        o.meta().name.clone().unwrap_or_default(),
+                        Arc::as_ptr(o) as usize,
+                    )
+                })
                 .collect()
         };
         let (b, n) = (index(before), index(now));
-        let mut names: BTreeSet<String> = b.keys().chain(n.keys()).filter(|k| b.get(*k) != n.get(*k)).cloned().collect();
+        let mut names: BTreeSet<String> = b
+            .keys()
+            .chain(n.keys())
+            .filter(|k| b.get(*k) != n.get(*k))
+            .cloned()
+            .collect();
         if let Some(k) = n.keys().nth(rng.below(n.len().max(1) as u64) as usize) {
             names.insert(k.clone());
         }
@@ -704,7 +722,11 @@ mod tests {
                 );
                 assert_eq!(delta.placeholders(), o.placeholders(), "{ctx}: by names");
                 assert_eq!(delta.quarantined(), o.quarantined(), "{ctx}: by names");
-                assert_eq!(delta.condition_fixes(), o.condition_fixes(), "{ctx}: by names");
+                assert_eq!(
+                    delta.condition_fixes(),
+                    o.condition_fixes(),
+                    "{ctx}: by names"
+                );
                 (last_nodes, last_configs) = (sorted_nodes, sorted_configs);
 
                 // The aggregates against their definitions, read off the store directly.

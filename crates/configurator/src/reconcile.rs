@@ -1318,24 +1318,6 @@ const COUNTERS_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 /// agent report like the leader (which cost the standby as much CPU as the leader, #14).
 const STANDBY_INTERVAL: Duration = Duration::from_secs(2);
 
-/// `new` differs from `stored` in counters, messages and `lastProgressAt` only.
-fn counters_only(
-    stored: &netwave_api::NetworkConfigRevisionStatus,
-    new: &netwave_api::NetworkConfigRevisionStatus,
-) -> bool {
-    let strip = |s: &netwave_api::NetworkConfigRevisionStatus| {
-        let mut s = s.clone();
-        (s.total, s.updated, s.in_progress, s.queued, s.skipped) = (0, 0, 0, 0, 0);
-        s.message = None;
-        s.last_progress_at = None;
-        for c in &mut s.conditions {
-            c.message.clear();
-        }
-        s
-    };
-    strip(stored) == strip(new)
-}
-
 impl Reconciler {
     pub fn new(
         stores: Stores,
@@ -1463,7 +1445,8 @@ impl Reconciler {
                 .and_then(|r| r.status.as_ref());
             match (stored, self.status_written.get(name)) {
                 (Some(stored), Some(&last))
-                    if now < last + COUNTERS_STATUS_INTERVAL && counters_only(stored, status) =>
+                    if now < last + COUNTERS_STATUS_INTERVAL
+                        && rollout::counters_only(stored, status) =>
                 {
                     let at = last + COUNTERS_STATUS_INTERVAL;
                     due = Some(due.map_or(at, |d: tokio::time::Instant| d.min(at)));
@@ -1634,7 +1617,7 @@ mod tests {
     };
     use netwave_api::{FailedNode, NetworkConfigRevisionStatus};
 
-    use super::counters_only;
+    use netwave_core::rollout::counters_only;
 
     fn progressing(updated: u32) -> NetworkConfigRevisionStatus {
         NetworkConfigRevisionStatus {

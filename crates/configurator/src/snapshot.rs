@@ -32,11 +32,11 @@ pub struct Snapshot {
     /// Tells this snapshot apart from every other one of this process (0: built by hand).
     pub id: u64,
     /// What changed since the snapshot this one was refreshed from (`None`: taken whole).
-    changed: Option<Changed>,
+    pub(crate) changed: Option<Changed>,
     /// `nodes` and `node_configs` are sorted by name.
-    sorted: bool,
+    pub(crate) sorted: bool,
     /// Node configs that do not decode, by name (kept between refreshes).
-    bad_configs: BTreeMap<String, (Undecodable, Option<String>)>,
+    pub(crate) bad_configs: BTreeMap<String, (Undecodable, Option<String>)>,
 }
 
 /// The nodes and node configs that changed since snapshot `since`, by name.
@@ -269,4 +269,184 @@ fn decoded<K>(
 /// Not being deleted, and named.
 pub(crate) fn live<K: Resource>(o: &K) -> bool {
     o.meta().deletion_timestamp.is_none() && o.meta().name.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector::{self, store::Writer};
+    use kube::runtime::watcher::Event;
+    use netwave_api::NodeNetworkConfigSpec;
+    use netwave_runtime::decoded::Undecodable as Bad;
+
+    use super::*;
+    use crate::watch::Journal;
+
+    fn node(name: &str, zone: &str) -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some([("zone".to_string(), zone.to_string())].into());
+        n
+    }
+
+    fn config(name: &str, revision: &str) -> Decoded<NodeNetworkConfig> {
+        let spec = NodeNetworkConfigSpec {
+            revision: revision.into(),
+            ..NodeNetworkConfigSpec::placeholder()
+        };
+        Decoded::Object(Arc::new(NodeNetworkConfig::new(name, spec)))
+    }
+
+    fn bad_config(name: &str) -> Decoded<NodeNetworkConfig> {
+        Decoded::Undecodable(Arc::new(Bad {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            error: "spec.retry: invalid type".into(),
+        }))
+    }
+
+    /// The stores as the watches fill them, and the two journals they keep.
+    struct Watches {
+        stores: Stores,
+        nodes: Writer<Node>,
+        configs: Writer<Decoded<NodeNetworkConfig>>,
+    }
+
+    impl Watches {
+        fn new() -> Self {
+            fn empty<K>() -> reflector::Store<K>
+            where
+                K: Resource<DynamicType = ()> + Clone + 'static,
+            {
+                let (r, mut w) = reflector::store();
+                w.apply_watcher_event(&Event::InitDone);
+                r
+            }
+            let (nodes_r, nodes) = reflector::store();
+            let (configs_r, configs) = reflector::store();
+            let stores = Stores {
+                vrfs: empty(),
+                layer2s: empty(),
+                routing_tables: empty(),
+                bgp_peerings: empty(),
+                mirror_targets: empty(),
+                mirror_selectors: empty(),
+                nodes: nodes_r,
+                node_configs: configs_r,
+                revisions: empty(),
+                revision_inputs: empty(),
+                node_changes: Journal::default(),
+                config_changes: Journal::default(),
+            };
+            Watches {
+                stores,
+                nodes,
+                configs,
+            }
+        }
+
+        fn node(&mut self, e: Event<Node>) {
+            self.nodes.apply_watcher_event(&e);
+            self.stores.node_changes.note(&e);
+        }
+
+        fn config(&mut self, e: Event<Decoded<NodeNetworkConfig>>) {
+            self.configs.apply_watcher_event(&e);
+            self.stores.config_changes.note(&e);
+        }
+
+        fn list(&mut self, nodes: Vec<Node>, configs: Vec<Decoded<NodeNetworkConfig>>) {
+            self.node(Event::Init);
+            for n in nodes {
+                self.node(Event::InitApply(n));
+            }
+            self.node(Event::InitDone);
+            self.config(Event::Init);
+            for c in configs {
+                self.config(Event::InitApply(c));
+            }
+            self.config(Event::InitDone);
+        }
+    }
+
+    fn names<K: Resource>(list: &[Arc<K>]) -> Vec<String> {
+        list.iter()
+            .map(|o| o.meta().name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    fn same(a: &Snapshot, b: &Snapshot) {
+        assert_eq!(names(&a.nodes), names(&b.nodes));
+        assert!(a.nodes.iter().zip(&b.nodes).all(|(x, y)| Arc::ptr_eq(x, y)));
+        assert_eq!(names(&a.node_configs), names(&b.node_configs));
+        assert!((a.node_configs.iter().zip(&b.node_configs)).all(|(x, y)| Arc::ptr_eq(x, y)));
+        assert_eq!(a.undecodable, b.undecodable);
+    }
+
+    /// A reconcile reads again only the nodes and node configs the watches saw change, and what it
+    /// holds then is what reading the stores whole gives; after a relist it reads them whole.
+    #[test]
+    fn a_refreshed_snapshot_reads_what_changed_and_equals_one_taken_whole() {
+        let mut w = Watches::new();
+        w.list(
+            vec![node("b", "z1"), node("a", "z1"), node("c", "z2")],
+            vec![config("b", "r1"), config("a", "r1"), bad_config("d")],
+        );
+        let first = Snapshot::take(&w.stores);
+        assert_eq!(names(&first.nodes), ["a", "b", "c"], "sorted by name");
+        assert_eq!(names(&first.node_configs), ["a", "b"]);
+        assert!(first.changed_since(None).is_none(), "taken whole");
+        let id = first.id;
+
+        // One node relabelled, one gone, one config changed, one that did not decode now does, one
+        // that did now does not.
+        w.node(Event::Apply(node("c", "z3")));
+        w.node(Event::Delete(node("b", "z1")));
+        w.config(Event::Apply(config("a", "r2")));
+        w.config(Event::Apply(config("d", "r2")));
+        w.config(Event::Apply(bad_config("b")));
+        let second = first.refresh(&w.stores);
+        let changed = second
+            .changed_since(Some(id))
+            .expect("refreshed from the first");
+        assert_eq!(Vec::from_iter(changed.nodes.clone()), ["b", "c"]);
+        assert_eq!(
+            Vec::from_iter(changed.node_configs.clone()),
+            ["a", "b", "d"]
+        );
+        assert!(
+            second.changed_since(Some(id + 1_000)).is_none(),
+            "not from that one"
+        );
+        same(&second, &Snapshot::take(&w.stores));
+        assert_eq!(names(&second.node_configs), ["a", "d"]);
+        assert_eq!(
+            second.node_config("d").map(|c| c.spec.revision.as_str()),
+            Some("r2")
+        );
+        let bad: Vec<&str> = second
+            .undecodable
+            .iter()
+            .map(|(u, _)| u.name.as_str())
+            .collect();
+        assert_eq!(bad, ["b"]);
+
+        // Nothing changed: nothing read.
+        let id = second.id;
+        let third = second.refresh(&w.stores);
+        let changed = third.changed_since(Some(id)).expect("refreshed");
+        assert!(changed.nodes.is_empty() && changed.node_configs.is_empty());
+
+        // A relist (the watch lost its place): read whole.
+        w.list(vec![node("e", "z1")], vec![config("e", "r1")]);
+        let id = third.id;
+        let fourth = third.refresh(&w.stores);
+        assert!(
+            fourth.changed_since(Some(id)).is_none(),
+            "a relist is read whole"
+        );
+        same(&fourth, &Snapshot::take(&w.stores));
+        assert_eq!(names(&fourth.nodes), ["e"]);
+    }
 }

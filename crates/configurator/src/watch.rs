@@ -64,11 +64,13 @@ pub struct Changes {
 impl Journal {
     fn lock(&self) -> std::sync::MutexGuard<'_, Changes> {
         // The lock guards a set: a panic elsewhere cannot leave it half-written.
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Notes one watch event.
-    fn note<K: Resource>(&self, event: &watcher::Event<K>) {
+    pub(crate) fn note<K: Resource>(&self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
                 if let Some(name) = o.meta().name.clone() {

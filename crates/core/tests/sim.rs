@@ -96,6 +96,19 @@ fn invariants_hold_for_seeds_750_to_1000() {
     run_range(750..1000);
 }
 
+/// Runs `make explore` found breaking an invariant, kept so they stay fixed: (seed, nodes).
+/// - (6476, 1), (3849, 4): more nodes in flight than `maxUnavailable` (per domain in the second): a node
+///   joining on the last good revision (free: it took no slot) moved on to a new target while still in
+///   flight as if it held a slot; and a reactivation made the simulator count such a joiner again.
+#[test]
+fn runs_explore_found_hold_the_invariants() {
+    for (seed, nodes) in [(6476, 1), (3849, 4)] {
+        if let Err(v) = run_seed(seed, nodes) {
+            panic!("invariant violated: {v}\nreproduce: run_seed({seed}, {nodes})");
+        }
+    }
+}
+
 #[test]
 fn identical_seeds_give_identical_histories() {
     let mut seen = std::collections::BTreeSet::new();

@@ -33,8 +33,10 @@ mod quarantine;
 mod report;
 mod revisions;
 
+use netwave_api::NetworkConfigRevisionStatus;
+
 use super::input::{RevisionState, RolloutInput};
-use super::plan::Plan;
+use super::plan::{AssignReason, Plan};
 use super::world::Overlay;
 use crate::sym::Sym;
 use crate::types::Timestamp;
@@ -53,10 +55,25 @@ const MAX_ROUNDS: usize = 4;
 /// round to a private copy of the input and decides again until nothing changes, folding the rounds into
 /// one plan: the last write per object wins, in the order objects first appeared, and every round's
 /// Events are kept. Stepping again over the applied plan therefore plans nothing.
+///
+/// Most steps need one round: a round that only moves nodes onward (under the budget it spent
+/// itself) and updates counters leaves nothing for another to decide ([`may_cascade`]), and the step
+/// stops there; [`step_every_round`] always decides again, and the simulator checks after every step
+/// that both give the same plan.
 pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
+    rounds(input, now, true)
+}
+
+/// [`step`] deciding again after every round that wrote something, even when nothing it wrote can
+/// change a decision: the reference the shortcut is checked against.
+pub fn step_every_round(input: &RolloutInput, now: Timestamp) -> Plan {
+    rounds(input, now, false)
+}
+
+fn rounds(input: &RolloutInput, now: Timestamp, shortcut: bool) -> Plan {
     let mut overlay = Overlay::default();
     let mut plan = step_once(input, &input.revisions, &overlay, now);
-    if plan.write_count() == 0 {
+    if plan.write_count() == 0 || (shortcut && !may_cascade(&plan, &input.revisions)) {
         return plan;
     }
     // Only revision statuses and node specs change between rounds; nodes and agent reports do not.
@@ -72,6 +89,53 @@ pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
     }
     plan.report = round.report;
     plan
+}
+
+/// Whether another round could decide something this `round` did not: only if it wrote what a
+/// decision reads. Not so for moves onto the target in rollout order, canaries included (the round
+/// admitted every move its budget allowed, and a moved node is not updated before its agent
+/// reports), nor for revision statuses whose counters, messages and `lastProgressAt` alone change.
+/// Anything else is decided again: a rollback (the node may take the target next), a new node (it
+/// joins in flight without spending the budget, so the next round reads the budget otherwise: the
+/// simulator found status texts that differ), a fast path, a retry or a new render, a phase, a
+/// failure, a hold, a record, a deletion, an Event.
+fn may_cascade(round: &Plan, revisions: &[RevisionState]) -> bool {
+    let moves_onward = round
+        .assignments
+        .iter()
+        .all(|a| matches!(a.reason, AssignReason::Rollout | AssignReason::Canary));
+    let counters = round.status_updates.iter().all(|u| {
+        revisions
+            .iter()
+            .find(|r| r.name == u.revision)
+            .is_some_and(|r| counters_only(&r.status, &u.status))
+    });
+    !(moves_onward
+        && counters
+        && round.holds.is_empty()
+        && round.records.is_empty()
+        && round.delete_configs.is_empty()
+        && round.delete_revisions.is_empty()
+        && round.events.is_empty())
+}
+
+/// `new` differs from `stored` in counters, messages and `lastProgressAt` only: nothing a decision
+/// reads (the configurator may also hold such a status write back for a while).
+pub fn counters_only(
+    stored: &NetworkConfigRevisionStatus,
+    new: &NetworkConfigRevisionStatus,
+) -> bool {
+    let strip = |s: &NetworkConfigRevisionStatus| {
+        let mut s = s.clone();
+        (s.total, s.updated, s.in_progress, s.queued, s.skipped) = (0, 0, 0, 0, 0);
+        s.message = None;
+        s.last_progress_at = None;
+        for c in &mut s.conditions {
+            c.message.clear();
+        }
+        s
+    };
+    strip(stored) == strip(new)
 }
 
 /// Applies a plan's writes to revisions and the spec overlay, as the API server would.

@@ -494,6 +494,7 @@ impl Fleet {
         st.last_progress_at = None;
         st.failed_nodes.clear();
         st.failed = 0;
+        st.reactivated_at = Some(self.now.to_time());
         self.current = Some(name.clone());
         self.outcome.reactivations += 1;
         self.record(&format!("reactivate {name} as {seq}"));
@@ -925,7 +926,21 @@ impl Fleet {
             self.record("no leader");
             return Ok((0, true));
         }
-        let plan = step(&self.store.input(), self.now);
+        let input = self.store.input();
+        let plan = step(&input, self.now);
+        // The shortcut past rounds that cannot change a decision gives the plan of every round.
+        let full = crate::rollout::step_every_round(&input, self.now);
+        if plan != full {
+            return Err(self.violation(
+                "one round where it suffices",
+                format!(
+                    "the plan of one round: {}
+every round: {}",
+                    summary(&plan),
+                    summary(&full)
+                ),
+            ));
+        }
         self.outcome.steps += 1;
         if plan
             .report

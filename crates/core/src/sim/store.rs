@@ -41,6 +41,8 @@ pub struct Store {
     /// What each revision puts on the nodes (the stand-in for `Footprint::of`); a revision without one
     /// is not measured for the destructive-change hold.
     pub footprints: Footprints,
+    /// Revisions that were complete at some point (a reactivation resets the status, not the proof).
+    pub proven: BTreeSet<String>,
 }
 
 impl Store {
@@ -89,14 +91,15 @@ impl Store {
     pub fn joining(&self, config: &crate::rollout::NodeConfigState) -> bool {
         config.status.last_good_revision.is_none()
             && config.status.phase != Some(crate::rollout::AgentPhase::Invalid)
-            && self
-                .revisions
-                .get(config.spec.revision.as_str())
-                .is_some_and(|r| {
-                    r.status.completed_at.is_some()
-                        || r.status.phase.as_deref()
-                            == Some(crate::rollout::Phase::Complete.as_str())
-                })
+            && (self.proven.contains(config.spec.revision.as_str())
+                || self
+                    .revisions
+                    .get(config.spec.revision.as_str())
+                    .is_some_and(|r| {
+                        r.status.completed_at.is_some()
+                            || r.status.phase.as_deref()
+                                == Some(crate::rollout::Phase::Complete.as_str())
+                    }))
     }
 
     pub fn revision(&mut self, name: &str) -> &mut RevisionState {
@@ -278,6 +281,11 @@ impl Store {
                     .get_mut(&u.revision)
                     .ok_or_else(|| StoreError::RevisionNotFound(u.revision.clone()))?;
                 rev.status = u.status.clone();
+                if rev.status.completed_at.is_some()
+                    || rev.status.phase.as_deref() == Some(crate::rollout::Phase::Complete.as_str())
+                {
+                    self.proven.insert(u.revision.clone());
+                }
             }
             Write::Assign(a) => {
                 let spec = a.spec();

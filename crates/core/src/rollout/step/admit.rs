@@ -8,12 +8,16 @@
 //! A joining node (no config yet) given the last good revision is free too: nothing of ours runs there
 //! to disrupt, and the revision is proven on the fleet, so it does not wait behind a stuck rollout. It
 //! is in flight until its agent reports (so the target's rollout waits for it), but it never took a
-//! slot from the budget.
+//! slot from the budget. So moving it on while it is still in flight there is no free supersede: the
+//! move takes a slot like any other (else a rollout could have more nodes in flight than
+//! `maxUnavailable`, as the simulator found: a node joining on the last good revision and one in flight
+//! on an older target, both moved to a new target under a budget of one; [`holds_slot`]).
 
 use std::mem;
 
 use super::super::plan::{AssignReason, Assignment};
-use super::super::world::{Intent, Refused, Spec, World, in_flight_of};
+use super::super::vocab::Phase;
+use super::super::world::{Intent, Node, Refused, Spec, World, in_flight_of};
 use crate::sym::Sym;
 
 /// Turns intents into assignments, then records what holds back the rest.
@@ -37,7 +41,7 @@ pub(super) fn admit_under_budget(w: &mut World) {
             let joining = intent.reason == AssignReason::NewNode
                 && Some(intent.rev) == w.last_good
                 && !n.has_config;
-            let spends = will && !n.in_flight && !joining;
+            let spends = will && !holds_slot(w, n) && !joining;
             if free_pass == spends {
                 continue;
             }
@@ -53,6 +57,23 @@ pub(super) fn admit_under_budget(w: &mut World) {
     }
     w.refused = refusals(w, &intents);
     w.intents.list = intents;
+}
+
+/// In flight on a slot of the budget: not on the first config of a node that joined for free (its
+/// agent never reported a config good, and the revision it runs is a proven one: complete, or
+/// completed once and made the target again since), which holds none.
+fn holds_slot(w: &World, n: &Node) -> bool {
+    n.in_flight
+        && !(n.status.last_good_revision.is_none()
+            && n.spec.is_some_and(|s| {
+                (w.revs.iter()).any(|r| {
+                    let st = &r.state.status;
+                    r.name() == s.revision
+                        && (r.stored_phase == Some(Phase::Complete)
+                            || st.completed_at.is_some()
+                            || st.reactivated_at.is_some())
+                })
+            }))
 }
 
 /// Writes the move into the world (so later intents see the node assigned and the budget spent) and
@@ -105,7 +126,7 @@ fn refusals(w: &World, intents: &[Intent]) -> Refused {
         let Some(hash) = w.hashes.get(intent.rev, intent.node) else {
             continue;
         };
-        if !in_flight_of(rev.name(), rev.state.retry, hash, n.status) || n.in_flight {
+        if !in_flight_of(rev.name(), rev.state.retry, hash, n.status) || holds_slot(w, n) {
             continue;
         }
         if w.budgets.full() {
