@@ -3,7 +3,7 @@
 //! The policy that governs both is the target's, else the newest revision's (a fleet with only failed
 //! revisions still rolls back under a budget), else the defaults.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 
 use super::super::policy::Policy;
 use super::super::world::{Budgets, Hashes, Node, World};
@@ -43,23 +43,29 @@ pub(super) fn order_and_budgets(w: &mut World) {
 }
 
 /// Sets each node's failure domain (its `topologyKey` label; no label is the domain `""`) and returns
-/// the domain names, sorted.
+/// the domain names, sorted. One label lookup per node; the few distinct names are found by hash and
+/// sorted once (sorting the fleet's names was most of this stage at 5,000 nodes, #28).
 fn assign_domains<'a>(nodes: &mut [Node<'a>], topology_key: Option<&str>) -> Vec<&'a str> {
     let Some(key) = topology_key else {
         return vec![""];
     };
-    let domain_of =
-        |n: &Node<'a>| -> &'a str { n.state.labels.get(key).map_or("", String::as_str) };
-    let names: Vec<&str> = nodes
-        .iter()
-        .map(domain_of)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let mut seen: HashMap<&'a str, usize> = HashMap::new();
     for n in nodes.iter_mut() {
-        n.domain = names.binary_search(&domain_of(n)).unwrap_or(0);
+        let name = n.state.labels.get(key).map_or("", String::as_str);
+        let next = seen.len();
+        n.domain = *seen.entry(name).or_insert(next);
     }
-    names
+    let mut names: Vec<(&'a str, usize)> = seen.into_iter().collect();
+    names.sort_unstable();
+    // Seen order → sorted order.
+    let mut rank = vec![0; names.len()];
+    for (sorted, &(_, first_seen)) in names.iter().enumerate() {
+        rank[first_seen] = sorted;
+    }
+    for n in nodes.iter_mut() {
+        n.domain = rank[n.domain];
+    }
+    names.into_iter().map(|(name, _)| name).collect()
 }
 
 /// Round-robin over domains (sorted by name), by node name within a domain.
