@@ -323,6 +323,20 @@ mod tests {
             .expect("a rule")
     }
 
+    /// A config, its hash, and an edit of it that keeps that hash (a tampered spec).
+    fn configs() -> (NodeConfig, String, NodeConfig) {
+        let config = NodeConfig {
+            rules: vec![rule(1000)],
+            ..NodeConfig::default()
+        };
+        let hash = netwave_core::render::config_hash(&config);
+        let edited = NodeConfig {
+            rules: vec![rule(1000), rule(1)],
+            ..NodeConfig::default()
+        };
+        (config, hash, edited)
+    }
+
     fn nnc(config: NodeConfig, hash: String) -> NodeNetworkConfig {
         NodeNetworkConfig::new(
             "node-1",
@@ -340,11 +354,7 @@ mod tests {
     /// still sees what was edited, and everything verified costs no memory.
     #[test]
     fn a_verified_config_is_dropped_from_the_cache_a_tampered_one_kept() {
-        let config = NodeConfig {
-            rules: vec![rule(1000)],
-            ..NodeConfig::default()
-        };
-        let hash = netwave_core::render::config_hash(&config);
+        let (config, hash, edited) = configs();
         let mut ok = nnc(config.clone(), hash.clone());
         slim_node_config(&mut ok, &mut Verified::default());
         assert_eq!(ok.spec.config, NodeConfig::default());
@@ -356,10 +366,6 @@ mod tests {
                 .contains_key(CONFIG_VERIFIED)
         );
 
-        let edited = NodeConfig {
-            rules: vec![rule(1000), rule(1)],
-            ..NodeConfig::default()
-        };
         let mut tampered = nnc(edited.clone(), hash);
         slim_node_config(&mut tampered, &mut Verified::default());
         assert_eq!(tampered.spec.config, edited);
@@ -370,15 +376,7 @@ mod tests {
     /// arrival, so the edited config stays in the cache and the integrity check still sees it.
     #[test]
     fn a_verified_mark_written_to_the_api_does_not_skip_the_tamper_check() {
-        let config = NodeConfig {
-            rules: vec![rule(1000)],
-            ..NodeConfig::default()
-        };
-        let hash = netwave_core::render::config_hash(&config);
-        let edited = NodeConfig {
-            rules: vec![rule(1000), rule(1)],
-            ..NodeConfig::default()
-        };
+        let (_, hash, edited) = configs();
         let mut forged = nnc(edited.clone(), hash);
         forged.metadata.annotations = Some(
             [
@@ -401,15 +399,7 @@ mod tests {
     /// (deleted and created again) is, and an edited config is kept for the integrity check.
     #[test]
     fn a_spec_is_hashed_once_per_generation() {
-        let config = NodeConfig {
-            rules: vec![rule(1000)],
-            ..NodeConfig::default()
-        };
-        let hash = netwave_core::render::config_hash(&config);
-        let edited = NodeConfig {
-            rules: vec![rule(1000), rule(1)],
-            ..NodeConfig::default()
-        };
+        let (config, hash, edited) = configs();
         let versioned = |config: &NodeConfig, uid: &str, generation: i64| {
             let mut c = nnc(config.clone(), hash.clone());
             c.metadata.uid = Some(uid.into());
