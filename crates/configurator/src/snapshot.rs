@@ -137,10 +137,11 @@ impl Snapshot {
 
     /// What changed since snapshot `seen`, when this one knows (it was refreshed from that one);
     /// `None`: whoever read `seen` must read this one whole.
+    /// Snapshots built by hand all have id 0, so nothing is ever known to have changed since one.
     pub fn changed_since(&self, seen: Option<u64>) -> Option<&Changed> {
         self.changed
             .as_ref()
-            .filter(|c| self.sorted && Some(c.since) == seen)
+            .filter(|c| self.sorted && c.since != 0 && Some(c.since) == seen)
     }
 
     /// The kinds with few objects, taken whole, and the objects that do not decode.
@@ -418,6 +419,12 @@ mod tests {
         assert!(
             second.changed_since(Some(id + 1_000)).is_none(),
             "not from that one"
+        );
+        let mut by_hand = Snapshot::default();
+        by_hand.changed_by_hand(BTreeSet::new(), BTreeSet::new());
+        assert!(
+            by_hand.changed_since(Some(0)).is_none(),
+            "snapshots built by hand all have id 0: none is a base to read changes from"
         );
         same(&second, &Snapshot::take(&w.stores));
         assert_eq!(names(&second.node_configs), ["a", "d"]);
