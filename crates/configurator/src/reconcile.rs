@@ -25,7 +25,7 @@ use netwave_core::rollout::hold::{self, Footprint};
 use netwave_core::rollout::quarantine;
 use netwave_core::rollout::{
     self, AssignReason, EventType, InputVerdicts, NodeConfigState, ObjectRef, ObjectVerdict, Plan,
-    PolicyDefaults, RenderedHashes, RevisionState, RolloutInput,
+    PolicyDefaults, RenderedHashes, RevisionState, RolloutInput, StepMemo,
 };
 use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Sym, Timestamp};
@@ -121,6 +121,10 @@ pub struct RenderCache {
     integrity: IntegrityCache,
     /// The nodes' and node configs' states, converted once per change of the object.
     observed: Observed,
+    /// What the last step worked out about the fleet (`rollout::StepMemo`): the nodes and configs
+    /// sorted and joined, the failure domains, the rendered hashes per node. Checked against each
+    /// input before it is used.
+    memo: StepMemo,
 }
 
 pub struct Rendered {
@@ -330,7 +334,7 @@ pub fn compute(
     let statuses = judge_inputs(s, settings, cache, &fleet, &current, &mut renders, now);
     cache.retain(&renders.used);
 
-    let plan = rollout::step(&input, now);
+    let plan = cache.memo.step(&input, now);
     let mut intents = plan_intents(s, &cache.observed, &plan, &renders.rendered, &tampered, now);
     intents.extend(unrestorable_revision_events(s, &tampered));
     intents.extend(placeholders(&cache.observed, &holds, &plan));

@@ -146,7 +146,7 @@ pub use policy::{
     Budget, BudgetError, CanaryNodes, CanaryPolicy, Policy, PolicyDefaults, PolicyError, resolve,
 };
 pub use quarantine::{NodeRecord, RecordUpdate};
-pub use step::{counters_only, last_good, revisions_to_render, step, step_every_round};
+pub use step::{StepMemo, counters_only, last_good, revisions_to_render, step, step_every_round};
 pub use time::TimeError;
 pub use vocab::{
     CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, reasons,

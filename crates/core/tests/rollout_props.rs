@@ -25,8 +25,8 @@ use netwave_core::render::{InputKind, InputRef};
 use netwave_core::rollout::hold;
 use netwave_core::rollout::quarantine::{NodeRecord, StreakEntry};
 use netwave_core::rollout::{
-    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan, Write,
-    is_in_flight, resolve, step,
+    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan, StepMemo,
+    Write, is_in_flight, resolve, step,
 };
 use netwave_core::sim::Store;
 use proptest::prelude::*;
@@ -651,6 +651,57 @@ proptest! {
         shuffled.configs.reverse();
         shuffled.revisions.reverse();
         prop_assert_eq!(step(&shuffled, NOW), plan);
+    }
+
+    /// A leader keeps a `StepMemo` between steps; whatever changed in between, it plans what a step
+    /// from scratch plans: the plan applied and some agents answering, a node moved to another zone,
+    /// a node gone, a rendering changed, the lists in another order. What did not change is the very
+    /// same object, as in the configurator's inputs.
+    #[test]
+    fn a_memo_kept_across_changes_plans_what_a_step_from_scratch_plans(
+        g in world_gen(),
+        relabel in proptest::option::of(0usize..16),
+        gone in proptest::option::of(0usize..16),
+        rerender in proptest::option::of(0usize..16),
+        answered: u16,
+        reorder: bool,
+    ) {
+        let mut store = build(&g);
+        let mut memo = StepMemo::default();
+        let before = store.input();
+        let plan = memo.step(&before, NOW);
+        prop_assert_eq!(&plan, &step(&before, NOW));
+        store.apply_plan(&plan).expect("plan applies");
+        let names: Vec<String> = store.nodes.keys().cloned().collect();
+        let later = NOW.plus_secs(30);
+        for (i, name) in names.iter().enumerate() {
+            let on = store.configs.get(name.as_str()).map(|c| c.spec.revision.to_string());
+            if let Some(rev) = on
+                .filter(|r| store.revisions.contains_key(r))
+                .filter(|_| answered & (1 << i) != 0)
+            {
+                store.set_running(name, &rev, later);
+            }
+        }
+        if let Some(node) = relabel.and_then(|i| names.get(i)) {
+            let labels = &mut store.nodes.get_mut(node).expect("listed").labels;
+            labels.insert(ZONE.to_string(), "z-moved".to_string());
+        }
+        if let Some(node) = gone.and_then(|i| names.get(i)) {
+            store.nodes.remove(node);
+        }
+        if let (Some(node), Some(rev)) =
+            (rerender.and_then(|i| names.get(i)), store.revisions.keys().next().cloned())
+        {
+            store.rendered.insert(rev, node.clone(), "rerendered");
+        }
+        let mut after = store.input_sharing(&before);
+        if reorder {
+            after.nodes.reverse();
+            after.configs.reverse();
+        }
+        let again = memo.step(&after, later);
+        prop_assert_eq!(again, step(&after, later));
     }
 }
 

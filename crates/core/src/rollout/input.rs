@@ -190,6 +190,11 @@ impl RenderedHashes {
     pub fn revision(&self, revision: &str) -> Option<&Arc<BTreeMap<Sym, Sym>>> {
         self.by_revision.get(revision)
     }
+
+    /// Every revision's map.
+    pub(crate) fn maps(&self) -> impl Iterator<Item = &Arc<BTreeMap<Sym, Sym>>> {
+        self.by_revision.values()
+    }
 }
 
 /// An API object that cannot be turned into step input.

@@ -23,10 +23,16 @@
 //!
 //! Every stage reads what the earlier ones wrote into the world and adds its own part; none goes
 //! back. [`step`] runs the sequence again over its own output until nothing changes (see there).
+//!
+//! Before the stages, a [`StepMemo`] is brought up to the input ([`memo`]): `observe_fleet` takes
+//! the nodes and configs sorted and joined from it, `order_and_budgets` the failure domains, the
+//! rollout order and the rendered hashes per node. A caller that keeps the memo between steps has
+//! that work done only for what changed.
 
 mod admit;
 mod history;
 mod intents;
+mod memo;
 mod observe;
 mod order;
 mod quarantine;
@@ -41,6 +47,7 @@ use super::world::Overlay;
 use crate::sym::Sym;
 use crate::types::Timestamp;
 
+pub use memo::StepMemo;
 pub use revisions::{last_good, revisions_to_render};
 
 /// Most rounds [`step`] folds together; a cascade is at most a rollback followed by a move onward.
@@ -60,19 +67,32 @@ const MAX_ROUNDS: usize = 4;
 /// itself) and updates counters leaves nothing for another to decide ([`may_cascade`]), and the step
 /// stops there; [`step_every_round`] always decides again, and the simulator checks after every step
 /// that both give the same plan.
+///
+/// A caller that steps over one fleet again and again keeps a [`StepMemo`] and calls
+/// [`StepMemo::step`]: the same plan, without working out again what did not change.
 pub fn step(input: &RolloutInput, now: Timestamp) -> Plan {
-    rounds(input, now, true)
+    StepMemo::default().step(input, now)
 }
 
 /// [`step`] deciding again after every round that wrote something, even when nothing it wrote can
 /// change a decision: the reference the shortcut is checked against.
 pub fn step_every_round(input: &RolloutInput, now: Timestamp) -> Plan {
-    rounds(input, now, false)
+    let mut memo = StepMemo::default();
+    memo.refresh(input);
+    rounds(input, &memo, now, false)
 }
 
-fn rounds(input: &RolloutInput, now: Timestamp, shortcut: bool) -> Plan {
+impl StepMemo {
+    /// [`step`], with what this memo kept from the steps before (checked against `input` first).
+    pub fn step(&mut self, input: &RolloutInput, now: Timestamp) -> Plan {
+        self.refresh(input);
+        rounds(input, self, now, true)
+    }
+}
+
+fn rounds(input: &RolloutInput, memo: &StepMemo, now: Timestamp, shortcut: bool) -> Plan {
     let mut overlay = Overlay::default();
-    let mut plan = step_once(input, &input.revisions, &overlay, now);
+    let mut plan = step_once(input, memo, &input.revisions, &overlay, now);
     if plan.write_count() == 0 || (shortcut && !may_cascade(&plan, &input.revisions)) {
         return plan;
     }
@@ -81,7 +101,7 @@ fn rounds(input: &RolloutInput, now: Timestamp, shortcut: bool) -> Plan {
     let mut round = plan.clone();
     for _ in 1..MAX_ROUNDS {
         apply_writes(&mut revisions, &mut overlay, &round);
-        round = step_once(input, &revisions, &overlay, now);
+        round = step_once(input, memo, &revisions, &overlay, now);
         if round.is_empty() {
             break;
         }
@@ -209,14 +229,15 @@ fn merge(plan: &mut Plan, next: Plan) {
 /// One round: the stages in order (see the module docs).
 fn step_once(
     input: &RolloutInput,
+    memo: &StepMemo,
     revisions: &[RevisionState],
     overlay: &Overlay,
     now: Timestamp,
 ) -> Plan {
-    let mut w = observe::observe_fleet(input, overlay, now);
+    let mut w = observe::observe_fleet(input, memo, overlay, now);
     revisions::evaluate_revisions(&mut w, revisions);
     quarantine::streaks_and_suspects(&mut w);
-    order::order_and_budgets(&mut w);
+    order::order_and_budgets(&mut w, memo);
     intents::rollback_intents(&mut w);
     intents::new_node_intents(&mut w);
     intents::target_rollout_intents(&mut w);

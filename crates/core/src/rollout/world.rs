@@ -393,19 +393,20 @@ impl Budgets<'_> {
 pub(super) struct Hashes<'a> {
     pub target: Option<usize>,
     pub last_good: Option<usize>,
-    pub of_target: Vec<Option<&'a Sym>>,
-    pub of_last_good: Vec<Option<&'a Sym>>,
+    pub of_target: Option<&'a [Option<Sym>]>,
+    pub of_last_good: Option<&'a [Option<Sym>]>,
 }
 
 impl<'a> Hashes<'a> {
     pub fn get(&self, rev: usize, node: usize) -> Option<&'a Sym> {
-        if Some(rev) == self.target {
-            self.of_target[node]
+        let of = if Some(rev) == self.target {
+            self.of_target
         } else if Some(rev) == self.last_good {
-            self.of_last_good[node]
+            self.of_last_good
         } else {
             None
-        }
+        };
+        of.and_then(|of| of[node].as_ref())
     }
 }
 

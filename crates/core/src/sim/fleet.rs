@@ -17,7 +17,8 @@ use crate::render::{InputKind, InputRef};
 use crate::rollout::hold;
 use crate::rollout::{
     AgentPhase, AgentReport, AssignReason, Budget, Phase, Plan, PolicyDefaults,
-    REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, Write, is_in_flight, is_updated, resolve, step,
+    REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, RolloutInput, StepMemo, Write, is_in_flight,
+    is_updated, resolve, step,
 };
 use crate::sym::Sym;
 use crate::types::Timestamp;
@@ -320,6 +321,9 @@ pub struct Fleet {
     history: Sha256,
     outcome: Outcome,
     quiet: bool,
+    /// The leader's memo and the input it last stepped over (both gone with the leader).
+    memo: StepMemo,
+    last_input: Option<RolloutInput>,
 }
 
 const START: Timestamp = Timestamp(1_800_000_000_000);
@@ -346,6 +350,8 @@ impl Fleet {
             history: Sha256::new(),
             outcome: Outcome::default(),
             quiet: false,
+            memo: StepMemo::default(),
+            last_input: None,
             cfg,
         };
         for _ in 0..fleet.cfg.nodes {
@@ -919,28 +925,49 @@ impl Fleet {
         }
     }
 
+    /// A new leader starts without the old one's memory.
+    fn forget_leader(&mut self) {
+        self.memo = StepMemo::default();
+        self.last_input = None;
+    }
+
     /// The leader's turn: rebuild the input from the store, step, apply writes one at a time.
     fn leader(&mut self, faults: &Faults) -> Result<(u32, bool), Violation> {
         if faults.kill_step > 0.0 && self.rng.random_bool(faults.kill_step) {
             self.outcome.leader_kills += 1;
             self.record("no leader");
+            self.forget_leader();
             return Ok((0, true));
         }
-        let input = self.store.input();
-        let plan = step(&input, self.now);
-        // The shortcut past rounds that cannot change a decision gives the plan of every round.
+        // The leader keeps a memo between steps, over inputs that share what did not change (as the
+        // configurator's do); stepping from scratch, deciding again after every round, is the reference.
+        let input = match &self.last_input {
+            Some(before) => self.store.input_sharing(before),
+            None => self.store.input(),
+        };
+        let plan = self.memo.step(&input, self.now);
         let full = crate::rollout::step_every_round(&input, self.now);
         if plan != full {
+            let fresh = step(&input, self.now);
+            let (rule, other, with) = if fresh == full {
+                (
+                    "a kept memo plans what a new one plans",
+                    "a new memo",
+                    &fresh,
+                )
+            } else {
+                ("one round where it suffices", "every round", &full)
+            };
             return Err(self.violation(
-                "one round where it suffices",
+                rule,
                 format!(
-                    "the plan of one round: {}
-every round: {}",
+                    "the plan with a kept memo: {}\n{other}: {}",
                     summary(&plan),
-                    summary(&full)
+                    summary(with)
                 ),
             ));
         }
+        self.last_input = Some(input);
         self.outcome.steps += 1;
         if plan
             .report
@@ -955,6 +982,7 @@ every round: {}",
             if faults.kill_write > 0.0 && self.rng.random_bool(faults.kill_write) {
                 self.outcome.leader_kills += 1;
                 self.record("leader killed");
+                self.forget_leader();
                 return Ok((writes, true));
             }
             self.apply(w)?;

@@ -258,6 +258,16 @@ impl Store {
         input
     }
 
+    /// [`Store::input`], sharing every node and config that did not change since `before` (the very
+    /// same objects, as the configurator's inputs share what it did not convert again): what a
+    /// [`StepMemo`](crate::rollout::StepMemo) kept across steps sees.
+    pub fn input_sharing(&self, before: &RolloutInput) -> RolloutInput {
+        let mut input = self.input();
+        share_unchanged(&before.nodes, &mut input.nodes, |n| &n.name);
+        share_unchanged(&before.configs, &mut input.configs, |c| &c.name);
+        input
+    }
+
     /// Applies one write as the API server would.
     pub fn apply(&mut self, write: Write<'_>) -> Result<(), StoreError> {
         match write {
@@ -326,5 +336,15 @@ impl Store {
             self.apply(w)?;
         }
         Ok(())
+    }
+}
+
+/// Puts `before`'s object in place of every object of `now` equal to it.
+fn share_unchanged<T: PartialEq>(before: &[Arc<T>], now: &mut [Arc<T>], name: impl Fn(&T) -> &Sym) {
+    let by_name: BTreeMap<&Sym, &Arc<T>> = before.iter().map(|b| (name(b), b)).collect();
+    for n in now.iter_mut() {
+        if let Some(b) = by_name.get(name(n)).filter(|b| ****b == **n) {
+            *n = Arc::clone(b);
+        }
     }
 }

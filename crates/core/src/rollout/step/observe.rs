@@ -7,47 +7,32 @@ use super::super::input::{NodeConfigState, NodeState, RolloutInput};
 use super::super::world::{
     Intents, NO_RECORD, NO_REPORT, Node, Overlay, Spec, World, in_flight_of,
 };
+use super::memo::StepMemo;
 use crate::sym::Sym;
 use crate::types::Timestamp;
 
 /// The world as observed: every node with its spec and report, the orphaned configs, and nodes by the
-/// revision they name.
+/// revision they name. The nodes and configs come sorted and joined from the memo.
 pub(super) fn observe_fleet<'a>(
     input: &'a RolloutInput,
+    memo: &'a StepMemo,
     overlay: &'a Overlay,
     now: Timestamp,
 ) -> World<'a> {
     let mut w = World::new(input, now);
-    let node_states = by_name(input.nodes.iter().map(AsRef::as_ref), |n: &NodeState| {
-        &n.name
-    });
-    let configs = by_name(
-        input.configs.iter().map(AsRef::as_ref),
-        |c: &NodeConfigState| &c.name,
-    );
-
-    let mut matched = vec![false; configs.len()];
-    let mut ci = 0;
-    w.nodes.reserve(node_states.len());
-    for state in node_states {
-        // A merge join: both lists are sorted by name.
-        while ci < configs.len() && configs[ci].name < state.name {
-            ci += 1;
-        }
-        let cfg = (ci < configs.len() && configs[ci].name == state.name).then(|| {
-            matched[ci] = true;
-            configs[ci]
-        });
-        let unreadable = !input.unreadable_configs.is_empty()
-            && input.unreadable_configs.contains(state.name.as_str());
-        w.nodes.push(node_of(state, cfg, overlay, unreadable));
-    }
+    w.nodes = (memo.nodes.iter().zip(&memo.config_of))
+        .map(|(state, cfg)| {
+            let cfg = cfg.map(|c| &*memo.configs[c]);
+            let unreadable = !input.unreadable_configs.is_empty()
+                && input.unreadable_configs.contains(state.name.as_str());
+            node_of(state, cfg, overlay, unreadable)
+        })
+        .collect();
     // Configs of nodes that left (and were not deleted by an earlier round).
-    w.orphans = configs
-        .iter()
-        .zip(&matched)
-        .filter(|(c, matched)| !**matched && !matches!(overlay.specs.get(&c.name), Some(None)))
-        .map(|(c, _)| c.name.to_string())
+    w.orphans = (memo.orphans.iter())
+        .map(|&c| &memo.configs[c].name)
+        .filter(|name| !matches!(overlay.specs.get(*name), Some(None)))
+        .map(ToString::to_string)
         .collect();
     w.by_revision = by_revision(&w.nodes);
     w.intents = Intents::new(w.nodes.len());
@@ -104,48 +89,34 @@ fn node_of<'a>(
     }
 }
 
-/// Sorted by name, one per name (the first). Sorting is stable and adaptive, and inputs that arrive
-/// sorted and unique (the configurator's are) are only checked: O(n) comparisons.
-fn by_name<'a, T>(items: impl Iterator<Item = &'a T>, name: impl Fn(&T) -> &Sym) -> Vec<&'a T> {
-    let mut v: Vec<&T> = items.collect();
-    if !v.is_sorted_by(|a, b| name(a) < name(b)) {
-        v.sort_by(|a, b| name(a).cmp(name(b)));
-        v.dedup_by(|a, b| name(a) == name(b));
-    }
-    v
-}
-
 fn by_revision<'a>(nodes: &[Node<'a>]) -> BTreeMap<&'a Sym, Vec<usize>> {
-    let mut by_revision: BTreeMap<&Sym, Vec<usize>> = BTreeMap::new();
-    // Neighbours mostly name the same revision: the last one's list is kept at hand.
-    let mut last: Option<(&Sym, Vec<usize>)> = None;
+    // A fleet names a few revisions: a short list, the one named last looked at first, costs less than
+    // a map lookup per node (mid-rollout, neighbours alternate between two revisions).
+    let mut lists: Vec<(&'a Sym, Vec<usize>)> = Vec::new();
+    let mut last = 0;
+    let mut push = |rev: &'a Sym, i: usize| {
+        if lists.get(last).is_none_or(|(r, _)| *r != rev) {
+            last = match lists.iter().position(|(r, _)| *r == rev) {
+                Some(at) => at,
+                None => {
+                    lists.push((rev, Vec::new()));
+                    lists.len() - 1
+                }
+            };
+        }
+        lists[last].1.push(i);
+    };
     for (i, n) in nodes.iter().enumerate() {
         if let Some(s) = n.spec {
-            match &mut last {
-                Some((r, list)) if *r == s.revision => list.push(i),
-                _ => {
-                    if let Some((r, list)) = last.take() {
-                        by_revision.entry(r).or_default().extend(list);
-                    }
-                    let mut list = by_revision.remove(s.revision).unwrap_or_default();
-                    list.push(i);
-                    last = Some((s.revision, list));
-                }
-            }
+            push(s.revision, i);
         }
         // Nodes whose agent reports on a revision other than its spec: an `Invalid` report about R is a
         // failure of R even after the spec moved on (the agent will not apply R again at this retry).
         if let Some(obs) = n.status.observed_revision.as_ref()
             && n.spec.is_some_and(|s| s.revision != obs)
         {
-            match &mut last {
-                Some((r, list)) if *r == obs => list.push(i),
-                _ => by_revision.entry(obs).or_default().push(i),
-            }
+            push(obs, i);
         }
     }
-    if let Some((r, list)) = last {
-        by_revision.entry(r).or_default().extend(list);
-    }
-    by_revision
+    lists.into_iter().collect()
 }
