@@ -192,6 +192,12 @@ pub(super) struct Node<'a> {
     pub domain: usize,
     pub spec: Option<Spec<'a>>,
     pub in_flight: bool,
+    /// Its agent reports `spec` provisioned ([`updated_of`] the spec's own revision).
+    pub updated_spec: bool,
+    /// The revision its agent reports on (`status.observedRevision`).
+    pub observed: Option<&'a Sym>,
+    /// The last good revision its agent keeps (`status.lastGoodRevision`).
+    pub last_good: Option<&'a Sym>,
     /// Assigned by this step.
     pub assigned: bool,
     /// On record (or found this step) as failed by the target's current attempt.
@@ -215,8 +221,7 @@ impl<'a> Node<'a> {
         Some((attempt, deadline(&attempt, self.status, policy.timeouts())))
     }
     pub fn updated(&self, revision: &Sym) -> bool {
-        self.spec
-            .is_some_and(|s| updated_of(s.revision, s.hash, self.status, revision))
+        self.updated_spec && self.spec.is_some_and(|s| s.revision == revision)
     }
     /// May be made in flight by a move for `reason`: an eligible node; and a quarantined one that is
     /// Ready and schedulable only to go back to the last good revision (off a failed one), which is

@@ -17,7 +17,7 @@ use std::mem;
 
 use super::super::plan::{AssignReason, Assignment};
 use super::super::vocab::Phase;
-use super::super::world::{Intent, Node, Refused, Spec, World, in_flight_of};
+use super::super::world::{Intent, Node, Refused, Spec, World, in_flight_of, updated_of};
 use crate::sym::Sym;
 
 /// Turns intents into assignments, then records what holds back the rest.
@@ -64,7 +64,7 @@ pub(super) fn admit_under_budget(w: &mut World) {
 /// completed once and made the target again since), which holds none.
 fn holds_slot(w: &World, n: &Node) -> bool {
     n.in_flight
-        && !(n.status.last_good_revision.is_none()
+        && !(n.last_good.is_none()
             && n.spec.is_some_and(|s| {
                 (w.revs.iter()).any(|r| {
                     let st = &r.state.status;
@@ -101,6 +101,7 @@ fn assign<'a>(w: &mut World<'a>, intent: &Intent, hash: &'a Sym, will: bool) {
         hash,
         assigned_at: Some(w.now),
     });
+    n.updated_spec = updated_of(rev.name(), hash, n.status, rev.name());
     w.assignments.push(Assignment {
         node: n.name().clone(),
         create: !n.has_config,

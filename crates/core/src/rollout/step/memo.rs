@@ -5,6 +5,8 @@
 //!
 //! [`StepMemo`] keeps them from the last step:
 //! - the nodes and the configs sorted by name, which config is whose, which have no node;
+//! - what the stages read of each node and config at every pass (its spec, whether it is in flight
+//!   or updated, what its agent reports on), side by side;
 //! - per topology key the revisions name: each node's failure domain, the domain names and the
 //!   round-robin order over them;
 //! - per rendering in the input: each node's hash.
@@ -13,19 +15,20 @@
 //! input:
 //! - the input lists the same names at the same places (one pointer comparison per name with the
 //!   configurator's interned names), else the fleet is sorted and joined afresh;
-//! - a node that is not the very object seen last time has its domain label read again (a label that
+//! - a node or config that is not the very object seen last time is read again (a domain label that
 //!   moved lays the fleet out afresh);
 //! - a rendering that is not the very map joined last time is joined afresh.
 //!
-//! A node's spec, report and record are read from its config at every step, as before. So a step
-//! with a memo plans what a step with a new one plans: the simulator checks it after every step, and
-//! a property test edits worlds under a kept memo.
+//! So a step with a memo plans what a step with a new one plans: the simulator checks it after every
+//! step, and a property test edits worlds under a kept memo.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::super::input::{NodeConfigState, NodeState, RolloutInput};
+use super::super::world::{in_flight_of, updated_of};
 use crate::sym::Sym;
+use crate::types::Timestamp;
 
 /// What the last step over a fleet worked out about it; see the module docs. `Default` is a memo
 /// that knows nothing (every step then works everything out, as [`step`](super::step) does).
@@ -33,14 +36,54 @@ use crate::sym::Sym;
 pub struct StepMemo {
     /// Every node, sorted by name, one per name (the first listed).
     pub(super) nodes: Vec<Arc<NodeState>>,
+    /// Per node: Ready and not cordoned.
+    pub(super) eligible: Vec<bool>,
     /// Every config, sorted by name, one per name.
     pub(super) configs: Vec<Arc<NodeConfigState>>,
+    /// Per config: what the stages read of it.
+    pub(super) facts: Vec<ConfigFacts>,
     /// Per node: its config, as an index into `configs`.
     pub(super) config_of: Vec<Option<usize>>,
     /// Configs of no node (nodes that left), as indices into `configs`.
     pub(super) orphans: Vec<usize>,
     layouts: Vec<Layout>,
     rendered: Vec<RenderedJoin>,
+}
+
+/// What the stages read of a config at every step, worked out once per change of the config and kept
+/// side by side: reading each of 5,000 configs where it lies costs cache misses at every pass.
+#[derive(Clone)]
+pub(super) struct ConfigFacts {
+    pub revision: Sym,
+    pub retry: u32,
+    pub hash: Sym,
+    pub assigned_at: Option<Timestamp>,
+    /// [`in_flight_of`] its spec.
+    pub in_flight: bool,
+    /// [`updated_of`] its spec's revision.
+    pub updated: bool,
+    /// The revision its agent reports on.
+    pub observed: Option<Sym>,
+    /// The last good revision its agent keeps.
+    pub last_good: Option<Sym>,
+    pub quarantined: bool,
+}
+
+impl ConfigFacts {
+    fn of(c: &NodeConfigState) -> ConfigFacts {
+        let (spec, st) = (&c.spec, &c.status);
+        ConfigFacts {
+            revision: spec.revision.clone(),
+            retry: spec.retry,
+            hash: spec.config_hash.clone(),
+            assigned_at: spec.assigned_at,
+            in_flight: in_flight_of(&spec.revision, spec.retry, &spec.config_hash, st),
+            updated: updated_of(&spec.revision, &spec.config_hash, st, &spec.revision),
+            observed: st.observed_revision.clone(),
+            last_good: st.last_good_revision.clone(),
+            quarantined: c.record.is_quarantined(),
+        }
+    }
 }
 
 /// The failure domains of the fleet under one topology key.
@@ -77,22 +120,26 @@ impl StepMemo {
             for (i, (kept, now)) in self.nodes.iter_mut().zip(&input.nodes).enumerate() {
                 if !Arc::ptr_eq(kept, now) {
                     *kept = Arc::clone(now);
+                    self.eligible[i] = now.eligible();
                     changed.push(i);
                 }
             }
         } else {
             self.nodes = by_name(&input.nodes, |n| &n.name);
+            self.eligible = self.nodes.iter().map(|n| n.eligible()).collect();
             self.layouts.clear();
             self.rendered.clear();
         }
         if configs_kept {
-            for (kept, now) in self.configs.iter_mut().zip(&input.configs) {
+            for (i, (kept, now)) in self.configs.iter_mut().zip(&input.configs).enumerate() {
                 if !Arc::ptr_eq(kept, now) {
                     *kept = Arc::clone(now);
+                    self.facts[i] = ConfigFacts::of(now);
                 }
             }
         } else {
             self.configs = by_name(&input.configs, |c| &c.name);
+            self.facts = self.configs.iter().map(|c| ConfigFacts::of(c)).collect();
         }
         if !(nodes_kept && configs_kept) {
             self.join();

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use super::super::input::{NodeConfigState, NodeState, RolloutInput};
 use super::super::world::{
-    Intents, NO_RECORD, NO_REPORT, Node, Overlay, Spec, World, in_flight_of,
+    Intents, NO_RECORD, NO_REPORT, Node, Overlay, Spec, World, in_flight_of, updated_of,
 };
-use super::memo::StepMemo;
+use super::memo::{ConfigFacts, StepMemo};
 use crate::sym::Sym;
 use crate::types::Timestamp;
 
@@ -20,12 +20,18 @@ pub(super) fn observe_fleet<'a>(
     now: Timestamp,
 ) -> World<'a> {
     let mut w = World::new(input, now);
-    w.nodes = (memo.nodes.iter().zip(&memo.config_of))
-        .map(|(state, cfg)| {
-            let cfg = cfg.map(|c| &*memo.configs[c]);
+    w.nodes = (memo.nodes.iter().zip(&memo.config_of).zip(&memo.eligible))
+        .map(|((state, cfg), &eligible)| {
             let unreadable = !input.unreadable_configs.is_empty()
                 && input.unreadable_configs.contains(state.name.as_str());
-            node_of(state, cfg, overlay, unreadable)
+            let overlaid = (!overlay.specs.is_empty() && overlay.specs.contains_key(&state.name))
+                || (!overlay.records.is_empty() && overlay.records.contains_key(&state.name));
+            match cfg {
+                Some(c) if !unreadable && !overlaid => {
+                    on_record(state, &memo.configs[*c], &memo.facts[*c], eligible)
+                }
+                _ => node_of(state, cfg.map(|c| &*memo.configs[c]), overlay, unreadable),
+            }
         })
         .collect();
     // Configs of nodes that left (and were not deleted by an earlier round).
@@ -37,6 +43,39 @@ pub(super) fn observe_fleet<'a>(
     w.by_revision = by_revision(&w.nodes);
     w.intents = Intents::new(w.nodes.len());
     w
+}
+
+/// A node as its config stands (no earlier round wrote about it, and its config can be read): what
+/// [`node_of`] works out, from the facts the memo keeps.
+fn on_record<'a>(
+    state: &'a NodeState,
+    cfg: &'a NodeConfigState,
+    f: &'a ConfigFacts,
+    eligible: bool,
+) -> Node<'a> {
+    Node {
+        state,
+        has_config: true,
+        status: &cfg.status,
+        eligible: eligible && !f.quarantined,
+        unreadable: false,
+        record: &cfg.record,
+        quarantined: f.quarantined,
+        suspect: false,
+        domain: 0,
+        spec: Some(Spec {
+            revision: &f.revision,
+            retry: f.retry,
+            hash: &f.hash,
+            assigned_at: f.assigned_at,
+        }),
+        in_flight: f.in_flight,
+        updated_spec: f.updated,
+        observed: f.observed.as_ref(),
+        last_good: f.last_good.as_ref(),
+        assigned: false,
+        failed_target: false,
+    }
 }
 
 /// One node: the spec an earlier round wrote wins over the one in the input. A node whose config
@@ -84,6 +123,9 @@ fn node_of<'a>(
         domain: 0,
         spec,
         in_flight: spec.is_some_and(|s| in_flight_of(s.revision, s.retry, s.hash, status)),
+        updated_spec: spec.is_some_and(|s| updated_of(s.revision, s.hash, status, s.revision)),
+        observed: status.observed_revision.as_ref(),
+        last_good: status.last_good_revision.as_ref(),
         assigned: false,
         failed_target: false,
     }
@@ -112,7 +154,7 @@ fn by_revision<'a>(nodes: &[Node<'a>]) -> BTreeMap<&'a Sym, Vec<usize>> {
         }
         // Nodes whose agent reports on a revision other than its spec: an `Invalid` report about R is a
         // failure of R even after the spec moved on (the agent will not apply R again at this retry).
-        if let Some(obs) = n.status.observed_revision.as_ref()
+        if let Some(obs) = n.observed
             && n.spec.is_some_and(|s| s.revision != obs)
         {
             push(obs, i);

@@ -10,7 +10,7 @@ use super::super::plan::{
 };
 use super::super::status;
 use super::super::world::{
-    CanaryStage, Context, Counts, FailCause, Fate, LIST_LIMIT, TargetView, World, updated_of,
+    CanaryStage, Context, Counts, FailCause, Fate, LIST_LIMIT, TargetView, World,
 };
 use crate::sym::Sym;
 use crate::types::Timestamp;
@@ -38,16 +38,28 @@ impl<'a> AfterPlan<'a> {
 
 /// Counts the nodes per revision, and the target's nodes by state, as the next step will see them.
 pub(super) fn after_plan<'a>(w: &mut World<'a>) -> AfterPlan<'a> {
-    let mut counts: BTreeMap<&'a Sym, Counts> = BTreeMap::new();
+    // A few revisions: a short list, the one counted last looked at first (as in `by_revision`).
+    let mut tallies: Vec<(&'a Sym, Counts)> = Vec::new();
+    let mut last = 0;
     for n in &w.nodes {
         if let Some(s) = n.spec {
-            let c = counts.entry(s.revision).or_default();
+            if tallies.get(last).is_none_or(|(r, _)| *r != s.revision) {
+                last = match tallies.iter().position(|(r, _)| *r == s.revision) {
+                    Some(at) => at,
+                    None => {
+                        tallies.push((s.revision, Counts::default()));
+                        tallies.len() - 1
+                    }
+                };
+            }
+            let c = &mut tallies[last].1;
             c.assigned += 1;
-            if updated_of(s.revision, s.hash, n.status, s.revision) {
+            if n.updated_spec {
                 c.updated += 1;
             }
         }
     }
+    let counts: BTreeMap<&'a Sym, Counts> = tallies.into_iter().collect();
     let mut after = AfterPlan {
         counts,
         target: w.target.map(|t| target_view(w, t)),

@@ -158,6 +158,11 @@ fn detect_failures(
         let (Some(spec), st) = (n.spec, n.status) else {
             continue;
         };
+        // Most nodes run what they were given: their agent reports it provisioned, which is no
+        // failure of any revision (and the report is not read again: #28).
+        if n.updated_spec {
+            continue;
+        }
         let name_str = n.name().as_str();
         if known.contains(name_str) || out.iter().any(|f: &FailedNode| f.node == name_str) {
             continue;
