@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::super::input::{NodeConfigState, NodeState, RolloutInput};
+use super::super::input::{AgentReport, NodeConfigState, NodeState, RolloutInput};
 use super::super::world::{in_flight_of, updated_of};
 use crate::sym::Sym;
 use crate::types::Timestamp;
@@ -67,6 +67,8 @@ pub(super) struct ConfigFacts {
     /// The last good revision its agent keeps.
     pub last_good: Option<Sym>,
     pub quarantined: bool,
+    /// The agent's report, copied here: the admission passes read it for every node they consider.
+    pub status: AgentReport,
 }
 
 impl ConfigFacts {
@@ -82,6 +84,7 @@ impl ConfigFacts {
             observed: st.observed_revision.clone(),
             last_good: st.last_good_revision.clone(),
             quarantined: c.record.is_quarantined(),
+            status: st.clone(),
         }
     }
 }

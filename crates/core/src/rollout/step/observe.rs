@@ -56,7 +56,7 @@ fn on_record<'a>(
     Node {
         state,
         has_config: true,
-        status: &cfg.status,
+        status: &f.status,
         eligible: eligible && !f.quarantined,
         unreadable: false,
         record: &cfg.record,
