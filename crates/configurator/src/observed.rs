@@ -29,7 +29,7 @@ pub struct Observed {
     configs: Kept<NodeNetworkConfig, ConfigFacts>,
     /// The last answers: given again while no object changed; the configs' kept up to date in place.
     last_nodes: Option<Nodes>,
-    last_configs: Vec<Arc<NodeConfigState>>,
+    last_configs: Arc<Vec<Arc<NodeConfigState>>>,
     /// Kept up to date as objects come and go, so no pass over the fleet needs them:
     /// live nodes without a config that holds an assignment (they get placeholders);
     bare: BTreeSet<String>,
@@ -212,7 +212,8 @@ type NodeShare = Option<(Arc<NodeState>, u64)>;
 /// reused while it is the same).
 #[derive(Clone)]
 pub struct Nodes {
-    pub states: Vec<Arc<NodeState>>,
+    /// Shared with each step's input (a reconcile hands the list over; it copies nothing).
+    pub states: Arc<Vec<Arc<NodeState>>>,
     pub fingerprint: u64,
 }
 
@@ -270,7 +271,7 @@ impl Observed {
             states.push(state.clone());
         }
         let out = Nodes {
-            states,
+            states: Arc::new(states),
             fingerprint: h.finish(),
         };
         self.last_nodes = Some(out.clone());
@@ -280,7 +281,7 @@ impl Observed {
     /// The step's view of the snapshot's node configs, sorted by name: placeholders and configs that
     /// do not read are left out. Call after [`Observed::nodes`] of the same snapshot. Reads only the
     /// configs that changed since the snapshot it read last, where the snapshot knows them.
-    pub fn configs(&mut self, s: &Snapshot) -> Vec<Arc<NodeConfigState>> {
+    pub fn configs(&mut self, s: &Snapshot) -> Arc<Vec<Arc<NodeConfigState>>> {
         let changed = s.changed_since(self.configs.seen.replace(s.id));
         self.configs_in(&s.node_configs, changed.map(|c| &c.node_configs))
     }
@@ -290,7 +291,7 @@ impl Observed {
         &mut self,
         configs: &[Arc<NodeNetworkConfig>],
         changed: Option<&BTreeSet<String>>,
-    ) -> Vec<Arc<NodeConfigState>> {
+    ) -> Arc<Vec<Arc<NodeConfigState>>> {
         let Observed {
             nodes,
             configs: kept,
@@ -304,6 +305,8 @@ impl Observed {
             last_configs,
             ..
         } = self;
+        // The last step's input is gone by now: the list is changed in place, not copied.
+        let last_configs = Arc::make_mut(last_configs);
         kept.update(
             configs,
             changed,
@@ -525,7 +528,7 @@ mod tests {
             third
                 .states
                 .iter()
-                .zip(&second.states)
+                .zip(second.states.iter())
                 .all(|(a, b)| Arc::ptr_eq(a, b))
         );
     }

@@ -204,7 +204,7 @@ pub struct Outcome {
     /// Revisions and node configs whose spec is not what the configurator wrote.
     pub tampered: Findings,
     /// The node configs as the step read them (placeholders left out); empty without a plan.
-    pub configs: Vec<Arc<NodeConfigState>>,
+    pub configs: Arc<Vec<Arc<NodeConfigState>>>,
     /// Of those, the ones that came or changed, and the names that went, since the last plan.
     pub changes: ConfigChanges,
     /// Live node configs quarantined once this plan is written.
@@ -240,7 +240,7 @@ impl Outcome {
             equals_failed: None,
             inputs_pending: false,
             tampered,
-            configs: Vec::new(),
+            configs: Default::default(),
             changes: ConfigChanges::default(),
             quarantined: 0,
             too_large: None,

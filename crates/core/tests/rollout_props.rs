@@ -643,12 +643,13 @@ proptest! {
         let input = store.input();
         let plan = step(&input, NOW);
         let mut shuffled = input.clone();
-        shuffled.nodes.reverse();
-        let n = shuffled.nodes.len();
+        let nodes = Arc::make_mut(&mut shuffled.nodes);
+        nodes.reverse();
+        let n = nodes.len();
         if n > 0 {
-            shuffled.nodes.rotate_left(rotate % n);
+            nodes.rotate_left(rotate % n);
         }
-        shuffled.configs.reverse();
+        Arc::make_mut(&mut shuffled.configs).reverse();
         shuffled.revisions.reverse();
         prop_assert_eq!(step(&shuffled, NOW), plan);
     }
@@ -697,8 +698,8 @@ proptest! {
         }
         let mut after = store.input_sharing(&before);
         if reorder {
-            after.nodes.reverse();
-            after.configs.reverse();
+            Arc::make_mut(&mut after.nodes).reverse();
+            Arc::make_mut(&mut after.configs).reverse();
         }
         let again = memo.step(&after, later);
         prop_assert_eq!(again, step(&after, later));

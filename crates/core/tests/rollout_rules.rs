@@ -1097,8 +1097,8 @@ fn the_plan_does_not_depend_on_input_order() {
     let input = store.input();
     let plan = step(&input, at(5));
     let mut reversed = input.clone();
-    reversed.nodes.reverse();
-    reversed.configs.reverse();
+    std::sync::Arc::make_mut(&mut reversed.nodes).reverse();
+    std::sync::Arc::make_mut(&mut reversed.configs).reverse();
     reversed.revisions.reverse();
     assert_eq!(step(&reversed, at(5)), plan);
 }

@@ -287,8 +287,8 @@ fn settled_fleet(
     RolloutInput {
         defaults,
         revisions,
-        nodes: nodes.iter().cloned().map(Arc::new).collect(),
-        configs,
+        nodes: Arc::new(nodes.iter().cloned().map(Arc::new).collect()),
+        configs: Arc::new(configs),
         unreadable_configs: Default::default(),
         rendered,
         // No footprints: the waves show the rollout as it goes once any hold is approved.
@@ -323,9 +323,10 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
             }
         }
         let spec = a.spec();
-        match input.configs.iter_mut().find(|c| c.name == a.node) {
+        let configs = Arc::make_mut(&mut input.configs);
+        match configs.iter_mut().find(|c| c.name == a.node) {
             Some(c) => Arc::make_mut(c).spec = spec,
-            None => input.configs.push(Arc::new(NodeConfigState {
+            None => configs.push(Arc::new(NodeConfigState {
                 name: a.node.clone(),
                 spec,
                 status: AgentReport::default(),
@@ -338,7 +339,7 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
 
 /// Every agent answers at once: Provisioned with what it is assigned.
 fn all_provisioned(input: &mut RolloutInput) {
-    for c in &mut input.configs {
+    for c in Arc::make_mut(&mut input.configs) {
         let c = Arc::make_mut(c);
         c.status = AgentReport {
             phase: Some(AgentPhase::Provisioned),

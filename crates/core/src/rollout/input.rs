@@ -27,11 +27,11 @@ pub struct RolloutInput {
     /// Every `NetworkConfigRevision`, in any order.
     pub revisions: Vec<RevisionState>,
     /// Every `Node`, in any order. Shared: the configurator keeps each node's state between steps and
-    /// converts only the objects that changed.
-    pub nodes: Vec<Arc<NodeState>>,
+    /// converts only the objects that changed, and hands the list over without copying it.
+    pub nodes: Arc<Vec<Arc<NodeState>>>,
     /// Every `NodeNetworkConfig`, in any order (some may belong to nodes that have left). Shared, as
     /// `nodes`.
-    pub configs: Vec<Arc<NodeConfigState>>,
+    pub configs: Arc<Vec<Arc<NodeConfigState>>>,
     /// Nodes whose `NodeNetworkConfig` exists but cannot be decoded (not in `configs`): their state is
     /// unknown, so they are skipped — not updated, not failed, not in flight, never assigned — and no
     /// revision is pruned meanwhile (see `crate::undecodable`).

@@ -225,14 +225,15 @@ impl Store {
         let mut input = RolloutInput {
             defaults: self.defaults.clone(),
             revisions: self.revisions.values().cloned().collect(),
-            nodes: self.nodes.values().cloned().map(Arc::new).collect(),
-            configs: self
-                .configs
-                .values()
-                .filter(|c| !self.unreadable_configs.contains(c.name.as_str()))
-                .cloned()
-                .map(Arc::new)
-                .collect(),
+            nodes: Arc::new(self.nodes.values().cloned().map(Arc::new).collect()),
+            configs: Arc::new(
+                self.configs
+                    .values()
+                    .filter(|c| !self.unreadable_configs.contains(c.name.as_str()))
+                    .cloned()
+                    .map(Arc::new)
+                    .collect(),
+            ),
             unreadable_configs: self.unreadable_configs.clone(),
             rendered: RenderedHashes::default(),
             footprints: Footprints::default(),
@@ -263,8 +264,16 @@ impl Store {
     /// [`StepMemo`](crate::rollout::StepMemo) kept across steps sees.
     pub fn input_sharing(&self, before: &RolloutInput) -> RolloutInput {
         let mut input = self.input();
-        share_unchanged(&before.nodes, &mut input.nodes, |n| &n.name);
-        share_unchanged(&before.configs, &mut input.configs, |c| &c.name);
+        share_unchanged(
+            &before.nodes,
+            Arc::make_mut(&mut input.nodes).as_mut_slice(),
+            |n| &n.name,
+        );
+        share_unchanged(
+            &before.configs,
+            Arc::make_mut(&mut input.configs).as_mut_slice(),
+            |c| &c.name,
+        );
         input
     }
 

@@ -120,7 +120,7 @@ impl StepMemo {
         // Nodes whose object is not the one the layouts were read from.
         let mut changed = Vec::new();
         if nodes_kept {
-            for (i, (kept, now)) in self.nodes.iter_mut().zip(&input.nodes).enumerate() {
+            for (i, (kept, now)) in self.nodes.iter_mut().zip(input.nodes.iter()).enumerate() {
                 if !Arc::ptr_eq(kept, now) {
                     *kept = Arc::clone(now);
                     self.eligible[i] = now.eligible();
@@ -134,7 +134,12 @@ impl StepMemo {
             self.rendered.clear();
         }
         if configs_kept {
-            for (i, (kept, now)) in self.configs.iter_mut().zip(&input.configs).enumerate() {
+            for (i, (kept, now)) in self
+                .configs
+                .iter_mut()
+                .zip(input.configs.iter())
+                .enumerate()
+            {
                 if !Arc::ptr_eq(kept, now) {
                     *kept = Arc::clone(now);
                     self.facts[i] = ConfigFacts::of(now);
