@@ -146,8 +146,24 @@ impl StepMemo {
                 }
             }
         } else {
-            self.configs = by_name(&input.configs, |c| &c.name);
-            self.facts = self.configs.iter().map(|c| ConfigFacts::of(c)).collect();
+            // Configs came or went (a first rollout creates them as it goes): the facts of every
+            // config that is the very object seen last time are kept, found by a merge by name.
+            let configs = by_name(&input.configs, |c| &c.name);
+            let kept = std::mem::take(&mut self.configs);
+            let mut kept = kept
+                .into_iter()
+                .zip(std::mem::take(&mut self.facts))
+                .peekable();
+            self.facts = (configs.iter())
+                .map(|c| {
+                    while kept.next_if(|(k, _)| k.name < c.name).is_some() {}
+                    match kept.next_if(|(k, _)| Arc::ptr_eq(k, c)) {
+                        Some((_, facts)) => facts,
+                        None => ConfigFacts::of(c),
+                    }
+                })
+                .collect();
+            self.configs = configs;
         }
         if !(nodes_kept && configs_kept) {
             self.join();
