@@ -146,30 +146,38 @@ impl StepMemo {
                 }
             }
         } else {
-            // Configs came or went (a first rollout creates them as it goes): the facts of every
-            // config that is the very object seen last time are kept, found by a merge by name.
-            let configs = by_name(&input.configs, |c| &c.name);
-            let kept = std::mem::take(&mut self.configs);
-            let mut kept = kept
-                .into_iter()
-                .zip(std::mem::take(&mut self.facts))
-                .peekable();
-            self.facts = (configs.iter())
-                .map(|c| {
-                    while kept.next_if(|(k, _)| k.name < c.name).is_some() {}
-                    match kept.next_if(|(k, _)| Arc::ptr_eq(k, c)) {
-                        Some((_, facts)) => facts,
-                        None => ConfigFacts::of(c),
-                    }
-                })
-                .collect();
-            self.configs = configs;
+            self.merge_configs(&input.configs);
         }
         if !(nodes_kept && configs_kept) {
             self.join();
         }
         self.refresh_layouts(input, &changed);
         self.refresh_rendered(input);
+    }
+
+    /// Configs came or went (a first rollout creates them as it goes): a merge by name of the input's
+    /// list with the memo's keeps every config that is the very object seen last time, with its
+    /// facts, and works out the facts of the others.
+    fn merge_configs(&mut self, input: &[Arc<NodeConfigState>]) {
+        let sorted;
+        let input = if input.is_sorted_by(|a, b| a.name < b.name) {
+            input
+        } else {
+            sorted = by_name(input, |c| &c.name);
+            &sorted[..]
+        };
+        let configs = std::mem::take(&mut self.configs);
+        let mut kept = configs
+            .into_iter()
+            .zip(std::mem::take(&mut self.facts))
+            .peekable();
+        (self.configs, self.facts) = (input.iter())
+            .map(|c| {
+                while kept.next_if(|(k, _)| k.name < c.name).is_some() {}
+                kept.next_if(|(k, _)| Arc::ptr_eq(k, c))
+                    .unwrap_or_else(|| (Arc::clone(c), ConfigFacts::of(c)))
+            })
+            .unzip();
     }
 
     /// A merge join of the nodes with their configs (both sorted by name).
