@@ -125,6 +125,17 @@ fn time(name: &str, before: &Store, after: &Store, now: Timestamp) -> Plan {
     plan
 }
 
+/// The first `count` nodes given r2 whose agents have not answered yet.
+fn in_flight_on_r2(store: &Store, count: usize) -> Vec<String> {
+    store
+        .configs
+        .values()
+        .filter(|c| c.spec.revision == "r2" && c.status.observed_revision.as_deref() != Some("r2"))
+        .take(count)
+        .map(|c| c.name.to_string())
+        .collect()
+}
+
 fn succeed_in_flight(store: &mut Store) {
     let names: Vec<String> = store
         .configs
@@ -195,14 +206,7 @@ fn main() {
     // 3b. What a live leader mostly steps on: a few agents report their new config good, and as many
     // nodes move on.
     let mut reported = mid.clone();
-    let in_flight: Vec<String> = reported
-        .configs
-        .values()
-        .filter(|c| c.spec.revision == "r2" && c.status.observed_revision.as_deref() != Some("r2"))
-        .take(4)
-        .map(|c| c.name.to_string())
-        .collect();
-    for n in &in_flight {
+    for n in &in_flight_on_r2(&reported, 4) {
         reported.agent_reports(n, AgentPhase::Provisioned, None);
     }
     time(
@@ -223,14 +227,7 @@ fn main() {
             );
         }
     }
-    let in_flight_r2: Vec<String> = failing
-        .configs
-        .values()
-        .filter(|c| c.spec.revision == "r2" && c.status.observed_revision.as_deref() != Some("r2"))
-        .take(3)
-        .map(|c| c.name.to_string())
-        .collect();
-    for n in &in_flight_r2 {
+    for n in &in_flight_on_r2(&failing, 3) {
         failing.agent_reports(
             n,
             AgentPhase::Invalid,
