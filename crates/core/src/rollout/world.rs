@@ -194,10 +194,6 @@ pub(super) struct Node<'a> {
     pub in_flight: bool,
     /// Its agent reports `spec` provisioned ([`updated_of`] the spec's own revision).
     pub updated_spec: bool,
-    /// The revision its agent reports on (`status.observedRevision`).
-    pub observed: Option<&'a Sym>,
-    /// The last good revision its agent keeps (`status.lastGoodRevision`).
-    pub last_good: Option<&'a Sym>,
     /// Assigned by this step.
     pub assigned: bool,
     /// On record (or found this step) as failed by the target's current attempt.

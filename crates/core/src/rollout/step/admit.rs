@@ -64,7 +64,7 @@ pub(super) fn admit_under_budget(w: &mut World) {
 /// completed once and made the target again since), which holds none.
 fn holds_slot(w: &World, n: &Node) -> bool {
     n.in_flight
-        && !(n.last_good.is_none()
+        && !(n.status.last_good_revision.is_none()
             && n.spec.is_some_and(|s| {
                 (w.revs.iter()).any(|r| {
                     let st = &r.state.status;

@@ -22,7 +22,7 @@ pub(super) fn history_deletions(w: &World, last_good_after: Option<usize>) -> Ve
         if let Some(s) = n.spec {
             protected.insert(s.revision);
         }
-        if let Some(lg) = n.last_good {
+        if let Some(lg) = &n.status.last_good_revision {
             protected.insert(lg);
         }
     }

@@ -62,12 +62,8 @@ pub(super) struct ConfigFacts {
     pub in_flight: bool,
     /// [`updated_of`] its spec's revision.
     pub updated: bool,
-    /// The revision its agent reports on.
-    pub observed: Option<Sym>,
-    /// The last good revision its agent keeps.
-    pub last_good: Option<Sym>,
     pub quarantined: bool,
-    /// The agent's report, copied here: the admission passes read it for every node they consider.
+    /// The agent's report, copied here: the passes over every node read it (#28).
     pub status: AgentReport,
 }
 
@@ -81,8 +77,6 @@ impl ConfigFacts {
             assigned_at: spec.assigned_at,
             in_flight: in_flight_of(&spec.revision, spec.retry, &spec.config_hash, st),
             updated: updated_of(&spec.revision, &spec.config_hash, st, &spec.revision),
-            observed: st.observed_revision.clone(),
-            last_good: st.last_good_revision.clone(),
             quarantined: c.record.is_quarantined(),
             status: st.clone(),
         }

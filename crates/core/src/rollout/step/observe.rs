@@ -71,8 +71,6 @@ fn on_record<'a>(
         }),
         in_flight: f.in_flight,
         updated_spec: f.updated,
-        observed: f.observed.as_ref(),
-        last_good: f.last_good.as_ref(),
         assigned: false,
         failed_target: false,
     }
@@ -124,8 +122,6 @@ fn node_of<'a>(
         spec,
         in_flight: spec.is_some_and(|s| in_flight_of(s.revision, s.retry, s.hash, status)),
         updated_spec: spec.is_some_and(|s| updated_of(s.revision, s.hash, status, s.revision)),
-        observed: status.observed_revision.as_ref(),
-        last_good: status.last_good_revision.as_ref(),
         assigned: false,
         failed_target: false,
     }
@@ -154,7 +150,7 @@ fn by_revision<'a>(nodes: &[Node<'a>]) -> BTreeMap<&'a Sym, Vec<usize>> {
         }
         // Nodes whose agent reports on a revision other than its spec: an `Invalid` report about R is a
         // failure of R even after the spec moved on (the agent will not apply R again at this retry).
-        if let Some(obs) = n.observed
+        if let Some(obs) = n.status.observed_revision.as_ref()
             && n.spec.is_some_and(|s| s.revision != obs)
         {
             push(obs, i);
