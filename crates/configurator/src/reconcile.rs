@@ -337,7 +337,7 @@ pub fn compute(
     let plan = cache.memo.step(&input, now);
     let mut intents = plan_intents(s, &cache.observed, &plan, &renders.rendered, &tampered, now);
     intents.extend(unrestorable_revision_events(s, &tampered));
-    intents.extend(placeholders(&cache.observed, &holds, &plan));
+    intents.extend(placeholders(&mut cache.observed, &holds, &plan));
     intents.extend(quarantine_conditions(&cache.observed, &plan, now));
     // Last: the input objects' status never holds up a rollout write.
     intents.extend(statuses);
@@ -718,44 +718,32 @@ const PLACEHOLDER_WRITES_PER_RECONCILE: usize = 250;
 /// with `netwave.dev/queued` saying what it waits for (one write; its status is never written).
 /// Placeholders of nodes that left are deleted. At most
 /// [`PLACEHOLDER_WRITES_PER_RECONCILE`] writes; the next reconcile makes the rest.
-fn placeholders(observed: &Observed, holds: &Holds, plan: &Plan) -> Vec<Intent> {
-    let mut out = Vec::new();
-    for (name, c) in observed.placeholders() {
-        if !observed.has_node(name) && c.metadata.deletion_timestamp.is_none() {
-            out.push(Intent::DeleteNodeConfig {
-                name: name.to_string(),
-            });
-        }
-    }
-    let assigned: BTreeSet<&str> = plan.assignments.iter().map(|a| a.node.as_str()).collect();
+fn placeholders(observed: &mut Observed, holds: &Holds, plan: &Plan) -> Vec<Intent> {
     // The words depend only on whether the node is eligible: made twice, not once per queued node.
-    let messages = [false, true].map(|eligible| plan.report.queued_message(eligible));
-    // Both in name order: each node's placeholder is found by walking along, not by a lookup.
-    let mut placeholders = observed.placeholders().iter().peekable();
-    for (node, eligible) in observed.bare_nodes() {
-        if out.len() >= PLACEHOLDER_WRITES_PER_RECONCILE {
-            break;
-        }
-        while placeholders.next_if(|(p, _)| p.as_str() < node).is_some() {}
-        let current = placeholders.next_if(|(p, _)| *p == node).map(|(_, c)| c);
+    let words = [false, true].map(|eligible| plan.report.queued_message(eligible));
+    let (work, placeholders) = observed.placeholder_work(&words);
+    let mut out: Vec<Intent> = (work.orphans.iter())
+        .map(|name| Intent::DeleteNodeConfig { name: name.clone() })
+        .collect();
+    let assigned: BTreeSet<&str> = plan.assignments.iter().map(|a| a.node.as_str()).collect();
+    let queue = work.unqueued.iter().filter(|(node, _)| {
         // A node whose config cannot be decoded is never written, placeholder or not.
-        if (!assigned.is_empty() && assigned.contains(node))
-            || (!holds.unreadable_nodes.is_empty() && holds.unreadable_nodes.contains(node))
-        {
-            continue;
-        }
-        let Some(message) = &messages[usize::from(eligible)] else {
-            continue;
-        };
-        if current.and_then(|c| c.queued_message()) == Some(message.as_str()) {
-            continue;
-        }
-        out.push(Intent::QueueNode {
-            node: node.to_string(),
-            message: message.clone(),
-            resource_version: current.and_then(|c| c.metadata.resource_version.clone()),
-        });
-    }
+        !assigned.contains(node.as_str()) && !holds.unreadable_nodes.contains(node.as_str())
+    });
+    let room = PLACEHOLDER_WRITES_PER_RECONCILE.saturating_sub(out.len());
+    let intents: Vec<Intent> = queue
+        .take(room)
+        .filter_map(|(node, &eligible)| {
+            let message = words[usize::from(eligible)].clone()?;
+            let current = placeholders.get(node);
+            Some(Intent::QueueNode {
+                node: node.clone(),
+                message,
+                resource_version: current.and_then(|c| c.metadata.resource_version.clone()),
+            })
+        })
+        .collect();
+    out.extend(intents);
     out
 }
 
