@@ -99,6 +99,13 @@ pub struct Args {
         value_parser = clap::value_parser!(u64).range(1024..=netwave_core::limits::MAX_OBJECT_BYTES_CEILING)
     )]
     pub max_object_bytes: u64,
+    /// How long the reconcile loop waits after a change for the rest of a burst before it plans: a
+    /// longer window batches more agent reports into one reconcile (less configurator CPU on a large
+    /// fleet), a shorter one answers each report sooner. At most 1s. The default was measured at
+    /// 5,000 nodes (#28): against 5ms it halves the reconciles and cuts the leader's CPU per rollout
+    /// by a quarter to a third, for about 7ms more on the median reaction.
+    #[arg(long, default_value = "15ms", value_parser = humantime::parse_duration)]
+    pub coalesce_window: Duration,
     /// Full reconcile at least this often even without changes.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
@@ -181,6 +188,13 @@ impl Args {
                 "--input-settle ({:?}) must be at most 60s: every input change waits this long before it \
                  becomes a revision",
                 self.input_settle
+            ));
+        }
+        if self.coalesce_window > Duration::from_secs(1) {
+            return Err(format!(
+                "--coalesce-window ({:?}) must be at most 1s: every agent report waits this long \
+                 before the rollout answers it",
+                self.coalesce_window
             ));
         }
         if self.resync_interval < Duration::from_secs(1) {
@@ -285,6 +299,17 @@ mod tests {
             parse(&["--max-object-bytes", "4000000"])
                 .unwrap_err()
                 .contains("--max-object-bytes")
+        );
+        assert!(
+            parse(&["--coalesce-window", "2s"])
+                .unwrap_err()
+                .contains("--coalesce-window")
+        );
+        assert_eq!(
+            parse(&["--coalesce-window", "15ms"])
+                .unwrap()
+                .coalesce_window,
+            Duration::from_millis(15)
         );
     }
 }

@@ -48,6 +48,10 @@ pub struct Settings {
     pub resync: Duration,
     /// Quiet time the inputs need before a revision is cut from them (see [`InputSettle`]).
     pub input_settle: Duration,
+    /// How long the loop waits after a change for the rest of a burst (`--coalesce-window`). Events
+    /// during a reconcile coalesce anyway (one stored wake-up); this window only adds to the reaction
+    /// to an agent's report.
+    pub coalesce: Duration,
 }
 
 /// The admin inputs folded into one snapshot, canonically sorted.
@@ -1270,9 +1274,6 @@ impl ApplyTimes {
     }
 }
 
-/// How long the loop waits after a change before it reconciles, for the rest of a burst.
-const COALESCE: Duration = Duration::from_millis(5);
-
 /// The reconcile loop: waits for a change or a requeue time, computes, writes when leader.
 pub struct Reconciler {
     pub stores: Stores,
@@ -1467,10 +1468,9 @@ impl Reconciler {
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = self.changed.notified() => {
-                    // Coalesce bursts (a watch relist delivers many events at once). Events during a
-                    // reconcile coalesce anyway (one stored wake-up); this window only adds to the
-                    // reaction to an agent's report, so it is short.
-                    tokio::time::sleep(COALESCE).await;
+                    // Coalesce bursts (a watch relist delivers many events at once, a rollout
+                    // hundreds of reports a second).
+                    tokio::time::sleep(self.settings.coalesce).await;
                     let until = tokio::time::Instant::now() + STANDBY_INTERVAL;
                     while !self.writer.is_leader() && tokio::time::Instant::now() < until {
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1676,6 +1676,7 @@ mod tests {
                 fleet: Default::default(),
                 resync: Duration::from_secs(60),
                 input_settle: settle,
+                coalesce: Duration::from_millis(15),
             }
         }
 
