@@ -1,6 +1,10 @@
 use clap::Parser;
 use netwave_configurator::{args::Args, runtime};
 
+/// mimalloc, not glibc's malloc: see the workspace's Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
