@@ -247,6 +247,23 @@ async fn write_node_phase(
     }
 }
 
+/// The server-side apply of a node's spec, serialized straight from the spec: a `json!` of it built
+/// a tree of the whole config first, per node of a rollout (#28).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecApply<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: SpecApplyMeta<'a>,
+    spec: &'a NodeNetworkConfigSpec,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct SpecApplyMeta<'a> {
+    name: &'a str,
+    annotations: BTreeMap<&'static str, &'a str>,
+}
+
 /// The annotations that record a hold on a revision.
 fn hold_annotations(h: &HoldRecord) -> std::collections::BTreeMap<String, String> {
     [
@@ -717,17 +734,20 @@ impl Writer {
                 clear_queued,
                 ..
             } => {
-                let mut annotations = serde_json::Map::new();
-                annotations.insert(ASSIGNED_AT_ANNOTATION.into(), assigned_at.as_str().into());
+                let mut annotations =
+                    BTreeMap::from([(ASSIGNED_AT_ANNOTATION, assigned_at.as_str())]);
                 if *clear_queued {
-                    annotations.insert(QUEUED_ANNOTATION.into(), "".into());
+                    annotations.insert(QUEUED_ANNOTATION, "");
                 }
-                let patch = json!({
-                    "apiVersion": "netwave.dev/v1alpha1",
-                    "kind": "NodeNetworkConfig",
-                    "metadata": { "name": node, "annotations": annotations },
-                    "spec": spec,
-                });
+                let patch = SpecApply {
+                    api_version: "netwave.dev/v1alpha1",
+                    kind: "NodeNetworkConfig",
+                    metadata: SpecApplyMeta {
+                        name: node,
+                        annotations,
+                    },
+                    spec,
+                };
                 let written = nncs.patch(node, &apply, &Patch::Apply(&patch)).await?;
                 mark_pending(&nncs, &written).await
             }
@@ -939,6 +959,43 @@ async fn put_node_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_apply_is_the_object_an_admin_would_apply() {
+        let spec = NodeNetworkConfigSpec {
+            revision: "rev-1".into(),
+            config_hash: "h1".into(),
+            ..NodeNetworkConfigSpec::placeholder()
+        };
+        let patch = SpecApply {
+            api_version: "netwave.dev/v1alpha1",
+            kind: "NodeNetworkConfig",
+            metadata: SpecApplyMeta {
+                name: "node-1",
+                annotations: BTreeMap::from([
+                    (ASSIGNED_AT_ANNOTATION, "2026-11-26T00:00:00Z"),
+                    (QUEUED_ANNOTATION, ""),
+                ]),
+            },
+            spec: &spec,
+        };
+        let mut object = NodeNetworkConfig::new("node-1", spec.clone());
+        object.metadata.annotations = Some(
+            [
+                (
+                    ASSIGNED_AT_ANNOTATION.to_string(),
+                    "2026-11-26T00:00:00Z".to_string(),
+                ),
+                (QUEUED_ANNOTATION.to_string(), String::new()),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            serde_json::to_value(&patch).expect("serializes"),
+            serde_json::to_value(&object).expect("serializes"),
+            "the typed patch is the object itself"
+        );
+    }
 
     #[test]
     fn every_error_category_is_one_the_metrics_start_with() {
