@@ -275,36 +275,17 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_flag() {
-        assert!(
-            parse(&["--max-failures", "0"])
-                .unwrap_err()
-                .contains("--max-failures")
-        );
-        assert!(
-            parse(&["--log-format", "xml"])
-                .unwrap_err()
-                .contains("--log-format")
-        );
-        assert!(
-            parse(&["--metrics-addr", "localhost"])
-                .unwrap_err()
-                .contains("--metrics-addr")
-        );
-        assert!(
-            parse(&["--underlay-mtu", "900"])
-                .unwrap_err()
-                .contains("--underlay-mtu")
-        );
-        assert!(
-            parse(&["--max-object-bytes", "4000000"])
-                .unwrap_err()
-                .contains("--max-object-bytes")
-        );
-        assert!(
-            parse(&["--coalesce-window", "2s"])
-                .unwrap_err()
-                .contains("--coalesce-window")
-        );
+        for (flag, bad) in [
+            ("--max-failures", "0"),
+            ("--log-format", "xml"),
+            ("--metrics-addr", "localhost"),
+            ("--underlay-mtu", "900"),
+            ("--max-object-bytes", "4000000"),
+            ("--coalesce-window", "2s"),
+        ] {
+            let err = parse(&[flag, bad]).unwrap_err();
+            assert!(err.contains(flag), "{flag} {bad}: {err}");
+        }
         assert_eq!(
             parse(&["--coalesce-window", "15ms"])
                 .unwrap()

@@ -393,7 +393,9 @@ impl Observed {
         std::mem::take(&mut self.changes)
     }
 
-    /// Live nodes without a config holding an assignment, by name, with whether each is eligible.
+    /// Live nodes without a config holding an assignment, by name, with whether each is eligible:
+    /// the reference [`Observed::placeholder_work`] is checked against.
+    #[cfg(test)]
     pub fn bare_nodes(&self) -> impl Iterator<Item = (&str, bool)> {
         // Both in name order: a merge, not a lookup per node.
         let mut nodes = self.nodes.by_name.iter().peekable();
@@ -404,7 +406,8 @@ impl Observed {
         })
     }
 
-    /// Placeholder configs, by name.
+    /// Placeholder configs, by name (the reference [`Observed::placeholder_work`] is checked against).
+    #[cfg(test)]
     pub fn placeholders(&self) -> &BTreeMap<String, Arc<NodeNetworkConfig>> {
         &self.placeholders
     }
