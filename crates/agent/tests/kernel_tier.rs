@@ -374,12 +374,14 @@ fn kernel_tier_a_mirror_copies_a_segments_packets_through_its_gre_tunnel() {
         ip(&["addr", "add", "198.18.90.1/24", "dev", "col0"])?;
         ip(&["link", "set", "col1", "up"])?;
         ip(&["addr", "add", "198.18.90.100/24", "dev", "col1"])?;
-        // The collector's MAC, so no copy waits for (or is dropped behind) ARP.
+        // The collector's MAC, so no copy waits for (or is dropped behind) ARP. `replace`, not `add`:
+        // the tunnel may already have sent (its IPv6 autoconfiguration, once col0 is up) and left an
+        // incomplete entry for the collector, and `add` then fails with "File exists".
         let col1: serde_json::Value = serde_json::from_str(&ip(&["-j", "link", "show", "col1"])?)?;
         let mac = col1[0]["address"].as_str().unwrap_or_default().to_string();
         ip(&[
             "neigh",
-            "add",
+            "replace",
             "198.18.90.100",
             "lladdr",
             &mac,
@@ -394,7 +396,7 @@ fn kernel_tier_a_mirror_copies_a_segments_packets_through_its_gre_tunnel() {
         // The gateway's MAC (the segment's anycast MAC), so no ARP is needed before the pings.
         ip(&[
             "neigh",
-            "add",
+            "replace",
             "198.18.10.1",
             "lladdr",
             "02:00:5e:00:01:01",
