@@ -1425,6 +1425,10 @@ fn print_table(kind: ServerKind, n: usize, rows: &[Row]) {
         );
     }
     println!(
+        "cfg wr = the configurators' writes per node, their Lease writes left out (renewals every \
+         --retry-period: time, not nodes; printed per rollout)"
+    );
+    println!(
         "API server cost per node and rollout: srv ms = CPU ms of the {} process, etcd ms = etcd's (both \
          from /proc); KiB/nd = KiB the server sent (answers to reads, plus watch events: answers to \
          writes are not in it as kube-apiserver has no metric of them; body bytes, by the server's own count: {}), ev/nd = watch events it delivered (one per \
@@ -1874,12 +1878,20 @@ impl Fleet {
         for (k, v) in &counts {
             println!("  {k:<40} {v:>8} {:>8.3}/node", *v as f64 / n);
         }
-        let mut cfg_writes = 0;
+        // The configurators' writes per node leave out their Lease writes: renewals come every
+        // --retry-period (300 ms here, for a fast failover), so they are time, not nodes.
+        let (mut cfg_writes, mut lease_writes) = (0, 0);
         println!("per client (requests, writes per node):");
         for (who, c) in &by_client {
             let (t, w) = (c.values().sum::<u64>(), writes(c));
             if who.starts_with("configurator-") {
-                cfg_writes += w;
+                let leases: Counts = (c.iter())
+                    .filter(|(k, _)| k.ends_with(" leases"))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect();
+                let lease = writes(&leases);
+                cfg_writes += w - lease;
+                lease_writes += lease;
             }
             let role = if *who == leader {
                 " (leader at the end)"
@@ -1893,6 +1905,11 @@ impl Fleet {
                 w as f64 / n
             );
         }
+        println!(
+            "configurators' writes per node without their Lease writes (renewals every --retry-period: \
+             time, not nodes): {:.3}; Lease writes {lease_writes}",
+            cfg_writes as f64 / n
+        );
         if let (Some(a), Some(b)) = (&hist0, &hist1)
             && leader == leader0
         {

@@ -349,7 +349,12 @@ async fn queue_node(
             nnc.meta_mut().annotations =
                 Some([(QUEUED_ANNOTATION.to_string(), message.to_string())].into());
             let body = serde_json::to_vec(&nnc).map_err(kube::Error::SerdeError)?;
-            send_unread(client, "create", nnc_request().create(&create_params(), body)).await
+            send_unread(
+                client,
+                "create",
+                nnc_request().create(&create_params(), body),
+            )
+            .await
         }
         Some(rv) => {
             let patch = json!({
@@ -442,7 +447,8 @@ impl WrittenNodeConfig {
             retry,
             config: Default::default(),
         };
-        let mut nnc = NodeNetworkConfig::new(self.metadata.name.as_deref().unwrap_or_default(), spec);
+        let mut nnc =
+            NodeNetworkConfig::new(self.metadata.name.as_deref().unwrap_or_default(), spec);
         nnc.metadata.resource_version = self.metadata.resource_version;
         nnc.status = self.status;
         nnc
