@@ -133,7 +133,13 @@ fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
                 c.spec.config = Default::default();
                 c.metadata.annotations = Some(
                     [
-                        (ASSIGNED_AT_ANNOTATION.to_string(), assigned_at),
+                        (
+                            ASSIGNED_AT_ANNOTATION.to_string(),
+                            // Stamped when sent, as the writer does.
+                            assigned_at.unwrap_or_else(|| {
+                                netwave_configurator::reconcile::now().to_rfc3339()
+                            }),
+                        ),
                         (
                             netwave_configurator::watch::CONFIG_VERIFIED.to_string(),
                             "true".into(),

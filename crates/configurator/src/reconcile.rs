@@ -707,7 +707,8 @@ fn plan_intents(
         intents.push(Intent::ApplyNodeConfig {
             node: a.node.to_string(),
             spec: Box::new(spec),
-            assigned_at: a.assigned_at.to_rfc3339(),
+            // Stamped when sent (the deadlines count from the write, not from this plan).
+            assigned_at: None,
             clear_queued: may_be_queued(observed.config(&a.node).map(|(c, _)| c.as_ref())),
             based_on: observed
                 .config(&a.node)
@@ -1036,7 +1037,7 @@ fn restore_node_configs(
                         config: rn.config(),
                         ..c.spec.clone()
                     }),
-                    assigned_at,
+                    assigned_at: Some(assigned_at),
                     clear_queued: may_be_queued(Some(c.as_ref())),
                     based_on: c.metadata.resource_version.clone(),
                 });

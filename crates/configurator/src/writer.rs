@@ -92,10 +92,15 @@ pub enum Intent {
     /// `based_on`: the node config's resourceVersion in the view the plan was made on (`None`: not in
     /// it). The same spec planned again on that same view — the cache has not shown this replica's own
     /// write yet — is not sent again ([`Writer::execute`]).
+    ///
+    /// `assigned_at`: `None` for the plan's assignments, stamped when the write is sent. The pickup and
+    /// apply deadlines count from it, and a plan's writes can wait in line for a while on a slow API
+    /// server (kube-apiserver at 15,000 nodes took tens of seconds for a first wave of 1,500): time the
+    /// agent never had. `Some` keeps a time already on record (a tampered spec put back).
     ApplyNodeConfig {
         node: String,
         spec: Box<NodeNetworkConfigSpec>,
-        assigned_at: String,
+        assigned_at: Option<String>,
         clear_queued: bool,
         based_on: Option<String>,
     },
@@ -822,8 +827,12 @@ impl Writer {
                 clear_queued,
                 ..
             } => {
+                let sent_at = assigned_at
+                    .is_none()
+                    .then(|| crate::reconcile::now().to_rfc3339());
+                let at = assigned_at.as_deref().or(sent_at.as_deref());
                 let mut annotations =
-                    BTreeMap::from([(ASSIGNED_AT_ANNOTATION, assigned_at.as_str())]);
+                    BTreeMap::from([(ASSIGNED_AT_ANNOTATION, at.unwrap_or_default())]);
                 if *clear_queued {
                     annotations.insert(QUEUED_ANNOTATION, "");
                 }

@@ -90,7 +90,9 @@ pub struct StatusUpdate {
 }
 
 /// Write `NodeNetworkConfig/<node>.spec` for `revision` (render the node's config for it, whose hash is
-/// `config_hash`) and set the `netwave.dev/assigned-at` annotation to `assigned_at`.
+/// `config_hash`) and set the `netwave.dev/assigned-at` annotation: `assigned_at`, or in the
+/// configurator the time the write is sent (no earlier: the timeouts count from it, and the wait of a
+/// plan's writes on a slow API server is not the agent's time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
     pub node: Sym,
