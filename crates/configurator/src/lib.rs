@@ -16,6 +16,7 @@ pub mod lease;
 pub mod liveness;
 pub mod metrics;
 pub mod observed;
+pub mod recheck;
 pub mod reconcile;
 pub mod runtime;
 pub mod snapshot;

@@ -85,6 +85,9 @@ pub struct Metrics {
     pub api_errors: Family<ApiErrorLabels, Counter>,
     /// Writes a replica skipped because it was not (or no longer) the leader.
     pub writes_dropped: Counter,
+    /// Plans decided again because the cache was behind on a node about to fail by a timeout
+    /// (`crate::recheck`): each one is a node failure API latency would have caused.
+    pub timeout_rechecks_behind: Counter,
     pub leader: Gauge,
     /// 1 while changed inputs settle before a revision is cut from them (`--input-settle`).
     pub inputs_pending: Gauge,
@@ -113,6 +116,7 @@ impl Default for Metrics {
             reconcile_compute_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             api_errors: Family::default(),
             writes_dropped: Counter::default(),
+            timeout_rechecks_behind: Counter::default(),
             leader: Gauge::default(),
             inputs_pending: Gauge::default(),
             tampered_specs: Family::default(),
@@ -197,6 +201,11 @@ impl Metrics {
             "writes_dropped",
             "Writes skipped because this replica is not the leader",
             m.writes_dropped.clone(),
+        );
+        registry.register(
+            "timeout_rechecks_behind",
+            "Plans decided again on a fresh read because the cache was behind on a node about to fail by a timeout",
+            m.timeout_rechecks_behind.clone(),
         );
         registry.register(
             "leader",

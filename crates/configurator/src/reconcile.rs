@@ -30,12 +30,13 @@ use netwave_core::rollout::{
 use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Sym, Timestamp};
 use tokio::sync::Notify;
-use tracing::{debug, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
 use crate::observed::{ConfigChanges, Nodes, Observed};
+use crate::recheck;
 pub use crate::snapshot::Snapshot;
 use crate::snapshot::live;
 use crate::watch::Stores;
@@ -1541,6 +1542,41 @@ impl Reconciler {
         }
     }
 
+    /// The plan again on fresh objects, when it fails nodes by a timeout and the cache turns out to
+    /// be behind on any of them ([`crate::recheck`]); else the plan as it is. Only a leader reads:
+    /// a standby's plans are never written.
+    async fn recheck_timeouts(
+        &mut self,
+        snapshot: Snapshot,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> (Snapshot, Outcome) {
+        let names = match &outcome.plan {
+            Some(plan) if self.writer.is_leader() => recheck::new_timeouts(&snapshot, plan),
+            _ => return (snapshot, outcome),
+        };
+        if names.is_empty() {
+            return (snapshot, outcome);
+        }
+        let fresh = recheck::read_fresh(self.writer.client().clone(), names.clone()).await;
+        let Some(fresher) = snapshot.with_fresh_configs(fresh) else {
+            return (snapshot, outcome);
+        };
+        self.metrics.timeout_rechecks_behind.inc();
+        info!(
+            nodes = names.len(),
+            "the cache was behind on nodes about to fail by a timeout: deciding again on a fresh read"
+        );
+        let outcome = compute(
+            &fresher,
+            &self.settings,
+            &mut self.cache,
+            &mut self.settle,
+            now,
+        );
+        (fresher, outcome)
+    }
+
     /// One reconcile; returns how long until the next time-based wake-up.
     pub async fn reconcile_once(&mut self) -> Option<Duration> {
         let span = info_span!("reconcile");
@@ -1559,6 +1595,12 @@ impl Reconciler {
             &mut self.settle,
             now,
         );
+        drop(_g);
+        let (snapshot, outcome) = self
+            .recheck_timeouts(snapshot, outcome, now)
+            .instrument(span.clone())
+            .await;
+        let _g = span.enter();
         if !self.writer.is_leader() {
             // Changes a standby passes over are not followed: a leader again starts afresh.
             self.apply_times = ApplyTimes::default();

@@ -135,6 +135,37 @@ impl Snapshot {
         self.id = next_id();
     }
 
+    /// This snapshot with the node configs read fresh in place of the cache's (`None`: gone), as a new
+    /// snapshot in which those changed; `None` if every one is the version the snapshot holds already.
+    pub fn with_fresh_configs(
+        &self,
+        fresh: Vec<(String, Option<Arc<NodeNetworkConfig>>)>,
+    ) -> Option<Snapshot> {
+        let version = |c: Option<&Arc<NodeNetworkConfig>>| {
+            c.map(|c| (c.metadata.uid.clone(), c.metadata.resource_version.clone()))
+        };
+        let newer: Vec<_> = fresh
+            .into_iter()
+            // One the cache holds as undecodable stays so for this reconcile (its Event says why).
+            .filter(|(name, _)| !self.bad_configs.contains_key(name))
+            .filter(|(name, c)| version(self.node_config(name)) != version(c.as_ref()))
+            .collect();
+        if newer.is_empty() {
+            return None;
+        }
+        let mut s = self.clone();
+        if !s.sorted {
+            s.node_configs.sort_by(|a, b| name_of(a).cmp(name_of(b)));
+        }
+        let mut names = BTreeSet::new();
+        for (name, c) in newer {
+            put(&mut s.node_configs, &name, c);
+            names.insert(name);
+        }
+        s.changed_by_hand(BTreeSet::new(), names);
+        Some(s)
+    }
+
     /// What changed since snapshot `seen`, when this one knows (it was refreshed from that one);
     /// `None`: whoever read `seen` must read this one whole.
     /// Snapshots built by hand all have id 0, so nothing is ever known to have changed since one.

@@ -42,3 +42,201 @@ pub fn args(extra: &[&str]) -> Args {
     }
     args
 }
+
+/// A fleet without an API server: [`crate::reconcile::compute`]'s intents applied to a [`Snapshot`] as
+/// the watches would deliver them (the reconcile benchmark, and tests that drive a rollout in
+/// simulated time). Agents' answers are the caller's (`netwave_agent::sim`).
+pub mod inmem {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::api::ObjectMeta;
+    use netwave_api::vocab::{ConditionStatus, node_conditions};
+    use netwave_api::{
+        ASSIGNED_AT_ANNOTATION, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
+        NodeNetworkConfigSpec, QUEUED_ANNOTATION,
+    };
+    use netwave_core::Timestamp;
+    use netwave_core::render::InputKind;
+
+    use crate::reconcile::Snapshot;
+    use crate::writer::Intent;
+
+    /// A Ready worker Node named `name`.
+    pub fn node(name: &str) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(
+                    [
+                        ("kubernetes.io/hostname".to_string(), name.to_string()),
+                        ("node-role.kubernetes.io/worker".to_string(), String::new()),
+                    ]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: node_conditions::READY.into(),
+                    status: ConditionStatus::True.as_str().into(),
+                    ..NodeCondition::default()
+                }]),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        })
+    }
+
+    /// `now` as an API time.
+    pub fn time(now: Timestamp) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_millisecond(now.0).expect("a valid time"))
+    }
+
+    /// The snapshot as the watches would hold it after `intents` were written at `now`.
+    pub fn apply(s: &mut Snapshot, intents: Vec<Intent>, now: Timestamp) {
+        fn upsert<K: kube::Resource>(list: &mut Vec<Arc<K>>, o: K) {
+            let name = o.meta().name.clone();
+            match list.iter_mut().find(|x| x.meta().name == name) {
+                Some(slot) => *slot = Arc::new(o),
+                None => list.push(Arc::new(o)),
+            }
+        }
+        let mut generation = 0;
+        for intent in intents {
+            generation += 1;
+            match intent {
+                Intent::CreateRevision {
+                    name, spec, inputs, ..
+                } => {
+                    let mut r = NetworkConfigRevision::new(&name, *spec);
+                    r.metadata.uid = Some(format!("uid-{name}"));
+                    r.metadata.generation = Some(1);
+                    r.metadata.creation_timestamp = Some(time(now));
+                    upsert(&mut s.revisions, r);
+                    let mut i = NetworkConfigInputs::new(&name, *inputs);
+                    i.metadata.uid = Some(format!("uid-inputs-{name}"));
+                    i.metadata.generation = Some(1);
+                    upsert(&mut s.revision_inputs, i);
+                }
+                Intent::RevisionStatus { name, status } => {
+                    let Some(r) = s
+                        .revisions
+                        .iter_mut()
+                        .find(|r| r.metadata.name.as_deref() == Some(&name))
+                    else {
+                        continue;
+                    };
+                    Arc::make_mut(r).status = Some(*status);
+                }
+                Intent::ApplyNodeConfig {
+                    node,
+                    spec,
+                    assigned_at,
+                    ..
+                } => {
+                    let status = s
+                        .node_configs
+                        .iter()
+                        .find(|c| c.metadata.name.as_deref() == Some(&node))
+                        .and_then(|c| c.status.clone());
+                    let mut c = NodeNetworkConfig::new(&node, *spec);
+                    c.metadata.uid = Some(format!("uid-nnc-{node}"));
+                    c.metadata.generation = Some(generation);
+                    // As the configurator's cache keeps it: the verified config dropped.
+                    c.spec.config = Default::default();
+                    c.metadata.annotations = Some(
+                        [
+                            (
+                                ASSIGNED_AT_ANNOTATION.to_string(),
+                                // Stamped when sent, as the writer does: at `now`.
+                                assigned_at.unwrap_or_else(|| now.to_rfc3339()),
+                            ),
+                            (crate::watch::CONFIG_VERIFIED.to_string(), "true".into()),
+                        ]
+                        .into(),
+                    );
+                    c.status = status;
+                    upsert(&mut s.node_configs, c);
+                }
+                // Quarantine is off in this bench: no node records or conditions are planned.
+                Intent::NodeRecord { .. } | Intent::NodeCondition { .. } => {}
+                Intent::QueueNode { node, message, .. } => {
+                    let mut c = NodeNetworkConfig::new(&node, NodeNetworkConfigSpec::placeholder());
+                    c.metadata.uid = Some(format!("uid-nnc-{node}"));
+                    c.metadata.annotations =
+                        Some([(QUEUED_ANNOTATION.to_string(), message)].into());
+                    upsert(&mut s.node_configs, c);
+                }
+                Intent::DeleteNodeConfig { name } => s
+                    .node_configs
+                    .retain(|c| c.metadata.name.as_deref() != Some(&name)),
+                Intent::DeleteRevision { name } => {
+                    s.revisions
+                        .retain(|c| c.metadata.name.as_deref() != Some(&name));
+                    s.revision_inputs
+                        .retain(|c| c.metadata.name.as_deref() != Some(&name));
+                }
+                Intent::InputStatus { kind, name, status } => {
+                    fn set<K: kube::Resource + Clone>(
+                        list: &mut [Arc<K>],
+                        name: &str,
+                        f: impl FnOnce(&mut K),
+                    ) {
+                        if let Some(o) = list
+                            .iter_mut()
+                            .find(|o| o.meta().name.as_deref() == Some(name))
+                        {
+                            f(Arc::make_mut(o));
+                        }
+                    }
+                    let st = Some(*status);
+                    match kind {
+                        InputKind::Vrf => set(&mut s.vrfs, &name, |o| o.status = st),
+                        InputKind::Layer2 => set(&mut s.layer2s, &name, |o| o.status = st),
+                        InputKind::RoutingTable => {
+                            set(&mut s.routing_tables, &name, |o| o.status = st)
+                        }
+                        InputKind::BgpPeering => set(&mut s.bgp_peerings, &name, |o| o.status = st),
+                        InputKind::MirrorTarget => {
+                            set(&mut s.mirror_targets, &name, |o| o.status = st)
+                        }
+                        InputKind::MirrorSelector => {
+                            set(&mut s.mirror_selectors, &name, |o| o.status = st)
+                        }
+                    }
+                }
+                Intent::HoldRevision { hold: h, .. } => {
+                    if let Some(r) = s
+                        .revisions
+                        .iter_mut()
+                        .find(|r| r.metadata.name.as_deref() == Some(&h.revision))
+                    {
+                        let r = Arc::make_mut(r);
+                        r.spec.paused = true;
+                        r.metadata.annotations = Some(
+                            [
+                                (
+                                    netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION
+                                        .to_string(),
+                                    h.summary.clone(),
+                                ),
+                                (
+                                    netwave_core::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION
+                                        .to_string(),
+                                    h.basis.clone(),
+                                ),
+                            ]
+                            .into(),
+                        );
+                    }
+                }
+                Intent::RestoreRevisionSpec { .. }
+                | Intent::ReactivateRevision { .. }
+                | Intent::Event { .. } => {}
+            }
+        }
+    }
+}

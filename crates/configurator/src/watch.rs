@@ -237,6 +237,12 @@ fn slim_node_config(nnc: &mut NodeNetworkConfig, verified: &mut Verified) {
     }
 }
 
+/// [`slim_node_config`] for a node config read outside the watch (`crate::recheck`): its config is
+/// hashed, as for a spec the watch has not seen.
+pub fn slim_fresh_node_config(nnc: &mut NodeNetworkConfig) {
+    slim_node_config(nnc, &mut Verified::default());
+}
+
 /// A reflector on one of netwave's kinds, tolerant of objects that do not decode; `slim` applies to the
 /// ones that do.
 fn reflect_decoded<K>(

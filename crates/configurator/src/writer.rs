@@ -635,6 +635,10 @@ impl Writer {
         self.gate.is_leader()
     }
 
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Sends the intents in order and stops at the first one that fails or is backing off: the plan's
     /// order is what keeps a partial application safe (a revision's `Failed` status is on record before
     /// any node is rolled back; `Validated` before any node gets it). The next reconcile recomputes the
