@@ -9,9 +9,9 @@
 //!                                                    objects in it (once; its answer stands)
 //! ```
 //!
-//! On kube-apiserver at 15,000 nodes (#28) the configurator's watch fell seconds behind a saturated
-//! server: agents whose `Provisioning` or verdict was already stored were failed by their timeouts,
-//! 79 `ApplyTimeout`s in one rollout, enough to fail the revision. The fresh read costs one GET per
+//! A saturated API server (kube-apiserver at 15,000 nodes on 2 cores, #28) delivers watch events
+//! seconds late: a node whose agent's `Provisioning` or verdict is already stored would be failed by
+//! its timeout, and enough of them fail the revision. The fresh read costs one GET per
 //! node about to fail by a timeout, once (the next plan finds the failure on record). An agent that
 //! keeps writing its status so that the cache is always behind does not escape its failure: the
 //! decision taken again on its fresh object fails it all the same if it never reported on the attempt.
@@ -61,26 +61,31 @@ pub async fn read_fresh(
     names: BTreeSet<String>,
 ) -> Vec<(String, Option<Arc<NodeNetworkConfig>>)> {
     let api: Api<NodeNetworkConfig> = Api::all(client);
-    futures::stream::iter(names.into_iter().map(|name| {
+    let read = |name: String| {
         let api = api.clone();
         async move {
-        match api.get_opt(&name).await {
-            Ok(found) => Some((
-                name,
-                found.map(|mut nnc| {
-                    crate::watch::slim_fresh_node_config(&mut nnc);
-                    Arc::new(nnc)
-                }),
-            )),
-            Err(e) => {
-                warn!(node = %name, error = %e, "could not read the node config again before failing it by a timeout; the cache's view stands");
-                None
+            match api.get_opt(&name).await {
+                Ok(found) => Some((
+                    name,
+                    found.map(|mut nnc| {
+                        crate::watch::slim_fresh_node_config(&mut nnc);
+                        Arc::new(nnc)
+                    }),
+                )),
+                Err(e) => {
+                    warn!(
+                        node = %name, error = %e,
+                        "could not read a node config again before failing it by a timeout; the \
+                         cache's view stands"
+                    );
+                    None
+                }
             }
         }
-        }
-    }))
-    .buffer_unordered(CONCURRENT_READS)
-    .filter_map(std::future::ready)
-    .collect()
-    .await
+    };
+    futures::stream::iter(names.into_iter().map(read))
+        .buffer_unordered(CONCURRENT_READS)
+        .filter_map(std::future::ready)
+        .collect()
+        .await
 }
