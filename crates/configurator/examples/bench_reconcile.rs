@@ -32,10 +32,9 @@ use std::time::{Duration, Instant};
 
 use netwave_agent::sim::{Answer, status_for};
 use netwave_api::NodeNetworkConfigStatus;
-use netwave_api::manifest::{Manifest, samples};
 use netwave_configurator::metrics::Metrics;
 use netwave_configurator::reconcile::{self, ApplyTimes, RenderCache, Settings, Snapshot};
-use netwave_configurator::testing::inmem::{apply, node};
+use netwave_configurator::testing::inmem::{self, apply};
 use netwave_core::Timestamp;
 use netwave_core::revision::InputSettle;
 
@@ -188,22 +187,8 @@ fn ms(d: Duration) -> String {
 
 /// Both rollouts on `n` nodes: (first, second); `by_change`: the reconcile is told what changed.
 fn fleet(n: usize, by_change: bool) -> (Run, Run) {
-    // The configurator's own defaults, as its command line gives them.
-    let mut settings = netwave_configurator::runtime::settings(
-        &<netwave_configurator::args::Args as clap::Parser>::parse_from(["netwave-configurator"]),
-    );
-    // Simulated time moves by reconciles: the settle window would only add idle ones.
-    settings.input_settle = Duration::ZERO;
-    let mut s = Snapshot::default();
-    for m in samples().expect("the samples parse") {
-        match m {
-            Manifest::Vrf(o) => s.vrfs.push(Arc::new(o)),
-            Manifest::Layer2(o) => s.layer2s.push(Arc::new(o)),
-            Manifest::RoutingTable(o) => s.routing_tables.push(Arc::new(o)),
-            _ => {}
-        }
-    }
-    s.nodes = (0..n).map(|i| node(&format!("node-{i:05}"))).collect();
+    let settings = inmem::settings();
+    let mut s = inmem::samples_snapshot((0..n).map(|i| format!("node-{i:05}")));
     let mut leader = Leader {
         settings,
         cache: RenderCache::default(),

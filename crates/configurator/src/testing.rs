@@ -63,6 +63,34 @@ pub mod inmem {
     use crate::reconcile::Snapshot;
     use crate::writer::Intent;
 
+    /// The configurator's own defaults, as its command line gives them, without the input settle
+    /// window (simulated time moves by reconciles: the window would only add idle ones).
+    pub fn settings() -> crate::reconcile::Settings {
+        let mut settings =
+            crate::runtime::settings(&<crate::args::Args as clap::Parser>::parse_from([
+                "netwave-configurator",
+            ]));
+        settings.input_settle = std::time::Duration::ZERO;
+        settings
+    }
+
+    /// A snapshot holding the sample inputs (VRFs, layer-2s, routing tables) and the Ready worker
+    /// nodes `nodes`.
+    pub fn samples_snapshot(nodes: impl IntoIterator<Item = String>) -> Snapshot {
+        use netwave_api::manifest::{Manifest, samples};
+        let mut s = Snapshot::default();
+        for m in samples().expect("the samples parse") {
+            match m {
+                Manifest::Vrf(o) => s.vrfs.push(Arc::new(o)),
+                Manifest::Layer2(o) => s.layer2s.push(Arc::new(o)),
+                Manifest::RoutingTable(o) => s.routing_tables.push(Arc::new(o)),
+                _ => {}
+            }
+        }
+        s.nodes = nodes.into_iter().map(|n| node(&n)).collect();
+        s
+    }
+
     /// A Ready worker Node named `name`.
     pub fn node(name: &str) -> Arc<Node> {
         Arc::new(Node {

@@ -6,25 +6,21 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use netwave_agent::sim::{Answer, provisioning_for};
 use netwave_api::NodeNetworkConfig;
-use netwave_api::manifest::{Manifest, samples};
 use netwave_configurator::recheck::new_timeouts;
 use netwave_configurator::reconcile::{self, Outcome, RenderCache, Settings, Snapshot, compute};
-use netwave_configurator::testing::inmem::{apply, node};
+use netwave_configurator::testing::inmem::{self, apply};
 use netwave_core::Timestamp;
 use netwave_core::revision::InputSettle;
+use netwave_core::rollout::Plan;
 
 const NODE: &str = "node-1";
 
 /// The configurator's defaults, with a pickup timeout of 10 s within an apply timeout of 600 s.
 fn settings() -> Settings {
-    let mut settings = netwave_configurator::runtime::settings(
-        &<netwave_configurator::args::Args as clap::Parser>::parse_from(["netwave-configurator"]),
-    );
-    settings.input_settle = Duration::ZERO;
+    let mut settings = inmem::settings();
     settings.defaults.apply_timeout_seconds = 600;
     settings.defaults.pickup_timeout_seconds = Some(10);
     settings
@@ -39,6 +35,12 @@ struct Leader {
 impl Leader {
     fn plan(&mut self, s: &Snapshot, now: Timestamp) -> Outcome {
         compute(s, &self.settings, &mut self.cache, &mut self.settle, now)
+    }
+
+    /// The nodes the plan on `s` at `now` fails by a timeout not on record yet, and the plan.
+    fn new_timeouts(&mut self, s: &Snapshot, now: Timestamp) -> (BTreeSet<String>, Plan) {
+        let plan = self.plan(s, now).plan.expect("a plan");
+        (new_timeouts(s, &plan), plan)
     }
 }
 
@@ -61,16 +63,7 @@ fn stored_after_agent_wrote(
 
 #[test]
 fn a_timeout_decided_on_a_cache_that_is_behind_is_decided_again_on_the_fresh_object() {
-    let mut s = Snapshot::default();
-    for m in samples().expect("the samples parse") {
-        match m {
-            Manifest::Vrf(o) => s.vrfs.push(Arc::new(o)),
-            Manifest::Layer2(o) => s.layer2s.push(Arc::new(o)),
-            Manifest::RoutingTable(o) => s.routing_tables.push(Arc::new(o)),
-            _ => {}
-        }
-    }
-    s.nodes = vec![node(NODE)];
+    let mut s = inmem::samples_snapshot([NODE.to_string()]);
     s.changed_by_hand(BTreeSet::new(), BTreeSet::new());
     let mut leader = Leader {
         settings: settings(),
@@ -97,13 +90,8 @@ fn a_timeout_decided_on_a_cache_that_is_behind_is_decided_again_on_the_fresh_obj
 
     // 11 s on, the cache shows no report: the plan fails the node by PickupTimeout.
     let later = Timestamp(t0.0 + 11_000);
-    let out = leader.plan(&s, later);
-    let plan = out.plan.as_ref().expect("a plan");
-    assert_eq!(
-        new_timeouts(&s, plan),
-        BTreeSet::from([NODE.to_string()]),
-        "{plan:#?}"
-    );
+    let (failing, plan) = leader.new_timeouts(&s, later);
+    assert_eq!(failing, BTreeSet::from([NODE.to_string()]), "{plan:#?}");
 
     // Read again, the node config is the very version the cache holds: the failure stands.
     assert!(
@@ -119,9 +107,8 @@ fn a_timeout_decided_on_a_cache_that_is_behind_is_decided_again_on_the_fresh_obj
     let fresher = s
         .with_fresh_configs(vec![(NODE.into(), Some(fresh))])
         .expect("a newer version than the cache's");
-    let out = leader.plan(&fresher, later);
-    let plan = out.plan.as_ref().expect("a plan");
-    assert!(new_timeouts(&fresher, plan).is_empty(), "{plan:#?}");
+    let (failing, plan) = leader.new_timeouts(&fresher, later);
+    assert!(failing.is_empty(), "{plan:#?}");
     assert!(
         plan.status_updates
             .iter()
@@ -137,11 +124,6 @@ fn a_timeout_decided_on_a_cache_that_is_behind_is_decided_again_on_the_fresh_obj
     let fresher = s
         .with_fresh_configs(vec![(NODE.into(), Some(fresh))])
         .expect("a newer version than the cache's");
-    let out = leader.plan(&fresher, later);
-    let plan = out.plan.as_ref().expect("a plan");
-    assert_eq!(
-        new_timeouts(&fresher, plan),
-        BTreeSet::from([NODE.to_string()]),
-        "{plan:#?}"
-    );
+    let (failing, plan) = leader.new_timeouts(&fresher, later);
+    assert_eq!(failing, BTreeSet::from([NODE.to_string()]), "{plan:#?}");
 }
