@@ -457,16 +457,24 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
         "samples: revision {provisioned} Provisioned on {node} in {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    // The agent took the bootstrap taint off once healthy.
-    let tainted = Api::<Node>::all(admin.clone())
-        .get(&node)
-        .await?
-        .spec
-        .and_then(|s| s.taints)
-        .unwrap_or_default()
-        .iter()
-        .any(|t| t.key == TAINT);
-    assert!(!tainted, "the agent removed {TAINT} from its healthy node");
+    // The agent takes the bootstrap taint off once healthy: a write of its own after its report (a
+    // conditional one, retried when the kubelet's heartbeat moved the Node in between), so it is
+    // waited for, not read once.
+    let nodes = Api::<Node>::all(admin.clone());
+    until(
+        cluster,
+        &format!("the agent removed {TAINT} from its healthy node"),
+        Duration::from_secs(30),
+        || {
+            let (nodes, node) = (nodes.clone(), node.clone());
+            async move {
+                let taints = nodes.get(&node).await?.spec.and_then(|s| s.taints);
+                let tainted = taints.unwrap_or_default().iter().any(|t| t.key == TAINT);
+                Ok((!tainted).then_some(()))
+            }
+        },
+    )
+    .await?;
 
     // The node's FRR runs what the NodeNetworkConfig renders to, and EVPN works both ways: the peer
     // learns the node's VNI 1000103 (type-3 route from its VTEP, the node's address), and the node's zebra
