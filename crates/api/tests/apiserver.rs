@@ -46,6 +46,25 @@ fn ok(cp: &ControlPlane, args: &[&str]) -> String {
     out
 }
 
+/// `kubectl explain PATH`, waited for: the server publishes a new CRD's OpenAPI schema a moment after
+/// the CRD is Established (the OpenAPI controller runs on its own queue), and until then kubectl answers
+/// "couldn't find resource". Fails with kubectl's last answer after 30 s.
+fn explain(cp: &ControlPlane, path: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let o = kubectl(cp, &["explain", path], None);
+        let (out, err) = text(&o);
+        if o.status.success() {
+            return out;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl explain {path} failed for 30 s:\n{err}\n{out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
 /// The control plane with netwave's CRDs applied by kubectl from `crds/` (a kustomization) and
 /// Established.
 async fn with_crds() -> Shared {
@@ -81,7 +100,7 @@ async fn with_crds() -> Shared {
 #[tokio::test]
 async fn crds_are_established_and_kubectl_explains_them() {
     let cp = with_crds().await;
-    let out = ok(&cp, &["explain", "vrf.spec.import"]);
+    let out = explain(&cp, "vrf.spec.import");
     assert!(out.contains("KIND:       VRFRouteConfiguration"), "{out}");
     for field in ["cidr", "seq", "ge", "le", "action"] {
         assert!(
@@ -90,7 +109,7 @@ async fn crds_are_established_and_kubectl_explains_them() {
         );
     }
     assert!(out.contains("enum: permit, deny"), "{out}");
-    let out = ok(&cp, &["explain", "ncr.spec.rollout.maxUnavailable"]);
+    let out = explain(&cp, "ncr.spec.rollout.maxUnavailable");
     assert!(out.contains("FIELD: maxUnavailable"), "{out}");
     let resources = ok(&cp, &["api-resources", "--api-group=netwave.dev"]);
     for short in ["vrf", "l2", "rt", "ncr", "nnc"] {
