@@ -139,25 +139,25 @@ pub fn enforce(root: &Schema, obj: &mut Value) -> Outcome {
             .push(invalid("", &Value::Null, "must be of type object"));
         return out;
     };
-    let keys: Vec<String> = map.keys().cloned().collect();
-    for k in keys {
+    let mut dropped: Vec<String> = Vec::new();
+    for (k, v) in map.iter_mut() {
         if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
             continue;
         }
-        match root.properties.get(&k) {
+        match root.properties.get(k) {
             Some(s) => {
-                let mut v = map.remove(&k).unwrap_or(Value::Null);
-                if walk(s, &mut v, &k, &mut out) {
-                    map.insert(k, v);
+                if !walk(s, v, Path::Key(&Path::Root, k), &mut out) {
+                    dropped.push(k.clone());
                 }
             }
             None if root.preserve_unknown => {}
             None => {
-                map.remove(&k);
-                out.pruned.push(k);
+                out.pruned.push(k.clone());
+                dropped.push(k.clone());
             }
         }
     }
+    drop_keys(map, &dropped);
     for (k, s) in &root.properties {
         if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
             continue;
@@ -176,6 +176,33 @@ pub fn enforce(root: &Schema, obj: &mut Value) -> Outcome {
     out
 }
 
+/// Where a value sits in the object being walked, made text only for an error or a pruned field:
+/// formatting every field's path on every write was most of the walk's cost.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Key(Path::Root, k) => f.write_str(k),
+            Path::Key(p, k) => write!(f, "{p}.{k}"),
+            Path::Index(p, i) => write!(f, "{p}[{i}]"),
+        }
+    }
+}
+
+/// Removes the walk's dropped fields, keeping the others in their order.
+fn drop_keys(map: &mut Map<String, Value>, dropped: &[String]) {
+    if !dropped.is_empty() {
+        map.retain(|k, _| !dropped.contains(k));
+    }
+}
+
 fn show(v: &Value) -> String {
     match v {
         Value::Object(_) => "\"object\"".into(),
@@ -184,7 +211,7 @@ fn show(v: &Value) -> String {
     }
 }
 
-fn invalid(path: &str, v: &Value, detail: &str) -> Cause {
+fn invalid(path: impl std::fmt::Display, v: &Value, detail: &str) -> Cause {
     Cause {
         reason: "FieldValueInvalid".into(),
         message: format!("Invalid value: {}: {detail}", show(v)),
@@ -192,7 +219,7 @@ fn invalid(path: &str, v: &Value, detail: &str) -> Cause {
     }
 }
 
-fn required(path: &str) -> Cause {
+fn required(path: impl std::fmt::Display) -> Cause {
     Cause {
         reason: "FieldValueRequired".into(),
         message: "Required value".into(),
@@ -222,7 +249,7 @@ fn is_integer(v: &Value) -> bool {
 }
 
 /// Walks one value; returns false when the value must be dropped (a non-nullable null).
-fn walk(s: &Schema, v: &mut Value, path: &str, out: &mut Outcome) -> bool {
+fn walk(s: &Schema, v: &mut Value, path: Path<'_>, out: &mut Outcome) -> bool {
     if v.is_null() {
         if s.nullable {
             return true;
@@ -291,7 +318,7 @@ fn type_ok(s: &Schema, v: &Value) -> bool {
 
 /// An array's item count bounds, then each item walked (a null item that may not be null is an
 /// error and kept as it is).
-fn walk_array(s: &Schema, items: &mut Vec<Value>, path: &str, out: &mut Outcome) {
+fn walk_array(s: &Schema, items: &mut Vec<Value>, path: Path<'_>, out: &mut Outcome) {
     if let Some(min) = s.min_items
         && (items.len() as u64) < min
     {
@@ -311,29 +338,25 @@ fn walk_array(s: &Schema, items: &mut Vec<Value>, path: &str, out: &mut Outcome)
         });
     }
     let Some(is) = &s.items else { return };
-    let mut kept = Vec::with_capacity(items.len());
-    for (i, mut item) in std::mem::take(items).into_iter().enumerate() {
-        let p = format!("{path}[{i}]");
+    for (i, item) in items.iter_mut().enumerate() {
+        let p = Path::Index(&path, i);
         if item.is_null() && !is.nullable && is.default.is_none() {
             out.errors.push(invalid(
-                &p,
-                &item,
+                p,
+                item,
                 &format!(
                     "{p} in body must be of type {}: \"null\"",
                     is.type_.clone().unwrap_or_default()
                 ),
             ));
-            kept.push(item);
             continue;
         }
-        walk(is, &mut item, &p, out);
-        kept.push(item);
+        walk(is, item, p, out);
     }
-    *items = kept;
 }
 
 /// A string's length bounds and pattern.
-fn check_string(s: &Schema, v: &Value, path: &str, out: &mut Outcome) {
+fn check_string(s: &Schema, v: &Value, path: Path<'_>, out: &mut Outcome) {
     let Value::String(st) = v else { return };
     let len = st.chars().count() as u64;
     if let Some(max) = s.max_length
@@ -366,7 +389,7 @@ fn check_string(s: &Schema, v: &Value, path: &str, out: &mut Outcome) {
 }
 
 /// A number's minimum and maximum (each exclusive or not).
-fn check_number(s: &Schema, v: &Value, path: &str, out: &mut Outcome) {
+fn check_number(s: &Schema, v: &Value, path: Path<'_>, out: &mut Outcome) {
     let Value::Number(n) = v else { return };
     let f = n.as_f64().unwrap_or(0.0);
     if let Some(min) = s.minimum {
@@ -417,19 +440,14 @@ fn fmt_num(f: f64) -> String {
     }
 }
 
-fn walk_object(s: &Schema, map: &mut Map<String, Value>, path: &str, out: &mut Outcome) {
-    let keys: Vec<String> = map.keys().cloned().collect();
-    for k in keys {
-        let p = if path.is_empty() {
-            k.clone()
-        } else {
-            format!("{path}.{k}")
-        };
+fn walk_object(s: &Schema, map: &mut Map<String, Value>, path: Path<'_>, out: &mut Outcome) {
+    let mut dropped: Vec<String> = Vec::new();
+    for (k, v) in map.iter_mut() {
         // Embedded resources keep apiVersion/kind/metadata.
         if s.embedded_resource && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
             continue;
         }
-        let child = match (s.properties.get(&k), &s.additional) {
+        let child = match (s.properties.get(k), &s.additional) {
             (Some(c), _) => Some(c),
             (None, Some(Some(a))) => Some(a.as_ref()),
             (None, Some(None)) => continue,
@@ -437,19 +455,20 @@ fn walk_object(s: &Schema, map: &mut Map<String, Value>, path: &str, out: &mut O
             (None, None) if s.type_.is_none() && s.properties.is_empty() => continue,
             (None, None) => None,
         };
+        let p = Path::Key(&path, k);
         match child {
             Some(c) => {
-                let mut v = map.remove(&k).unwrap_or(Value::Null);
-                if walk(c, &mut v, &p, out) {
-                    map.insert(k, v);
+                if !walk(c, v, p, out) {
+                    dropped.push(k.clone());
                 }
             }
             None => {
-                map.remove(&k);
-                out.pruned.push(p);
+                out.pruned.push(p.to_string());
+                dropped.push(k.clone());
             }
         }
     }
+    drop_keys(map, &dropped);
     for (k, c) in &s.properties {
         if !map.contains_key(k)
             && let Some(d) = &c.default
@@ -459,12 +478,7 @@ fn walk_object(s: &Schema, map: &mut Map<String, Value>, path: &str, out: &mut O
     }
     for r in &s.required {
         if !map.contains_key(r) {
-            let p = if path.is_empty() {
-                r.clone()
-            } else {
-                format!("{path}.{r}")
-            };
-            out.errors.push(required(&p));
+            out.errors.push(required(Path::Key(&path, r)));
         }
     }
 }
