@@ -318,7 +318,7 @@ fn type_ok(s: &Schema, v: &Value) -> bool {
 
 /// An array's item count bounds, then each item walked (a null item that may not be null is an
 /// error and kept as it is).
-fn walk_array(s: &Schema, items: &mut Vec<Value>, path: Path<'_>, out: &mut Outcome) {
+fn walk_array(s: &Schema, items: &mut [Value], path: Path<'_>, out: &mut Outcome) {
     if let Some(min) = s.min_items
         && (items.len() as u64) < min
     {
