@@ -474,16 +474,20 @@ pub fn strategic_merge(doc: &mut Value, patch: &Value, lists: &ListTypes) {
 /// in that form, so defaults inside an atomic list do not make a manifest conflict with itself.
 pub fn apply(
     live: Option<&Value>,
-    applied: &Value,
+    applied: Value,
     defaulted: Option<&Value>,
     force: bool,
     w: &Writer<'_>,
 ) -> Result<Value, Vec<Conflict>> {
-    let cmp = defaulted.unwrap_or(applied);
+    let cmp = defaulted.unwrap_or(&applied);
     let empty = json!({});
     let live_v = live.unwrap_or(&empty);
     let mut list = entries(live_v);
-    let applied_fields = leaves(applied, w.scope, w.lists);
+    let applied_fields = leaves(&applied, w.scope, w.lists);
+    // Which applied fields this apply changes (a value compared once, not once per other manager).
+    let changes: Vec<bool> = (applied_fields.iter())
+        .map(|q| get_path(live_v, q) != get_path(cmp, q))
+        .collect();
     let is_self = |e: &Entry| e.same_owner(w.manager, "Apply", w.subresource);
     let mut conflicts = Vec::new();
     let mut conflict_paths: Vec<(usize, Path)> = Vec::new();
@@ -493,8 +497,8 @@ pub fn apply(
         if is_self(e) {
             continue;
         }
-        for q in &applied_fields {
-            if e.fields.iter().any(|f| overlaps(f, q)) && get_path(live_v, q) != get_path(cmp, q) {
+        for (q, _) in applied_fields.iter().zip(&changes).filter(|(_, c)| **c) {
+            if e.fields.iter().any(|f| overlaps(f, q)) {
                 conflicts.push((e.manager.clone(), e.api_version.clone(), dotted(q)));
                 conflict_paths.push((i, q.clone()));
             }
@@ -543,7 +547,7 @@ pub fn apply(
         }
     }
     // Only the scope's part of the applied configuration lands.
-    let mut scoped = applied.clone();
+    let mut scoped = applied;
     if let Some(m) = scoped.as_object_mut() {
         match w.scope {
             Scope::Main => {
@@ -562,9 +566,7 @@ pub fn apply(
     // Values this apply changed leave owners that did not conflict (shared values stay shared).
     for e in list.iter_mut().filter(|e| !is_self(e)) {
         e.fields.retain(|f| {
-            !applied_fields
-                .iter()
-                .any(|q| overlaps(f, q) && get_path(live_v, q) != get_path(cmp, q))
+            !(applied_fields.iter().zip(&changes)).any(|(q, changed)| *changed && overlaps(f, q))
         });
     }
     match list.iter_mut().find(|e| is_self(e)) {
@@ -598,7 +600,7 @@ mod tests {
         force: bool,
         w: &Writer<'_>,
     ) -> Result<Value, Vec<Conflict>> {
-        apply(live, applied, None, force, w)
+        apply(live, applied.clone(), None, force, w)
     }
 
     fn w(m: &str) -> Writer<'_> {

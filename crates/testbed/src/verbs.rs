@@ -1007,7 +1007,7 @@ fn apply(
             if t.status {
                 return Err(ApiError::not_found(&rt, t.name()));
             }
-            let merged = ssa::apply(None, &applied, Some(&defaulted), opts.force, &writer)
+            let merged = ssa::apply(None, applied, Some(&defaulted), opts.force, &writer)
                 .map_err(|c| ApiError::apply_conflict(&rt, t.name(), &c))?;
             create_with(st, t, merged, opts, true)
         }
@@ -1015,7 +1015,7 @@ fn apply(
             let live_v = live.value();
             let merged = ssa::apply(
                 Some(&live_v),
-                &applied,
+                applied,
                 Some(&defaulted),
                 opts.force,
                 &writer,
