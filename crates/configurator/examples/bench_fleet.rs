@@ -453,7 +453,7 @@ async fn agent_watch(
         };
         let mut obs = seen.lock().unwrap();
         obs.events += 1;
-        if obs.events % SIZE_SAMPLE == 0 {
+        if obs.events.is_multiple_of(SIZE_SAMPLE) {
             obs.event_bytes += SIZE_SAMPLE * encoded_len(&nnc, true);
         }
         if nnc.spec.is_placeholder() {
@@ -503,7 +503,7 @@ async fn agent_watch(
                 s.answers - written.len() as u64
             };
             let bytes: u64 = (written.iter().zip(first + 1..))
-                .filter(|(_, k)| k % SIZE_SAMPLE == 0)
+                .filter(|(_, k)| k.is_multiple_of(SIZE_SAMPLE))
                 .map(|(o, _)| SIZE_SAMPLE * encoded_len(o, false))
                 .sum();
             seen.lock().unwrap().answer_bytes += bytes;
