@@ -312,6 +312,10 @@ fn clock_tick() -> f64 {
 struct Observed {
     /// (when, node, revision): a node's spec got a new (revision, retry, configHash).
     assigned: Vec<(Instant, String, String)>,
+    /// Per entry of `assigned`: its spec's `netwave.dev/assigned-at` (stamped when the configurator
+    /// sent the write) → this process's watch, in ms: the way to the agent that the pickup timeout
+    /// counts besides the agent's own work (same machine, same clock).
+    delivered_ms: Vec<i64>,
     /// (when, node, revision, phase): a node's status reported on its current spec.
     reported: Vec<(Instant, String, String, String)>,
     events: u64,
@@ -337,6 +341,16 @@ fn encoded_len(o: &NodeNetworkConfig, event: bool) -> u64 {
     } else {
         body
     }
+}
+
+/// `now` (wall clock, ms) minus the config's `netwave.dev/assigned-at`; 0 without one.
+fn delivery_ms(nnc: &NodeNetworkConfig) -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    (nnc.annotations().get(netwave_api::ASSIGNED_AT_ANNOTATION))
+        .and_then(|v| netwave_core::types::Timestamp::parse_rfc3339(v).ok())
+        .map_or(0, |t| now - t.0)
 }
 
 /// Whether the status already answers this spec, as the real agent judges it
@@ -485,6 +499,7 @@ async fn agent_watch(
             continue;
         }
         obs.assigned.push((now, name.clone(), key.0.clone()));
+        obs.delivered_ms.push(delivery_ms(&nnc));
         drop(obs);
         let i: usize = name
             .rsplit('-')
@@ -1877,6 +1892,28 @@ impl Fleet {
             ms(percentile(&reaction, 0.5)),
             ms(percentile(&reaction, 0.99)),
             ms(reaction.last().copied().unwrap_or_default())
+        );
+        let delivered: Vec<Duration> = {
+            let o = self.seen.lock().unwrap();
+            let mut d: Vec<Duration> = (o.assigned[mark.0..].iter())
+                .zip(&o.delivered_ms[mark.0..])
+                .filter(|(a, _)| a.2 == name)
+                .map(|(_, &ms)| Duration::from_millis(ms.max(0) as u64))
+                .collect();
+            d.sort_unstable();
+            d
+        };
+        println!(
+            "spec delivery (netwave.dev/assigned-at, stamped when the configurator sends the write -> \
+             the agents' watch here; the pickup timeout, {APPLY_TIMEOUT_S} s, counts it): median {:.1} ms, \
+             p99 {:.1} ms, max {:.1} ms, {} of {} over half the timeout",
+            ms(percentile(&delivered, 0.5)),
+            ms(percentile(&delivered, 0.99)),
+            ms(delivered.last().copied().unwrap_or_default()),
+            (delivered.iter())
+                .filter(|d| d.as_secs_f64() > APPLY_TIMEOUT_S as f64 / 2.0)
+                .count(),
+            delivered.len()
         );
         println!(
             "watch events received by the agents' watch: {events} ({:.2} per node); load average \
