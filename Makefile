@@ -87,8 +87,9 @@ cluster:
 # kube-apiserver + etcd (built from Go modules on first use, cached outside the repo); about 20 min for
 # 1,000 and 5,000 nodes on both servers on 2 cores, and 8 more for 15,000 on the testbed. kube-apiserver
 # runs sizes up to BENCH_FLEET_APISERVER_MAX (it took ~3 GiB at 5,000 nodes; set it to 15000 to add that
-# size on it too: 3.4-4.6 GiB, but on 2 cores it saturates, and the bench's 10 s timeouts fail its second
-# revision, #28). BENCH_FLEET_SIZES="1000" and BENCH_FLEET_SERVERS="apiserver" (comma-separated) pick
+# size on it too: up to 4.9 GiB and 1.0 GiB for etcd, ~25 min more; on 2 cores it saturates, 5-12 x the
+# ideal per rollout; some runs failed their second revision on the bench's 10 s pickup timeout, and the
+# spec delivery line of each rollout says how close that came, #28). BENCH_FLEET_SIZES="1000" and BENCH_FLEET_SERVERS="apiserver" (comma-separated) pick
 # other sizes and servers; BENCH_FLEET_AGENT_WATCH=node gives each simulated agent its own watch.
 BENCH_FLEET_SIZES ?= 1000,5000,15000
 BENCH_FLEET_SERVERS ?= testbed,apiserver
