@@ -315,7 +315,8 @@ struct Observed {
     /// Per entry of `assigned`: its spec's `netwave.dev/assigned-at` (stamped when the configurator
     /// sent the write) → this process's watch, in ms: the way to the agent that the pickup timeout
     /// counts besides the agent's own work (same machine, same clock).
-    delivered_ms: Vec<i64>,
+    /// `None`: the spec carries no readable assigned-at.
+    delivered_ms: Vec<Option<i64>>,
     /// (when, node, revision, phase): a node's status reported on its current spec.
     reported: Vec<(Instant, String, String, String)>,
     events: u64,
@@ -343,14 +344,14 @@ fn encoded_len(o: &NodeNetworkConfig, event: bool) -> u64 {
     }
 }
 
-/// `now` (wall clock, ms) minus the config's `netwave.dev/assigned-at`; 0 without one.
-fn delivery_ms(nnc: &NodeNetworkConfig) -> i64 {
+/// `now` (wall clock, ms) minus the config's `netwave.dev/assigned-at`, if it has one.
+fn delivery_ms(nnc: &NodeNetworkConfig) -> Option<i64> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     (nnc.annotations().get(netwave_api::ASSIGNED_AT_ANNOTATION))
         .and_then(|v| netwave_core::types::Timestamp::parse_rfc3339(v).ok())
-        .map_or(0, |t| now - t.0)
+        .map(|t| now - t.0)
 }
 
 /// Whether the status already answers this spec, as the real agent judges it
@@ -512,16 +513,17 @@ async fn agent_watch(
         tokio::spawn(async move {
             // As the real agent: Provisioning at pick-up, the answer after the apply.
             let written = sim::report(&api, &nnc, &answer, delay, 100).await;
-            let first = {
-                let mut s = seen.lock().unwrap();
-                s.answers += written.len() as u64;
-                s.answers - written.len() as u64
-            };
-            let bytes: u64 = (written.iter().zip(first + 1..))
-                .filter(|(_, k)| k.is_multiple_of(SIZE_SAMPLE))
-                .map(|(o, _)| SIZE_SAMPLE * encoded_len(o, false))
-                .sum();
-            seen.lock().unwrap().answer_bytes += bytes;
+            for o in &written {
+                let sampled = {
+                    let mut s = seen.lock().unwrap();
+                    s.answers += 1;
+                    s.answers.is_multiple_of(SIZE_SAMPLE)
+                };
+                if sampled {
+                    let bytes = SIZE_SAMPLE * encoded_len(o, false);
+                    seen.lock().unwrap().answer_bytes += bytes;
+                }
+            }
         });
     }
 }
@@ -1898,7 +1900,7 @@ impl Fleet {
             let mut d: Vec<Duration> = (o.assigned[mark.0..].iter())
                 .zip(&o.delivered_ms[mark.0..])
                 .filter(|(a, _)| a.2 == name)
-                .map(|(_, &ms)| Duration::from_millis(ms.max(0) as u64))
+                .filter_map(|(_, ms)| ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
                 .collect();
             d.sort_unstable();
             d
