@@ -23,4 +23,5 @@ pub mod snapshot;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod watch;
+pub mod wire;
 pub mod writer;

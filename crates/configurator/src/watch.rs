@@ -11,8 +11,9 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -26,6 +27,7 @@ use tokio::sync::Notify;
 use tracing::{Instrument, info_span, warn};
 
 use crate::liveness::Liveness;
+use crate::wire::WireNodeConfig;
 
 /// Read-only views of the cluster, kept current by the reflectors.
 #[derive(Clone)]
@@ -127,16 +129,7 @@ pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
             Some(node_changes.clone()),
             slim_node,
         ),
-        node_configs: reflect_decoded(
-            client,
-            changed.clone(),
-            live,
-            Some(config_changes.clone()),
-            {
-                let mut verified = Verified::default();
-                move |c| slim_node_config(c, &mut verified)
-            },
-        ),
+        node_configs: reflect_node_configs(client, changed.clone(), live, config_changes.clone()),
         revisions: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
         revision_inputs: reflect_decoded(
             client,
@@ -181,14 +174,11 @@ struct Verified(std::collections::HashMap<String, (String, i64, String)>);
 const VERIFIED_MAX: usize = 100_000;
 
 impl Verified {
-    fn knows(&self, nnc: &NodeNetworkConfig) -> bool {
-        let m = &nnc.metadata;
+    /// Whether the spec of the object with metadata `m` and config hash `hash` was found good.
+    fn knows(&self, m: &ObjectMeta, hash: &str) -> bool {
         match (m.name.as_ref(), m.uid.as_ref(), m.generation) {
-            (Some(name), Some(uid), Some(generation)) => {
-                self.0.get(name).is_some_and(|(u, g, h)| {
-                    u == uid && *g == generation && *h == nnc.spec.config_hash
-                })
-            }
+            (Some(name), Some(uid), Some(generation)) => (self.0.get(name))
+                .is_some_and(|(u, g, h)| u == uid && *g == generation && h == hash),
             _ => false,
         }
     }
@@ -225,7 +215,7 @@ fn slim_node_config(nnc: &mut NodeNetworkConfig, verified: &mut Verified) {
     if nnc.spec.is_placeholder() {
         return;
     }
-    let ok = verified.knows(nnc)
+    let ok = verified.knows(&nnc.metadata, &nnc.spec.config_hash)
         || netwave_core::render::config_hash(&nnc.spec.config) == nnc.spec.config_hash;
     verified.remember(nnc, ok);
     if ok {
@@ -241,6 +231,57 @@ fn slim_node_config(nnc: &mut NodeNetworkConfig, verified: &mut Verified) {
 /// hashed, as for a spec the watch has not seen.
 pub fn slim_fresh_node_config(nnc: &mut NodeNetworkConfig) {
     slim_node_config(nnc, &mut Verified::default());
+}
+
+/// The node configs' reflector. Node configs are read as [`WireNodeConfig`]: their managed fields
+/// are skipped, and their `spec.config` is decoded only for a spec the watch has not verified yet (a
+/// status write, most of a rollout's events, carries a spec already verified). Then as
+/// [`slim_node_config`].
+fn reflect_node_configs(
+    client: &Client,
+    changed: Arc<Notify>,
+    live: &Liveness,
+    journal: Journal,
+) -> Store<Decoded<NodeNetworkConfig>> {
+    let mut verified = Verified::default();
+    let stream = watcher(
+        Api::<Decoded<WireNodeConfig>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map_ok(move |event| map_event(event, &mut |w| cache_node_config(w, &mut verified)));
+    reflect_stream(stream, changed, live, Some(journal))
+}
+
+/// What the cache keeps of a node config off the wire: its `spec.config` is decoded only when
+/// `verified` does not know the spec, then [`slim_node_config`].
+fn cache_node_config(
+    wire: Decoded<WireNodeConfig>,
+    verified: &mut Verified,
+) -> Decoded<NodeNetworkConfig> {
+    let wire = match wire {
+        Decoded::Object(w) => Arc::unwrap_or_clone(w),
+        Decoded::Undecodable(mut u) => {
+            Arc::make_mut(&mut u).metadata.managed_fields = None;
+            return Decoded::Undecodable(u);
+        }
+    };
+    let known = !wire.is_placeholder() && verified.knows(wire.metadata(), wire.config_hash());
+    let mut cached = wire.into_typed(known);
+    // Just built: nothing else holds it, nothing is copied.
+    cached.modify(|nnc| slim_node_config(nnc, verified));
+    cached
+}
+
+/// One watch event with its object converted by `f`.
+fn map_event<A, B>(event: watcher::Event<A>, f: &mut impl FnMut(A) -> B) -> watcher::Event<B> {
+    match event {
+        watcher::Event::Apply(o) => watcher::Event::Apply(f(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(f(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(f(o)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// A reflector on one of netwave's kinds, tolerant of objects that do not decode; `slim` applies to the
@@ -286,13 +327,26 @@ where
         + Sync
         + 'static,
 {
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(slim);
+    reflect_stream(stream, changed, live, journal)
+}
+
+/// Keeps a store of what `stream` delivers, notes each change in `journal` and pokes `changed`.
+fn reflect_stream<K>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    changed: Arc<Notify>,
+    live: &Liveness,
+    journal: Option<Journal>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
     let health = live.watch(&kind);
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(slim)
-        .reflect(writer);
+    let stream = stream.reflect(writer);
     tokio::spawn(
         async move {
             futures::pin_mut!(stream);
@@ -322,7 +376,10 @@ where
 mod tests {
     use netwave_api::{NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RuleConfig};
 
-    use super::{CONFIG_VERIFIED, Verified, slim_node_config};
+    use netwave_runtime::decoded::Decoded;
+
+    use super::{CONFIG_VERIFIED, Verified, cache_node_config, slim_node_config};
+    use crate::wire::WireNodeConfig;
 
     fn rule(priority: u32) -> RuleConfig {
         serde_json::from_value(serde_json::json!({"priority": priority, "table": 100}))
@@ -398,6 +455,53 @@ mod tests {
             Some([("other".to_string(), "kept".to_string())].into()),
             "only the forged mark is gone"
         );
+    }
+
+    /// Off the wire, a spec's config is decoded and hashed at its first version and not read at all
+    /// for the same uid and generation (a status write); a new generation is read again, and a config
+    /// edited under the old hash is kept for the integrity check.
+    #[test]
+    fn off_the_wire_a_config_is_read_once_per_generation() {
+        let (config, hash, edited) = configs();
+        let wire = |config: serde_json::Value, generation: i64| -> Decoded<WireNodeConfig> {
+            let text = serde_json::json!({
+                "metadata": {"name": "node-1", "uid": "u1", "generation": generation,
+                             "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]},
+                "spec": {"revision": "rev-1", "sequence": 1, "configHash": hash, "config": config},
+            });
+            serde_json::from_value(text).expect("decodes")
+        };
+        let cached = |d: Decoded<NodeNetworkConfig>| d.object().expect("decodes").as_ref().clone();
+        let as_json = |c: &NodeConfig| serde_json::to_value(c).expect("encodes");
+        let mut verified = Verified::default();
+
+        let first = cached(cache_node_config(wire(as_json(&config), 1), &mut verified));
+        assert_eq!(
+            first.spec.config,
+            NodeConfig::default(),
+            "verified and dropped"
+        );
+        assert!(
+            first
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(CONFIG_VERIFIED)
+        );
+        assert!(first.metadata.managed_fields.is_none());
+
+        // The same generation again: the config is not read (this one would not even decode).
+        let garbage = serde_json::json!({"vrfs": "not a list"});
+        let same = cached(cache_node_config(wire(garbage.clone(), 1), &mut verified));
+        assert_eq!(same.spec.config, NodeConfig::default(), "not read");
+
+        // A new generation is read: garbage is undecodable, an edit under the old hash is kept.
+        let bad = cache_node_config(wire(garbage, 2), &mut verified);
+        let error = &bad.undecodable().expect("read, and undecodable").error;
+        assert!(error.starts_with("spec.config.vrfs: "), "{error}");
+        let tampered = cached(cache_node_config(wire(as_json(&edited), 3), &mut verified));
+        assert_eq!(tampered.spec.config, edited, "kept for the integrity check");
+        assert!(tampered.metadata.annotations.is_none());
     }
 
     /// A spec is hashed once per version: an event with the uid and generation of a spec found good

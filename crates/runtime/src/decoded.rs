@@ -106,6 +106,12 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Decoded<K> {
 /// Why `json` does not decode as `K`: the field path, then serde's message without its position in
 /// the JSON text (which says nothing to someone reading the object with kubectl).
 pub fn decode_error<K: DeserializeOwned>(json: &str) -> String {
+    decode_error_at::<K>("", json)
+}
+
+/// [`decode_error`] for a value found at `at` (a field path such as `spec.config`) in its object: the
+/// path it names is the whole path from the object.
+pub fn decode_error_at<K: DeserializeOwned>(at: &str, json: &str) -> String {
     let mut de = serde_json::Deserializer::from_str(json);
     match serde_path_to_error::deserialize::<_, K>(&mut de) {
         Ok(_) => String::new(),
@@ -115,10 +121,13 @@ pub fn decode_error<K: DeserializeOwned>(json: &str) -> String {
             let text = inner.to_string();
             let position = format!(" at line {} column {}", inner.line(), inner.column());
             let message = text.strip_suffix(&position).unwrap_or(&text);
-            if path == "." {
-                message.to_string()
-            } else {
-                format!("{path}: {message}")
+            match (at, path.as_str()) {
+                ("", ".") => message.to_string(),
+                (at, ".") => format!("{at}: {message}"),
+                ("", path) => format!("{path}: {message}"),
+                // serde_path_to_error writes an index as `[3]`: no dot before it.
+                (at, path) if path.starts_with('[') => format!("{at}{path}: {message}"),
+                (at, path) => format!("{at}.{path}: {message}"),
             }
         }
     }
