@@ -1,8 +1,6 @@
 //! Stage 9: history (DESIGN.md §3 **History**): keep the newest `revisionHistoryLimit` revisions and
 //! every revision something still needs.
 
-use std::collections::BTreeSet;
-
 use super::super::world::World;
 use crate::sym::Sym;
 
@@ -17,22 +15,23 @@ pub(super) fn history_deletions(w: &World, last_good_after: Option<usize>) -> Ve
     if !w.input.unreadable_configs.is_empty() {
         return Vec::new();
     }
-    let mut protected: BTreeSet<&Sym> = BTreeSet::new();
-    for n in &w.nodes {
-        if let Some(s) = n.spec {
-            protected.insert(s.revision);
-        }
-        if let Some(lg) = &n.status.last_good_revision {
-            protected.insert(lg);
-        }
-    }
-    for i in w.target.into_iter().chain(last_good_after) {
-        protected.insert(w.revs[i].name());
-    }
-    w.revs
-        .iter()
+    // The revisions past the limit, but the target and the last good one; most steps have none, and
+    // then no node needs looking at (the passes over every node are what a step costs, #28).
+    let kept: Vec<&Sym> = (w.target.into_iter().chain(last_good_after))
+        .map(|i| w.revs[i].name())
+        .collect();
+    let mut candidates: Vec<&Sym> = (w.revs.iter())
         .skip(w.input.defaults.revision_history_limit)
-        .filter(|r| !protected.contains(r.name()))
-        .map(|r| r.name().to_string())
-        .collect()
+        .map(|r| r.name())
+        .filter(|name| !kept.contains(name))
+        .collect();
+    for n in &w.nodes {
+        if candidates.is_empty() {
+            break;
+        }
+        let spec = n.spec.map(|s| s.revision);
+        let last_good = n.status.last_good_revision.as_ref();
+        candidates.retain(|c| Some(*c) != spec && Some(*c) != last_good);
+    }
+    candidates.into_iter().map(ToString::to_string).collect()
 }
