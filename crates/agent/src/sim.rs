@@ -5,8 +5,9 @@
 //! subresource, field manager `netwave-agent`).
 //!
 //! ```text
-//!  watch NNCs ──► new (revision, retry, configHash) not yet reported ──► behaviour(nnc) ──(after delay)──► status apply
-//!                                                              Provisioned | Invalid | Silent
+//!  watch NNCs ──► new (revision, retry, configHash) not yet reported ──► behaviour(nnc)
+//!      ──► status apply `Provisioning` ──(after delay)──► status apply Provisioned | Invalid
+//!      (Silent: nothing, as a dead agent)
 //! ```
 
 use std::collections::BTreeMap;
@@ -204,9 +205,9 @@ fn already_reported(nnc: &NodeNetworkConfig) -> bool {
 }
 
 /// Simulated agents for every node, until the returned task is aborted (which also aborts every answer
-/// on its way). Each new (revision, retry, configHash) of a node is answered once, `delay` after it was seen; write
-/// errors are retried like a real agent's (an API server restart is outlasted), never turned into a
-/// verdict.
+/// on its way). Each new (revision, retry, configHash) of a node is answered once, as a real agent
+/// answers it ([`report`]): `Provisioning` when it is seen, the answer `delay` later. Write errors are
+/// retried like a real agent's (an API server restart is outlasted), never turned into a verdict.
 pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::task::JoinHandle<()> {
     spawn_watching(client, None, behaviour, delay)
 }
@@ -261,20 +262,8 @@ fn spawn_watching(
             handled.lock().unwrap().insert(name.clone(), key);
             let answer = behaviour(&nnc);
             let api = api.clone();
-            answers.spawn(async move {
-                tokio::time::sleep(delay).await;
-                let Some(body) = status_for(&nnc, &answer) else {
-                    return;
-                };
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                for _ in 0..600 {
-                    match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
-                        Ok(_) => break,
-                        Err(kube::Error::Api(ae)) if ae.code == 404 => break,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                    }
-                }
-            });
+            // A minute of tries: an API server restart is outlasted.
+            answers.spawn(async move { drop(report(&api, &nnc, &answer, delay, 600).await) });
         }
     })
 }

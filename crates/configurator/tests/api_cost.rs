@@ -59,8 +59,9 @@ async fn cost(
         input_status_writes <= 18,
         "at most one status write per input object: {input_status_writes}"
     );
-    // Each answer of a simulated agent is one status write (the agents' only write).
-    let agent_writes = answers.load(Ordering::SeqCst);
+    // Each answer of a simulated agent is two status writes, as a real agent's: `Provisioning` when
+    // it picks the spec up, then the answer (the agents' only writes).
+    let agent_writes = 2 * answers.load(Ordering::SeqCst);
     // The test's own input edit and the leader election's Lease renewals are no rollout cost.
     let other = counts.get("patch", "layer2networkconfigurations")
         + counts.get("create", "leases")
