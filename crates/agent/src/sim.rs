@@ -259,7 +259,7 @@ fn spawn_watching(
             if reported || handled.lock().unwrap().get(&name) == Some(&key) {
                 continue;
             }
-            handled.lock().unwrap().insert(name.clone(), key);
+            handled.lock().unwrap().insert(name, key);
             let answer = behaviour(&nnc);
             let api = api.clone();
             // A minute of tries: an API server restart is outlasted.

@@ -109,8 +109,8 @@ pub fn decode_error<K: DeserializeOwned>(json: &str) -> String {
     decode_error_at::<K>("", json)
 }
 
-/// [`decode_error`] for a value found at `at` (a field path such as `spec.config`) in its object: the
-/// path it names is the whole path from the object.
+/// [`decode_error`] for an object found at `at` (a field path such as `spec.config`) in the object it
+/// belongs to: the path it names is the whole path from there.
 pub fn decode_error_at<K: DeserializeOwned>(at: &str, json: &str) -> String {
     let mut de = serde_json::Deserializer::from_str(json);
     match serde_path_to_error::deserialize::<_, K>(&mut de) {
@@ -121,13 +121,15 @@ pub fn decode_error_at<K: DeserializeOwned>(at: &str, json: &str) -> String {
             let text = inner.to_string();
             let position = format!(" at line {} column {}", inner.line(), inner.column());
             let message = text.strip_suffix(&position).unwrap_or(&text);
-            match (at, path.as_str()) {
-                ("", ".") => message.to_string(),
-                (at, ".") => format!("{at}: {message}"),
-                ("", path) => format!("{path}: {message}"),
-                // serde_path_to_error writes an index as `[3]`: no dot before it.
-                (at, path) if path.starts_with('[') => format!("{at}{path}: {message}"),
-                (at, path) => format!("{at}.{path}: {message}"),
+            let path = match (at, path.as_str()) {
+                (at, ".") => at.to_string(),
+                ("", path) => path.to_string(),
+                (at, path) => format!("{at}.{path}"),
+            };
+            if path.is_empty() {
+                message.to_string()
+            } else {
+                format!("{path}: {message}")
             }
         }
     }
