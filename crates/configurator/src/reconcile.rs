@@ -29,7 +29,6 @@ use netwave_core::rollout::{
 };
 use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Sym, Timestamp};
-use tokio::sync::Notify;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::integrity::{Findings, IntegrityCache};
@@ -39,7 +38,7 @@ use crate::observed::{ConfigChanges, Nodes, Observed};
 use crate::recheck;
 pub use crate::snapshot::Snapshot;
 use crate::snapshot::live;
-use crate::watch::Stores;
+use crate::watch::{Stores, Wakeups};
 use crate::writer::{Intent, Writer};
 
 #[derive(Clone, Debug)]
@@ -768,9 +767,11 @@ fn may_be_queued(current: Option<&netwave_api::NodeNetworkConfig>) -> bool {
     })
 }
 
-/// Most placeholder writes one reconcile makes: a first rollout of 5,000 nodes creates them in batches
-/// behind the rollout's own writes, so an agent's report never waits behind thousands of them.
-const PLACEHOLDER_WRITES_PER_RECONCILE: usize = 250;
+/// Most placeholder writes one reconcile makes: a first rollout creates them in batches behind the
+/// rollout's own writes, so an agent's report never waits behind thousands of them. Two rounds of
+/// concurrent node writes: a report that comes in while a reconcile writes waits for them (with 250,
+/// a first rollout of 15,000 nodes spent its first seconds in reconciles of 100 ms and more, #28).
+const PLACEHOLDER_WRITES_PER_RECONCILE: usize = 2 * crate::writer::CONCURRENT_NODE_WRITES;
 
 /// Every node of the fleet has a NodeNetworkConfig, so `kubectl get nnc` lists it: a node the plan
 /// leaves without an assignment (queued in a first rollout, or not Ready) gets a placeholder created
@@ -1335,7 +1336,7 @@ pub struct Reconciler {
     pub writer: Writer,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
-    pub changed: Arc<Notify>,
+    pub changed: Arc<Wakeups>,
     cache: RenderCache,
     settle: InputSettle,
     apply_times: ApplyTimes,
@@ -1372,7 +1373,7 @@ impl Reconciler {
         writer: Writer,
         metrics: Arc<Metrics>,
         settings: Settings,
-        changed: Arc<Notify>,
+        changed: Arc<Wakeups>,
     ) -> Self {
         Self {
             stores,
@@ -1522,10 +1523,10 @@ impl Reconciler {
         loop {
             tokio::select! {
                 _ = &mut shutdown => return,
-                _ = self.changed.notified() => {
+                first = self.changed.wait() => {
                     // Coalesce bursts (a watch relist delivers many events at once, a rollout
-                    // hundreds of reports a second).
-                    tokio::time::sleep(self.settings.coalesce).await;
+                    // hundreds of reports a second), counting from the first change not taken.
+                    tokio::time::sleep_until(first + self.settings.coalesce).await;
                     let until = tokio::time::Instant::now() + STANDBY_INTERVAL;
                     while !self.writer.is_leader() && tokio::time::Instant::now() < until {
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1582,6 +1583,9 @@ impl Reconciler {
         let span = info_span!("reconcile");
         let _g = span.enter();
         let started = std::time::Instant::now();
+        // Changes from here on are for the next reconcile's window (those before the snapshot below
+        // are in it as well: that reconcile then plans nothing).
+        self.changed.take();
         // The nodes and node configs read again only where their watches saw a change.
         let snapshot = match self.snapshot.take() {
             Some(last) => last.refresh(&self.stores),

@@ -9,7 +9,7 @@ use netwave_core::fleet::FleetParams;
 use netwave_core::leadership::Bounds;
 use netwave_core::rollout::PolicyDefaults;
 use netwave_runtime::{self as http, Readiness};
-use tokio::sync::{Notify, watch as channel};
+use tokio::sync::watch as channel;
 use tracing::info;
 
 use crate::args::Args;
@@ -115,7 +115,7 @@ pub async fn run_with(
         let l = liveness.clone();
         Arc::new(move || l.judge())
     });
-    let changed = Arc::new(Notify::new());
+    let changed = Arc::new(watches::Wakeups::default());
     let stores = watches::start(&client, changed.clone(), &liveness);
     let recorder = Recorder::new(
         client.clone(),
@@ -140,7 +140,7 @@ pub async fn run_with(
     tokio::spawn(async move {
         // Ends with the elector (a stopped elector's channel is closed: looping on it would spin).
         while leadership.changed().await.is_some() {
-            wake.notify_one();
+            wake.wake();
         }
     });
     let elector_task = tokio::spawn(elector.run(stopped(stop_rx.clone())));

@@ -9,7 +9,7 @@
 //! types k8s-openapi is generated from, and are watched as they are.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -24,6 +24,7 @@ use netwave_api::{
 use netwave_runtime::decoded::Decoded;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing::{Instrument, info_span, warn};
 
 use crate::liveness::Liveness;
@@ -68,7 +69,7 @@ impl Journal {
         // The lock guards a set: a panic elsewhere cannot leave it half-written.
         self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Notes one watch event.
@@ -110,9 +111,56 @@ impl Stores {
     }
 }
 
+/// What the watches tell the reconcile loop: that something changed, and since when changes have
+/// been waiting for a reconcile. The loop's coalesce window counts from the first change it has not
+/// taken yet, not from when the loop got to it: a report that came in while a reconcile was writing
+/// has waited already, and waiting the whole window again after the writes added that much to its
+/// reaction (#28).
+#[derive(Default)]
+pub struct Wakeups {
+    notify: Notify,
+    first: Mutex<Option<Instant>>,
+}
+
+impl Wakeups {
+    /// A change: noted (the first since the last [`Wakeups::take`] with its time), and the loop
+    /// woken.
+    pub fn mark(&self) {
+        self.first
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(Instant::now);
+        self.notify.notify_one();
+    }
+
+    /// Waits for a change; returns when the first change not taken yet came (now, for a wake-up
+    /// without one, such as a leadership change).
+    pub async fn wait(&self) -> Instant {
+        self.notify.notified().await;
+        self.first
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// Wakes the loop without a change to count from.
+    pub fn wake(&self) {
+        self.notify.notify_one();
+    }
+
+    /// The changes so far are being taken (a reconcile reads the stores next): later ones count
+    /// afresh.
+    pub fn take(&self) {
+        *self
+            .first
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
 /// Starts one reflector per kind; `changed` is notified on every event, and each watch reports its
 /// lists and errors to `live` (a replica that cannot list cannot lead).
-pub fn start(client: &Client, changed: Arc<Notify>, live: &Liveness) -> Stores {
+pub fn start(client: &Client, changed: Arc<Wakeups>, live: &Liveness) -> Stores {
     let (node_changes, config_changes) = (Journal::default(), Journal::default());
     let none = None;
     Stores {
@@ -239,7 +287,7 @@ pub fn slim_fresh_node_config(nnc: &mut NodeNetworkConfig) {
 /// [`slim_node_config`].
 fn reflect_node_configs(
     client: &Client,
-    changed: Arc<Notify>,
+    changed: Arc<Wakeups>,
     live: &Liveness,
     journal: Journal,
 ) -> Store<Decoded<NodeNetworkConfig>> {
@@ -288,7 +336,7 @@ fn map_event<A, B>(event: watcher::Event<A>, f: &mut impl FnMut(A) -> B) -> watc
 /// ones that do.
 fn reflect_decoded<K>(
     client: &Client,
-    changed: Arc<Notify>,
+    changed: Arc<Wakeups>,
     live: &Liveness,
     journal: Option<Journal>,
     mut slim: impl FnMut(&mut K) + Send + 'static,
@@ -313,7 +361,7 @@ where
 
 fn reflect_with<K>(
     api: Api<K>,
-    changed: Arc<Notify>,
+    changed: Arc<Wakeups>,
     live: &Liveness,
     journal: Option<Journal>,
     slim: impl FnMut(&mut K) + Send + 'static,
@@ -336,7 +384,7 @@ where
 /// Keeps a store of what `stream` delivers, notes each change in `journal` and pokes `changed`.
 fn reflect_stream<K>(
     stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    changed: Arc<Notify>,
+    changed: Arc<Wakeups>,
     live: &Liveness,
     journal: Option<Journal>,
 ) -> Store<K>
@@ -357,7 +405,7 @@ where
                         if let Some(j) = &journal {
                             j.note(&event);
                         }
-                        changed.notify_one()
+                        changed.mark()
                     }
                     // The watcher re-lists and re-watches by itself (with backoff); keep going.
                     Err(e) => {
@@ -541,5 +589,32 @@ mod tests {
         let mut back = versioned(&edited, "u1", 1);
         slim_node_config(&mut back, &mut verified);
         assert_eq!(back.spec.config, edited, "hashed again after a bad one");
+    }
+
+    /// The loop's window counts from the first change it has not taken: a change that waited out
+    /// a reconcile's writes is not made to wait the whole window again.
+    #[tokio::test(start_paused = true)]
+    async fn the_window_counts_from_the_first_change_not_taken() {
+        use std::time::Duration;
+        use tokio::time::Instant;
+
+        let changes = super::Wakeups::default();
+        let first = Instant::now();
+        changes.mark();
+        tokio::time::advance(Duration::from_millis(40)).await;
+        changes.mark();
+        assert_eq!(changes.wait().await, first, "the first of two changes");
+
+        changes.take();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        let second = Instant::now();
+        changes.mark();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert_eq!(changes.wait().await, second, "taken changes do not count");
+
+        changes.take();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        changes.wake();
+        assert_eq!(changes.wait().await, Instant::now(), "a wake-up without a change");
     }
 }

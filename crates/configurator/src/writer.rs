@@ -35,7 +35,7 @@ const MAX_PENDING_EVENTS: usize = 200;
 /// Node config assignments of one plan sent at once: they are independent of each other (any subset
 /// of a plan's assignments is within its budget), and one at a time they made a reconcile of a
 /// 5,000-node rollout wait ~4 ms per node for the API server (#14). Everything else stays in order.
-const CONCURRENT_NODE_WRITES: usize = 32;
+pub(crate) const CONCURRENT_NODE_WRITES: usize = 32;
 
 /// Field manager of every configurator write (server-side apply ownership).
 pub const FIELD_MANAGER: &str = netwave_api::vocab::managers::CONFIGURATOR;
