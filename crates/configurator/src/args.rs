@@ -99,7 +99,8 @@ pub struct Args {
         value_parser = clap::value_parser!(u64).range(1024..=netwave_core::limits::MAX_OBJECT_BYTES_CEILING)
     )]
     pub max_object_bytes: u64,
-    /// How long the reconcile loop waits after a change for the rest of a burst before it plans: a
+    /// How long the reconcile loop waits after a change (counted from the first one it has not
+    /// planned for) for the rest of a burst before it plans: a
     /// longer window batches more agent reports into one reconcile (less configurator CPU on a large
     /// fleet), a shorter one answers each report sooner. At most 1s. The default was measured at
     /// 5,000 nodes (#28): against 5ms it halves the reconciles and cuts the leader's CPU per rollout

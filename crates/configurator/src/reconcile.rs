@@ -48,9 +48,9 @@ pub struct Settings {
     pub resync: Duration,
     /// Quiet time the inputs need before a revision is cut from them (see [`InputSettle`]).
     pub input_settle: Duration,
-    /// How long the loop waits after a change for the rest of a burst (`--coalesce-window`). Events
-    /// during a reconcile coalesce anyway (one stored wake-up); this window only adds to the reaction
-    /// to an agent's report.
+    /// How long the loop waits after a change for the rest of a burst (`--coalesce-window`), counted
+    /// from the first change it has not taken: events during a reconcile coalesce anyway (one stored
+    /// wake-up), and one that waited out a reconcile is not made to wait the whole window again.
     pub coalesce: Duration,
 }
 
