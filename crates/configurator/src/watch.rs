@@ -67,9 +67,7 @@ pub struct Changes {
 impl Journal {
     fn lock(&self) -> std::sync::MutexGuard<'_, Changes> {
         // The lock guards a set: a panic elsewhere cannot leave it half-written.
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Notes one watch event.
@@ -151,10 +149,7 @@ impl Wakeups {
     /// The changes so far are being taken (a reconcile reads the stores next): later ones count
     /// afresh.
     pub fn take(&self) {
-        *self
-            .first
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        *self.first.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 }
 
@@ -615,6 +610,10 @@ mod tests {
         changes.take();
         tokio::time::advance(Duration::from_millis(5)).await;
         changes.wake();
-        assert_eq!(changes.wait().await, Instant::now(), "a wake-up without a change");
+        assert_eq!(
+            changes.wait().await,
+            Instant::now(),
+            "a wake-up without a change"
+        );
     }
 }
