@@ -536,18 +536,48 @@ pub struct Writer {
     pending_events: Vec<Intent>,
     base: Duration,
     max: Duration,
-    /// node → the last spec written to its config, on which view, and until when a plan on that same
-    /// view repeats it ([`SENT_SPEC_MEMORY`]).
+    /// node → the last spec or placeholder written to its config, on which view, and until when a
+    /// plan on that same view repeats it ([`SENT_SPEC_MEMORY`]).
     sent_specs: BTreeMap<String, SentSpec>,
 }
 
-/// A spec this replica wrote to a node config (revision, sequence, retry, configHash), planned on the
-/// view `based_on` of that config.
+/// What this replica wrote to a node config, planned on the view `based_on` of that config (`None`:
+/// the config was not in it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct SentSpec {
     based_on: Option<String>,
-    spec: (String, u64, u32, String),
+    spec: Sent,
     until: Instant,
+}
+
+/// A node config write, as far as a repeat of it goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Sent {
+    /// An assignment: revision, sequence, retry, configHash.
+    Spec((String, u64, u32, String)),
+    /// A placeholder created (on no view) or its message updated (on the view it was read at), with
+    /// this message. On kube-apiserver the cache shows a create some time after it; a plan in between
+    /// made the same create again, which failed as a conflict (1.045 creates per node at 1,000
+    /// nodes, #28).
+    Queued(String),
+}
+
+/// The node, the view and what a node config write sends (`None`: not a node config write).
+fn sent(intent: &Intent) -> Option<(&String, &Option<String>, Sent)> {
+    match intent {
+        Intent::ApplyNodeConfig {
+            node,
+            spec,
+            based_on,
+            ..
+        } => Some((node, based_on, Sent::Spec(spec_key(spec)))),
+        Intent::QueueNode {
+            node,
+            message,
+            resource_version,
+        } => Some((node, resource_version, Sent::Queued(message.clone()))),
+        _ => None,
+    }
 }
 
 /// How long a written spec is taken as still on its way to the cache: a plan on the view it was based
@@ -573,8 +603,8 @@ pub struct Outcome {
     pub deferred: usize,
     /// Not sent because this replica is not the leader.
     pub dropped: usize,
-    /// Node config specs not sent because this replica wrote them already on the same view (the
-    /// cache had not shown that write when the plan was made).
+    /// Node config specs and placeholders not sent because this replica wrote them already on the
+    /// same view (the cache had not shown that write when the plan was made).
     pub repeated: usize,
     /// The earliest time a deferred or failed write may be retried.
     pub retry_at: Option<Instant>,
@@ -594,37 +624,26 @@ impl Writer {
         }
     }
 
-    /// `intent` writes a spec this replica wrote already, planned on the same view of the node config
-    /// (within [`SENT_SPEC_MEMORY`]): sending it again would only move the assignment time, and cost
-    /// the API server a write and an event for every watch of node configs.
+    /// `intent` writes a spec (or a placeholder) this replica wrote already, planned on the same view
+    /// of the node config (within [`SENT_SPEC_MEMORY`]): sending it again would only move the
+    /// assignment time (or fail as a conflict), and cost the API server a write and an event for
+    /// every watch of node configs.
     fn repeats(&self, intent: &Intent, now: Instant) -> bool {
-        let Intent::ApplyNodeConfig {
-            node,
-            spec,
-            based_on,
-            ..
-        } = intent
-        else {
+        let Some((node, based_on, what)) = sent(intent) else {
             return false;
         };
         self.sent_specs
             .get(node)
-            .is_some_and(|s| s.based_on == *based_on && s.spec == spec_key(spec) && now < s.until)
+            .is_some_and(|s| s.based_on == *based_on && s.spec == what && now < s.until)
     }
 
     fn remember(&mut self, intent: &Intent, now: Instant) {
-        if let Intent::ApplyNodeConfig {
-            node,
-            spec,
-            based_on,
-            ..
-        } = intent
-        {
+        if let Some((node, based_on, what)) = sent(intent) {
             self.sent_specs.insert(
                 node.clone(),
                 SentSpec {
                     based_on: based_on.clone(),
-                    spec: spec_key(spec),
+                    spec: what,
                     until: now + SENT_SPEC_MEMORY,
                 },
             );
