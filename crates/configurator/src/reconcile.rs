@@ -1976,6 +1976,66 @@ mod tests {
             assert_eq!(refused, 2);
         }
     }
+
+    /// A first rollout gives every node a config (its assignment or a placeholder), the placeholders
+    /// at most [`PLACEHOLDER_WRITES_PER_RECONCILE`] at a time behind the rollout's own writes: a
+    /// report that comes in during a reconcile waits for that reconcile's writes.
+    #[test]
+    fn placeholders_come_in_batches_behind_the_rollouts_writes() {
+        use crate::testing::inmem;
+        use netwave_core::revision::InputSettle;
+
+        use super::{PLACEHOLDER_WRITES_PER_RECONCILE, RenderCache, compute};
+        use crate::writer::Intent;
+
+        const NODES: usize = 600;
+        let mut s = inmem::samples_snapshot((0..NODES).map(|i| format!("node-{i:04}")));
+        let settings = inmem::settings();
+        let (mut cache, mut settle) = (RenderCache::default(), InputSettle::default());
+        let mut now = netwave_core::Timestamp(1_800_000_000_000);
+        let (mut batches, mut first_batch) = (Vec::new(), Vec::<String>::new());
+        while s.node_configs.len() < NODES && batches.len() < 100 {
+            let out = compute(&s, &settings, &mut cache, &mut settle, now);
+            let queued = (out.intents.iter())
+                .filter(|i| matches!(i, Intent::QueueNode { .. }))
+                .count();
+            let first = (out.intents.iter())
+                .position(|i| matches!(i, Intent::QueueNode { .. }))
+                .unwrap_or(out.intents.len());
+            assert!(
+                !out.intents[first..]
+                    .iter()
+                    .any(|i| matches!(i, Intent::ApplyNodeConfig { .. })),
+                "placeholders go after the plan's assignments"
+            );
+            if first_batch.is_empty() {
+                first_batch = (out.intents.iter())
+                    .filter_map(|i| match i {
+                        Intent::QueueNode { node, .. } => Some(node.clone()),
+                        _ => None,
+                    })
+                    .collect();
+            }
+            batches.push(queued);
+            inmem::apply(&mut s, out.intents, now);
+            now = netwave_core::Timestamp(now.0 + 10);
+        }
+        assert_eq!(s.node_configs.len(), NODES, "every node has a config");
+        assert!(
+            batches
+                .iter()
+                .all(|&n| n <= PLACEHOLDER_WRITES_PER_RECONCILE),
+            "placeholder writes per reconcile: {batches:?}"
+        );
+        assert!(
+            batches.contains(&PLACEHOLDER_WRITES_PER_RECONCILE),
+            "full batches while there is more to do: {batches:?}"
+        );
+        assert!(
+            first_batch.iter().all(|n| n.as_str() >= "node-0500"),
+            "the first placeholders are for the nodes whose turn comes last: {first_batch:?}"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -2099,65 +2159,5 @@ mod apply_times_tests {
                 );
             }
         }
-    }
-
-    /// A first rollout gives every node a config (its assignment or a placeholder), the placeholders
-    /// at most [`PLACEHOLDER_WRITES_PER_RECONCILE`] at a time behind the rollout's own writes: a
-    /// report that comes in during a reconcile waits for that reconcile's writes.
-    #[test]
-    fn placeholders_come_in_batches_behind_the_rollouts_writes() {
-        use crate::testing::inmem;
-        use netwave_core::revision::InputSettle;
-
-        use super::{PLACEHOLDER_WRITES_PER_RECONCILE, RenderCache, compute};
-        use crate::writer::Intent;
-
-        const NODES: usize = 600;
-        let mut s = inmem::samples_snapshot((0..NODES).map(|i| format!("node-{i:04}")));
-        let settings = inmem::settings();
-        let (mut cache, mut settle) = (RenderCache::default(), InputSettle::default());
-        let mut now = netwave_core::Timestamp(1_800_000_000_000);
-        let (mut batches, mut first_batch) = (Vec::new(), Vec::<String>::new());
-        while s.node_configs.len() < NODES && batches.len() < 100 {
-            let out = compute(&s, &settings, &mut cache, &mut settle, now);
-            let queued = (out.intents.iter())
-                .filter(|i| matches!(i, Intent::QueueNode { .. }))
-                .count();
-            let first = (out.intents.iter())
-                .position(|i| matches!(i, Intent::QueueNode { .. }))
-                .unwrap_or(out.intents.len());
-            assert!(
-                !out.intents[first..]
-                    .iter()
-                    .any(|i| matches!(i, Intent::ApplyNodeConfig { .. })),
-                "placeholders go after the plan's assignments"
-            );
-            if first_batch.is_empty() {
-                first_batch = (out.intents.iter())
-                    .filter_map(|i| match i {
-                        Intent::QueueNode { node, .. } => Some(node.clone()),
-                        _ => None,
-                    })
-                    .collect();
-            }
-            batches.push(queued);
-            inmem::apply(&mut s, out.intents, now);
-            now = netwave_core::Timestamp(now.0 + 10);
-        }
-        assert_eq!(s.node_configs.len(), NODES, "every node has a config");
-        assert!(
-            batches
-                .iter()
-                .all(|&n| n <= PLACEHOLDER_WRITES_PER_RECONCILE),
-            "placeholder writes per reconcile: {batches:?}"
-        );
-        assert!(
-            batches.contains(&PLACEHOLDER_WRITES_PER_RECONCILE),
-            "full batches while there is more to do: {batches:?}"
-        );
-        assert!(
-            first_batch.iter().all(|n| n.as_str() >= "node-0500"),
-            "the first placeholders are for the nodes whose turn comes last: {first_batch:?}"
-        );
     }
 }
