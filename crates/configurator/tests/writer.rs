@@ -36,6 +36,17 @@ fn assign(revision: &str, at: &str, based_on: Option<String>) -> Intent {
     }
 }
 
+/// The annotation `key` of node-1's config, as the server has it now.
+async fn node_1_annotation(nncs: &Api<NodeNetworkConfig>, key: &str) -> String {
+    nncs.get("node-1")
+        .await
+        .expect("node-1")
+        .metadata
+        .annotations
+        .unwrap_or_default()[key]
+        .clone()
+}
+
 /// A writer that leads (its elector runs until the returned task is dropped with the runtime).
 async fn leading_writer(client: &kube::Client) -> (Writer, tokio::task::JoinHandle<()>) {
     let (elector, gate) = Elector::new(
@@ -88,15 +99,7 @@ async fn an_assignment_planned_again_on_the_view_it_was_written_over_is_not_sent
         .expect("placeholder");
     let view = placeholder.metadata.resource_version.clone();
     let patches = || tb.counters().get("patch", "nodenetworkconfigs");
-    let assigned_at = || async {
-        nncs.get("node-1")
-            .await
-            .expect("node-1")
-            .metadata
-            .annotations
-            .unwrap_or_default()[ASSIGNED_AT_ANNOTATION]
-            .clone()
-    };
+    let assigned_at = || node_1_annotation(&nncs, ASSIGNED_AT_ANNOTATION);
 
     let out = writer
         .execute(
@@ -162,15 +165,7 @@ async fn a_placeholder_planned_again_before_the_cache_shows_it_is_not_created_ag
         resource_version,
     };
     let creates = || tb.counters().get("create", "nodenetworkconfigs");
-    let said = || async {
-        nncs.get("node-1")
-            .await
-            .expect("node-1")
-            .metadata
-            .annotations
-            .unwrap_or_default()[QUEUED_ANNOTATION]
-            .clone()
-    };
+    let said = || node_1_annotation(&nncs, QUEUED_ANNOTATION);
 
     let out = writer.execute(vec![queue("waits", None)], &metrics).await;
     assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
