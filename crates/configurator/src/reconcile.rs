@@ -903,6 +903,7 @@ fn input_statuses(
                 kind,
                 name: name.to_string(),
                 status: Box::new(want),
+                based_on: meta.resource_version.clone(),
             });
         }
     }

@@ -207,7 +207,9 @@ pub mod inmem {
                     s.revision_inputs
                         .retain(|c| c.metadata.name.as_deref() != Some(&name));
                 }
-                Intent::InputStatus { kind, name, status } => {
+                Intent::InputStatus {
+                    kind, name, status, ..
+                } => {
                     fn set<K: kube::Resource + Clone>(
                         list: &mut [Arc<K>],
                         name: &str,

@@ -9,11 +9,13 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
 use netwave_api::{
-    ASSIGNED_AT_ANNOTATION, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, QUEUED_ANNOTATION,
+    ASSIGNED_AT_ANNOTATION, InputStatus, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec,
+    QUEUED_ANNOTATION, RoutingTable,
 };
 use netwave_configurator::lease::{Elector, LeaseConfig};
 use netwave_configurator::metrics::Metrics;
 use netwave_configurator::writer::{Intent, Writer};
+use netwave_core::render::InputKind;
 
 fn spec(revision: &str) -> NodeNetworkConfigSpec {
     let config = NodeConfig::default();
@@ -219,4 +221,65 @@ async fn a_plans_assignment_is_stamped_when_it_is_sent() {
         before <= at && at <= after,
         "assigned-at {at}: sent between {before} and {after}"
     );
+}
+
+/// An input object's status planned again before the cache shows this replica's write of it (a plan
+/// on the same view of the object) is not sent again: on a loaded machine a rollout wrote 19-20
+/// statuses for 18 objects. Planned on the view that shows someone else's change, it is written.
+#[tokio::test]
+async fn an_input_status_planned_again_before_the_cache_shows_it_is_not_written_again() {
+    let env = testbed_env().await;
+    let tb = env.tb();
+    let (mut writer, _elector) = leading_writer(&env.client).await;
+    let metrics = Metrics::default();
+    let tables: Api<RoutingTable> = Api::all(env.client.clone());
+    let table: RoutingTable = serde_json::from_value(serde_json::json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "RoutingTable",
+        "metadata": {"name": "t1"},
+        "spec": {"tableId": 100},
+    }))
+    .expect("a RoutingTable");
+    let read = tables
+        .create(&PostParams::default(), &table)
+        .await
+        .expect("created");
+    let judged = |revision: &str, based_on: Option<String>| Intent::InputStatus {
+        kind: InputKind::RoutingTable,
+        name: "t1".into(),
+        status: Box::new(InputStatus {
+            revision: Some(revision.into()),
+            observed_generation: read.metadata.generation,
+            ..Default::default()
+        }),
+        based_on,
+    };
+    let writes = || tb.counters().get("patch", "routingtables/status");
+    let view = read.metadata.resource_version.clone();
+
+    let out = writer
+        .execute(vec![judged("r1", view.clone())], &metrics)
+        .await;
+    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
+    let out = writer
+        .execute(vec![judged("r1", view.clone())], &metrics)
+        .await;
+    assert_eq!((out.written, out.repeated, out.failed), (0, 1, 0));
+    assert_eq!(writes(), 1, "the same status was written again");
+
+    // A different status on the same view is written; so is the same one on a newer view (someone
+    // changed the status since).
+    let out = writer.execute(vec![judged("r2", view)], &metrics).await;
+    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
+    let now = tables.get_status("t1").await.expect("t1");
+    let out = writer
+        .execute(
+            vec![judged("r2", now.metadata.resource_version.clone())],
+            &metrics,
+        )
+        .await;
+    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
+    assert_eq!(writes(), 3);
+    let status = tables.get_status("t1").await.expect("t1").status;
+    assert_eq!(status.and_then(|s| s.revision).as_deref(), Some("r2"));
 }
