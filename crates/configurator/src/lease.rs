@@ -70,12 +70,31 @@ impl LeaderGate {
         matches!(*self.rx.borrow(), Leadership::Leader { until } if Instant::now() < until)
     }
 
-    /// Waits until leadership changes (gained or lost).
     /// Waits for the next leadership change and returns whether we lead now; `None` once the elector
     /// has stopped (nothing will change any more).
     pub async fn changed(&mut self) -> Option<bool> {
         self.rx.changed().await.ok()?;
         Some(self.is_leader())
+    }
+
+    /// Waits until this replica leads or `deadline` passes; whether it leads then. Wakes only when
+    /// the elector says something, not on a timer (a standby waited in 20 ms naps, #28).
+    pub async fn leads_by(&mut self, deadline: Instant) -> bool {
+        loop {
+            self.rx.borrow_and_update();
+            if self.is_leader() {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, self.rx.changed()).await {
+                Ok(Ok(())) => {}
+                Err(_) => return self.is_leader(),
+                // The elector stopped: nothing will change any more.
+                Ok(Err(_)) => {
+                    tokio::time::sleep_until(deadline).await;
+                    return self.is_leader();
+                }
+            }
+        }
     }
 
     /// A gate that is always leader (single-replica mode and tests).
@@ -401,5 +420,30 @@ mod tests {
         assert!(
             lease_problem(&e, "ns", "l").contains("needs get, create and update on leases in ns")
         );
+    }
+
+    /// A standby waiting out its interval wakes when it becomes the leader, not at the end of the
+    /// interval (nor on a timer); a follower told it is still a follower waits on.
+    #[tokio::test(start_paused = true)]
+    async fn leads_by_returns_when_leadership_comes_and_not_before() {
+        let (tx, rx) = watch::channel(Leadership::Follower);
+        let mut gate = LeaderGate { rx };
+        let start = Instant::now();
+        assert!(!gate.leads_by(start + Duration::from_secs(2)).await);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+
+        let start = Instant::now();
+        let elector = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tx.send_replace(Leadership::Follower);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tx.send_replace(Leadership::Leader {
+                until: Instant::now() + Duration::from_secs(3),
+            });
+            tx
+        });
+        assert!(gate.leads_by(start + Duration::from_secs(2)).await);
+        assert_eq!(start.elapsed(), Duration::from_millis(600));
+        drop(elector.await);
     }
 }

@@ -1525,6 +1525,7 @@ impl Reconciler {
     /// Runs until `shutdown` resolves; the write in progress finishes first.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut leadership = self.writer.gate();
         let mut wake = tokio::time::Instant::now();
         loop {
             tokio::select! {
@@ -1533,9 +1534,10 @@ impl Reconciler {
                     // Coalesce bursts (a watch relist delivers many events at once, a rollout
                     // hundreds of reports a second), counting from the first change not taken.
                     tokio::time::sleep_until(first + self.settings.coalesce).await;
-                    let until = tokio::time::Instant::now() + STANDBY_INTERVAL;
-                    while !self.writer.is_leader() && tokio::time::Instant::now() < until {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    // A standby waits out its interval, or until it leads.
+                    if !self.writer.is_leader() {
+                        let until = tokio::time::Instant::now() + STANDBY_INTERVAL;
+                        leadership.leads_by(until).await;
                     }
                 }
                 _ = tokio::time::sleep_until(wake) => {}

@@ -13,7 +13,7 @@
 //! ```
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use netwave_api::{NetworkConfigRevisionStatus, ValidationResult};
+use netwave_api::{FailedNode, NetworkConfigRevisionStatus, ValidationResult};
 
 use super::plan::{Event, EventReason, ObjectRef, WaitingOn};
 use super::vocab::ConditionStatus::{self, False, True, Unknown};
@@ -45,6 +45,61 @@ pub(super) fn deadline_at(ctx: &Context) -> Option<Timestamp> {
     let tv = ctx.target?;
     let p = progress(ctx.now, &ctx.revs[tv.idx], tv, ctx.target_complete(tv));
     p.deadline.filter(|_| !p.exceeded)
+}
+
+/// `old` with the failed nodes of this attempt instead of its own: a step copies a revision's failed
+/// nodes once, not twice (#28: the copies were 1 % of a leader's CPU). Every field is named, so a new
+/// one does not compile until it is copied.
+fn copy_with_failures(
+    old: &NetworkConfigRevisionStatus,
+    failed_nodes: &[FailedNode],
+) -> NetworkConfigRevisionStatus {
+    let NetworkConfigRevisionStatus {
+        phase,
+        conditions,
+        total,
+        updated,
+        in_progress,
+        queued,
+        failed,
+        skipped,
+        failed_nodes: _,
+        validation,
+        started_at,
+        completed_at,
+        paused_at,
+        paused_by,
+        last_progress_at,
+        canaries_updated_at,
+        observed_retry,
+        observed_generation,
+        message,
+        active_sequence,
+        reactivated_at,
+    } = old;
+    NetworkConfigRevisionStatus {
+        phase: phase.clone(),
+        conditions: conditions.clone(),
+        total: *total,
+        updated: *updated,
+        in_progress: *in_progress,
+        queued: *queued,
+        failed: *failed,
+        skipped: *skipped,
+        failed_nodes: failed_nodes.to_vec(),
+        validation: validation.clone(),
+        started_at: started_at.clone(),
+        completed_at: completed_at.clone(),
+        paused_at: paused_at.clone(),
+        paused_by: paused_by.clone(),
+        last_progress_at: last_progress_at.clone(),
+        canaries_updated_at: canaries_updated_at.clone(),
+        observed_retry: *observed_retry,
+        observed_generation: *observed_generation,
+        message: message.clone(),
+        active_sequence: *active_sequence,
+        reactivated_at: reactivated_at.clone(),
+    }
 }
 
 /// One condition's value; [`Draft::set`] writes it under a type.
@@ -81,7 +136,7 @@ impl<'c> Draft<'c> {
             ctx,
             r,
             old,
-            s: old.clone(),
+            s: copy_with_failures(old, &r.failed_nodes),
             events: Vec::new(),
             stamp: ctx.now.truncate_to_secs(),
             generation: r.state.generation.or(old.observed_generation),
@@ -165,7 +220,6 @@ impl<'c> Draft<'c> {
         }
         self.s.observed_generation = self.generation;
         self.s.observed_retry = Some(r.state.retry);
-        self.s.failed_nodes = r.failed_nodes.clone();
         self.s.failed = self.s.failed_nodes.len() as u32;
         let paused = r.paused();
         self.s.paused_at =

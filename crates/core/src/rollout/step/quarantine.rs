@@ -28,8 +28,10 @@ pub(super) fn judge_failures(
             .ok()
             .map(|i| &nodes[i])
     };
-    for f in &mut rev.failed_nodes[start..] {
-        f.quarantined = node_of(&f.node).is_some_and(|n| n.quarantined);
+    if start < rev.failed_nodes.len() {
+        for f in &mut rev.failed_nodes.to_mut()[start..] {
+            f.quarantined = node_of(&f.node).is_some_and(|n| n.quarantined);
+        }
     }
     let Some(after) = rev.policy.quarantine_after else {
         return;
@@ -71,7 +73,7 @@ pub(super) fn judge_failures(
                 streak: Vec::new(),
                 quarantined: Some(note),
             };
-            rev.failed_nodes[k].quarantined = true;
+            rev.failed_nodes.to_mut()[k].quarantined = true;
         }
         records.push(RecordUpdate {
             node: rev.failed_nodes[k].node.clone(),

@@ -75,7 +75,7 @@ pub(super) fn evaluate_revisions<'a>(w: &mut World<'a>, revisions: &'a [Revision
         !matches!(r.fate, Fate::Failed(_)) && r.stored_phase == Some(Phase::Complete)
     });
     if let Some(t) = w.target {
-        for f in &w.revs[t].failed_nodes {
+        for f in w.revs[t].failed_nodes.iter() {
             if let Ok(i) = w.nodes.binary_search_by(|n| n.name().as_str().cmp(&f.node)) {
                 w.nodes[i].failed_target = true;
             }
@@ -129,7 +129,9 @@ fn candidate_fate(rev: &mut Rev, w: &mut World) -> Fate {
     let assigned = w.by_revision.get(rev.name()).map_or(&[][..], Vec::as_slice);
     let found = detect_failures(&w.nodes, assigned, rev, w.now);
     rev.new_failures = found.len();
-    rev.failed_nodes.extend(found);
+    if !found.is_empty() {
+        rev.failed_nodes.to_mut().extend(found);
+    }
     super::quarantine::judge_failures(rev, &w.nodes, w.now, &mut w.records, &mut w.node_events);
     let counted = rev.failed_nodes.iter().filter(|f| !f.quarantined).count();
     if !complete && counted >= rev.policy.max_failures as usize {
