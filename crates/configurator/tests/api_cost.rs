@@ -57,7 +57,8 @@ async fn cost(
     .sum();
     assert!(
         input_status_writes <= 18,
-        "at most one status write per input object: {input_status_writes}"
+        "at most one status write per input object: {input_status_writes}; requests: {}",
+        counts.to_json()
     );
     // Each answer of a simulated agent is two status writes, as a real agent's: `Provisioning` when
     // it picks the spec up, then the answer (the agents' only writes).

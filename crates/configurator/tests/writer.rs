@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::testbed_env;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{Recorder, Reporter};
@@ -244,16 +245,27 @@ async fn an_input_status_planned_again_before_the_cache_shows_it_is_not_written_
         .create(&PostParams::default(), &table)
         .await
         .expect("created");
-    let judged = |revision: &str, based_on: Option<String>| Intent::InputStatus {
+    // Judged as a plan judges: `Accepted` since `at` (the plan's time, when the view shows no
+    // condition yet).
+    let judged_at = |revision: &str, at: i64, based_on: Option<String>| Intent::InputStatus {
         kind: InputKind::RoutingTable,
         name: "t1".into(),
         status: Box::new(InputStatus {
+            conditions: vec![Condition {
+                type_: "Accepted".into(),
+                status: "True".into(),
+                reason: "Valid".into(),
+                message: format!("in {revision}"),
+                last_transition_time: Time(Timestamp::from_second(at).expect("a time")),
+                observed_generation: read.metadata.generation,
+            }],
             revision: Some(revision.into()),
             observed_generation: read.metadata.generation,
             ..Default::default()
         }),
         based_on,
     };
+    let judged = |revision: &str, based_on| judged_at(revision, 1_800_000_000, based_on);
     let writes = || tb.counters().get("patch", "routingtables/status");
     let view = read.metadata.resource_version.clone();
 
@@ -263,6 +275,12 @@ async fn an_input_status_planned_again_before_the_cache_shows_it_is_not_written_
     assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
     let out = writer
         .execute(vec![judged("r1", view.clone())], &metrics)
+        .await;
+    assert_eq!((out.written, out.repeated, out.failed), (0, 1, 0));
+    // Planned a second later on the same view: the transition is stamped with that plan's time, and
+    // it is the same transition.
+    let out = writer
+        .execute(vec![judged_at("r1", 1_800_000_001, view.clone())], &metrics)
         .await;
     assert_eq!((out.written, out.repeated, out.failed), (0, 1, 0));
     assert_eq!(writes(), 1, "the same status was written again");

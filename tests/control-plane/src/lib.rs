@@ -661,6 +661,9 @@ read -r _ <&3 &
 reader=$!
 wait -n "$server" "$reader"
 eof=$?
+# A server that died on its own leaves its directory to the owner: its log is in it, and says why (a
+# port taken between its pick and its bind is retried on what the log says).
+kill -0 "$server" 2>/dev/null || REMOVE_DIR=
 # At EOF (the owner went away rather than stopping us in order) etcd gives the API server a moment to stop
 # first: an API server whose etcd is gone hangs in shutdown until it is killed.
 if [ "$eof" -ne 0 ] && [ -n "${STOP_DELAY:-}" ] && kill -0 "$server" 2>/dev/null; then
