@@ -50,6 +50,12 @@ async fn node_1_annotation(nncs: &Api<NodeNetworkConfig>, key: &str) -> String {
         .clone()
 }
 
+/// Sends one intent through `writer`: what came of it as (written, repeated, failed).
+async fn send(writer: &mut Writer, intent: Intent, metrics: &Metrics) -> (usize, usize, usize) {
+    let out = writer.execute(vec![intent], metrics).await;
+    (out.written, out.repeated, out.failed)
+}
+
 /// A writer that leads (its elector runs until the returned task is dropped with the runtime).
 async fn leading_writer(client: &kube::Client) -> (Writer, tokio::task::JoinHandle<()>) {
     let (elector, gate) = Elector::new(
@@ -104,49 +110,57 @@ async fn an_assignment_planned_again_on_the_view_it_was_written_over_is_not_sent
     let patches = || tb.counters().get("patch", "nodenetworkconfigs");
     let assigned_at = || node_1_annotation(&nncs, ASSIGNED_AT_ANNOTATION);
 
-    let out = writer
-        .execute(
-            vec![assign("r1", "2026-11-26T07:00:00Z", view.clone())],
-            &metrics,
+    assert_eq!(
+        send(
+            &mut writer,
+            assign("r1", "2026-11-26T07:00:00Z", view.clone()),
+            &metrics
         )
-        .await;
-    assert_eq!((out.written, out.repeated), (1, 0));
+        .await,
+        (1, 0, 0)
+    );
     assert_eq!(patches(), 1);
 
     // The next plan, on the view the write went over: nothing sent, the assignment time stands.
-    let out = writer
-        .execute(
-            vec![assign("r1", "2026-11-26T07:00:01Z", view.clone())],
-            &metrics,
+    assert_eq!(
+        send(
+            &mut writer,
+            assign("r1", "2026-11-26T07:00:01Z", view.clone()),
+            &metrics
         )
-        .await;
-    assert_eq!((out.written, out.repeated), (0, 1));
+        .await,
+        (0, 1, 0)
+    );
     assert_eq!(patches(), 1, "the same assignment was sent again");
     assert_eq!(assigned_at().await, "2026-11-26T07:00:00Z");
 
     // Another spec on that view is sent.
-    let out = writer
-        .execute(
-            vec![assign("r2", "2026-11-26T07:00:02Z", view.clone())],
-            &metrics,
+    assert_eq!(
+        send(
+            &mut writer,
+            assign("r2", "2026-11-26T07:00:02Z", view.clone()),
+            &metrics
         )
-        .await;
-    assert_eq!((out.written, out.repeated), (1, 0));
+        .await,
+        (1, 0, 0)
+    );
     assert_eq!(patches(), 2);
 
     // The same spec on a newer view (the config was changed after the write, e.g. by hand) is sent.
     let now = nncs.get("node-1").await.expect("node-1");
-    let out = writer
-        .execute(
-            vec![assign(
+    assert_eq!(
+        send(
+            &mut writer,
+            assign(
                 "r2",
                 "2026-11-26T07:00:03Z",
                 now.metadata.resource_version.clone(),
-            )],
-            &metrics,
+            ),
+            &metrics
         )
-        .await;
-    assert_eq!((out.written, out.repeated), (1, 0));
+        .await,
+        (1, 0, 0)
+    );
     assert_eq!(patches(), 3);
     assert_eq!(assigned_at().await, "2026-11-26T07:00:03Z");
 }
@@ -170,20 +184,26 @@ async fn a_placeholder_planned_again_before_the_cache_shows_it_is_not_created_ag
     let creates = || tb.counters().get("create", "nodenetworkconfigs");
     let said = || node_1_annotation(&nncs, QUEUED_ANNOTATION);
 
-    let out = writer.execute(vec![queue("waits", None)], &metrics).await;
-    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
-    let out = writer.execute(vec![queue("waits", None)], &metrics).await;
-    assert_eq!((out.written, out.repeated, out.failed), (0, 1, 0));
+    assert_eq!(
+        send(&mut writer, queue("waits", None), &metrics).await,
+        (1, 0, 0)
+    );
+    assert_eq!(
+        send(&mut writer, queue("waits", None), &metrics).await,
+        (0, 1, 0)
+    );
     assert_eq!(creates(), 1, "the placeholder was created again");
 
     let read = nncs.get("node-1").await.expect("node-1");
-    let out = writer
-        .execute(
-            vec![queue("not Ready", read.metadata.resource_version.clone())],
-            &metrics,
+    assert_eq!(
+        send(
+            &mut writer,
+            queue("not Ready", read.metadata.resource_version.clone()),
+            &metrics
         )
-        .await;
-    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
+        .await,
+        (1, 0, 0)
+    );
     assert_eq!(said().await, "not Ready");
 }
 
@@ -269,34 +289,43 @@ async fn an_input_status_planned_again_before_the_cache_shows_it_is_not_written_
     let writes = || tb.counters().get("patch", "routingtables/status");
     let view = read.metadata.resource_version.clone();
 
-    let out = writer
-        .execute(vec![judged("r1", view.clone())], &metrics)
-        .await;
-    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
-    let out = writer
-        .execute(vec![judged("r1", view.clone())], &metrics)
-        .await;
-    assert_eq!((out.written, out.repeated, out.failed), (0, 1, 0));
+    assert_eq!(
+        send(&mut writer, judged("r1", view.clone()), &metrics).await,
+        (1, 0, 0)
+    );
+    assert_eq!(
+        send(&mut writer, judged("r1", view.clone()), &metrics).await,
+        (0, 1, 0)
+    );
     // Planned a second later on the same view: the transition is stamped with that plan's time, and
     // it is the same transition.
-    let out = writer
-        .execute(vec![judged_at("r1", 1_800_000_001, view.clone())], &metrics)
-        .await;
-    assert_eq!((out.written, out.repeated, out.failed), (0, 1, 0));
+    assert_eq!(
+        send(
+            &mut writer,
+            judged_at("r1", 1_800_000_001, view.clone()),
+            &metrics
+        )
+        .await,
+        (0, 1, 0)
+    );
     assert_eq!(writes(), 1, "the same status was written again");
 
     // A different status on the same view is written; so is the same one on a newer view (someone
     // changed the status since).
-    let out = writer.execute(vec![judged("r2", view)], &metrics).await;
-    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
+    assert_eq!(
+        send(&mut writer, judged("r2", view), &metrics).await,
+        (1, 0, 0)
+    );
     let now = tables.get_status("t1").await.expect("t1");
-    let out = writer
-        .execute(
-            vec![judged("r2", now.metadata.resource_version.clone())],
-            &metrics,
+    assert_eq!(
+        send(
+            &mut writer,
+            judged("r2", now.metadata.resource_version.clone()),
+            &metrics
         )
-        .await;
-    assert_eq!((out.written, out.repeated, out.failed), (1, 0, 0));
+        .await,
+        (1, 0, 0)
+    );
     assert_eq!(writes(), 3);
     let status = tables.get_status("t1").await.expect("t1").status;
     assert_eq!(status.and_then(|s| s.revision).as_deref(), Some("r2"));
