@@ -11,6 +11,7 @@
 //! ```
 
 pub mod args;
+pub mod assign_log;
 pub mod integrity;
 pub mod lease;
 pub mod liveness;

@@ -31,6 +31,7 @@ use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Sym, Timestamp};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::assign_log::{AssignLog, Line as AssignLine};
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
@@ -658,7 +659,8 @@ fn judge_inputs(
 
 /// The plan as writes, in the order they must land: node records first (a quarantine is on record
 /// before the failure it makes not count), holds, revision status, assignments, node configs put
-/// back, deletes, then the plan's Events.
+/// back, deletes, then the plan's Events. A leader then holds back or sends last the status writes
+/// that only move counters ([`schedule_statuses`]).
 fn plan_intents(
     s: &Snapshot,
     observed: &Observed,
@@ -686,7 +688,7 @@ fn plan_intents(
     for u in &plan.status_updates {
         intents.push(Intent::RevisionStatus {
             name: u.revision.clone(),
-            status: Box::new(u.status.clone()),
+            status: Arc::clone(&u.status),
         });
     }
     for a in &plan.assignments {
@@ -1073,39 +1075,6 @@ fn restore_node_configs(
     out
 }
 
-/// One line per group of assignments of this plan (a wave, a batch of rollbacks, new nodes): how many
-/// nodes got which revision and why, naming the first few.
-fn log_assignments(plan: &Plan) {
-    let mut groups: BTreeMap<(&str, &'static str), Vec<&str>> = BTreeMap::new();
-    for a in &plan.assignments {
-        groups
-            .entry((a.revision.as_str(), a.reason.as_str()))
-            .or_default()
-            .push(a.node.as_str());
-    }
-    for ((revision, reason), nodes) in groups {
-        const SHOWN: usize = 5;
-        let more = nodes.len().saturating_sub(SHOWN);
-        let names = nodes[..nodes.len().min(SHOWN)].join(", ");
-        let names = if more > 0 {
-            format!("{names} and {more} more")
-        } else {
-            names
-        };
-        if reason == AssignReason::NewNode.as_str()
-            && plan.report.last_good.as_deref() == Some(revision)
-        {
-            info!(
-                %revision, %reason, count = nodes.len(),
-                "joined: {names} got the last good revision without waiting for the rollout budget \
-                 (nothing of ours runs there to disrupt)"
-            );
-        } else {
-            info!(%revision, %reason, count = nodes.len(), "assigned {names}");
-        }
-    }
-}
-
 /// What to tell an admin whose inputs equal a failed revision. A retry can only help a revision that
 /// failed on nodes; one that failed fleet validation fails the same way again, so the advice is to fix
 /// the inputs, with the first errors.
@@ -1198,7 +1167,7 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan, quarantined: usize) 
             .iter()
             .find(|u| Some(&u.revision) == r.metadata.name.as_ref());
         let phase = updated
-            .map(|u| &u.status)
+            .map(|u| &*u.status)
             .or(r.status.as_ref())
             .and_then(|st| st.phase.as_deref());
         // Unknown phases (from a newer netwave) are not counted rather than becoming a new label value.
@@ -1213,19 +1182,20 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan, quarantined: usize) 
             .set(n);
     }
     let target = plan.report.target.as_deref();
-    let status = target.and_then(|t| {
-        plan.status_updates
-            .iter()
-            .find(|u| u.revision == t)
-            .map(|u| u.status.clone())
-            .or_else(|| {
-                s.revisions
-                    .iter()
-                    .find(|r| r.metadata.name.as_deref() == Some(t))
-                    .and_then(|r| r.status.clone())
-            })
-    });
-    let st = status.unwrap_or_default();
+    // Borrowed, not copied: a status lists every failed node, and this runs at every reconcile.
+    let none = netwave_api::NetworkConfigRevisionStatus::default();
+    let st = target
+        .and_then(|t| {
+            (plan.status_updates.iter())
+                .find(|u| u.revision == t)
+                .map(|u| &*u.status)
+                .or_else(|| {
+                    (s.revisions.iter())
+                        .find(|r| r.metadata.name.as_deref() == Some(t))
+                        .and_then(|r| r.status.as_ref())
+                })
+        })
+        .unwrap_or(&none);
     for (state, n) in [
         ("updated", st.updated),
         ("in_progress", st.in_progress),
@@ -1336,6 +1306,52 @@ impl ApplyTimes {
     }
 }
 
+/// When each revision status write of a plan goes out (`intents` in plan order; `stored`: a
+/// revision's status on record; `written`: when each status was last written, kept up to date). A
+/// write that only moves counters, and the words and progress stamp that follow them
+/// ([`rollout::counters_only`]):
+/// - within [`COUNTERS_STATUS_INTERVAL`] of the last write of that status, is held back (the time to
+///   write it is returned);
+/// - else goes after the node writes: no decision reads it, and at 15,000 nodes the status (every
+///   failed node listed) took the API server a few milliseconds to write while the reconcile's
+///   assignments waited behind it, once a second: the tail of the reaction (#28).
+///
+/// Any other status write stays where the plan put it, before the assignments that need it on record
+/// (a failure before its rollback, `Validated` before the first assignment).
+fn schedule_statuses<'s>(
+    intents: &mut Vec<Intent>,
+    stored: impl Fn(&str) -> Option<&'s netwave_api::NetworkConfigRevisionStatus>,
+    written: &mut BTreeMap<String, tokio::time::Instant>,
+    now: tokio::time::Instant,
+) -> Option<tokio::time::Instant> {
+    let mut due = None;
+    let mut late = Vec::new();
+    let planned = std::mem::take(intents);
+    for intent in planned {
+        let Intent::RevisionStatus { name, status } = &intent else {
+            intents.push(intent);
+            continue;
+        };
+        if !stored(name).is_some_and(|s| rollout::counters_only(s, status)) {
+            written.insert(name.clone(), now);
+            intents.push(intent);
+            continue;
+        }
+        match written.get(name) {
+            Some(&last) if now < last + COUNTERS_STATUS_INTERVAL => {
+                let at = last + COUNTERS_STATUS_INTERVAL;
+                due = Some(due.map_or(at, |d: tokio::time::Instant| d.min(at)));
+            }
+            _ => {
+                written.insert(name.clone(), now);
+                late.push(intent);
+            }
+        }
+    }
+    intents.extend(late);
+    due
+}
+
 /// The reconcile loop: waits for a change or a requeue time, computes, writes when leader.
 pub struct Reconciler {
     pub stores: Stores,
@@ -1359,6 +1375,8 @@ pub struct Reconciler {
     too_large_evented: Option<String>,
     /// The last reconcile's snapshot, refreshed by the next one ([`Snapshot::refresh`]).
     snapshot: Option<Snapshot>,
+    /// Assignments not logged yet (a line per revision and reason at most every ten seconds).
+    assign_log: AssignLog,
 }
 
 /// A revision status write that only moves counters (and the words and progress stamp that follow
@@ -1397,6 +1415,7 @@ impl Reconciler {
             too_large_logged: None,
             too_large_evented: None,
             snapshot: None,
+            assign_log: AssignLog::default(),
         }
     }
 
@@ -1481,38 +1500,20 @@ impl Reconciler {
     }
 
     /// Holds back revision status writes that only move counters within [`COUNTERS_STATUS_INTERVAL`]
-    /// of the last write of that status; returns when to write them.
+    /// of the last write of that status, and sends the other counter moves after the node writes
+    /// ([`schedule_statuses`]); returns when to write what was held back.
     fn defer_counter_statuses(
         &mut self,
         snapshot: &Snapshot,
         intents: &mut Vec<Intent>,
     ) -> Option<tokio::time::Instant> {
-        let now = tokio::time::Instant::now();
-        let mut due = None;
-        intents.retain(|i| {
-            let Intent::RevisionStatus { name, status } = i else {
-                return true;
-            };
-            let stored = snapshot
-                .revisions
-                .iter()
+        let stored = |name: &str| {
+            (snapshot.revisions.iter())
                 .find(|r| r.metadata.name.as_deref() == Some(name))
-                .and_then(|r| r.status.as_ref());
-            match (stored, self.status_written.get(name)) {
-                (Some(stored), Some(&last))
-                    if now < last + COUNTERS_STATUS_INTERVAL
-                        && rollout::counters_only(stored, status) =>
-                {
-                    let at = last + COUNTERS_STATUS_INTERVAL;
-                    due = Some(due.map_or(at, |d: tokio::time::Instant| d.min(at)));
-                    false
-                }
-                _ => {
-                    self.status_written.insert(name.clone(), now);
-                    true
-                }
-            }
-        });
+                .and_then(|r| r.status.as_ref())
+        };
+        let now = tokio::time::Instant::now();
+        let due = schedule_statuses(intents, stored, &mut self.status_written, now);
         self.status_written.retain(|name, _| {
             snapshot
                 .revisions
@@ -1679,10 +1680,16 @@ impl Reconciler {
         } else {
             Default::default()
         };
-        if let Some(plan) = &outcome.plan
-            && written.written > 0
-        {
-            log_assignments(plan);
+        let sent: HashSet<&str> = written.assigned.iter().map(String::as_str).collect();
+        let logged = std::time::Instant::now();
+        for line in (self.assign_log).record(outcome.plan.as_ref(), &sent, logged) {
+            let AssignLine {
+                revision,
+                reason,
+                count,
+                message,
+            } = line;
+            info!(%revision, %reason, count, "{message}");
         }
         self.metrics
             .reconcile_duration
@@ -1700,11 +1707,14 @@ impl Reconciler {
         let time_based = outcome
             .requeue_at
             .map(|t| Duration::from_millis(t.0.saturating_sub(now.0).max(0) as u64));
+        let summary = (self.assign_log.next_due())
+            .map(|t| t.saturating_duration_since(std::time::Instant::now()));
         let retry = [written.retry_at, deferred]
             .into_iter()
             .flatten()
             .min()
             .map(|t| t.saturating_duration_since(tokio::time::Instant::now()));
+        let retry = [retry, summary].into_iter().flatten().min();
         [time_based, retry].into_iter().flatten().min()
     }
 }
@@ -1760,6 +1770,84 @@ mod tests {
         let mut condition = progressing(4);
         condition.conditions[0].status = ConditionStatus::False.as_str().into();
         assert!(!counters_only(&stored, &condition));
+    }
+
+    /// A plan's counter moves go out after its node writes (and at most once a second); a failure on
+    /// record stays before them, where the rollback that follows needs it.
+    #[test]
+    fn counter_moves_go_after_the_node_writes_and_a_failure_before_them() {
+        use std::collections::BTreeMap;
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use crate::writer::Intent;
+
+        let status = |name: &str, st: NetworkConfigRevisionStatus| Intent::RevisionStatus {
+            name: name.into(),
+            status: Arc::new(st),
+        };
+        let assign = |node: &str| Intent::ApplyNodeConfig {
+            node: node.into(),
+            spec: Box::new(netwave_api::NodeNetworkConfigSpec {
+                revision: "rev-a".into(),
+                sequence: 1,
+                config_hash: "hash".into(),
+                retry: 0,
+                config: netwave_api::NodeConfig::default(),
+            }),
+            assigned_at: None,
+            clear_queued: false,
+            based_on: None,
+        };
+        let failing = |updated: u32| {
+            let mut st = progressing(updated);
+            st.failed_nodes.push(FailedNode {
+                node: "node-9".into(),
+                reason: NodeReason::ApplyFailed.as_str().into(),
+                ..Default::default()
+            });
+            st.failed = 1;
+            st
+        };
+        let on_record = progressing(3);
+        let keys = |intents: &[Intent]| intents.iter().map(Intent::key).collect::<Vec<_>>();
+        let t0 = tokio::time::Instant::now();
+        let mut written = BTreeMap::new();
+
+        let mut intents = vec![
+            status("rev-a", progressing(4)),
+            status("rev-b", failing(4)),
+            assign("node-1"),
+            assign("node-2"),
+        ];
+        let due = super::schedule_statuses(&mut intents, |_| Some(&on_record), &mut written, t0);
+        assert_eq!(
+            keys(&intents),
+            [
+                "ncr-status/rev-b",
+                "nnc/node-1",
+                "nnc/node-2",
+                "ncr-status/rev-a"
+            ]
+        );
+        assert_eq!(due, None);
+
+        // Half a second later the counters of rev-a wait for their second; a failure never waits.
+        let mut intents = vec![
+            status("rev-a", progressing(5)),
+            status("rev-b", failing(5)),
+            assign("node-3"),
+        ];
+        let later = t0 + Duration::from_millis(500);
+        let due = super::schedule_statuses(&mut intents, |_| Some(&on_record), &mut written, later);
+        assert_eq!(keys(&intents), ["ncr-status/rev-b", "nnc/node-3"]);
+        assert_eq!(due, Some(t0 + Duration::from_secs(1)));
+
+        // A revision with no status on record: its status stays where the plan put it.
+        let mut intents = vec![assign("node-4"), status("rev-c", progressing(0))];
+        let due = super::schedule_statuses(&mut intents, |_| None, &mut written, later);
+        assert_eq!(keys(&intents), ["nnc/node-4", "ncr-status/rev-c"]);
+        assert_eq!(due, None);
     }
 
     /// `compute` on built snapshots (no API server): the cut stage's outcomes.

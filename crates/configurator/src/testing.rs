@@ -157,7 +157,7 @@ pub mod inmem {
                     else {
                         continue;
                     };
-                    Arc::make_mut(r).status = Some(*status);
+                    Arc::make_mut(r).status = Some(Arc::unwrap_or_clone(status));
                 }
                 Intent::ApplyNodeConfig {
                     node,

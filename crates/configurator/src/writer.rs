@@ -4,6 +4,7 @@
 //! revision failure — the next reconcile simply computes the same intent again.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -107,7 +108,7 @@ pub enum Intent {
     /// Server-side apply of a revision's whole status: fields omitted now are removed.
     RevisionStatus {
         name: String,
-        status: Box<NetworkConfigRevisionStatus>,
+        status: Arc<NetworkConfigRevisionStatus>,
     },
     /// A revision and its inputs.
     DeleteRevision { name: String },
@@ -144,7 +145,7 @@ pub enum Intent {
 
 impl Intent {
     /// Backoff key: one per object written.
-    fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         match self {
             Intent::CreateRevision { name, .. }
             | Intent::HoldRevision {
@@ -634,6 +635,8 @@ pub struct Outcome {
     /// Node config specs, placeholders and input statuses not sent because this replica wrote them
     /// already on the same view (the cache had not shown that write when the plan was made).
     pub repeated: usize,
+    /// The nodes whose assignment (a node config spec) was sent.
+    pub assigned: Vec<String>,
     /// The earliest time a deferred or failed write may be retried.
     pub retry_at: Option<Instant>,
 }
@@ -759,6 +762,9 @@ impl Writer {
                         self.remember(intent, Instant::now());
                         log_done(intent);
                         out.written += 1;
+                        if let Intent::ApplyNodeConfig { node, .. } = intent {
+                            out.assigned.push(node.clone());
+                        }
                     }
                     Err(e) => {
                         let next = self.failed(intent, key, &e, metrics);
@@ -926,7 +932,7 @@ impl Writer {
                 let patch = json!({
                     "apiVersion": "netwave.dev/v1alpha1",
                     "kind": "NetworkConfigRevision",
-                    "status": status,
+                    "status": &**status,
                 });
                 revisions
                     .patch_status(name, &apply, &Patch::Apply(&patch))

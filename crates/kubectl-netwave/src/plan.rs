@@ -301,7 +301,7 @@ fn settled_fleet(
 fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
     for u in &plan.status_updates {
         if let Some(r) = input.revisions.iter_mut().find(|r| r.name == u.revision) {
-            r.status = u.status.clone();
+            r.status = (*u.status).clone();
         }
     }
     let mut wave = Wave {

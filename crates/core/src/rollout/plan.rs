@@ -2,6 +2,7 @@
 //! rollout waits on. Plans are specific: the shell makes no choices, it applies [`Plan::writes`] in order.
 
 use std::fmt;
+use std::sync::Arc;
 
 use netwave_api::NetworkConfigRevisionStatus;
 
@@ -86,7 +87,8 @@ impl Plan {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusUpdate {
     pub revision: String,
-    pub status: NetworkConfigRevisionStatus,
+    /// Shared, not copied, by the configurator's write of it: it lists every failed node (#28).
+    pub status: Arc<NetworkConfigRevisionStatus>,
 }
 
 /// Write `NodeNetworkConfig/<node>.spec` for `revision` (render the node's config for it, whose hash is

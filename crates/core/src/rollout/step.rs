@@ -219,7 +219,7 @@ fn apply_writes(revisions: &mut Vec<RevisionState>, overlay: &mut Overlay, plan:
     }
     for u in &plan.status_updates {
         if let Some(r) = revisions.iter_mut().find(|r| r.name == u.revision) {
-            r.status = u.status.clone();
+            r.status = NetworkConfigRevisionStatus::clone(&u.status);
         }
     }
     for a in &plan.assignments {

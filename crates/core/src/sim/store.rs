@@ -299,7 +299,7 @@ impl Store {
                     .revisions
                     .get_mut(&u.revision)
                     .ok_or_else(|| StoreError::RevisionNotFound(u.revision.clone()))?;
-                rev.status = u.status.clone();
+                rev.status = (*u.status).clone();
                 if rev.status.completed_at.is_some()
                     || rev.status.phase.as_deref() == Some(crate::rollout::Phase::Complete.as_str())
                 {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::mem;
+use std::sync::Arc;
 
 use super::super::plan::{
     Event, EventReason, HoldRecord, ObjectRef, Plan, Report, StatusUpdate, WaitingOn,
@@ -254,7 +255,7 @@ pub(super) fn report(mut w: World, mut after: AfterPlan, delete_revisions: Vec<S
         if new_status != rev.state.status {
             status_updates.push(StatusUpdate {
                 revision: rev.name().to_string(),
-                status: new_status,
+                status: Arc::new(new_status),
             });
             events.append(&mut evs);
         }
