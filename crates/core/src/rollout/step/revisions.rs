@@ -174,7 +174,7 @@ fn detect_failures(
         let tampered = st.reason.as_deref() == Some(netwave_api::REASON_CONFIG_TAMPERED);
         if st.phase == Some(AgentPhase::Invalid)
             && !tampered
-            && st.observed_revision.as_deref() == Some(name)
+            && st.observed_revision.as_ref() == Some(name)
             && st.observed_retry == Some(retry)
         {
             out.push(FailedNode {
