@@ -31,7 +31,7 @@ use netwave_core::undecodable::{self, Holds, Kind};
 use netwave_core::{Sequence, Sym, Timestamp};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::assign_log::{AssignLog, Line as AssignLine};
+use crate::assign_log::AssignLog;
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
@@ -1681,14 +1681,8 @@ impl Reconciler {
         };
         let sent: HashSet<&str> = written.assigned.iter().map(String::as_str).collect();
         let logged = std::time::Instant::now();
-        for line in (self.assign_log).record(outcome.plan.as_ref(), &sent, logged) {
-            let AssignLine {
-                revision,
-                reason,
-                count,
-                message,
-            } = line;
-            info!(%revision, %reason, count, "{message}");
+        for line in self.assign_log.record(outcome.plan.as_ref(), &sent, logged) {
+            info!(revision = %line.revision, reason = %line.reason, count = line.count, "{}", line.message);
         }
         self.metrics
             .reconcile_duration

@@ -70,11 +70,9 @@ async fn leading_writer(client: &kube::Client) -> (Writer, tokio::task::JoinHand
         },
     );
     let elector = tokio::spawn(elector.run(std::future::pending::<()>()));
+    let mut waiting = gate.clone();
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !gate.is_leader() {
-        assert!(tokio::time::Instant::now() < until, "no leadership");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert!(waiting.leads_by(until).await, "no leadership");
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
