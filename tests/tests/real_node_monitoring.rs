@@ -372,6 +372,8 @@ struct Seen {
     pending: Option<f64>,
     firing: Option<f64>,
     instance: Option<String>,
+    /// The firing alert's labels but its name and severity, as `k=v` (which object kind, which job).
+    labels: String,
 }
 
 struct AlertLog {
@@ -389,6 +391,11 @@ fn record(log: &Mutex<BTreeMap<String, Seen>>, alerts: &[Alert]) {
         } else if a.state == "firing" && e.firing.is_none() {
             e.firing = Some(now);
             e.instance = a.labels.get("instance").cloned();
+            e.labels = (a.labels.iter())
+                .filter(|(k, _)| *k != "alertname" && *k != "severity")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
         }
     }
 }
@@ -792,7 +799,8 @@ async fn run(cluster: &mut Cluster, state: &Path) -> Result<()> {
             .find(|(_, _, alerts)| alerts.contains(&name.as_str()))
         {
             None => wrong.push(format!(
-                "{name} fired during \"{scenario}\", and no scenario here is written for it"
+                "{name} {{{}}} fired during \"{scenario}\", and no scenario here is written for it",
+                seen.labels
             )),
             Some((w, began, _)) if at < *began => wrong.push(format!(
                 "{name} fired before \"{w}\", the scenario it is written for"

@@ -9,6 +9,8 @@
 //!
 //! The CRDs' CEL rules refuse edits of a revision's `spec.hash` and of its inputs where the API server
 //! enforces them; nothing refuses a deletion of the inputs or an edit of a NodeNetworkConfig's spec.
+//! Inputs missing from the cache are judged gone only once a fresh read confirms it
+//! (`crate::recheck`): after an outage, the inputs' watch may come back later than the revisions'.
 //! What the reconcile does with the findings (put back, never render, report) is in
 //! `reconcile::compute`.
 //!
@@ -174,6 +176,21 @@ impl IntegrityCache {
             }
         }
         out
+    }
+
+    /// Makes what `found` reported as new due again: the outcome it came with is dropped (decided
+    /// again on a fresh read, or not at all), and so are its Events.
+    pub fn not_reported(&mut self, found: &Findings) {
+        for name in &found.unreported_revisions {
+            if let Some(v) = self.revisions.get_mut(name) {
+                v.reported = false;
+            }
+        }
+        for name in &found.unreported_node_configs {
+            if let Some(v) = self.node_configs.get_mut(name) {
+                v.reported = false;
+            }
+        }
     }
 
     /// Judges one node config, again only if its spec changed since; whether it holds something to

@@ -1,5 +1,7 @@
-//! A node is failed by a timeout on a fresh read, never on a cache that is behind (DESIGN.md §3
-//! **Failure**: API latency is never a node failure).
+//! Verdicts taken on a fresh read, never on a cache that is behind.
+//!
+//! A node is failed by a timeout only on a fresh read (DESIGN.md §3 **Failure**: API latency is
+//! never a node failure):
 //!
 //! ```text
 //!   plan fails node N by PickupTimeout / ApplyTimeout, and no stored status says so yet
@@ -15,6 +17,25 @@
 //! node about to fail by a timeout, once (the next plan finds the failure on record). An agent that
 //! keeps writing its status so that the cache is always behind does not escape its failure: the
 //! decision taken again on its fresh object fails it all the same if it never reported on the attempt.
+//!
+//! A revision's inputs are judged gone the same way:
+//!
+//! ```text
+//!   integrity check: revision R's inputs missing past the grace (a new verdict)
+//!     ▼ GET R's inputs, then R
+//!     ├─ inputs 404, R there as cached ───► gone: put back, reported, counted
+//!     ├─ inputs there, or R gone ─────────► decide again with the fresh objects (the inputs' watch
+//!     │                                     is behind, or R's deletion is on its way)
+//!     └─ a read fails ────────────────────► no verdict: nothing decided, asked again in a second
+//! ```
+//!
+//! Each watch backs off on its own after an API server outage (up to 30 s): the revisions' watch may
+//! deliver a revision cut after the restart while the inputs' watch still waits to re-list. Judged on
+//! the cache, the revision's inputs read as deleted by someone: a `SpecTampered` Event, a put-back and
+//! the `NetwaveSpecTampered` alert for nothing. The history limit deletes a revision, then its inputs,
+//! and the two watches may deliver the deletions in either order: the same false verdict for an
+//! instant. The inputs are read first: a revision and its inputs deleted between the two reads read as
+//! both gone, never as a revision without inputs.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -22,11 +43,13 @@ use std::sync::Arc;
 use futures::StreamExt;
 use kube::{Api, Client};
 use netwave_api::vocab::node_reasons::{APPLY_TIMEOUT, PICKUP_TIMEOUT};
-use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig};
+use netwave_core::revision::Tampered;
 use netwave_core::rollout::Plan;
 use tracing::warn;
 
-use crate::snapshot::Snapshot;
+use crate::integrity::Findings;
+use crate::snapshot::{FreshRevision, Snapshot};
 
 /// Node configs read at once.
 const CONCURRENT_READS: usize = 32;
@@ -88,4 +111,38 @@ pub async fn read_fresh(
         .filter_map(std::future::ready)
         .collect()
         .await
+}
+
+/// The revisions whose inputs `found` newly judges gone: to be confirmed on a fresh read.
+pub fn new_inputs_gone(found: &Findings) -> BTreeSet<String> {
+    found
+        .unreported_revisions
+        .iter()
+        .filter(|n| matches!(found.revisions.get(*n), Some(Tampered::InputsGone { .. })))
+        .cloned()
+        .collect()
+}
+
+/// Reads the named revisions' inputs, then the revisions (in that order: see the module's doc), as
+/// the watches would deliver them. Any read that fails fails the whole answer.
+pub async fn read_revisions(
+    client: Client,
+    names: &BTreeSet<String>,
+) -> Result<Vec<FreshRevision>, kube::Error> {
+    let revisions: Api<NetworkConfigRevision> = Api::all(client.clone());
+    let inputs: Api<NetworkConfigInputs> = Api::all(client);
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let fresh_inputs = inputs.get_opt(name).await?.map(|mut i| {
+            i.metadata.managed_fields = None;
+            Arc::new(i)
+        });
+        let revision = revisions.get_opt(name).await?.map(Arc::new);
+        out.push(FreshRevision {
+            name: name.clone(),
+            revision,
+            inputs: fresh_inputs,
+        });
+    }
+    Ok(out)
 }

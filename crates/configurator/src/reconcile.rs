@@ -1554,6 +1554,59 @@ impl Reconciler {
     /// The plan again on fresh objects, when it fails nodes by a timeout and the cache turns out to
     /// be behind on any of them ([`crate::recheck`]); else the plan as it is. Only a leader reads:
     /// a standby's plans are never written.
+    /// Revisions whose inputs the cache misses past the grace are judged gone only on a fresh read
+    /// ([`recheck`]). Every replica asks: a standby's count of tampered specs feeds the alert too.
+    async fn recheck_inputs_gone(
+        &mut self,
+        snapshot: Snapshot,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> (Snapshot, Outcome) {
+        let names = recheck::new_inputs_gone(&outcome.tampered);
+        if names.is_empty() {
+            return (snapshot, outcome);
+        }
+        match recheck::read_revisions(self.writer.client().clone(), &names).await {
+            Ok(fresh) => {
+                let Some(fresher) = snapshot.with_fresh_revisions(&fresh) else {
+                    // Gone on the API server as in the cache: the verdict stands.
+                    return (snapshot, outcome);
+                };
+                debug!(
+                    revisions = ?names,
+                    "inputs missing from the cache are not gone on the API server (their watch is \
+                     behind, or the revision's deletion is on its way): deciding on a fresh read"
+                );
+                self.cache.integrity.not_reported(&outcome.tampered);
+                let outcome = compute(
+                    &fresher,
+                    &self.settings,
+                    &mut self.cache,
+                    &mut self.settle,
+                    now,
+                );
+                (fresher, outcome)
+            }
+            Err(e) => {
+                warn!(
+                    revisions = ?names, error = %e,
+                    "could not read revisions' inputs again to confirm they are gone; nothing is \
+                     decided until they can be"
+                );
+                self.cache.integrity.not_reported(&outcome.tampered);
+                let mut tampered = outcome.tampered;
+                tampered.revisions.retain(|n, _| !names.contains(n));
+                tampered.unreported_revisions.clear();
+                tampered.unreported_node_configs.clear();
+                let outcome = Outcome {
+                    requeue_at: Some(Timestamp(now.0 + 1000)),
+                    ..Outcome::only(Vec::new(), tampered)
+                };
+                (snapshot, outcome)
+            }
+        }
+    }
+
     async fn recheck_timeouts(
         &mut self,
         snapshot: Snapshot,
@@ -1571,6 +1624,7 @@ impl Reconciler {
         let Some(fresher) = snapshot.with_fresh_configs(fresh) else {
             return (snapshot, outcome);
         };
+        self.cache.integrity.not_reported(&outcome.tampered);
         self.metrics.timeout_rechecks_behind.inc();
         info!(
             nodes = names.len(),
@@ -1608,6 +1662,10 @@ impl Reconciler {
             now,
         );
         drop(_g);
+        let (snapshot, outcome) = self
+            .recheck_inputs_gone(snapshot, outcome, now)
+            .instrument(span.clone())
+            .await;
         let (snapshot, outcome) = self
             .recheck_timeouts(snapshot, outcome, now)
             .instrument(span.clone())

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
@@ -37,6 +38,15 @@ pub struct Snapshot {
     pub(crate) sorted: bool,
     /// Node configs that do not decode, by name (kept between refreshes).
     pub(crate) bad_configs: BTreeMap<String, (Undecodable, Option<String>)>,
+}
+
+/// A revision and its inputs as the API server has them now, read
+/// to confirm a verdict the cache may be behind on (`crate::recheck`) (`None`: there is none).
+#[derive(Clone, Debug)]
+pub struct FreshRevision {
+    pub name: String,
+    pub revision: Option<Arc<NetworkConfigRevision>>,
+    pub inputs: Option<Arc<NetworkConfigInputs>>,
 }
 
 /// The nodes and node configs that changed since snapshot `since`, by name.
@@ -163,6 +173,45 @@ impl Snapshot {
             names.insert(name);
         }
         s.changed_by_hand(BTreeSet::new(), names);
+        Some(s)
+    }
+
+    /// This snapshot with the revisions and inputs read fresh in place of the cache's (`None`: gone), as
+    /// a new snapshot; `None` if each is the version the snapshot holds already.
+    pub fn with_fresh_revisions(&self, fresh: &[FreshRevision]) -> Option<Snapshot> {
+        fn version<K: Resource>(o: Option<&K>) -> Option<(Option<&str>, Option<&str>)> {
+            o.map(|o| {
+                (
+                    o.meta().uid.as_deref(),
+                    o.meta().resource_version.as_deref(),
+                )
+            })
+        }
+        let cached_revision = |name: &str| {
+            self.revisions
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(name))
+        };
+        let newer: Vec<&FreshRevision> = fresh
+            .iter()
+            .filter(|f| {
+                version(cached_revision(&f.name).map(AsRef::as_ref))
+                    != version(f.revision.as_deref())
+                    || version(self.inputs_object(&f.name)) != version(f.inputs.as_deref())
+            })
+            .collect();
+        if newer.is_empty() {
+            return None;
+        }
+        let mut s = self.clone();
+        for f in newer {
+            let named = |m: &ObjectMeta| m.name.as_deref() == Some(f.name.as_str());
+            s.revisions.retain(|r| !named(&r.metadata));
+            s.revisions.extend(f.revision.clone());
+            s.revision_inputs.retain(|i| !named(&i.metadata));
+            s.revision_inputs.extend(f.inputs.clone());
+        }
+        s.changed_by_hand(BTreeSet::new(), BTreeSet::new());
         Some(s)
     }
 
@@ -414,6 +463,59 @@ mod tests {
         assert_eq!(names(&a.node_configs), names(&b.node_configs));
         assert!((a.node_configs.iter().zip(&b.node_configs)).all(|(x, y)| Arc::ptr_eq(x, y)));
         assert_eq!(a.undecodable, b.undecodable);
+    }
+
+    fn versioned<K: Resource>(mut o: K, uid: &str, rv: &str) -> Arc<K> {
+        o.meta_mut().uid = Some(uid.into());
+        o.meta_mut().resource_version = Some(rv.into());
+        Arc::new(o)
+    }
+
+    fn revision(name: &str, rv: &str) -> Arc<NetworkConfigRevision> {
+        let spec = serde_json::from_value(serde_json::json!({"hash": "h", "sequence": 1}))
+            .expect("a revision spec");
+        versioned(NetworkConfigRevision::new(name, spec), name, rv)
+    }
+
+    fn inputs(name: &str, rv: &str) -> Arc<NetworkConfigInputs> {
+        versioned(
+            NetworkConfigInputs::new(name, RevisionInputs::default()),
+            name,
+            rv,
+        )
+    }
+
+    /// What the API server answers replaces what the cache holds of a revision and its inputs: inputs
+    /// the cache missed are added, a revision gone is removed; the same versions give no new snapshot.
+    #[test]
+    fn fresh_revisions_replace_the_cached_ones_only_where_they_differ() {
+        let s = Snapshot {
+            revisions: vec![revision("r1", "1"), revision("r2", "5")],
+            revision_inputs: vec![inputs("r1", "2")],
+            ..Snapshot::default()
+        };
+        let fresh = |name: &str, r: Option<&str>, i: Option<&str>| FreshRevision {
+            name: name.into(),
+            revision: r.map(|rv| revision(name, rv)),
+            inputs: i.map(|rv| inputs(name, rv)),
+        };
+        assert!(
+            s.with_fresh_revisions(&[fresh("r1", Some("1"), Some("2"))])
+                .is_none()
+        );
+        // The inputs' watch is behind: r2's inputs are there.
+        let behind = s
+            .with_fresh_revisions(&[fresh("r2", Some("5"), Some("6"))])
+            .expect("a fresher snapshot");
+        assert_eq!(names(&behind.revisions), ["r1", "r2"]);
+        assert!(behind.inputs_object("r2").is_some());
+        assert_ne!(behind.id, s.id);
+        // r2 was deleted, then its inputs; the inputs' deletion arrived first.
+        let deleted = s
+            .with_fresh_revisions(&[fresh("r2", None, None)])
+            .expect("a fresher snapshot");
+        assert_eq!(names(&deleted.revisions), ["r1"]);
+        assert!(deleted.inputs_object("r1").is_some());
     }
 
     /// A reconcile reads again only the nodes and node configs the watches saw change, and what it

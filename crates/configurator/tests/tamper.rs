@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::*;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig};
+use netwave_testbed::Match;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(30);
@@ -207,6 +208,74 @@ async fn hand_edited_specs_are_put_back_or_never_rendered_and_reported() {
         before,
         "no node was assigned anything while the inputs were gone"
     );
+    c.stop().await;
+}
+
+/// After an API server outage a replica's watches come back one by one (each backs off on its own):
+/// a revision cut meanwhile is seen without its inputs for longer than the grace. That is the cache
+/// behind, not the inputs gone (a fresh read finds them): no `SpecTampered` Event, no count, and the
+/// revision rolls out. (The real-node monitoring test saw
+/// `NetwaveSpecTampered` fire this way after its API server restart.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_is_not_judged_tampered_while_the_inputs_watch_is_behind() {
+    let env = testbed_env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(50));
+    apply_samples(&env.client).await;
+    let (a, metrics_port) = args_with_metrics(&["--max-unavailable", "3"]);
+    let c = Configurator::start(env.client.clone(), a);
+    let complete = |skip: Option<String>| {
+        let client = env.client.clone();
+        async move {
+            let revs = revisions(&client).await;
+            revs.into_iter()
+                .find(|r| r.metadata.name != skip && phase(r) == RevisionPhase::Complete.as_str())
+                .and_then(|r| r.metadata.name)
+                .ok_or_else(|| "not yet".to_string())
+        }
+    };
+    let r1 = eventually(T, "the first revision to complete", || complete(None)).await;
+
+    // The inputs' watch goes down and stays down: every list and watch of them is refused.
+    let faults = env.tb().faults();
+    for verb in ["list", "watch"] {
+        faults.fail_fraction(Match::verb(verb).resource("networkconfiginputs"), 1.0, 503);
+    }
+    faults.cut_watches();
+    change_inputs(&env.client, 8000).await;
+    let r2 = eventually(T, "the second revision to be cut", || async {
+        revisions(&env.client)
+            .await
+            .into_iter()
+            .filter_map(|r| r.metadata.name)
+            .find(|n| *n != r1)
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    // Past the grace for inputs on their way, as the configurator sees it.
+    tokio::time::sleep(Duration::from_millis(
+        netwave_configurator::integrity::INPUTS_GRACE_MS as u64 + 3_000,
+    ))
+    .await;
+    reconciles_pass(metrics_port, 2.0).await;
+    let series = r#"netwave_tampered_specs{kind="NetworkConfigRevision"}"#;
+    assert_eq!(metric(metrics_port, series).await, Some(0.0));
+    assert_eq!(
+        event_notes(&env.client, &r2, "SpecTampered").await,
+        Vec::<String>::new()
+    );
+
+    faults.clear();
+    let done = eventually(T, "the second revision to complete", || {
+        complete(Some(r1.clone()))
+    })
+    .await;
+    assert_eq!(done, r2);
+    assert_eq!(
+        event_notes(&env.client, &r2, "SpecTampered").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(metric(metrics_port, series).await, Some(0.0));
     c.stop().await;
 }
 
