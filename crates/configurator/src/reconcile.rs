@@ -1551,9 +1551,6 @@ impl Reconciler {
         }
     }
 
-    /// The plan again on fresh objects, when it fails nodes by a timeout and the cache turns out to
-    /// be behind on any of them ([`crate::recheck`]); else the plan as it is. Only a leader reads:
-    /// a standby's plans are never written.
     /// Revisions whose inputs the cache misses past the grace are judged gone only on a fresh read
     /// ([`recheck`]). Every replica asks: a standby's count of tampered specs feeds the alert too.
     async fn recheck_inputs_gone(
@@ -1607,6 +1604,9 @@ impl Reconciler {
         }
     }
 
+    /// The plan again on fresh objects, when it fails nodes by a timeout and the cache turns out to
+    /// be behind on any of them ([`crate::recheck`]); else the plan as it is. Only a leader reads:
+    /// a standby's plans are never written.
     async fn recheck_timeouts(
         &mut self,
         snapshot: Snapshot,
