@@ -9,7 +9,8 @@
 //! `BENCH_FLEET_SERVERS=testbed,apiserver`, the default, in that order, kube-apiserver only up to
 //! `BENCH_FLEET_APISERVER_MAX` nodes, default 5000; the agents' watches from
 //! `BENCH_FLEET_AGENT_WATCH=fleet|node`, see [`AgentWatch`]; the configurators'
-//! `--coalesce-window` from `BENCH_FLEET_COALESCE`, e.g. `15ms`)
+//! `--coalesce-window` from `BENCH_FLEET_COALESCE`, e.g. `15ms`, their `--reaction-target` from
+//! `BENCH_FLEET_REACTION`, e.g. `30ms`)
 //!
 //! ```text
 //!  this process: N simulated agents (NNC watches) ──► Provisioning, answer after 1–3 s ─┐
@@ -1132,9 +1133,16 @@ impl AuditTally {
 
 /// `BENCH_FLEET_COALESCE` (e.g. `15ms`): the configurators' `--coalesce-window`; unset, their default.
 fn coalesce_window() -> Option<String> {
-    std::env::var("BENCH_FLEET_COALESCE")
-        .ok()
-        .filter(|w| !w.is_empty())
+    env_flag("BENCH_FLEET_COALESCE")
+}
+
+/// `BENCH_FLEET_REACTION` (e.g. `30ms`): the configurators' `--reaction-target`; unset, their default.
+fn reaction_target() -> Option<String> {
+    env_flag("BENCH_FLEET_REACTION")
+}
+
+fn env_flag(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|w| !w.is_empty())
 }
 
 fn start_configurator(
@@ -1161,10 +1169,11 @@ fn start_configurator(
         .args(["--max-unavailable", &format!("{DEFAULT_PERCENT}%")])
         .args(["--max-failures", &max_failures.to_string()])
         .args(
-            coalesce_window()
+            (coalesce_window()
                 .map(|w| ["--coalesce-window".to_string(), w])
-                .iter()
-                .flatten(),
+                .into_iter())
+            .chain(reaction_target().map(|t| ["--reaction-target".to_string(), t]))
+            .flatten(),
         )
         .args(["--apply-timeout", &format!("{APPLY_TIMEOUT_S}s")])
         // Every revision that removes an input object is created paused: the benchmark sets its
@@ -2351,12 +2360,13 @@ async fn bench(bins: &Path, kind: ServerKind, n: usize) -> Result<()> {
     println!(
         "\n#### fleet rollout benchmark on the {}: N={n}, {silent} silent and {failing} failing agents, \
          apply delay uniform {}-{} ms (seed {SEED}), maxFailures {max_failures}, {ZONES} zones; setup \
-         {:.1} s; leader {leader}; coalesce window {}; {}; {}; logs in {}",
+         {:.1} s; leader {leader}; coalesce window {}, reaction target {}; {}; {}; logs in {}",
         kind.name(),
         DELAY_MS.0,
         DELAY_MS.1,
         setup.elapsed().as_secs_f64(),
         coalesce_window().unwrap_or_else(|| "default".into()),
+        reaction_target().unwrap_or_else(|| "default".into()),
         fleet.server.auth(),
         agent_watch.describe(),
         fleet.dir.display()

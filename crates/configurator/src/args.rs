@@ -107,6 +107,12 @@ pub struct Args {
     /// by a quarter to a third, for about 7ms more on the median reaction.
     #[arg(long, default_value = "15ms", value_parser = humantime::parse_duration)]
     pub coalesce_window: Duration,
+    /// How soon a leader aims to answer a change (an agent's report with the next assignment): it
+    /// gathers further changes for what its reconciles leave of this, and at least
+    /// `--coalesce-window`. On a fleet whose reconciles are fast this batches more reports into each
+    /// one (fewer reconciles, less CPU); on one where they are slow it waits the window. At most 1s.
+    #[arg(long, default_value = "30ms", value_parser = humantime::parse_duration)]
+    pub reaction_target: Duration,
     /// Full reconcile at least this often even without changes.
     #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
     pub resync_interval: Duration,
@@ -198,6 +204,13 @@ impl Args {
                 self.coalesce_window
             ));
         }
+        if self.reaction_target > Duration::from_secs(1) {
+            return Err(format!(
+                "--reaction-target ({:?}) must be at most 1s: an agent report may wait nearly this long \
+                 before the rollout answers it",
+                self.reaction_target
+            ));
+        }
         if self.resync_interval < Duration::from_secs(1) {
             return Err("--resync-interval must be at least 1s".into());
         }
@@ -283,6 +296,7 @@ mod tests {
             ("--underlay-mtu", "900"),
             ("--max-object-bytes", "4000000"),
             ("--coalesce-window", "2s"),
+            ("--reaction-target", "2s"),
         ] {
             let err = parse(&[flag, bad]).unwrap_err();
             assert!(err.contains(flag), "{flag} {bad}: {err}");

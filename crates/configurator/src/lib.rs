@@ -17,6 +17,7 @@ pub mod lease;
 pub mod liveness;
 pub mod metrics;
 pub mod observed;
+pub mod pace;
 pub mod recheck;
 pub mod reconcile;
 pub mod runtime;

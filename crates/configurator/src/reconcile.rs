@@ -36,6 +36,7 @@ use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
 use crate::observed::{ConfigChanges, Nodes, Observed};
+use crate::pace::Pace;
 use crate::recheck;
 pub use crate::snapshot::Snapshot;
 use crate::snapshot::live;
@@ -53,6 +54,8 @@ pub struct Settings {
     /// from the first change it has not taken: events during a reconcile coalesce anyway (one stored
     /// wake-up), and one that waited out a reconcile is not made to wait the whole window again.
     pub coalesce: Duration,
+    /// What a leader's wait plus the reconcile after it aim at (`--reaction-target`, [`Pace`]).
+    pub reaction_target: Duration,
 }
 
 /// The admin inputs folded into one snapshot, canonically sorted.
@@ -1376,6 +1379,8 @@ pub struct Reconciler {
     snapshot: Option<Snapshot>,
     /// Assignments not logged yet (a line per revision and reason at most every ten seconds).
     assign_log: AssignLog,
+    /// How long a leader gathers changes before it reconciles, from what its reconciles cost.
+    pace: Pace,
 }
 
 /// A revision status write that only moves counters (and the words and progress stamp that follow
@@ -1398,6 +1403,7 @@ impl Reconciler {
         settings: Settings,
         changed: Arc<Wakeups>,
     ) -> Self {
+        let pace = Pace::new(settings.coalesce, settings.reaction_target);
         Self {
             stores,
             writer,
@@ -1415,6 +1421,7 @@ impl Reconciler {
             too_large_evented: None,
             snapshot: None,
             assign_log: AssignLog::default(),
+            pace,
         }
     }
 
@@ -1533,7 +1540,7 @@ impl Reconciler {
                 first = self.changed.wait() => {
                     // Coalesce bursts (a watch relist delivers many events at once, a rollout
                     // hundreds of reports a second), counting from the first change not taken.
-                    tokio::time::sleep_until(first + self.settings.coalesce).await;
+                    tokio::time::sleep_until(first + self.pace.wait()).await;
                     // A standby waits out its interval, or until it leads.
                     if !self.writer.is_leader() {
                         let until = tokio::time::Instant::now() + STANDBY_INTERVAL;
@@ -1742,9 +1749,11 @@ impl Reconciler {
         for line in self.assign_log.record(outcome.plan.as_ref(), &sent, logged) {
             info!(revision = %line.revision, reason = %line.reason, count = line.count, "{}", line.message);
         }
-        self.metrics
-            .reconcile_duration
-            .observe(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        self.metrics.reconcile_duration.observe(took.as_secs_f64());
+        if self.writer.is_leader() {
+            self.pace.observe(took);
+        }
         if n > 0 {
             debug!(
                 intents = n,
@@ -1924,6 +1933,7 @@ mod tests {
                 resync: Duration::from_secs(60),
                 input_settle: settle,
                 coalesce: Duration::from_millis(15),
+                reaction_target: Duration::from_millis(15),
             }
         }
 

@@ -42,6 +42,7 @@ pub fn settings(args: &Args) -> Settings {
         resync: args.resync_interval,
         input_settle: args.input_settle,
         coalesce: args.coalesce_window,
+        reaction_target: args.reaction_target,
     }
 }
 
