@@ -1558,6 +1558,25 @@ impl Reconciler {
         }
     }
 
+    /// `compute` again on `fresher`, in place of the `first` outcome, which is dropped: what it
+    /// reported as new is due again.
+    fn decide_again(
+        &mut self,
+        fresher: Snapshot,
+        first: &Outcome,
+        now: Timestamp,
+    ) -> (Snapshot, Outcome) {
+        self.cache.integrity.not_reported(&first.tampered);
+        let outcome = compute(
+            &fresher,
+            &self.settings,
+            &mut self.cache,
+            &mut self.settle,
+            now,
+        );
+        (fresher, outcome)
+    }
+
     /// Revisions whose inputs the cache misses past the grace are judged gone only on a fresh read
     /// ([`recheck`]). Every replica asks: a standby's count of tampered specs feeds the alert too.
     async fn recheck_inputs_gone(
@@ -1581,15 +1600,7 @@ impl Reconciler {
                     "inputs missing from the cache are not gone on the API server (their watch is \
                      behind, or the revision's deletion is on its way): deciding on a fresh read"
                 );
-                self.cache.integrity.not_reported(&outcome.tampered);
-                let outcome = compute(
-                    &fresher,
-                    &self.settings,
-                    &mut self.cache,
-                    &mut self.settle,
-                    now,
-                );
-                (fresher, outcome)
+                self.decide_again(fresher, &outcome, now)
             }
             Err(e) => {
                 warn!(
@@ -1631,20 +1642,12 @@ impl Reconciler {
         let Some(fresher) = snapshot.with_fresh_configs(fresh) else {
             return (snapshot, outcome);
         };
-        self.cache.integrity.not_reported(&outcome.tampered);
         self.metrics.timeout_rechecks_behind.inc();
         info!(
             nodes = names.len(),
             "the cache was behind on nodes about to fail by a timeout: deciding again on a fresh read"
         );
-        let outcome = compute(
-            &fresher,
-            &self.settings,
-            &mut self.cache,
-            &mut self.settle,
-            now,
-        );
-        (fresher, outcome)
+        self.decide_again(fresher, &outcome, now)
     }
 
     /// One reconcile; returns how long until the next time-based wake-up.
