@@ -301,13 +301,24 @@ pub fn refusals(cluster: &Cluster, pods: &[String]) -> Vec<String> {
     for p in pods {
         for c in ["configurator", "agent"] {
             for l in cluster.container_log(NS, p, c).lines() {
-                if l.contains("forbidden") || l.contains("Forbidden") || l.contains(" 403") {
+                if says_refused(l) {
                     out.push(format!("{p}/{c}: {l}"));
                 }
             }
         }
     }
     out
+}
+
+/// Whether a log line reports a refusal: the API server's 403 reads "... is forbidden: ...: Forbidden"
+/// in kube's errors, and an HTTP-level one "(403 Forbidden)"; a bare status code counts only where it
+/// is written as one. A number in a message is not a status: "too old resource version: 403 (404):
+/// Expired" is a watch resuming after an outage, not a refusal.
+fn says_refused(line: &str) -> bool {
+    line.to_ascii_lowercase().contains("forbidden")
+        || ["(403)", "code: 403", "\"code\":403", "status: 403"]
+            .iter()
+            .any(|code| line.contains(code))
 }
 
 /// Nodes without a kubelet beside the real one, each answered by a simulated agent
@@ -466,4 +477,28 @@ async fn heartbeat(admin: &Client, node: &str) -> Result<()> {
         .patch_status(node, &apply, &Patch::Apply(&status))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::says_refused;
+
+    #[test]
+    fn a_refusal_is_told_from_a_number_in_a_message() {
+        for refused in [
+            r#"{"message":"write failed","error":"ApiError: nodenetworkconfigs.network.netwave.io \"n1\" is forbidden: User \"system:serviceaccount:netwave-system:netwave-agent\" cannot patch resource: Forbidden"}"#,
+            "HTTP status client error (403 Forbidden) for url (https://198.19.0.254/api)",
+            r#"ErrorResponse { status: "Failure", message: "denied", reason: "Forbidden", code: 403 }"#,
+            r#"{"kind":"Status","code":403}"#,
+        ] {
+            assert!(says_refused(refused), "{refused}");
+        }
+        for not in [
+            r#"{"message":"watch error","error":"error returned by apiserver during watch: too old resource version: 403 (404): Expired"}"#,
+            "reconciled 403 nodes in 12 ms",
+            "revision rev-4030 cut",
+        ] {
+            assert!(!says_refused(not), "{not}");
+        }
+    }
 }
