@@ -367,11 +367,16 @@ fn encoded_len(o: &NodeNetworkConfig, event: bool) -> u64 {
     }
 }
 
+/// The wall clock now, in ms since the epoch (as API timestamps count).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// `now` (wall clock, ms) minus the config's `netwave.dev/assigned-at`, if it has one.
 fn delivery_ms(nnc: &NodeNetworkConfig) -> Option<i64> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now = wall_ms();
     (nnc.annotations().get(netwave_api::ASSIGNED_AT_ANNOTATION))
         .and_then(|v| netwave_core::types::Timestamp::parse_rfc3339(v).ok())
         .map(|t| now - t.0)
@@ -380,10 +385,7 @@ fn delivery_ms(nnc: &NodeNetworkConfig) -> Option<i64> {
 /// The instant of wall-clock time `ms` (since the epoch): API timestamps on this process's clock.
 /// Kubernetes times have whole seconds: `ms` is up to a second before the event it dates.
 fn instant_at(ms: i64) -> Instant {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let ago = Duration::from_millis(now.saturating_sub(ms).max(0) as u64);
+    let ago = Duration::from_millis(wall_ms().saturating_sub(ms).max(0) as u64);
     let at = Instant::now();
     at.checked_sub(ago).unwrap_or(at)
 }
