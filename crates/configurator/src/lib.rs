@@ -1,10 +1,10 @@
 //! netwave-configurator: the leader-elected imperative shell around `netwave-core`.
 //!
 //! ```text
-//!  watches (reflectors)                 reconcile (every replica computes)          writes (leader only)
+//!  watches (reflectors)                 reconcile (with node configs)               writes (leader only)
 //!  VRF / L2 / RoutingTable ─┐
 //!  Nodes                    ├─► stores ─► snapshot ─► core::render/validate/step ─► Plan ─► writer ─► API
-//!  NodeNetworkConfigs       │
+//!  NodeNetworkConfigs       │   (watched once the replica leads: a standby reads no agent report)
 //!  NetworkConfigRevisions  ─┘
 //!  Lease ◄──── lease::Elector (client-go style; local renew deadline gates every write)
 //!                 ▲ renews only while liveness (watches synced, reconcile loop alive) says it can work

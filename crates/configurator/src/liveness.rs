@@ -24,13 +24,15 @@ pub struct Liveness {
 
 #[derive(Debug)]
 struct State {
-    started: Instant,
     watches: BTreeMap<String, Watch>,
     reconcile: Reconcile,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Watch {
+    started: Instant,
+    /// See [`netwave_core::leadership::WatchView::before_lease`].
+    before_lease: bool,
     synced: bool,
     /// First and last error of the current run, and the last error's text.
     failing: Option<(Instant, Instant, String)>,
@@ -47,7 +49,6 @@ impl Liveness {
     pub fn new(bounds: Bounds) -> Self {
         Self {
             state: Arc::new(Mutex::new(State {
-                started: Instant::now(),
                 watches: BTreeMap::new(),
                 reconcile: Reconcile::Idle,
             })),
@@ -60,9 +61,26 @@ impl Liveness {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a watch of `kind` (not synced yet) and returns its reporter.
+    /// Registers a watch of `kind` (not synced yet) whose cache the replica needs before it takes the
+    /// Lease, and returns its reporter.
     pub fn watch(&self, kind: &str) -> WatchHealth {
-        self.lock().watches.insert(kind.into(), Watch::default());
+        self.register(kind, true)
+    }
+
+    /// Registers a watch of `kind` that only a leader keeps, started once it leads: its first list
+    /// is awaited while leading, within the same bound.
+    pub fn leader_watch(&self, kind: &str) -> WatchHealth {
+        self.register(kind, false)
+    }
+
+    fn register(&self, kind: &str, before_lease: bool) -> WatchHealth {
+        let watch = Watch {
+            started: Instant::now(),
+            before_lease,
+            synced: false,
+            failing: None,
+        };
+        self.lock().watches.insert(kind.into(), watch);
         WatchHealth {
             liveness: self.clone(),
             kind: kind.into(),
@@ -90,13 +108,14 @@ impl Liveness {
         let now = Instant::now();
         let st = self.lock();
         View {
-            up_for: now - st.started,
             watches: st
                 .watches
                 .iter()
                 .map(|(kind, w)| WatchView {
                     kind: kind.clone(),
                     synced: w.synced,
+                    started: now - w.started,
+                    before_lease: w.before_lease,
                     failing: w.failing.as_ref().map(|(first, last, e)| WatchErrors {
                         for_: now - *first,
                         last_ago: now - *last,

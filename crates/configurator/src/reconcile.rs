@@ -1391,8 +1391,9 @@ pub struct Reconciler {
 const COUNTERS_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A standby writes nothing: it reconciles at most this often after a change (and at once when it
-/// becomes the leader), enough to keep its render cache warm for a takeover, instead of after every
-/// agent report like the leader (which cost the standby as much CPU as the leader, #14).
+/// becomes the leader), instead of after every agent report like the leader (which cost the standby
+/// as much CPU as the leader, #14). A standby that never led has no node configs and skips its
+/// reconciles; one that led before keeps them (`crate::watch`) and plans on them, without writing.
 const STANDBY_INTERVAL: Duration = Duration::from_secs(2);
 
 impl Reconciler {
@@ -1658,6 +1659,13 @@ impl Reconciler {
         // Changes from here on are for the next reconcile's window (those before the snapshot below
         // are in it as well: that reconcile then plans nothing).
         self.changed.take();
+        if !self.stores.node_configs_ready() {
+            // A standby keeps no node configs (`crate::watch`); a new leader's list of them is on
+            // its way, and its end wakes this loop. Nothing can be planned without them.
+            self.metrics.leader.set(i64::from(self.writer.is_leader()));
+            self.snapshot = None;
+            return None;
+        }
         // The nodes and node configs read again only where their watches saw a change.
         let snapshot = match self.snapshot.take() {
             Some(last) => last.refresh(&self.stores),

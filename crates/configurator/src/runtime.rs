@@ -135,12 +135,17 @@ pub async fn run_with(
     )
     .with_liveness(liveness.clone());
 
-    // Leadership changes wake the reconcile loop: a new leader acts at once.
+    // Leadership changes wake the reconcile loop: a new leader acts at once, once it has listed the
+    // node configs (a standby does not watch them, `watch`).
     let mut leadership = gate.clone();
     let wake = changed.clone();
+    let node_configs = stores.node_configs_watch.clone();
     tokio::spawn(async move {
         // Ends with the elector (a stopped elector's channel is closed: looping on it would spin).
-        while leadership.changed().await.is_some() {
+        while let Some(leads) = leadership.changed().await {
+            if leads {
+                node_configs.start();
+            }
             wake.wake();
         }
     });

@@ -415,6 +415,7 @@ mod tests {
                 mirror_selectors: empty(),
                 nodes: nodes_r,
                 node_configs: configs_r,
+                node_configs_watch: crate::watch::LeaderWatch::started(),
                 revisions: empty(),
                 revision_inputs: empty(),
                 node_changes: Journal::default(),

@@ -1,6 +1,11 @@
 //! Reflectors on every kind the configurator reads. Each one keeps an in-memory store current and pokes
-//! the reconcile loop when anything changed. Every replica runs them, leader or not, so a standby has
-//! warm caches the moment it takes over.
+//! the reconcile loop when anything changed.
+//!
+//! Every replica watches the inputs, revisions and Nodes from its start, so a standby has them the
+//! moment it takes over. The NodeNetworkConfigs are watched only once the replica leads
+//! ([`LeaderWatch`]): every agent report is an event on them, most of a rollout's events, and a standby
+//! decoding them all for a takeover that rarely comes spent about half a leader's CPU (#28). A new
+//! leader lists them once instead, and plans once that list is in.
 //!
 //! netwave's kinds are watched as [`Decoded`]: an object that does not decode (stored before a schema
 //! bound existed, or under an older CRD) is kept with its name and the error instead of failing the
@@ -25,9 +30,9 @@ use netwave_runtime::decoded::Decoded;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
-use crate::liveness::Liveness;
+use crate::liveness::{Liveness, WatchHealth};
 use crate::wire::WireNodeConfig;
 
 /// Read-only views of the cluster, kept current by the reflectors.
@@ -40,7 +45,9 @@ pub struct Stores {
     pub mirror_targets: Store<Decoded<MirrorTarget>>,
     pub mirror_selectors: Store<Decoded<MirrorSelector>>,
     pub nodes: Store<Node>,
+    /// Empty, and not ready, until [`Stores::node_configs_watch`] started and listed.
     pub node_configs: Store<Decoded<NodeNetworkConfig>>,
+    pub node_configs_watch: LeaderWatch,
     pub revisions: Store<Decoded<NetworkConfigRevision>>,
     /// The revisions' inputs, one object per revision under its name.
     pub revision_inputs: Store<Decoded<NetworkConfigInputs>>,
@@ -93,8 +100,42 @@ impl Journal {
     }
 }
 
+/// A watch only a leader keeps: started the first time the replica leads, then kept (a replica that
+/// lost the Lease for a moment does not list the fleet again when it gets it back).
+#[derive(Clone)]
+pub struct LeaderWatch(Arc<Mutex<Option<Start>>>);
+
+/// What starts a [`LeaderWatch`].
+type Start = Box<dyn FnOnce() + Send>;
+
+impl LeaderWatch {
+    fn new(start: impl FnOnce() + Send + 'static) -> Self {
+        Self(Arc::new(Mutex::new(Some(Box::new(start)))))
+    }
+
+    /// One whose store is fed by other means (tests).
+    pub fn started() -> Self {
+        Self(Arc::new(Mutex::new(None)))
+    }
+
+    /// Starts the watch, unless it runs already.
+    pub fn start(&self) {
+        let start = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(start) = start {
+            start();
+        }
+    }
+}
+
 impl Stores {
-    /// Resolves once every reflector has delivered its initial list.
+    /// Whether the node configs' watch has listed: before that, nothing can be planned.
+    pub fn node_configs_ready(&self) -> bool {
+        use futures::FutureExt;
+        (self.node_configs.wait_until_ready().now_or_never()).is_some_and(|r| r.is_ok())
+    }
+
+    /// Resolves once every reflector a standby keeps has delivered its initial list (not the node
+    /// configs', which starts when the replica leads).
     pub async fn wait_until_ready(&self) -> bool {
         self.vrfs.wait_until_ready().await.is_ok()
             && self.layer2s.wait_until_ready().await.is_ok()
@@ -103,7 +144,6 @@ impl Stores {
             && self.mirror_targets.wait_until_ready().await.is_ok()
             && self.mirror_selectors.wait_until_ready().await.is_ok()
             && self.nodes.wait_until_ready().await.is_ok()
-            && self.node_configs.wait_until_ready().await.is_ok()
             && self.revisions.wait_until_ready().await.is_ok()
             && self.revision_inputs.wait_until_ready().await.is_ok()
     }
@@ -153,11 +193,14 @@ impl Wakeups {
     }
 }
 
-/// Starts one reflector per kind; `changed` is notified on every event, and each watch reports its
-/// lists and errors to `live` (a replica that cannot list cannot lead).
+/// Starts one reflector per kind, but the node configs' ([`LeaderWatch`]); `changed` is notified on
+/// every event, and each watch reports its lists and errors to `live` (a replica that cannot list
+/// cannot lead).
 pub fn start(client: &Client, changed: Arc<Wakeups>, live: &Liveness) -> Stores {
     let (node_changes, config_changes) = (Journal::default(), Journal::default());
     let none = None;
+    let (node_configs, node_configs_watch) =
+        reflect_node_configs(client, changed.clone(), live, config_changes.clone());
     Stores {
         vrfs: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
         layer2s: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
@@ -172,7 +215,8 @@ pub fn start(client: &Client, changed: Arc<Wakeups>, live: &Liveness) -> Stores 
             Some(node_changes.clone()),
             slim_node,
         ),
-        node_configs: reflect_node_configs(client, changed.clone(), live, config_changes.clone()),
+        node_configs,
+        node_configs_watch,
         revisions: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
         revision_inputs: reflect_decoded(
             client,
@@ -279,21 +323,48 @@ pub fn slim_fresh_node_config(nnc: &mut NodeNetworkConfig) {
 /// The node configs' reflector. Node configs are read as [`WireNodeConfig`]: their managed fields
 /// are skipped, and their `spec.config` is decoded only for a spec the watch has not verified yet (a
 /// status write, most of a rollout's events, carries a spec already verified). Then as
-/// [`slim_node_config`].
+/// [`slim_node_config`]. Only a leader keeps it: the store stays empty until the returned
+/// [`LeaderWatch`] is started.
 fn reflect_node_configs(
     client: &Client,
     changed: Arc<Wakeups>,
     live: &Liveness,
     journal: Journal,
-) -> Store<Decoded<NodeNetworkConfig>> {
-    let mut verified = Verified::default();
-    let stream = watcher(
-        Api::<Decoded<WireNodeConfig>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .map_ok(move |event| map_event(event, &mut |w| cache_node_config(w, &mut verified)));
-    reflect_stream(stream, changed, live, Some(journal))
+) -> (Store<Decoded<NodeNetworkConfig>>, LeaderWatch) {
+    let (reader, writer) = reflector::store();
+    let (client, live) = (client.clone(), live.clone());
+    let start = move || {
+        let mut verified = Verified::default();
+        let stream = watcher(
+            Api::<Decoded<WireNodeConfig>>::all(client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .map_ok(move |event| map_event(event, &mut |w| cache_node_config(w, &mut verified)))
+        .inspect_ok(first_list_told(Instant::now()));
+        let kind = NodeNetworkConfig::kind(&()).to_string();
+        let health = live.leader_watch(&kind);
+        spawn_reflector(stream, writer, changed, health, Some(journal), kind);
+    };
+    (reader, LeaderWatch::new(start))
+}
+
+/// Tells, in one line, how many node configs a new leader's first list brought and how long it took
+/// (what a takeover waits for before it plans).
+fn first_list_told<K>(started: Instant) -> impl FnMut(&watcher::Event<K>) {
+    let (mut listed, mut told) = (0usize, false);
+    move |event| match event {
+        watcher::Event::InitApply(_) if !told => listed += 1,
+        watcher::Event::InitDone if !told => {
+            told = true;
+            info!(
+                listed,
+                ms = started.elapsed().as_millis() as u64,
+                "leading: node configs listed, planning"
+            );
+        }
+        _ => {}
+    }
 }
 
 /// What the cache keeps of a node config off the wire: its `spec.config` is decoded only when
@@ -389,6 +460,22 @@ where
     let (reader, writer) = reflector::store();
     let kind = K::kind(&()).to_string();
     let health = live.watch(&kind);
+    spawn_reflector(stream, writer, changed, health, journal, kind);
+    reader
+}
+
+/// Feeds `writer` with what `stream` delivers, notes each change in `journal`, pokes `changed` and
+/// reports to `health`.
+fn spawn_reflector<K>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    writer: reflector::store::Writer<K>,
+    changed: Arc<Wakeups>,
+    health: WatchHealth,
+    journal: Option<Journal>,
+    kind: String,
+) where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
     let stream = stream.reflect(writer);
     tokio::spawn(
         async move {
@@ -412,7 +499,6 @@ where
         }
         .instrument(info_span!("watch", %kind)),
     );
-    reader
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! fleet would have a leader that does nothing, and the standby could never take over.
 //!
 //! ```text
-//!  View { up for, each watch: synced? failing since/last error, reconcile loop: idle|busy for|ended }
+//!  View { each watch: listing for, synced? failing since/last error, needed before the Lease?,
+//!         reconcile loop: idle|busy for|ended }
 //!        ──fitness(view, bounds)──► Starting  (caches still syncing: take no Lease yet)
 //!                                   Working   (acquire and renew)
 //!                                   Unfit(why) (let go of the Lease, fail /healthz, one log line)
@@ -18,7 +19,7 @@ use std::time::Duration;
 /// How long each part may be unable to work before the replica is unfit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
-    /// Every watch must have listed within this long of the start, and a watch whose requests keep
+    /// Every watch must have listed within this long of its start, and a watch whose requests keep
     /// failing is given this long to recover.
     pub sync: Duration,
     /// One reconcile pass may take this long.
@@ -36,6 +37,12 @@ pub struct WatchView {
     pub kind: String,
     /// Its initial list arrived at least once.
     pub synced: bool,
+    /// Since the watch started (at the replica's start, or when it began to lead for a watch only a
+    /// leader keeps).
+    pub started: Duration,
+    /// The replica needs its cache before it takes the Lease. A watch only a leader keeps starts once
+    /// the Lease is held, and its first list is awaited while leading (#28).
+    pub before_lease: bool,
     /// Errors since its last good event, if any.
     pub failing: Option<WatchErrors>,
 }
@@ -65,8 +72,6 @@ pub enum Loop {
 /// What the shell knows of the replica's ability to work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct View {
-    /// Since the replica started.
-    pub up_for: Duration,
     pub watches: Vec<WatchView>,
     pub reconcile: Loop,
 }
@@ -88,7 +93,7 @@ pub enum Fitness {
 pub enum Unfit {
     /// The reconcile loop ended: a restart is the only repair.
     ReconcileEnded,
-    /// Some watches have not listed within [`Bounds::sync`] of the start: `(kind, last error)`.
+    /// Some watches have not listed within [`Bounds::sync`] of their start: `(kind, last error)`.
     NeverSynced {
         after: Duration,
         waiting: Vec<(String, Option<String>)>,
@@ -155,21 +160,19 @@ pub fn fitness(view: &View, bounds: &Bounds) -> Fitness {
     if view.reconcile == Loop::Ended {
         return Fitness::Unfit(Unfit::ReconcileEnded);
     }
-    let waiting: Vec<(String, Option<String>)> = view
-        .watches
-        .iter()
-        .filter(|w| !w.synced)
-        .map(|w| (w.kind.clone(), w.failing.as_ref().map(|e| e.error.clone())))
-        .collect();
-    if !waiting.is_empty() {
-        return if view.up_for >= bounds.sync {
-            Fitness::Unfit(Unfit::NeverSynced {
-                after: view.up_for,
-                waiting,
-            })
-        } else {
-            Fitness::Starting
-        };
+    let unsynced = || view.watches.iter().filter(|w| !w.synced);
+    let overdue: Vec<&WatchView> = unsynced().filter(|w| w.started >= bounds.sync).collect();
+    if let Some(after) = overdue.iter().map(|w| w.started).max() {
+        return Fitness::Unfit(Unfit::NeverSynced {
+            after,
+            waiting: (overdue.iter())
+                .map(|w| (w.kind.clone(), w.failing.as_ref().map(|e| e.error.clone())))
+                .collect(),
+        });
+    }
+    // A leader's own watch still listing holds no Lease back: its leader waits for the list.
+    if unsynced().any(|w| w.before_lease) {
+        return Fitness::Starting;
     }
     let failing = view.watches.iter().find_map(|w| {
         let e = w.failing.as_ref()?;
@@ -208,6 +211,8 @@ mod tests {
         WatchView {
             kind: kind.into(),
             synced,
+            started: S(0),
+            before_lease: true,
             failing: failing.map(|(for_, last_ago, e)| WatchErrors {
                 for_: S(for_),
                 last_ago: S(last_ago),
@@ -216,12 +221,12 @@ mod tests {
         }
     }
 
-    fn view(up: u64, watches: Vec<WatchView>, reconcile: Loop) -> View {
-        View {
-            up_for: S(up),
-            watches,
-            reconcile,
+    /// The replica up for `up` seconds, its watches started with it.
+    fn view(up: u64, mut watches: Vec<WatchView>, reconcile: Loop) -> View {
+        for w in &mut watches {
+            w.started = S(up);
         }
+        View { watches, reconcile }
     }
 
     /// A replica still listing takes no Lease; one that cannot list is unfit once the bound passes, and
@@ -251,6 +256,37 @@ mod tests {
             fitness(&view(500, synced, Loop::Idle), &bounds()),
             Fitness::Working
         );
+    }
+
+    /// A watch only a leader keeps (the node configs, #28) does not hold the Lease back while its
+    /// first list is on its way, and its bound counts from when it started, not from the replica's
+    /// start: a replica that led only after an hour as standby still gets the whole bound.
+    #[test]
+    fn a_leaders_own_watch_listing_holds_no_lease_back_until_its_bound_passes() {
+        let leading = |started: u64, synced: bool| View {
+            watches: vec![
+                WatchView {
+                    started: S(3600),
+                    ..watch("Node", true, None)
+                },
+                WatchView {
+                    started: S(started),
+                    before_lease: false,
+                    ..watch("NodeNetworkConfig", synced, None)
+                },
+            ],
+            reconcile: Loop::Idle,
+        };
+        assert_eq!(fitness(&leading(5, false), &bounds()), Fitness::Working);
+        assert_eq!(fitness(&leading(119, false), &bounds()), Fitness::Working);
+        assert_eq!(
+            fitness(&leading(120, false), &bounds()),
+            Fitness::Unfit(Unfit::NeverSynced {
+                after: S(120),
+                waiting: vec![("NodeNetworkConfig".into(), None)],
+            })
+        );
+        assert_eq!(fitness(&leading(500, true), &bounds()), Fitness::Working);
     }
 
     /// A loop that ended is unfit at once, whatever the caches say.

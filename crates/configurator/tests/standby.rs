@@ -1,0 +1,122 @@
+//! A standby does not read the agents' reports: only a leader watches the NodeNetworkConfigs (#28). Every
+//! report is an event on them, most of a rollout's events; a standby that decoded them all for a
+//! takeover that rarely comes spent about half a leader's CPU. A replica lists them once it leads, and
+//! plans once that list is in.
+//!
+//! Measured at the testbed, which counts the watch events it sends each bearer token: two configurators
+//! with their own tokens, a rollout with one of them leading, then the leader crashes (no Lease release)
+//! and the other finishes the next rollout.
+
+mod common;
+
+use netwave_api::vocab::RevisionPhase;
+use netwave_testbed::ClientIdentity;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+
+/// The node config watch events the testbed sent to the client with bearer token `token`.
+fn config_events(env: &Env, token: &str) -> u64 {
+    (env.tb().traffic().get(token))
+        .and_then(|t| t.watch_events.get("nodenetworkconfigs").copied())
+        .unwrap_or(0)
+}
+
+async fn holder(env: &Env) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "netwave-system");
+    leases
+        .get_opt("netwave-configurator")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+async fn completes(env: &Env, revisions_expected: usize) {
+    eventually(
+        Duration::from_secs(60),
+        "the newest revision to complete",
+        || async {
+            let revs = revisions(&env.client).await;
+            match revs.last() {
+                Some(r)
+                    if revs.len() == revisions_expected
+                        && phase(r) == RevisionPhase::Complete.as_str() =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{:?}", revs.iter().map(phase).collect::<Vec<_>>())),
+            }
+        },
+    )
+    .await;
+}
+
+fn configurator(env: &Env, name: &str) -> Configurator {
+    let client = env.tb().client_as(ClientIdentity {
+        user_agent: None,
+        token: Some(name.into()),
+    });
+    Configurator::start(
+        client,
+        args(&["--identity", name, "--max-unavailable", "4"]),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_reads_no_agent_report_and_lists_the_node_configs_when_it_takes_over() {
+    let env = testbed_env().await;
+    let names = node_names(12);
+    add_nodes(&env.client, &names).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    apply_samples(&env.client).await;
+
+    let first = configurator(&env, "cfg-a");
+    eventually(Duration::from_secs(20), "cfg-a to lead", || async {
+        match holder(&env).await {
+            Some(h) if h == "cfg-a" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let _second = configurator(&env, "cfg-b");
+    completes(&env, 1).await;
+    change_inputs(&env.client, 1400).await;
+    completes(&env, 2).await;
+
+    let (leader, standby) = (config_events(&env, "cfg-a"), config_events(&env, "cfg-b"));
+    println!(
+        "node config watch events over two rollouts of 12 nodes: leader {leader}, standby {standby}"
+    );
+    assert!(
+        leader >= 2 * 12,
+        "the leader follows every node's report: {leader} events"
+    );
+    assert_eq!(standby, 0, "the standby watches no node config");
+
+    // The leader crashes: the standby takes the Lease after it expires, lists, and finishes the next
+    // rollout on its own.
+    first.kill();
+    eventually(Duration::from_secs(20), "cfg-b to take over", || async {
+        match holder(&env).await {
+            Some(h) if h == "cfg-b" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    change_inputs(&env.client, 1300).await;
+    completes(&env, 3).await;
+    let configs = configs(&env.client).await;
+    assert_eq!(configs.len(), 12);
+    let newest = revisions(&env.client).await.pop().expect("three revisions");
+    let newest = newest.metadata.name.expect("a name");
+    for (node, c) in &configs {
+        assert_eq!(c.spec.revision, newest, "{node} runs the newest revision");
+    }
+    assert!(
+        config_events(&env, "cfg-b") >= 12,
+        "the new leader follows the reports once it leads"
+    );
+}
