@@ -110,6 +110,9 @@ impl LeaderGate {
 /// Asked before every acquire or renew: can this replica do a leader's work now?
 pub type FitnessCheck = Arc<dyn Fn() -> Fitness + Send + Sync>;
 
+/// Called while the holder has not renewed for half its lease duration: a takeover may be near.
+pub type TakeoverNear = Arc<dyn Fn() + Send + Sync>;
+
 /// Runs the election loop until `shutdown` resolves, then releases the lease if held.
 pub struct Elector {
     api: Api<Lease>,
@@ -122,6 +125,7 @@ pub struct Elector {
     fitness: Option<FitnessCheck>,
     /// Why this replica cannot work, while it cannot (logged once per problem).
     unfit: Option<Unfit>,
+    takeover_near: Option<TakeoverNear>,
 }
 
 /// Longest wait between lease attempts while they keep failing as a follower.
@@ -161,6 +165,7 @@ impl Elector {
                 failing: None,
                 fitness: None,
                 unfit: None,
+                takeover_near: None,
             },
             LeaderGate { rx },
         )
@@ -169,6 +174,14 @@ impl Elector {
     /// Takes part in the election only while `check` says the replica can work (without it: always).
     pub fn with_fitness(mut self, check: FitnessCheck) -> Self {
         self.fitness = Some(check);
+        self
+    }
+
+    /// Calls `near` at each attempt while another holder has not renewed for half its lease duration
+    /// (a healthy leader renews every retry period): what a new leader needs first can be fetched
+    /// while the Lease runs out, instead of after (the node configs, `crate::watch`).
+    pub fn with_takeover_near(mut self, near: TakeoverNear) -> Self {
+        self.takeover_near = Some(near);
         self
     }
 
@@ -334,6 +347,12 @@ impl Elector {
         let their_duration =
             Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_secs).max(1) as u64);
         let held_by_other = !holder.is_empty() && holder != *me;
+        if held_by_other
+            && now >= observed_at + their_duration / 2
+            && let Some(near) = &self.takeover_near
+        {
+            near();
+        }
         if held_by_other && now < observed_at + their_duration {
             return Ok(false);
         }

@@ -112,12 +112,21 @@ pub async fn run_with(
             retry_period: args.retry_period,
         },
     );
+    let changed = Arc::new(watches::Wakeups::default());
+    let stores = watches::start(&client, changed.clone(), &liveness);
     let elector = elector.with_fitness({
         let l = liveness.clone();
         Arc::new(move || l.judge())
     });
-    let changed = Arc::new(watches::Wakeups::default());
-    let stores = watches::start(&client, changed.clone(), &liveness);
+    // The node configs are listed while a faltering leader's Lease runs out, not after.
+    let elector = elector.with_takeover_near({
+        let node_configs = stores.node_configs_watch.clone();
+        Arc::new(move || {
+            if node_configs.start() {
+                info!("the leader has not renewed the Lease for half its duration: listing the node configs for a takeover");
+            }
+        })
+    });
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -143,8 +152,8 @@ pub async fn run_with(
     tokio::spawn(async move {
         // Ends with the elector (a stopped elector's channel is closed: looping on it would spin).
         while let Some(leads) = leadership.changed().await {
-            if leads {
-                node_configs.start();
+            if leads && node_configs.start() {
+                info!("leading: listing the node configs");
             }
             wake.wake();
         }

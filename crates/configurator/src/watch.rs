@@ -100,8 +100,9 @@ impl Journal {
     }
 }
 
-/// A watch only a leader keeps: started the first time the replica leads, then kept (a replica that
-/// lost the Lease for a moment does not list the fleet again when it gets it back).
+/// A watch only a leader keeps: started the first time the replica leads, or sees the leader falter
+/// (its Lease not renewed for half its duration: the list is in when the Lease runs out), then kept
+/// (a replica that lost the Lease for a moment does not list the fleet again when it gets it back).
 #[derive(Clone)]
 pub struct LeaderWatch(Arc<Mutex<Option<Start>>>);
 
@@ -118,12 +119,10 @@ impl LeaderWatch {
         Self(Arc::new(Mutex::new(None)))
     }
 
-    /// Starts the watch, unless it runs already.
-    pub fn start(&self) {
+    /// Starts the watch, unless it runs already; whether it started now.
+    pub fn start(&self) -> bool {
         let start = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(start) = start {
-            start();
-        }
+        start.map(|start| start()).is_some()
     }
 }
 
@@ -349,8 +348,8 @@ fn reflect_node_configs(
     (reader, LeaderWatch::new(start))
 }
 
-/// Tells, in one line, how many node configs a new leader's first list brought and how long it took
-/// (what a takeover waits for before it plans).
+/// Tells, in one line, how many node configs the first list brought and how long it took (what a
+/// takeover waits for before it plans, unless it came before).
 fn first_list_told<K>(started: Instant) -> impl FnMut(&watcher::Event<K>) {
     let (mut listed, mut told) = (0usize, false);
     move |event| match event {
@@ -360,7 +359,7 @@ fn first_list_told<K>(started: Instant) -> impl FnMut(&watcher::Event<K>) {
             info!(
                 listed,
                 ms = started.elapsed().as_millis() as u64,
-                "leading: node configs listed, planning"
+                "node configs listed: a leader plans on them"
             );
         }
         _ => {}

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::testbed_env;
@@ -32,11 +33,21 @@ struct Replica {
 }
 
 fn replica(tb: &netwave_testbed::Testbed, identity: &str) -> Replica {
+    replica_with(tb, identity, |e| e)
+}
+
+/// [`replica`] with its elector set up by `f`.
+fn replica_with(
+    tb: &netwave_testbed::Testbed,
+    identity: &str,
+    f: impl FnOnce(Elector) -> Elector,
+) -> Replica {
     let client = tb.client_as(ClientIdentity {
         user_agent: Some(format!("replica-{identity}")),
         token: None,
     });
     let (elector, gate) = Elector::new(client, config(identity));
+    let elector = f(elector);
     let (stop, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(elector.run(async move {
         let _ = rx.await;
@@ -129,6 +140,46 @@ async fn a_crashed_leader_is_replaced_within_the_lease_duration() {
     assert!(
         crashed.elapsed() >= Duration::from_millis(400),
         "took over before the lease could have expired"
+    );
+}
+
+/// A standby is told a takeover is near once the leader has not renewed for half the lease duration,
+/// early enough to list what it will need before the Lease runs out; never while the leader renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_is_told_a_takeover_is_near_while_a_crashed_leaders_lease_runs_out() {
+    let env = testbed_env().await;
+    let a = replica(env.tb(), "a");
+    leads(&a.gate, "a to lead", Duration::from_secs(3)).await;
+    let told: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let b = replica_with(env.tb(), "b", |e| {
+        let told = told.clone();
+        e.with_takeover_near(Arc::new(move || {
+            told.lock().unwrap().get_or_insert_with(Instant::now);
+        }))
+    });
+    // Several lease durations of a leader that renews: nothing is near.
+    tokio::time::sleep(config("a").lease_duration * 3).await;
+    assert_eq!(*told.lock().unwrap(), None, "a healthy leader tells no one");
+
+    a.task.abort();
+    let crashed = Instant::now();
+    leads(&b.gate, "b to take over", Duration::from_secs(3)).await;
+    let led = Instant::now();
+    let told = told
+        .lock()
+        .unwrap()
+        .expect("b was told before it took over");
+    let (after_crash, before_lead) = (told - crashed, led - told);
+    println!("told {after_crash:?} after the crash, {before_lead:?} before leading");
+    // The Lease records whole seconds (1 s here): b is told half of that after the last renewal it
+    // saw, at its next attempt (every 200 ms), and takes over the other half later.
+    assert!(
+        after_crash >= Duration::from_millis(250),
+        "told only once the leader missed renewals: {after_crash:?} after the crash"
+    );
+    assert!(
+        before_lead >= Duration::from_millis(250),
+        "told while the Lease ran out, not as it was taken: {before_lead:?} before leading"
     );
 }
 
