@@ -110,7 +110,7 @@ impl LeaderGate {
 /// Asked before every acquire or renew: can this replica do a leader's work now?
 pub type FitnessCheck = Arc<dyn Fn() -> Fitness + Send + Sync>;
 
-/// Called while the holder has not renewed for half its lease duration: a takeover may be near.
+/// Called while the holder has gone unrenewed past a leader's renew deadline: a takeover is near.
 pub type TakeoverNear = Arc<dyn Fn() + Send + Sync>;
 
 /// Runs the election loop until `shutdown` resolves, then releases the lease if held.
@@ -177,9 +177,13 @@ impl Elector {
         self
     }
 
-    /// Calls `near` at each attempt while another holder has not renewed for half its lease duration
-    /// (a healthy leader renews every retry period): what a new leader needs first can be fetched
-    /// while the Lease runs out, instead of after (the node configs, `crate::watch`).
+    /// Calls `near` at each attempt while another holder's record has gone unrenewed for longer than a
+    /// leader's renew deadline allows: the Lease's duration less the margin between `lease_duration`
+    /// and `renew_deadline` (10 s of 15 by default). A leader renews every retry period, and one that
+    /// cannot renew within its deadline stops leading on its own, so a takeover is near: what a new
+    /// leader needs first can be fetched while the Lease runs out, instead of after (the node
+    /// configs, `crate::watch`). Half the duration was too early: on a kube-apiserver saturated by
+    /// a rollout of 5,000 nodes, a healthy leader's renewals came that late.
     pub fn with_takeover_near(mut self, near: TakeoverNear) -> Self {
         self.takeover_near = Some(near);
         self
@@ -347,8 +351,9 @@ impl Elector {
         let their_duration =
             Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_secs).max(1) as u64);
         let held_by_other = !holder.is_empty() && holder != *me;
+        let margin = (self.config.lease_duration).saturating_sub(self.config.renew_deadline);
         if held_by_other
-            && now >= observed_at + their_duration / 2
+            && now >= observed_at + their_duration.saturating_sub(margin)
             && let Some(near) = &self.takeover_near
         {
             near();

@@ -123,7 +123,7 @@ pub async fn run_with(
         let node_configs = stores.node_configs_watch.clone();
         Arc::new(move || {
             if node_configs.start() {
-                info!("the leader has not renewed the Lease for half its duration: listing the node configs for a takeover");
+                info!("the leader has not renewed the Lease within its renew deadline: listing the node configs for a takeover");
             }
         })
     });

@@ -2,10 +2,11 @@
 //! the reconcile loop when anything changed.
 //!
 //! Every replica watches the inputs, revisions and Nodes from its start, so a standby has them the
-//! moment it takes over. The NodeNetworkConfigs are watched only once the replica leads
+//! moment it takes over. The NodeNetworkConfigs are watched only once a takeover is near or done
 //! ([`LeaderWatch`]): every agent report is an event on them, most of a rollout's events, and a standby
-//! decoding them all for a takeover that rarely comes spent about half a leader's CPU (#28). A new
-//! leader lists them once instead, and plans once that list is in.
+//! decoding them all for a takeover that rarely comes spent about half a leader's CPU (#28). A standby
+//! lists them once the leader's Lease goes unrenewed past a leader's renew deadline (so the list is in
+//! when it runs out), a replica that takes a free Lease when it does; nothing is planned before it.
 //!
 //! netwave's kinds are watched as [`Decoded`]: an object that does not decode (stored before a schema
 //! bound existed, or under an older CRD) is kept with its name and the error instead of failing the
@@ -101,7 +102,7 @@ impl Journal {
 }
 
 /// A watch only a leader keeps: started the first time the replica leads, or sees the leader falter
-/// (its Lease not renewed for half its duration: the list is in when the Lease runs out), then kept
+/// (its Lease unrenewed past the renew deadline: the list is in when the Lease runs out), then kept
 /// (a replica that lost the Lease for a moment does not list the fleet again when it gets it back).
 #[derive(Clone)]
 pub struct LeaderWatch(Arc<Mutex<Option<Start>>>);

@@ -143,7 +143,7 @@ async fn a_crashed_leader_is_replaced_within_the_lease_duration() {
     );
 }
 
-/// A standby is told a takeover is near once the leader has not renewed for half the lease duration,
+/// A standby is told a takeover is near once the leader has not renewed within its renew deadline,
 /// early enough to list what it will need before the Lease runs out; never while the leader renews.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_is_told_a_takeover_is_near_while_a_crashed_leaders_lease_runs_out() {
@@ -171,8 +171,9 @@ async fn a_standby_is_told_a_takeover_is_near_while_a_crashed_leaders_lease_runs
         .expect("b was told before it took over");
     let (after_crash, before_lead) = (told - crashed, led - told);
     println!("told {after_crash:?} after the crash, {before_lead:?} before leading");
-    // The Lease records whole seconds (1 s here): b is told half of that after the last renewal it
-    // saw, at its next attempt (every 200 ms), and takes over the other half later.
+    // The Lease records whole seconds (1 s here): b is told 1 s less the 0.5 s between lease duration
+    // and renew deadline after the last renewal it saw, at its next attempt (every 200 ms), and takes
+    // over 0.5 s later.
     assert!(
         after_crash >= Duration::from_millis(250),
         "told only once the leader missed renewals: {after_crash:?} after the crash"
