@@ -1392,8 +1392,9 @@ const COUNTERS_STATUS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A standby writes nothing: it reconciles at most this often after a change (and at once when it
 /// becomes the leader), instead of after every agent report like the leader (which cost the standby
-/// as much CPU as the leader, #14). A standby that never led has no node configs and skips its
-/// reconciles; one that led before keeps them (`crate::watch`) and plans on them, without writing.
+/// as much CPU as the leader, #14). A standby that has not listed the node configs (it does when a
+/// takeover is near, `crate::watch`) skips its reconciles; one that has keeps them and plans on
+/// them, without writing.
 const STANDBY_INTERVAL: Duration = Duration::from_secs(2);
 
 impl Reconciler {
