@@ -10,7 +10,6 @@
 
 mod common;
 
-use netwave_api::vocab::RevisionPhase;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,23 +24,7 @@ async fn cost(
     answers: &AtomicU64,
     revisions_expected: usize,
 ) -> (f64, String) {
-    eventually(
-        Duration::from_secs(120),
-        "the rollout to complete",
-        || async {
-            let revs = revisions(&env.client).await;
-            match revs.last() {
-                Some(r)
-                    if revs.len() == revisions_expected
-                        && phase(r) == RevisionPhase::Complete.as_str() =>
-                {
-                    Ok(())
-                }
-                _ => Err(format!("{:?}", revs.iter().map(phase).collect::<Vec<_>>())),
-            }
-        },
-    )
-    .await;
+    newest_completes(&env.client, revisions_expected, Duration::from_secs(120)).await;
     let counts = env.tb().counters();
     // Input objects' status is one write per object (the samples: 18), not per node: counted apart.
     let input_status_writes: u64 = [

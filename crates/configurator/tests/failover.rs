@@ -75,17 +75,6 @@ fn spawn_with(
     }
 }
 
-async fn holder(env: &Env) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "netwave-system");
-    leases
-        .get_opt("netwave-configurator")
-        .await
-        .ok()
-        .flatten()?
-        .spec?
-        .holder_identity
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
     let mut takeovers = Vec::new();

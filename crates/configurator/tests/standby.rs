@@ -11,13 +11,10 @@
 
 mod common;
 
-use netwave_api::vocab::RevisionPhase;
 use netwave_testbed::ClientIdentity;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
 
 /// The node config watch events the testbed sent to the client with bearer token `token`.
 fn config_events(env: &Env, token: &str) -> u64 {
@@ -26,30 +23,15 @@ fn config_events(env: &Env, token: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn holder(env: &Env) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "netwave-system");
-    leases
-        .get_opt("netwave-configurator")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-}
-
-async fn completes(env: &Env, revisions_expected: usize) {
+/// Waits until `who` holds the configurator Lease.
+async fn leads(env: &Env, who: &str) {
     eventually(
-        Duration::from_secs(60),
-        "the newest revision to complete",
+        Duration::from_secs(20),
+        &format!("{who} to lead"),
         || async {
-            let revs = revisions(&env.client).await;
-            match revs.last() {
-                Some(r)
-                    if revs.len() == revisions_expected
-                        && phase(r) == RevisionPhase::Complete.as_str() =>
-                {
-                    Ok(())
-                }
-                _ => Err(format!("{:?}", revs.iter().map(phase).collect::<Vec<_>>())),
+            match holder(env).await {
+                Some(h) if h == who => Ok(()),
+                other => Err(format!("{other:?}")),
             }
         },
     )
@@ -77,17 +59,11 @@ async fn a_standby_reads_no_agent_report_and_lists_the_node_configs_when_it_take
     apply_samples(&env.client).await;
 
     let first = configurator(&env, "cfg-a");
-    eventually(Duration::from_secs(20), "cfg-a to lead", || async {
-        match holder(&env).await {
-            Some(h) if h == "cfg-a" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    leads(&env, "cfg-a").await;
     let _second = configurator(&env, "cfg-b");
-    completes(&env, 1).await;
+    newest_completes(&env.client, 1, Duration::from_secs(60)).await;
     change_inputs(&env.client, 1400).await;
-    completes(&env, 2).await;
+    newest_completes(&env.client, 2, Duration::from_secs(60)).await;
 
     let (leader, standby) = (config_events(&env, "cfg-a"), config_events(&env, "cfg-b"));
     println!(
@@ -101,15 +77,9 @@ async fn a_standby_reads_no_agent_report_and_lists_the_node_configs_when_it_take
 
     // The leader goes: the standby takes the Lease, lists, and finishes the next rollout on its own.
     first.kill();
-    eventually(Duration::from_secs(20), "cfg-b to take over", || async {
-        match holder(&env).await {
-            Some(h) if h == "cfg-b" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    leads(&env, "cfg-b").await;
     change_inputs(&env.client, 1300).await;
-    completes(&env, 3).await;
+    newest_completes(&env.client, 3, Duration::from_secs(60)).await;
     let configs = configs(&env.client).await;
     assert_eq!(configs.len(), 12);
     let newest = revisions(&env.client).await.pop().expect("three revisions");

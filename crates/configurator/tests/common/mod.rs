@@ -331,6 +331,37 @@ where
 }
 
 /// A revision's phase (or "" when it has no status yet).
+/// The configurator Lease's holder, if any.
+pub async fn holder(env: &Env) -> Option<String> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), "netwave-system");
+    leases
+        .get_opt("netwave-configurator")
+        .await
+        .ok()
+        .flatten()?
+        .spec?
+        .holder_identity
+}
+
+/// Waits until there are `expected` revisions and the newest is `Complete`; fails the test after
+/// `within`, listing the phases.
+pub async fn newest_completes(client: &Client, expected: usize, within: Duration) {
+    eventually(within, "the newest revision to complete", || async {
+        let revs = revisions(client).await;
+        match revs.last() {
+            Some(r)
+                if revs.len() == expected
+                    && phase(r) == netwave_api::vocab::RevisionPhase::Complete.as_str() =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("{:?}", revs.iter().map(phase).collect::<Vec<_>>())),
+        }
+    })
+    .await;
+}
+
 pub fn phase(r: &NetworkConfigRevision) -> String {
     r.status
         .as_ref()
