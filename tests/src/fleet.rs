@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use netwave_api::manifest::Manifest;
@@ -680,27 +680,12 @@ impl Fleet {
     pub async fn apply(&self, manifests: &[Manifest]) -> Result<()> {
         let pp = PostParams::default();
         for m in manifests {
-            match m {
-                Manifest::Vrf(o) => {
-                    Api::all(self.client.clone()).create(&pp, o).await?;
-                }
-                Manifest::Layer2(o) => {
-                    Api::all(self.client.clone()).create(&pp, o).await?;
-                }
-                Manifest::RoutingTable(o) => {
-                    Api::all(self.client.clone()).create(&pp, o).await?;
-                }
-                Manifest::BgpPeering(o) => {
-                    Api::all(self.client.clone()).create(&pp, o).await?;
-                }
-                Manifest::MirrorTarget(o) => {
-                    Api::all(self.client.clone()).create(&pp, o).await?;
-                }
-                Manifest::MirrorSelector(o) => {
-                    Api::all(self.client.clone()).create(&pp, o).await?;
-                }
-                other => bail!("{} is not an input object", other.name()),
-            }
+            let Manifest::Input(o) = m else {
+                bail!("{} is not an input object", m.name());
+            };
+            Api::<DynamicObject>::all_with(self.client.clone(), &o.kind().api_resource())
+                .create(&pp, &o.to_dynamic())
+                .await?;
         }
         Ok(())
     }

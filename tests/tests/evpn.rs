@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use netwave_api::AnyInput;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_e2e::fleet::{Bins, DATA_VLAN, Fleet, FleetOptions};
 use netwave_e2e::netns::{is_root, namespaces_of, ping_in};
@@ -50,7 +51,7 @@ fn skip() -> bool {
 }
 
 fn new_segment() -> Manifest {
-    Manifest::Layer2(
+    Manifest::Input(AnyInput::Layer2(
         serde_json::from_value(json!({
             "apiVersion": "netwave.dev/v1alpha1",
             "kind": "Layer2NetworkConfiguration",
@@ -64,7 +65,7 @@ fn new_segment() -> Manifest {
             }
         }))
         .unwrap(),
-    )
+    ))
 }
 
 /// `ip -j link show eth0` in namespace `ns`: its MAC.

@@ -16,8 +16,8 @@ use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
+use netwave_api::{AnyInput, InputKind, NetworkConfigRevision};
 use netwave_e2e::fleet::{ApiServer, Bins, Fleet, FleetOptions, provisioned_on};
 use netwave_e2e::netns::{ip, is_root, kernel_has_vrf, namespaces_of, ping_in};
 use netwave_e2e::probe::{Flow, Probe};
@@ -54,14 +54,9 @@ fn skip() -> bool {
 }
 
 fn manifest(v: Value) -> Manifest {
-    match v["kind"].as_str() {
-        Some("Layer2NetworkConfiguration") => Manifest::Layer2(serde_json::from_value(v).unwrap()),
-        Some("VRFRouteConfiguration") => Manifest::Vrf(serde_json::from_value(v).unwrap()),
-        Some("BGPPeering") => Manifest::BgpPeering(serde_json::from_value(v).unwrap()),
-        Some("MirrorTarget") => Manifest::MirrorTarget(serde_json::from_value(v).unwrap()),
-        Some("MirrorSelector") => Manifest::MirrorSelector(serde_json::from_value(v).unwrap()),
-        k => panic!("no manifest kind {k:?}"),
-    }
+    let kind = v["kind"].as_str().and_then(InputKind::from_kind);
+    let kind = kind.unwrap_or_else(|| panic!("no input kind {:?}", v["kind"]));
+    Manifest::Input(AnyInput::from_value(kind, &v).unwrap())
 }
 
 /// A segment of the cluster VRF on one node only: traffic to it from another node must be routed
@@ -743,7 +738,7 @@ async fn vm_a_mirror_selector_copies_a_segments_pings_to_a_collector_over_gre_an
     let nodes = f.node_names();
     let mut inputs = samples().unwrap();
     for m in &mut inputs {
-        if let Manifest::Vrf(v) = m
+        if let Manifest::Input(AnyInput::Vrf(v)) = m
             && v.metadata.name.as_deref() == Some("cluster")
         {
             v.spec.loopbacks.push(netwave_api::VrfLoopback {

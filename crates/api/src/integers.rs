@@ -218,7 +218,7 @@ mod tests {
     /// The fields of the issue, exactly at their Rust type's range or a tighter domain range.
     #[test]
     fn the_integers_that_blinded_the_fleet_are_bounded() {
-        let crds: Vec<(&str, Value)> = crate::crds()
+        let crds: Vec<(String, Value)> = crate::crds()
             .into_iter()
             .map(|(f, c)| (f, serde_json::to_value(c).unwrap()))
             .collect();

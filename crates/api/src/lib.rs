@@ -22,6 +22,7 @@ pub mod cel;
 pub mod input_status;
 pub mod inputs;
 mod integers;
+pub mod kinds;
 pub mod manifest;
 pub mod rollout;
 #[cfg(feature = "testing")]
@@ -30,6 +31,7 @@ pub mod validate;
 pub mod vocab;
 
 pub use inputs::*;
+pub use kinds::{AnyInput, ByKind, Input, InputKind};
 pub use rollout::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -41,7 +43,7 @@ pub const GROUP: &str = "netwave.dev";
 pub const VERSION: &str = "v1alpha1";
 
 /// Every netwave CRD with the file name it is committed under in `crds/`.
-pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
+pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
     generated()
         .into_iter()
         .map(|(file, crd)| (file, cel::with_rules(integers::bounded(crd))))
@@ -49,22 +51,24 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
 }
 
 /// The CRDs as kube-derive and schemars generate them from the types, before [`crds`] adds integer
-/// bounds and CEL rules.
-fn generated() -> Vec<(&'static str, CustomResourceDefinition)> {
-    vec![
-        ("vrfrouteconfigurations.yaml", VRFRouteConfiguration::crd()),
-        (
-            "layer2networkconfigurations.yaml",
-            Layer2NetworkConfiguration::crd(),
-        ),
-        ("routingtables.yaml", RoutingTable::crd()),
-        ("bgppeerings.yaml", BGPPeering::crd()),
-        ("mirrortargets.yaml", MirrorTarget::crd()),
-        ("mirrorselectors.yaml", MirrorSelector::crd()),
+/// bounds and CEL rules: every input kind's (`<plural>.yaml`), then the rollout's.
+fn generated() -> Vec<(String, CustomResourceDefinition)> {
+    struct Inputs(Vec<(String, CustomResourceDefinition)>);
+    impl kinds::Visit for Inputs {
+        fn visit<K: Input>(&mut self) {
+            self.0.push((format!("{}.yaml", K::plural(&())), K::crd()));
+        }
+    }
+    let mut inputs = Inputs(Vec::new());
+    kinds::each_kind(&mut inputs);
+    let rollout = [
         ("networkconfigrevisions.yaml", NetworkConfigRevision::crd()),
         ("networkconfiginputs.yaml", NetworkConfigInputs::crd()),
         ("nodenetworkconfigs.yaml", NodeNetworkConfig::crd()),
-    ]
+    ];
+    (inputs.0.into_iter())
+        .chain(rollout.map(|(file, crd)| (file.to_string(), crd)))
+        .collect()
 }
 
 /// The YAML committed for a CRD: a generated-file header, then the object.

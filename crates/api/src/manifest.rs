@@ -8,21 +8,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{
-    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NamedBgpPeering,
-    NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable, NamedVrf,
-    NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable, VRFRouteConfiguration,
-};
+use crate::kinds::{AnyInput, Input, InputKind};
+use crate::{NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
 
 /// One netwave object read from a manifest.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Manifest {
-    Vrf(VRFRouteConfiguration),
-    Layer2(Layer2NetworkConfiguration),
-    RoutingTable(RoutingTable),
-    BgpPeering(BGPPeering),
-    MirrorTarget(MirrorTarget),
-    MirrorSelector(MirrorSelector),
+    /// An admin input (any kind of [`InputKind`]).
+    Input(AnyInput),
     Revision(Box<NetworkConfigRevision>),
     NodeConfig(NodeNetworkConfig),
 }
@@ -30,12 +23,7 @@ pub enum Manifest {
 impl Manifest {
     pub fn name(&self) -> &str {
         let meta = match self {
-            Manifest::Vrf(o) => o.meta(),
-            Manifest::Layer2(o) => o.meta(),
-            Manifest::RoutingTable(o) => o.meta(),
-            Manifest::BgpPeering(o) => o.meta(),
-            Manifest::MirrorTarget(o) => o.meta(),
-            Manifest::MirrorSelector(o) => o.meta(),
+            Manifest::Input(o) => o.meta(),
             Manifest::Revision(o) => o.meta(),
             Manifest::NodeConfig(o) => o.meta(),
         };
@@ -44,47 +32,45 @@ impl Manifest {
 
     /// The object as JSON, as it would be sent to the API server.
     pub fn to_value(&self) -> Value {
-        let v = match self {
-            Manifest::Vrf(o) => serde_json::to_value(o),
-            Manifest::Layer2(o) => serde_json::to_value(o),
-            Manifest::RoutingTable(o) => serde_json::to_value(o),
-            Manifest::BgpPeering(o) => serde_json::to_value(o),
-            Manifest::MirrorTarget(o) => serde_json::to_value(o),
-            Manifest::MirrorSelector(o) => serde_json::to_value(o),
-            Manifest::Revision(o) => serde_json::to_value(o),
-            Manifest::NodeConfig(o) => serde_json::to_value(o),
-        };
-        v.expect("netwave types always serialize")
+        match self {
+            Manifest::Input(o) => o.to_value(),
+            Manifest::Revision(o) => {
+                serde_json::to_value(o).expect("netwave types always serialize")
+            }
+            Manifest::NodeConfig(o) => {
+                serde_json::to_value(o).expect("netwave types always serialize")
+            }
+        }
+    }
+
+    /// The input object, when this is one of kind `K`.
+    pub fn input<K: Input>(&self) -> Option<&K> {
+        match self {
+            Manifest::Input(o) => K::from_any(o),
+            _ => None,
+        }
     }
 }
 
 impl RevisionInputs {
-    /// Adds an input object (a VRF, a layer-2 segment, a routing table, a BGP peering, a mirror target or selector) under its name, as the
-    /// configurator folds it. Any other object is not an input: the error names it.
+    /// Adds an input object under its name, as the configurator folds it. Any other object is not an
+    /// input: the error names it.
     pub fn add(&mut self, m: Manifest) -> Result<(), String> {
-        let name = m.name().to_string();
         match m {
-            Manifest::Vrf(o) => self.vrfs.push(NamedVrf { name, spec: o.spec }),
-            Manifest::Layer2(o) => self.layer2s.push(NamedLayer2 { name, spec: o.spec }),
-            Manifest::RoutingTable(o) => self
-                .routing_tables
-                .push(NamedRoutingTable { name, spec: o.spec }),
-            Manifest::BgpPeering(o) => self
-                .bgp_peerings
-                .push(NamedBgpPeering { name, spec: o.spec }),
-            Manifest::MirrorTarget(o) => self
-                .mirror_targets
-                .push(NamedMirrorTarget { name, spec: o.spec }),
-            Manifest::MirrorSelector(o) => self
-                .mirror_selectors
-                .push(NamedMirrorSelector { name, spec: o.spec }),
-            Manifest::Revision(_) | Manifest::NodeConfig(_) => {
-                return Err(format!(
-                    "{name} is not an input object (VRF, layer-2 segment, routing table, BGP peering, mirror target or selector)"
-                ));
+            Manifest::Input(o) => {
+                o.add_to(self);
+                Ok(())
             }
+            other => Err(format!(
+                "{} is not an input object (one of {})",
+                other.name(),
+                InputKind::ALL
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
         }
-        Ok(())
     }
 }
 
@@ -141,24 +127,16 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
                 format!("apiVersion is {api_version:?}, want {want:?}"),
             ));
         }
+        let typed_err = |m| err(&location, m);
         let manifest = match kind.as_str() {
-            "VRFRouteConfiguration" => Manifest::Vrf(typed(&doc).map_err(|m| err(&location, m))?),
-            "Layer2NetworkConfiguration" => {
-                Manifest::Layer2(typed(&doc).map_err(|m| err(&location, m))?)
-            }
-            "RoutingTable" => Manifest::RoutingTable(typed(&doc).map_err(|m| err(&location, m))?),
-            "BGPPeering" => Manifest::BgpPeering(typed(&doc).map_err(|m| err(&location, m))?),
-            "MirrorTarget" => Manifest::MirrorTarget(typed(&doc).map_err(|m| err(&location, m))?),
-            "MirrorSelector" => {
-                Manifest::MirrorSelector(typed(&doc).map_err(|m| err(&location, m))?)
-            }
             "NetworkConfigRevision" => {
-                Manifest::Revision(Box::new(typed(&doc).map_err(|m| err(&location, m))?))
+                Manifest::Revision(Box::new(typed(&doc).map_err(typed_err)?))
             }
-            "NodeNetworkConfig" => {
-                Manifest::NodeConfig(typed(&doc).map_err(|m| err(&location, m))?)
-            }
-            other => return Err(err(&location, format!("unknown kind {other:?}"))),
+            "NodeNetworkConfig" => Manifest::NodeConfig(typed(&doc).map_err(typed_err)?),
+            other => match InputKind::from_kind(other) {
+                Some(k) => Manifest::Input(AnyInput::from_value(k, &doc).map_err(typed_err)?),
+                None => return Err(err(&location, format!("unknown kind {other:?}"))),
+            },
         };
         if manifest.name().is_empty() {
             return Err(err(&location, "metadata.name is missing".into()));
@@ -169,7 +147,7 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
 }
 
 /// Deserializes `doc` and rejects fields the type does not have.
-fn typed<T: DeserializeOwned + Serialize>(doc: &Value) -> Result<T, String> {
+pub(crate) fn typed<T: DeserializeOwned + Serialize>(doc: &Value) -> Result<T, String> {
     let object: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
     let back = serde_json::to_value(&object).map_err(|e| e.to_string())?;
     if let Some(path) = unknown_field(doc, &back, String::new()) {

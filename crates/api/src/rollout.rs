@@ -174,41 +174,29 @@ pub struct RevisionInputs {
     pub mirror_selectors: Vec<NamedMirrorSelector>,
 }
 
+// One input object in a revision's inputs: its name and spec. (A comment, not a doc: the CRD schema
+// stays what it was when each kind had its own struct.)
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct NamedMirrorTarget {
+pub struct Named<S> {
     pub name: String,
-    pub spec: MirrorTargetSpec,
+    pub spec: S,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct NamedMirrorSelector {
-    pub name: String,
-    pub spec: MirrorSelectorSpec,
+impl<S> Named<S> {
+    pub fn new(name: impl Into<String>, spec: S) -> Self {
+        Named {
+            name: name.into(),
+            spec,
+        }
+    }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct NamedVrf {
-    pub name: String,
-    pub spec: VRFRouteConfigurationSpec,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct NamedLayer2 {
-    pub name: String,
-    pub spec: Layer2NetworkConfigurationSpec,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct NamedRoutingTable {
-    pub name: String,
-    pub spec: RoutingTableSpec,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct NamedBgpPeering {
-    pub name: String,
-    pub spec: BGPPeeringSpec,
-}
+pub type NamedVrf = Named<VRFRouteConfigurationSpec>;
+pub type NamedLayer2 = Named<Layer2NetworkConfigurationSpec>;
+pub type NamedRoutingTable = Named<RoutingTableSpec>;
+pub type NamedBgpPeering = Named<BGPPeeringSpec>;
+pub type NamedMirrorTarget = Named<MirrorTargetSpec>;
+pub type NamedMirrorSelector = Named<MirrorSelectorSpec>;
 
 /// The schema pattern of the string form of a count-or-percent: 1% to 100% (what
 /// [`CountOrPercent::parse`] accepts; 0% would never let a node move).

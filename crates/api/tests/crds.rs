@@ -9,7 +9,7 @@ fn committed_crds_match_the_rust_types() {
     let mut drifted = Vec::new();
     for (file, crd) in netwave_api::crds() {
         let want = netwave_api::crd_yaml(&crd);
-        let have = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        let have = std::fs::read_to_string(dir.join(&file)).unwrap_or_default();
         if have != want {
             let diff = similar::TextDiff::from_lines(&have, &want);
             drifted.push(format!(
@@ -25,11 +25,11 @@ fn committed_crds_match_the_rust_types() {
     }
     // `kubectl apply -f crds/` reads every .yaml, .yml and .json file there: each must be a CRD we
     // generate, or the command fails after creating the others (a kustomization.yaml did).
-    let generated: Vec<&str> = netwave_api::crds().iter().map(|(f, _)| *f).collect();
+    let generated: Vec<String> = netwave_api::crds().into_iter().map(|(f, _)| f).collect();
     for e in std::fs::read_dir(&dir).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
         let read_by_apply = [".yaml", ".yml", ".json"].iter().any(|x| name.ends_with(x));
-        if read_by_apply && !generated.contains(&name.as_str()) {
+        if read_by_apply && !generated.contains(&name) {
             drifted.push(format!(
                 "crds/{name} is not a generated CRD, so `kubectl apply -f crds/` fails on it"
             ));

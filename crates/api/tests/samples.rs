@@ -1,6 +1,7 @@
 //! `deploy/samples/` is what the demo and the tests roll out: it must parse, survive YAML → Rust → YAML
 //! unchanged, pass semantic validation and pass the CRD schema the API server enforces.
 
+use netwave_api::AnyInput;
 use netwave_api::manifest::{Manifest, SAMPLES, parse_manifests, samples};
 use netwave_api::validate::{validate_layer2, validate_routing_table, validate_vrf};
 use serde_json::Value;
@@ -9,20 +10,20 @@ use serde_json::Value;
 fn samples_parse_into_the_types() {
     let all = samples().expect("samples parse");
     let count = |f: fn(&Manifest) -> bool| all.iter().filter(|m| f(m)).count();
-    assert!(count(|m| matches!(m, Manifest::Vrf(_))) >= 3);
-    assert!(count(|m| matches!(m, Manifest::Layer2(_))) >= 12);
-    assert!(count(|m| matches!(m, Manifest::RoutingTable(_))) >= 1);
+    assert!(count(|m| matches!(m, Manifest::Input(AnyInput::Vrf(_)))) >= 3);
+    assert!(count(|m| matches!(m, Manifest::Input(AnyInput::Layer2(_)))) >= 12);
+    assert!(count(|m| matches!(m, Manifest::Input(AnyInput::RoutingTable(_)))) >= 1);
     let l2_with_gateways = all
         .iter()
-        .filter(|m| matches!(m, Manifest::Layer2(l2) if !l2.spec.anycast_gateways.is_empty()))
+        .filter(|m| matches!(m, Manifest::Input(AnyInput::Layer2(l2)) if !l2.spec.anycast_gateways.is_empty()))
         .count();
     assert!(l2_with_gateways >= 12);
     let with_selector = all
         .iter()
         .filter(|m| match m {
-            Manifest::Vrf(o) => o.spec.node_selector.is_some(),
-            Manifest::Layer2(o) => o.spec.node_selector.is_some(),
-            Manifest::RoutingTable(o) => o.spec.node_selector.is_some(),
+            Manifest::Input(AnyInput::Vrf(o)) => o.spec.node_selector.is_some(),
+            Manifest::Input(AnyInput::Layer2(o)) => o.spec.node_selector.is_some(),
+            Manifest::Input(AnyInput::RoutingTable(o)) => o.spec.node_selector.is_some(),
             _ => false,
         })
         .count();
@@ -71,9 +72,9 @@ fn assert_subset(want: &Value, have: &Value, at: &str) {
 fn samples_pass_semantic_validation() {
     for m in samples().unwrap() {
         let problems = match &m {
-            Manifest::Vrf(o) => validate_vrf(&o.spec),
-            Manifest::Layer2(o) => validate_layer2(&o.spec),
-            Manifest::RoutingTable(o) => validate_routing_table(&o.spec),
+            Manifest::Input(AnyInput::Vrf(o)) => validate_vrf(&o.spec),
+            Manifest::Input(AnyInput::Layer2(o)) => validate_layer2(&o.spec),
+            Manifest::Input(AnyInput::RoutingTable(o)) => validate_routing_table(&o.spec),
             _ => vec![],
         };
         assert!(problems.is_empty(), "{}: {problems:?}", m.name());
@@ -125,9 +126,9 @@ fn the_samples_select_nodes_only_by_labels_a_node_cannot_set_on_itself() {
     let mut keys = Vec::new();
     for m in samples().unwrap() {
         let selector = match &m {
-            Manifest::Vrf(o) => o.spec.node_selector.clone(),
-            Manifest::Layer2(o) => o.spec.node_selector.clone(),
-            Manifest::RoutingTable(o) => o.spec.node_selector.clone(),
+            Manifest::Input(AnyInput::Vrf(o)) => o.spec.node_selector.clone(),
+            Manifest::Input(AnyInput::Layer2(o)) => o.spec.node_selector.clone(),
+            Manifest::Input(AnyInput::RoutingTable(o)) => o.spec.node_selector.clone(),
             _ => None,
         };
         let Some(s) = selector else { continue };

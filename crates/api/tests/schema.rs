@@ -34,12 +34,7 @@ fn sample(kind: &str) -> Value {
     samples()
         .unwrap()
         .iter()
-        .find(|m| match m {
-            Manifest::Vrf(_) => kind == "VRFRouteConfiguration",
-            Manifest::Layer2(_) => kind == "Layer2NetworkConfiguration",
-            Manifest::RoutingTable(_) => kind == "RoutingTable",
-            _ => false,
-        })
+        .find(|m| matches!(m, Manifest::Input(o) if o.kind().as_str() == kind))
         .unwrap()
         .to_value()
 }

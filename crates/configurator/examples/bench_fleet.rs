@@ -76,7 +76,7 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -1659,16 +1659,10 @@ impl Fleet {
         match t {
             Trigger::Samples => {
                 for m in netwave_api::manifest::samples()? {
-                    use netwave_api::manifest::Manifest;
-                    match m {
-                        Manifest::Vrf(o) => {
-                            drop(Api::all(self.client.clone()).create(&pp, &o).await?)
-                        }
-                        Manifest::Layer2(o) => {
-                            drop(Api::all(self.client.clone()).create(&pp, &o).await?)
-                        }
-                        Manifest::RoutingTable(o) => drop(tables.create(&pp, &o).await?),
-                        _ => {}
+                    if let netwave_api::manifest::Manifest::Input(o) = m {
+                        let ar = o.kind().api_resource();
+                        let api = Api::<DynamicObject>::all_with(self.client.clone(), &ar);
+                        drop(api.create(&pp, &o.to_dynamic()).await?);
                     }
                 }
             }

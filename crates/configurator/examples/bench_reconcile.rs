@@ -201,7 +201,7 @@ fn fleet(n: usize, by_change: bool) -> (Run, Run) {
     };
     let mut now = Timestamp(1_800_000_000_000);
     let first = roll_out(&mut s, &mut leader, &mut now, usize::MAX);
-    let l2 = Arc::make_mut(&mut s.layer2s[0]);
+    let l2 = Arc::make_mut(&mut s.inputs.layer2s[0]);
     l2.spec.mtu -= 100;
     let second = roll_out(&mut s, &mut leader, &mut now, 1);
     (first, second)

@@ -251,7 +251,7 @@ impl Metrics {
         for kind in TAMPERED_KINDS {
             let _ = m.tampered_specs.get_or_create(&KindLabels { kind });
         }
-        for kind in netwave_core::undecodable::Kind::ALL {
+        for kind in netwave_core::undecodable::Kind::all() {
             let _ = m.undecodable_objects.get_or_create(&KindLabels {
                 kind: kind.as_str(),
             });

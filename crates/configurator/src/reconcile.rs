@@ -10,15 +10,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType as KubeEventType;
+use netwave_api::kinds::{ByKind, Input, Objects, View, Visit, each_kind};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    InputStatus, NamedBgpPeering, NamedLayer2, NamedMirrorSelector, NamedMirrorTarget,
-    NamedRoutingTable, NamedVrf, NetworkConfigRevision, NetworkConfigRevisionSpec,
-    NodeNetworkConfigSpec, RevisionInputs, RolloutPolicy, ValidationResult,
+    InputStatus, Named, NetworkConfigRevision, NetworkConfigRevisionSpec, NodeNetworkConfigSpec,
+    RevisionInputs, RolloutPolicy, ValidationResult,
 };
 use netwave_core::fleet::{self, FleetParams};
 use netwave_core::limits::{self, InputsTooLarge};
-use netwave_core::render::{InputKind, InputRef, RenderedNode};
+use netwave_core::render::{InputRef, RenderedNode};
 use netwave_core::revision::{self, ExistingRevision, InputSettle};
 use netwave_core::rollout::cut::{self, Cut, Rolling};
 use netwave_core::rollout::hold::{self, Footprint};
@@ -60,63 +60,18 @@ pub struct Settings {
 
 /// The admin inputs folded into one snapshot, canonically sorted.
 pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
-    let name = |m: &kube::core::ObjectMeta| m.name.clone().unwrap_or_default();
-    revision::canonical_inputs(&RevisionInputs {
-        bgp_peerings: s
-            .bgp_peerings
-            .iter()
-            .filter(|o| live(o.as_ref()))
-            .map(|o| NamedBgpPeering {
-                name: name(&o.metadata),
-                spec: o.spec.clone(),
-            })
-            .collect(),
-        mirror_targets: s
-            .mirror_targets
-            .iter()
-            .filter(|o| live(o.as_ref()))
-            .map(|o| NamedMirrorTarget {
-                name: name(&o.metadata),
-                spec: o.spec.clone(),
-            })
-            .collect(),
-        mirror_selectors: s
-            .mirror_selectors
-            .iter()
-            .filter(|o| live(o.as_ref()))
-            .map(|o| NamedMirrorSelector {
-                name: name(&o.metadata),
-                spec: o.spec.clone(),
-            })
-            .collect(),
-        vrfs: s
-            .vrfs
-            .iter()
-            .filter(|o| live(o.as_ref()))
-            .map(|o| NamedVrf {
-                name: name(&o.metadata),
-                spec: o.spec.clone(),
-            })
-            .collect(),
-        layer2s: s
-            .layer2s
-            .iter()
-            .filter(|o| live(o.as_ref()))
-            .map(|o| NamedLayer2 {
-                name: name(&o.metadata),
-                spec: o.spec.clone(),
-            })
-            .collect(),
-        routing_tables: s
-            .routing_tables
-            .iter()
-            .filter(|o| live(o.as_ref()))
-            .map(|o| NamedRoutingTable {
-                name: name(&o.metadata),
-                spec: o.spec.clone(),
-            })
-            .collect(),
-    })
+    struct Fold<'a>(&'a Snapshot, RevisionInputs);
+    impl Visit for Fold<'_> {
+        fn visit<K: Input>(&mut self) {
+            let live = self.0.inputs.get::<K>().iter().filter(|o| live(o.as_ref()));
+            *K::named_mut(&mut self.1) = live
+                .map(|o| Named::new(o.meta().name.clone().unwrap_or_default(), o.spec().clone()))
+                .collect();
+        }
+    }
+    let mut fold = Fold(s, RevisionInputs::default());
+    each_kind(&mut fold);
+    revision::canonical_inputs(&fold.1)
 }
 
 /// Renders and fleet-validates revisions, remembering results per (inputs hash, node labels), and
@@ -143,47 +98,21 @@ pub struct RenderCache {
 #[derive(Default)]
 struct FoldedInputs {
     /// The objects they were folded from, held so that their addresses name them.
-    from: Option<InputObjects>,
+    from: Option<ByKind<Objects>>,
     inputs: Arc<RevisionInputs>,
     hash: String,
 }
-
-type InputObjects = (
-    Vec<Arc<netwave_api::VRFRouteConfiguration>>,
-    Vec<Arc<netwave_api::Layer2NetworkConfiguration>>,
-    Vec<Arc<netwave_api::RoutingTable>>,
-    Vec<Arc<netwave_api::BGPPeering>>,
-    Vec<Arc<netwave_api::MirrorTarget>>,
-    Vec<Arc<netwave_api::MirrorSelector>>,
-);
 
 impl FoldedInputs {
     /// The folded inputs of `s` and their hash: the kept ones if `s` holds the same objects in the
     /// same order (a store that hands them out in another order costs a fold, never a wrong answer).
     fn of(&mut self, s: &Snapshot) -> (Arc<RevisionInputs>, String) {
-        fn same<T>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
-        }
-        let kept = self.from.as_ref().is_some_and(|f| {
-            same(&f.0, &s.vrfs)
-                && same(&f.1, &s.layer2s)
-                && same(&f.2, &s.routing_tables)
-                && same(&f.3, &s.bgp_peerings)
-                && same(&f.4, &s.mirror_targets)
-                && same(&f.5, &s.mirror_selectors)
-        });
+        let kept = (self.from.as_ref()).is_some_and(|f| f.same_objects(&s.inputs));
         if !kept {
             let inputs = fold_inputs(s);
             self.hash = revision::inputs_hash(&inputs);
             self.inputs = Arc::new(inputs);
-            self.from = Some((
-                s.vrfs.clone(),
-                s.layer2s.clone(),
-                s.routing_tables.clone(),
-                s.bgp_peerings.clone(),
-                s.mirror_targets.clone(),
-                s.mirror_selectors.clone(),
-            ));
+            self.from = Some(s.inputs.clone());
         }
         (self.inputs.clone(), self.hash.clone())
     }
@@ -861,37 +790,13 @@ fn input_statuses(
     verdicts: &InputVerdicts,
     judge: impl Fn(&ObjectVerdict, Option<i64>, Option<&InputStatus>) -> InputStatus,
 ) -> Vec<Intent> {
-    let objects = (s
-        .vrfs
-        .iter()
-        .map(|o| (InputKind::Vrf, &o.metadata, o.status.as_ref())))
-    .chain(
-        s.layer2s
-            .iter()
-            .map(|o| (InputKind::Layer2, &o.metadata, o.status.as_ref())),
-    )
-    .chain(
-        s.routing_tables
-            .iter()
-            .map(|o| (InputKind::RoutingTable, &o.metadata, o.status.as_ref())),
-    )
-    .chain(
-        s.bgp_peerings
-            .iter()
-            .map(|o| (InputKind::BgpPeering, &o.metadata, o.status.as_ref())),
-    )
-    .chain(
-        s.mirror_targets
-            .iter()
-            .map(|o| (InputKind::MirrorTarget, &o.metadata, o.status.as_ref())),
-    )
-    .chain(
-        s.mirror_selectors
-            .iter()
-            .map(|o| (InputKind::MirrorSelector, &o.metadata, o.status.as_ref())),
-    );
     let mut out = Vec::new();
-    for (kind, meta, old) in objects {
+    for View {
+        kind,
+        meta,
+        status: old,
+    } in s.inputs.views()
+    {
         let Some(name) = meta
             .name
             .as_deref()
@@ -916,28 +821,7 @@ fn input_statuses(
 }
 
 fn uid_of_input(s: &Snapshot, o: &InputRef) -> Option<String> {
-    let name = Some(o.name.as_str());
-    match o.kind {
-        InputKind::Vrf => (s.vrfs.iter().find(|x| x.metadata.name.as_deref() == name))
-            .and_then(|x| x.metadata.uid.clone()),
-        InputKind::Layer2 => (s
-            .layer2s
-            .iter()
-            .find(|x| x.metadata.name.as_deref() == name))
-        .and_then(|x| x.metadata.uid.clone()),
-        InputKind::RoutingTable => (s.routing_tables.iter())
-            .find(|x| x.metadata.name.as_deref() == name)
-            .and_then(|x| x.metadata.uid.clone()),
-        InputKind::BgpPeering => (s.bgp_peerings.iter())
-            .find(|x| x.metadata.name.as_deref() == name)
-            .and_then(|x| x.metadata.uid.clone()),
-        InputKind::MirrorTarget => (s.mirror_targets.iter())
-            .find(|x| x.metadata.name.as_deref() == name)
-            .and_then(|x| x.metadata.uid.clone()),
-        InputKind::MirrorSelector => (s.mirror_selectors.iter())
-            .find(|x| x.metadata.name.as_deref() == name)
-            .and_then(|x| x.metadata.uid.clone()),
-    }
+    s.inputs.view(o.kind, &o.name)?.meta.uid.clone()
 }
 
 fn uid_of_revision(s: &Snapshot, name: &str) -> Option<String> {
@@ -1490,7 +1374,7 @@ impl Reconciler {
             info!(%kind, %name, "decodes again (or is gone)");
         }
         self.undecodable_seen = seen;
-        for kind in Kind::ALL {
+        for kind in Kind::all() {
             let n = s.undecodable.iter().filter(|(u, _)| u.kind == kind).count();
             self.metrics
                 .undecodable_objects
@@ -1997,7 +1881,10 @@ mod tests {
         fn folded_inputs_are_kept_only_while_the_stores_hold_the_same_objects() {
             let mut folded = super::super::FoldedInputs::default();
             let mut s = Snapshot {
-                routing_tables: vec![table("rt-a", 100), table("rt-b", 200)],
+                inputs: netwave_api::ByKind {
+                    routing_tables: vec![table("rt-a", 100), table("rt-b", 200)],
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let (first, hash) = folded.of(&s);
@@ -2006,15 +1893,15 @@ mod tests {
             assert!(Arc::ptr_eq(&first, &again), "the same objects: kept");
 
             // An edit is a new object of the same name, as the watch delivers it.
-            s.routing_tables[1] = table("rt-b", 201);
+            s.inputs.routing_tables[1] = table("rt-b", 201);
             let (edited, hash) = folded.of(&s);
             assert_eq!(*edited, fold_inputs(&s));
             assert_eq!(hash, revision::inputs_hash(&fold_inputs(&s)));
             // The store handing the same objects out in another order: the same answer.
-            s.routing_tables.reverse();
+            s.inputs.routing_tables.reverse();
             assert_eq!(folded.of(&s).1, hash);
             // One gone.
-            s.routing_tables.pop();
+            s.inputs.routing_tables.pop();
             assert_eq!(folded.of(&s).1, revision::inputs_hash(&fold_inputs(&s)));
             assert_ne!(folded.of(&s).1, hash);
         }
@@ -2022,7 +1909,10 @@ mod tests {
         #[test]
         fn new_inputs_cut_a_revision_once_settled() {
             let s = Snapshot {
-                routing_tables: vec![table("rt-a", 100)],
+                inputs: netwave_api::ByKind {
+                    routing_tables: vec![table("rt-a", 100)],
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let hash = revision::inputs_hash(&fold_inputs(&s));
@@ -2059,13 +1949,16 @@ mod tests {
         #[test]
         fn inputs_equal_to_an_older_good_revision_reactivate_it() {
             let mut s = Snapshot {
-                routing_tables: vec![table("rt-a", 100)],
+                inputs: netwave_api::ByKind {
+                    routing_tables: vec![table("rt-a", 100)],
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let old = revision_of(&s, "rev-old", 1, RevisionPhase::Complete.as_str());
-            s.routing_tables = vec![table("rt-b", 200)];
+            s.inputs.routing_tables = vec![table("rt-b", 200)];
             let new = revision_of(&s, "rev-new", 2, RevisionPhase::Complete.as_str());
-            s.routing_tables = vec![table("rt-a", 100)];
+            s.inputs.routing_tables = vec![table("rt-a", 100)];
             s.revisions = vec![old, new];
             let out = run(&s, Duration::ZERO);
             let [
@@ -2092,7 +1985,10 @@ mod tests {
         #[test]
         fn inputs_equal_to_a_failed_revision_cut_nothing() {
             let mut s = Snapshot {
-                routing_tables: vec![table("rt-a", 100)],
+                inputs: netwave_api::ByKind {
+                    routing_tables: vec![table("rt-a", 100)],
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             s.revisions = vec![revision_of(
@@ -2113,7 +2009,10 @@ mod tests {
         #[test]
         fn inputs_too_large_for_one_object_are_never_cut() {
             let s = Snapshot {
-                routing_tables: vec![table("rt-a", 100), table("rt-b", 200)],
+                inputs: netwave_api::ByKind {
+                    routing_tables: vec![table("rt-a", 100), table("rt-b", 200)],
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let mut settings = settings(Duration::ZERO);

@@ -8,21 +8,18 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
+use netwave_api::kinds::{ByKind, Input, Make, Objects};
 use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
 use netwave_core::undecodable::{self, Holds, Kind, Undecodable};
 use netwave_runtime::decoded::Decoded;
 
-use crate::watch::Stores;
+use crate::watch::{InputStores, Stores};
 
 /// Everything a reconcile reads, taken from the stores at one moment.
 #[derive(Clone, Default)]
 pub struct Snapshot {
-    pub vrfs: Vec<Arc<netwave_api::VRFRouteConfiguration>>,
-    pub layer2s: Vec<Arc<netwave_api::Layer2NetworkConfiguration>>,
-    pub routing_tables: Vec<Arc<netwave_api::RoutingTable>>,
-    pub bgp_peerings: Vec<Arc<netwave_api::BGPPeering>>,
-    pub mirror_targets: Vec<Arc<netwave_api::MirrorTarget>>,
-    pub mirror_selectors: Vec<Arc<netwave_api::MirrorSelector>>,
+    /// The admin inputs that decode, kind by kind.
+    pub inputs: ByKind<Objects>,
     pub nodes: Vec<Arc<Node>>,
     pub node_configs: Vec<Arc<NodeNetworkConfig>>,
     pub revisions: Vec<Arc<NetworkConfigRevision>>,
@@ -226,17 +223,21 @@ impl Snapshot {
 
     /// The kinds with few objects, taken whole, and the objects that do not decode.
     fn take_small(&mut self, stores: &Stores) {
+        struct Inputs<'a> {
+            stores: &'a ByKind<InputStores>,
+            bad: &'a mut Vec<(Undecodable, Option<String>)>,
+        }
+        impl Make<Objects> for Inputs<'_> {
+            fn make<K: Input>(&mut self) -> Vec<Arc<K>> {
+                let kind = Kind::Input(K::KIND);
+                decoded(self.stores.get::<K>().state(), kind, self.bad)
+            }
+        }
         let mut bad = Vec::new();
-        self.vrfs = decoded(stores.vrfs.state(), Kind::Vrf, &mut bad);
-        self.layer2s = decoded(stores.layer2s.state(), Kind::Layer2, &mut bad);
-        self.routing_tables = decoded(stores.routing_tables.state(), Kind::RoutingTable, &mut bad);
-        self.bgp_peerings = decoded(stores.bgp_peerings.state(), Kind::BgpPeering, &mut bad);
-        self.mirror_targets = decoded(stores.mirror_targets.state(), Kind::MirrorTarget, &mut bad);
-        self.mirror_selectors = decoded(
-            stores.mirror_selectors.state(),
-            Kind::MirrorSelector,
-            &mut bad,
-        );
+        self.inputs = ByKind::make(&mut Inputs {
+            stores: &stores.inputs,
+            bad: &mut bad,
+        });
         bad.extend(self.bad_configs.values().cloned());
         self.revisions = decoded(stores.revisions.state(), Kind::Revision, &mut bad);
         self.revision_inputs = decoded(
@@ -404,15 +405,16 @@ mod tests {
                 w.apply_watcher_event(&Event::InitDone);
                 r
             }
+            struct Empty;
+            impl Make<InputStores> for Empty {
+                fn make<K: Input>(&mut self) -> reflector::Store<Decoded<K>> {
+                    empty()
+                }
+            }
             let (nodes_r, nodes) = reflector::store();
             let (configs_r, configs) = reflector::store();
             let stores = Stores {
-                vrfs: empty(),
-                layer2s: empty(),
-                routing_tables: empty(),
-                bgp_peerings: empty(),
-                mirror_targets: empty(),
-                mirror_selectors: empty(),
+                inputs: ByKind::make(&mut Empty),
                 nodes: nodes_r,
                 node_configs: configs_r,
                 node_configs_watch: crate::watch::LeaderWatch::started(),

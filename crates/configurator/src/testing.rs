@@ -58,7 +58,6 @@ pub mod inmem {
         NodeNetworkConfigSpec, QUEUED_ANNOTATION,
     };
     use netwave_core::Timestamp;
-    use netwave_core::render::InputKind;
 
     use crate::reconcile::Snapshot;
     use crate::writer::Intent;
@@ -74,17 +73,14 @@ pub mod inmem {
         settings
     }
 
-    /// A snapshot holding the sample inputs (VRFs, layer-2s, routing tables) and the Ready worker
+    /// A snapshot holding the sample inputs and the Ready worker
     /// nodes `nodes`.
     pub fn samples_snapshot(nodes: impl IntoIterator<Item = String>) -> Snapshot {
         use netwave_api::manifest::{Manifest, samples};
         let mut s = Snapshot::default();
         for m in samples().expect("the samples parse") {
-            match m {
-                Manifest::Vrf(o) => s.vrfs.push(Arc::new(o)),
-                Manifest::Layer2(o) => s.layer2s.push(Arc::new(o)),
-                Manifest::RoutingTable(o) => s.routing_tables.push(Arc::new(o)),
-                _ => {}
+            if let Manifest::Input(o) = m {
+                s.inputs.push(o);
             }
         }
         s.nodes = nodes.into_iter().map(|n| node(&n)).collect();
@@ -210,33 +206,7 @@ pub mod inmem {
                 Intent::InputStatus {
                     kind, name, status, ..
                 } => {
-                    fn set<K: kube::Resource + Clone>(
-                        list: &mut [Arc<K>],
-                        name: &str,
-                        f: impl FnOnce(&mut K),
-                    ) {
-                        if let Some(o) = list
-                            .iter_mut()
-                            .find(|o| o.meta().name.as_deref() == Some(name))
-                        {
-                            f(Arc::make_mut(o));
-                        }
-                    }
-                    let st = Some(*status);
-                    match kind {
-                        InputKind::Vrf => set(&mut s.vrfs, &name, |o| o.status = st),
-                        InputKind::Layer2 => set(&mut s.layer2s, &name, |o| o.status = st),
-                        InputKind::RoutingTable => {
-                            set(&mut s.routing_tables, &name, |o| o.status = st)
-                        }
-                        InputKind::BgpPeering => set(&mut s.bgp_peerings, &name, |o| o.status = st),
-                        InputKind::MirrorTarget => {
-                            set(&mut s.mirror_targets, &name, |o| o.status = st)
-                        }
-                        InputKind::MirrorSelector => {
-                            set(&mut s.mirror_selectors, &name, |o| o.status = st)
-                        }
-                    }
+                    s.inputs.set_status(kind, &name, Some(*status));
                 }
                 Intent::HoldRevision { hold: h, .. } => {
                     if let Some(r) = s

@@ -23,10 +23,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
-use netwave_api::{
-    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NetworkConfigInputs,
-    NetworkConfigRevision, NodeNetworkConfig, RoutingTable, VRFRouteConfiguration,
-};
+use netwave_api::kinds::{ByKind, Family, Input, Make, Visit, each_kind};
+use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig};
 use netwave_runtime::decoded::Decoded;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -39,12 +37,8 @@ use crate::wire::WireNodeConfig;
 /// Read-only views of the cluster, kept current by the reflectors.
 #[derive(Clone)]
 pub struct Stores {
-    pub vrfs: Store<Decoded<VRFRouteConfiguration>>,
-    pub layer2s: Store<Decoded<Layer2NetworkConfiguration>>,
-    pub routing_tables: Store<Decoded<RoutingTable>>,
-    pub bgp_peerings: Store<Decoded<BGPPeering>>,
-    pub mirror_targets: Store<Decoded<MirrorTarget>>,
-    pub mirror_selectors: Store<Decoded<MirrorSelector>>,
+    /// The admin inputs, one store per kind.
+    pub inputs: ByKind<InputStores>,
     pub nodes: Store<Node>,
     /// Empty, and not ready, until [`Stores::node_configs_watch`] started and listed.
     pub node_configs: Store<Decoded<NodeNetworkConfig>>,
@@ -56,6 +50,12 @@ pub struct Stores {
     /// reconcile reads those of the fleet's objects again, not the whole fleet (#28).
     pub node_changes: Journal,
     pub config_changes: Journal,
+}
+
+/// [`ByKind`] family: each input kind's store.
+pub struct InputStores;
+impl Family for InputStores {
+    type Of<K: Input> = Store<Decoded<K>>;
 }
 
 /// Names of the objects of one kind that changed, written by its watch after the store has the change
@@ -137,12 +137,20 @@ impl Stores {
     /// Resolves once every reflector a standby keeps has delivered its initial list (not the node
     /// configs', which starts when the replica leads).
     pub async fn wait_until_ready(&self) -> bool {
-        self.vrfs.wait_until_ready().await.is_ok()
-            && self.layer2s.wait_until_ready().await.is_ok()
-            && self.routing_tables.wait_until_ready().await.is_ok()
-            && self.bgp_peerings.wait_until_ready().await.is_ok()
-            && self.mirror_targets.wait_until_ready().await.is_ok()
-            && self.mirror_selectors.wait_until_ready().await.is_ok()
+        type Ready = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+        struct Inputs<'a>(&'a ByKind<InputStores>, Vec<Ready>);
+        impl Visit for Inputs<'_> {
+            fn visit<K: Input>(&mut self) {
+                let store = self.0.get::<K>().clone();
+                self.1.push(Box::pin(
+                    async move { store.wait_until_ready().await.is_ok() },
+                ));
+            }
+        }
+        let mut inputs = Inputs(&self.inputs, Vec::new());
+        each_kind(&mut inputs);
+        let inputs_ready = futures::future::join_all(inputs.1).await;
+        inputs_ready.into_iter().all(|ready| ready)
             && self.nodes.wait_until_ready().await.is_ok()
             && self.revisions.wait_until_ready().await.is_ok()
             && self.revision_inputs.wait_until_ready().await.is_ok()
@@ -198,16 +206,14 @@ impl Wakeups {
 /// cannot lead).
 pub fn start(client: &Client, changed: Arc<Wakeups>, live: &Liveness) -> Stores {
     let (node_changes, config_changes) = (Journal::default(), Journal::default());
-    let none = None;
     let (node_configs, node_configs_watch) =
         reflect_node_configs(client, changed.clone(), live, config_changes.clone());
     Stores {
-        vrfs: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
-        layer2s: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
-        routing_tables: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
-        bgp_peerings: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
-        mirror_targets: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
-        mirror_selectors: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        inputs: ByKind::make(&mut WatchInputs {
+            client,
+            changed: &changed,
+            live,
+        }),
         nodes: reflect_with(
             Api::all(client.clone()),
             changed.clone(),
@@ -217,16 +223,29 @@ pub fn start(client: &Client, changed: Arc<Wakeups>, live: &Liveness) -> Stores 
         ),
         node_configs,
         node_configs_watch,
-        revisions: reflect_decoded(client, changed.clone(), live, none.clone(), |_| {}),
+        revisions: reflect_decoded(client, changed.clone(), live, None, |_| {}),
         revision_inputs: reflect_decoded(
             client,
             changed,
             live,
-            none,
+            None,
             |i: &mut NetworkConfigInputs| i.metadata.managed_fields = None,
         ),
         node_changes,
         config_changes,
+    }
+}
+
+/// Starts one reflector per input kind.
+struct WatchInputs<'a> {
+    client: &'a Client,
+    changed: &'a Arc<Wakeups>,
+    live: &'a Liveness,
+}
+
+impl Make<InputStores> for WatchInputs<'_> {
+    fn make<K: Input>(&mut self) -> Store<Decoded<K>> {
+        reflect_decoded(self.client, self.changed.clone(), self.live, None, |_| {})
     }
 }
 

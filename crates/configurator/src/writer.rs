@@ -9,16 +9,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use netwave_api::{
-    ASSIGNED_AT_ANNOTATION, InputStatus, Layer2NetworkConfiguration, NODE_PHASE_PENDING,
-    NetworkConfigInputs, NetworkConfigRevision, NetworkConfigRevisionSpec,
-    NetworkConfigRevisionStatus, NodeNetworkConfig, NodeNetworkConfigSpec, QUEUED_ANNOTATION,
-    RevisionInputs, RoutingTable, VRFRouteConfiguration,
+    ASSIGNED_AT_ANNOTATION, InputStatus, NODE_PHASE_PENDING, NetworkConfigInputs,
+    NetworkConfigRevision, NetworkConfigRevisionSpec, NetworkConfigRevisionStatus,
+    NodeNetworkConfig, NodeNetworkConfigSpec, QUEUED_ANNOTATION, RevisionInputs,
 };
-use netwave_api::{BGPPeering, MirrorSelector, MirrorTarget};
 use netwave_core::render::InputKind;
 use netwave_core::revision::{DESTRUCTIVE_CHANGE_ANNOTATION, DESTRUCTIVE_CHANGE_BASIS_ANNOTATION};
 use netwave_core::rollout::NodeRecord;
@@ -1017,33 +1015,10 @@ impl Writer {
             "status": status,
         });
         let patch = Patch::Apply(&patch);
-        let c = self.client.clone();
-        match kind {
-            InputKind::Vrf => Api::<VRFRouteConfiguration>::all(c)
-                .patch_status(name, &apply, &patch)
-                .await
-                .map(drop),
-            InputKind::Layer2 => Api::<Layer2NetworkConfiguration>::all(c)
-                .patch_status(name, &apply, &patch)
-                .await
-                .map(drop),
-            InputKind::RoutingTable => Api::<RoutingTable>::all(c)
-                .patch_status(name, &apply, &patch)
-                .await
-                .map(drop),
-            InputKind::BgpPeering => Api::<BGPPeering>::all(c)
-                .patch_status(name, &apply, &patch)
-                .await
-                .map(drop),
-            InputKind::MirrorTarget => Api::<MirrorTarget>::all(c)
-                .patch_status(name, &apply, &patch)
-                .await
-                .map(drop),
-            InputKind::MirrorSelector => Api::<MirrorSelector>::all(c)
-                .patch_status(name, &apply, &patch)
-                .await
-                .map(drop),
-        }
+        Api::<DynamicObject>::all_with(self.client.clone(), &kind.api_resource())
+            .patch_status(name, &apply, &patch)
+            .await
+            .map(drop)
     }
 
     /// A revision and its inputs; either already gone is fine.

@@ -27,17 +27,10 @@ async fn cost(
     newest_completes(&env.client, revisions_expected, Duration::from_secs(120)).await;
     let counts = env.tb().counters();
     // Input objects' status is one write per object (the samples: 18), not per node: counted apart.
-    let input_status_writes: u64 = [
-        "vrfrouteconfigurations",
-        "layer2networkconfigurations",
-        "routingtables",
-        "bgppeerings",
-        "mirrortargets",
-        "mirrorselectors",
-    ]
-    .iter()
-    .map(|k| counts.get("patch", &format!("{k}/status")))
-    .sum();
+    let input_status_writes: u64 = netwave_api::InputKind::ALL
+        .iter()
+        .map(|k| counts.get("patch", &format!("{}/status", k.api_resource().plural)))
+        .sum();
     assert!(
         input_status_writes <= 18,
         "at most one status write per input object: {input_status_writes}; requests: {}",

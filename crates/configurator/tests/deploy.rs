@@ -410,3 +410,43 @@ fn the_agent_policy_matches_the_agent_by_its_role_binding_not_by_name() {
             .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "netwave-agent")
     );
 }
+
+/// The verbs `role` grants on `resource` in netwave's group.
+fn grants<'a>(role: &'a serde_json::Value, resource: &str) -> BTreeSet<&'a str> {
+    role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| strings(&r["apiGroups"]).contains(&netwave_api::GROUP))
+        .filter(|r| strings(&r["resources"]).contains(&resource))
+        .flat_map(|r| strings(&r["verbs"]))
+        .collect()
+}
+
+/// The configurator watches every input kind and writes each one's status: a kind added to the list
+/// (`netwave_api::kinds`) without its RBAC would leave the configurator blind to it (its watch refused),
+/// and nothing could be cut while it cannot list.
+#[test]
+fn the_configurator_may_read_every_input_kind_and_write_its_status() {
+    let objects = base_objects();
+    let role = object(&objects, "ClusterRole", "netwave-configurator");
+    for kind in netwave_api::InputKind::ALL {
+        let plural = kind.api_resource().plural;
+        let read = grants(role, &plural);
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                read.contains(verb),
+                "{kind}: {verb} not granted on {plural}"
+            );
+        }
+        let status = format!("{plural}/status");
+        assert!(
+            grants(role, &status).contains("patch"),
+            "{kind}: patch not granted on {status}"
+        );
+        assert!(
+            read.iter().all(|v| ["get", "list", "watch"].contains(v)),
+            "{kind}: the configurator may only read inputs, not {read:?}"
+        );
+    }
+}

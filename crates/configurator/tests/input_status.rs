@@ -212,17 +212,10 @@ async fn input_status_writes_only_on_change() {
     })
     .await;
     let status_writes = |c: &netwave_testbed::RequestCounts| {
-        [
-            "vrfrouteconfigurations",
-            "layer2networkconfigurations",
-            "routingtables",
-            "bgppeerings",
-            "mirrortargets",
-            "mirrorselectors",
-        ]
-        .iter()
-        .map(|k| c.get("patch", &format!("{k}/status")))
-        .sum::<u64>()
+        netwave_api::InputKind::ALL
+            .iter()
+            .map(|k| c.get("patch", &format!("{}/status", k.api_resource().plural)))
+            .sum::<u64>()
     };
     // The agents' last reports and a few resyncs (2 s) handled.
     reconciles_pass(port, 2.0).await;

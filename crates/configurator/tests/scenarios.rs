@@ -287,20 +287,11 @@ async fn manifests_applied_one_by_one_become_one_revision() {
                 .map(|v| v.to_string())
         })
     };
-    let pp = PostParams::default();
     for m in netwave_api::manifest::samples().unwrap() {
-        match m {
-            netwave_api::manifest::Manifest::Vrf(o) => {
-                drop(Api::all(env.client.clone()).create(&pp, &o).await.unwrap())
-            }
-            netwave_api::manifest::Manifest::Layer2(o) => {
-                drop(Api::all(env.client.clone()).create(&pp, &o).await.unwrap())
-            }
-            netwave_api::manifest::Manifest::RoutingTable(o) => {
-                drop(Api::all(env.client.clone()).create(&pp, &o).await.unwrap())
-            }
-            _ => continue,
-        }
+        let netwave_api::manifest::Manifest::Input(o) = m else {
+            continue;
+        };
+        common::create_input(&env.client, &o).await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(
             revisions(&env.client).await.is_empty(),

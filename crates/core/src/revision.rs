@@ -20,10 +20,8 @@
 
 use std::time::Duration;
 
-use netwave_api::{
-    NamedBgpPeering, NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable,
-    NamedVrf, NetworkConfigRevision, RevisionInputs,
-};
+use netwave_api::kinds::{Input, Visit, each_kind};
+use netwave_api::{Named, NetworkConfigRevision, RevisionInputs};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -46,54 +44,55 @@ fn json<T: Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("netwave API types always serialize to JSON")
 }
 
-/// Same field names as [`RevisionInputs`], so it serializes to exactly the bytes of the canonical
-/// `RevisionInputs` without cloning it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CanonicalInputs<'a> {
-    vrfs: Vec<&'a NamedVrf>,
-    layer2s: Vec<&'a NamedLayer2>,
-    routing_tables: Vec<&'a NamedRoutingTable>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    bgp_peerings: Vec<&'a NamedBgpPeering>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    mirror_targets: Vec<&'a NamedMirrorTarget>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    mirror_selectors: Vec<&'a NamedMirrorSelector>,
-}
-
-impl<'a> CanonicalInputs<'a> {
-    fn new(inputs: &'a RevisionInputs) -> Self {
-        CanonicalInputs {
-            vrfs: canonical_refs(&inputs.vrfs, |o| &o.name),
-            layer2s: canonical_refs(&inputs.layer2s, |o| &o.name),
-            routing_tables: canonical_refs(&inputs.routing_tables, |o| &o.name),
-            bgp_peerings: canonical_refs(&inputs.bgp_peerings, |o| &o.name),
-            mirror_targets: canonical_refs(&inputs.mirror_targets, |o| &o.name),
-            mirror_selectors: canonical_refs(&inputs.mirror_selectors, |o| &o.name),
-        }
-    }
-}
-
 /// The snapshot to store as a revision's `NetworkConfigInputs`: every list sorted canonically.
 pub fn canonical_inputs(inputs: &RevisionInputs) -> RevisionInputs {
-    let c = CanonicalInputs::new(inputs);
-    RevisionInputs {
-        vrfs: c.vrfs.into_iter().cloned().collect(),
-        layer2s: c.layer2s.into_iter().cloned().collect(),
-        routing_tables: c.routing_tables.into_iter().cloned().collect(),
-        bgp_peerings: c.bgp_peerings.into_iter().cloned().collect(),
-        mirror_targets: c.mirror_targets.into_iter().cloned().collect(),
-        mirror_selectors: c.mirror_selectors.into_iter().cloned().collect(),
+    struct Sort<'a>(&'a mut RevisionInputs);
+    impl Visit for Sort<'_> {
+        fn visit<K: Input>(&mut self) {
+            let list = K::named_mut(self.0);
+            if !sorted_by_name(list) {
+                *list = canonical_refs(list, |o| &o.name)
+                    .into_iter()
+                    .cloned()
+                    .collect();
+            }
+        }
     }
+    let mut out = inputs.clone();
+    each_kind(&mut Sort(&mut out));
+    out
+}
+
+/// Whether every list of `inputs` is in canonical order already (names strictly increasing).
+fn is_canonical(inputs: &RevisionInputs) -> bool {
+    struct Check<'a>(&'a RevisionInputs, bool);
+    impl Visit for Check<'_> {
+        fn visit<K: Input>(&mut self) {
+            self.1 &= sorted_by_name(K::named(self.0));
+        }
+    }
+    let mut c = Check(inputs, true);
+    each_kind(&mut c);
+    c.1
+}
+
+fn sorted_by_name<S>(list: &[Named<S>]) -> bool {
+    list.windows(2).all(|w| w[0].name < w[1].name)
 }
 
 /// Hex sha256 of the canonical serialization of `inputs` (`spec.hash`). Independent of the order of the
-/// objects in `inputs`; equal to `sha256(serde_json::to_vec(&canonical_inputs(inputs)))`.
+/// objects in `inputs`; equal to `sha256(serde_json::to_vec(&canonical_inputs(inputs)))`. Inputs that
+/// are canonical already (the configurator's folds are) are hashed without a copy.
 pub fn inputs_hash(inputs: &RevisionInputs) -> String {
+    let sorted;
+    let inputs = if is_canonical(inputs) {
+        inputs
+    } else {
+        sorted = canonical_inputs(inputs);
+        &sorted
+    };
     let mut hasher = Sha256::new();
-    serde_json::to_writer(&mut hasher, &CanonicalInputs::new(inputs))
-        .expect("netwave API types always serialize to JSON");
+    serde_json::to_writer(&mut hasher, inputs).expect("netwave API types always serialize to JSON");
     hex::encode(hasher.finalize())
 }
 

@@ -22,61 +22,38 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use netwave_api::InputKind;
+
 /// Event reason on an object that cannot be decoded.
 pub const REASON: &str = "Undecodable";
 
-/// The kinds the configurator watches and decodes.
+/// The kinds the configurator watches and decodes: every input kind, and the rollout's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
-    Vrf,
-    Layer2,
-    RoutingTable,
-    BgpPeering,
-    MirrorTarget,
-    MirrorSelector,
+    Input(InputKind),
     Revision,
     RevisionInputs,
     NodeConfig,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
-        Kind::Vrf,
-        Kind::Layer2,
-        Kind::RoutingTable,
-        Kind::BgpPeering,
-        Kind::MirrorTarget,
-        Kind::MirrorSelector,
-        Kind::Revision,
-        Kind::RevisionInputs,
-        Kind::NodeConfig,
-    ];
+    /// Every kind: the input kinds in their list's order, then the rollout's.
+    pub fn all() -> impl Iterator<Item = Kind> {
+        InputKind::ALL.iter().map(|k| Kind::Input(*k)).chain([
+            Kind::Revision,
+            Kind::RevisionInputs,
+            Kind::NodeConfig,
+        ])
+    }
 
     /// The Kubernetes kind.
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Vrf => "VRFRouteConfiguration",
-            Kind::Layer2 => "Layer2NetworkConfiguration",
-            Kind::RoutingTable => "RoutingTable",
-            Kind::BgpPeering => "BGPPeering",
-            Kind::MirrorTarget => "MirrorTarget",
-            Kind::MirrorSelector => "MirrorSelector",
+            Kind::Input(k) => k.as_str(),
             Kind::Revision => "NetworkConfigRevision",
             Kind::RevisionInputs => "NetworkConfigInputs",
             Kind::NodeConfig => "NodeNetworkConfig",
         }
-    }
-
-    fn is_input(self) -> bool {
-        matches!(
-            self,
-            Kind::Vrf
-                | Kind::Layer2
-                | Kind::RoutingTable
-                | Kind::BgpPeering
-                | Kind::MirrorTarget
-                | Kind::MirrorSelector
-        )
     }
 }
 
@@ -111,7 +88,7 @@ pub fn holds(objects: &[Undecodable]) -> Holds {
     for o in objects {
         let id = format!("{}/{}", o.kind, o.name);
         match o.kind {
-            k if k.is_input() => h.cutting.push(id),
+            Kind::Input(_) => h.cutting.push(id),
             Kind::Revision | Kind::RevisionInputs => h.rollout.push(id),
             _ => {
                 h.unreadable_nodes.insert(o.name.clone());
@@ -126,7 +103,7 @@ pub fn holds(objects: &[Undecodable]) -> Holds {
 /// The Event on an undecodable object: what does not decode, and what the configurator does meanwhile.
 pub fn note(o: &Undecodable) -> String {
     let consequence = match o.kind {
-        k if k.is_input() => {
+        Kind::Input(_) => {
             "no revision is cut from the inputs until it is fixed (leaving it out would remove its \
              network from every node); the current revision keeps rolling out"
                 .to_string()
@@ -165,7 +142,7 @@ mod tests {
     #[test]
     fn each_kind_holds_what_it_hides() {
         let h = holds(&[
-            bad(Kind::RoutingTable, "edge"),
+            bad(Kind::Input(InputKind::RoutingTable), "edge"),
             bad(Kind::NodeConfig, "node-3"),
         ]);
         assert_eq!(h.cutting, ["RoutingTable/edge"]);
@@ -191,7 +168,7 @@ mod tests {
             "{n}"
         );
         assert!(n.contains("node node-3's state is unknown"), "{n}");
-        let n = note(&bad(Kind::Layer2, "vlan100"));
+        let n = note(&bad(Kind::Input(InputKind::Layer2), "vlan100"));
         assert!(n.contains("no revision is cut"), "{n}");
         let n = note(&bad(Kind::Revision, "rev-1"));
         assert!(n.contains("the rollout is held"), "{n}");

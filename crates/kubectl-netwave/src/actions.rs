@@ -17,17 +17,14 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, bail};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, Resource};
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use netwave_api::kinds::{Input, Visit, each_kind};
 use netwave_api::vocab::RevisionPhase;
-use netwave_api::{
-    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NetworkConfigRevision,
-    RevisionInputs, RoutingTable, VRFRouteConfiguration,
-};
+use netwave_api::{InputKind, NetworkConfigRevision, RevisionInputs};
 use netwave_core::render::NodeInfo;
 use netwave_core::rollout::hold::{self, Footprint};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::cli::{AbortArgs, Output, ReleaseArgs, TargetArgs, UndoArgs};
@@ -203,44 +200,23 @@ impl InputChanges {
     }
 }
 
-const VRF: &str = "VRFRouteConfiguration";
-const L2: &str = "Layer2NetworkConfiguration";
-const RT: &str = "RoutingTable";
-const BGPP: &str = "BGPPeering";
-const MT: &str = "MirrorTarget";
-const MS: &str = "MirrorSelector";
-
-fn specs<T: Serialize>(items: impl Iterator<Item = (String, T)>) -> BTreeMap<String, Value> {
-    items
-        .map(|(n, s)| (n, serde_json::to_value(s).expect("API types serialize")))
-        .collect()
-}
-
-/// Every input kind as (kind, name → spec JSON).
-fn by_kind(i: &RevisionInputs) -> [(&'static str, BTreeMap<String, Value>); 6] {
-    [
-        (VRF, specs(i.vrfs.iter().map(|o| (o.name.clone(), &o.spec)))),
-        (
-            L2,
-            specs(i.layer2s.iter().map(|o| (o.name.clone(), &o.spec))),
-        ),
-        (
-            RT,
-            specs(i.routing_tables.iter().map(|o| (o.name.clone(), &o.spec))),
-        ),
-        (
-            BGPP,
-            specs(i.bgp_peerings.iter().map(|o| (o.name.clone(), &o.spec))),
-        ),
-        (
-            MT,
-            specs(i.mirror_targets.iter().map(|o| (o.name.clone(), &o.spec))),
-        ),
-        (
-            MS,
-            specs(i.mirror_selectors.iter().map(|o| (o.name.clone(), &o.spec))),
-        ),
-    ]
+/// Every input kind as (kind, name → spec JSON), in the kinds' list order.
+fn by_kind(i: &RevisionInputs) -> Vec<(InputKind, BTreeMap<String, Value>)> {
+    struct Specs<'a>(
+        &'a RevisionInputs,
+        Vec<(InputKind, BTreeMap<String, Value>)>,
+    );
+    impl Visit for Specs<'_> {
+        fn visit<K: Input>(&mut self) {
+            let specs = K::named(self.0)
+                .iter()
+                .map(|o| (o.name.clone(), value(&o.spec)));
+            self.1.push((K::KIND, specs.collect()));
+        }
+    }
+    let mut s = Specs(i, Vec::new());
+    each_kind(&mut s);
+    s.1
 }
 
 /// The changes that turn `live` into `want`. Pure.
@@ -292,18 +268,11 @@ fn merge_diff(live: &Value, want: &Value) -> Value {
 /// Server-side applies `spec` to `kind/name` (forced: the revision is what the admin asked for), then
 /// removes spec fields another manager still owns that `spec` lacks (apply only removes fields its own
 /// manager owned), so the object ends up with exactly the revision's spec.
-async fn put<K>(client: &Client, kind: &str, name: &str, spec: &Value) -> anyhow::Result<()>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
-    let api = Api::<K>::all(client.clone());
+async fn put(client: &Client, kind: InputKind, name: &str, spec: &Value) -> anyhow::Result<()> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &kind.api_resource());
     let obj = json!({
         "apiVersion": format!("{}/{}", netwave_api::GROUP, netwave_api::VERSION),
-        "kind": kind,
+        "kind": kind.as_str(),
         "metadata": {"name": name},
         "spec": spec,
     });
@@ -315,10 +284,7 @@ where
         )
         .await
         .with_context(|| format!("applying {kind}/{name}"))?;
-    let live = serde_json::to_value(&applied)?
-        .get("spec")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let live = applied.data.get("spec").cloned().unwrap_or(Value::Null);
     if &live != spec {
         api.patch(
             name,
@@ -331,66 +297,36 @@ where
     Ok(())
 }
 
-async fn delete<K>(client: &Client, kind: &str, name: &str) -> anyhow::Result<()>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    match Api::<K>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await
-    {
+async fn delete(client: &Client, kind: InputKind, name: &str) -> anyhow::Result<()> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &kind.api_resource());
+    match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e).with_context(|| format!("deleting {kind}/{name}")),
     }
 }
 
-/// Makes the cluster's inputs equal `want`: VRFs first (segments name them), then layer-2 segments,
-/// then routing tables, then BGP peerings (they name segments); deletions in the opposite order.
+/// Makes the cluster's inputs equal `want`, kind by kind in the kinds' list order (VRFs first:
+/// segments name them; then layer-2 segments, routing tables, BGP peerings that name segments, mirrors
+/// that name both); deletions in the opposite order.
 async fn apply_inputs(
     client: &Client,
     want: &RevisionInputs,
     c: &InputChanges,
 ) -> anyhow::Result<()> {
-    let touched = |kind: &str, n: &str| {
+    let touched = |kind: InputKind, n: &str| {
         let key = format!("{kind}/{n}");
         c.create.contains(&key) || c.update.iter().any(|u| u.starts_with(&format!("{key}: ")))
     };
-    for o in want.vrfs.iter().filter(|o| touched(VRF, &o.name)) {
-        put::<VRFRouteConfiguration>(client, VRF, &o.name, &value(&o.spec)).await?;
-    }
-    for o in want.layer2s.iter().filter(|o| touched(L2, &o.name)) {
-        put::<Layer2NetworkConfiguration>(client, L2, &o.name, &value(&o.spec)).await?;
-    }
-    for o in want.routing_tables.iter().filter(|o| touched(RT, &o.name)) {
-        put::<RoutingTable>(client, RT, &o.name, &value(&o.spec)).await?;
-    }
-    for o in want.bgp_peerings.iter().filter(|o| touched(BGPP, &o.name)) {
-        put::<BGPPeering>(client, BGPP, &o.name, &value(&o.spec)).await?;
-    }
-    for o in want.mirror_targets.iter().filter(|o| touched(MT, &o.name)) {
-        put::<MirrorTarget>(client, MT, &o.name, &value(&o.spec)).await?;
-    }
-    for o in want
-        .mirror_selectors
-        .iter()
-        .filter(|o| touched(MS, &o.name))
-    {
-        put::<MirrorSelector>(client, MS, &o.name, &value(&o.spec)).await?;
+    for (kind, specs) in by_kind(want) {
+        for (n, spec) in specs.iter().filter(|(n, _)| touched(kind, n)) {
+            put(client, kind, n, spec).await?;
+        }
     }
     for d in c.delete.iter().rev() {
         let (kind, n) = d.split_once('/').expect("Kind/name");
-        match kind {
-            MS => delete::<MirrorSelector>(client, kind, n).await?,
-            MT => delete::<MirrorTarget>(client, kind, n).await?,
-            BGPP => delete::<BGPPeering>(client, kind, n).await?,
-            RT => delete::<RoutingTable>(client, kind, n).await?,
-            L2 => delete::<Layer2NetworkConfiguration>(client, kind, n).await?,
-            _ => delete::<VRFRouteConfiguration>(client, kind, n).await?,
-        }
+        let kind = InputKind::from_kind(kind).expect("deletions name input kinds");
+        delete(client, kind, n).await?;
     }
     Ok(())
 }

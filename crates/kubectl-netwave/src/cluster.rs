@@ -3,14 +3,12 @@
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
-    BGPPeering, Layer2NetworkConfiguration, MirrorSelector, MirrorTarget, NamedBgpPeering,
-    NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable, NamedVrf,
-    NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs, RoutingTable,
-    VRFRouteConfiguration,
+    AnyInput, InputKind, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
+    RevisionInputs,
 };
 use netwave_core::render::NodeInfo;
 use netwave_core::revision::{ExistingRevision, canonical_inputs};
@@ -101,88 +99,23 @@ pub fn node_infos(nodes: &[Node]) -> Vec<NodeInfo> {
 /// The input objects on the cluster now, as the configurator folds them (objects being deleted are
 /// already gone), canonically sorted.
 pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
-    let lp = ListParams::default();
-    let live = |m: &kube::api::ObjectMeta| m.deletion_timestamp.is_none();
-    let vrfs = Api::<VRFRouteConfiguration>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing VRFRouteConfigurations")?;
-    let l2s = Api::<Layer2NetworkConfiguration>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing Layer2NetworkConfigurations")?;
-    let rts = Api::<RoutingTable>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing RoutingTables")?;
-    let peerings = Api::<BGPPeering>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing BGPPeerings")?;
-    let targets = Api::<MirrorTarget>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing MirrorTargets")?;
-    let selectors = Api::<MirrorSelector>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing MirrorSelectors")?;
-    Ok(canonical_inputs(&RevisionInputs {
-        mirror_targets: targets
-            .items
-            .into_iter()
-            .filter(|o| live(&o.metadata))
-            .map(|o| NamedMirrorTarget {
-                name: o.name_any(),
-                spec: o.spec,
-            })
-            .collect(),
-        mirror_selectors: selectors
-            .items
-            .into_iter()
-            .filter(|o| live(&o.metadata))
-            .map(|o| NamedMirrorSelector {
-                name: o.name_any(),
-                spec: o.spec,
-            })
-            .collect(),
-        bgp_peerings: peerings
-            .items
-            .into_iter()
-            .filter(|o| live(&o.metadata))
-            .map(|o| NamedBgpPeering {
-                name: o.name_any(),
-                spec: o.spec,
-            })
-            .collect(),
-        vrfs: vrfs
-            .items
-            .into_iter()
-            .filter(|o| live(&o.metadata))
-            .map(|o| NamedVrf {
-                name: o.name_any(),
-                spec: o.spec,
-            })
-            .collect(),
-        layer2s: l2s
-            .items
-            .into_iter()
-            .filter(|o| live(&o.metadata))
-            .map(|o| NamedLayer2 {
-                name: o.name_any(),
-                spec: o.spec,
-            })
-            .collect(),
-        routing_tables: rts
-            .items
-            .into_iter()
-            .filter(|o| live(&o.metadata))
-            .map(|o| NamedRoutingTable {
-                name: o.name_any(),
-                spec: o.spec,
-            })
-            .collect(),
-    }))
+    let mut inputs = RevisionInputs::default();
+    for kind in InputKind::ALL {
+        let api = Api::<DynamicObject>::all_with(client.clone(), &kind.api_resource());
+        let list =
+            (api.list(&ListParams::default()).await).with_context(|| format!("listing {kind}s"))?;
+        for o in list.items {
+            if o.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = o.name_any();
+            let value = serde_json::to_value(o).context("an object is JSON")?;
+            let o = AnyInput::from_api(*kind, value)
+                .with_context(|| format!("reading {kind}/{name}"))?;
+            o.add_to(&mut inputs);
+        }
+    }
+    Ok(canonical_inputs(&inputs))
 }
 
 pub fn name(r: &NetworkConfigRevision) -> &str {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use kube::Client;
+use netwave_api::kinds::{Input, Visit, each_kind};
 use netwave_api::{NetworkConfigRevision, RevisionInputs};
 use netwave_core::Timestamp;
 use serde::Serialize;
@@ -62,20 +63,31 @@ pub fn rows(
                     .creation_timestamp
                     .as_ref()
                     .map(|t| cluster::secs_since(t, now)),
-                inputs: inputs.get(name(r)).map_or_else(
-                    || "inputs gone".to_string(),
-                    |i| {
-                        format!(
-                            "{} vrf, {} l2, {} rt",
-                            i.vrfs.len(),
-                            i.layer2s.len(),
-                            i.routing_tables.len()
-                        )
-                    },
-                ),
+                inputs: inputs
+                    .get(name(r))
+                    .map_or_else(|| "inputs gone".to_string(), counts),
             }
         })
         .collect()
+}
+
+/// `1 vrf, 1 l2, 1 rt`: how many objects of each kind a revision holds (kinds with none left out).
+fn counts(inputs: &RevisionInputs) -> String {
+    struct Counts<'a>(&'a RevisionInputs, Vec<String>);
+    impl Visit for Counts<'_> {
+        fn visit<K: Input>(&mut self) {
+            let n = K::named(self.0).len();
+            if n > 0 {
+                self.1.push(format!("{n} {}", K::KIND.short_name()));
+            }
+        }
+    }
+    let mut c = Counts(inputs, Vec::new());
+    each_kind(&mut c);
+    if c.1.is_empty() {
+        return "no inputs".into();
+    }
+    c.1.join(", ")
 }
 
 /// A kubectl-style table.

@@ -57,17 +57,16 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
         let source = f.display().to_string();
         for m in parse_manifests(&source, &text)? {
             let kind = match &m {
-                Manifest::Vrf(_) => "VRFRouteConfiguration",
-                Manifest::Layer2(_) => "Layer2NetworkConfiguration",
-                Manifest::RoutingTable(_) => "RoutingTable",
-                Manifest::BgpPeering(_) => "BGPPeering",
-                Manifest::MirrorTarget(_) => "MirrorTarget",
-                Manifest::MirrorSelector(_) => "MirrorSelector",
+                Manifest::Input(o) => o.kind().as_str(),
                 Manifest::Revision(_) | Manifest::NodeConfig(_) => bail!(
-                    "{source}: {} is written by the configurator, not an input: plan reads \
-                     VRFRouteConfiguration, Layer2NetworkConfiguration, RoutingTable, BGPPeering, \
-                     MirrorTarget and MirrorSelector objects",
-                    m.name()
+                    "{source}: {} is written by the configurator, not an input: plan reads {} \
+                     objects",
+                    m.name(),
+                    netwave_api::InputKind::ALL
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             };
             let key = (kind.to_string(), m.name().to_string());

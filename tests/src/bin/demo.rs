@@ -6,9 +6,9 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use netwave_api::NetworkConfigRevision;
 use netwave_api::manifest::{Manifest, samples};
 use netwave_api::vocab::RevisionPhase;
+use netwave_api::{AnyInput, NetworkConfigRevision};
 use netwave_e2e::fleet::{
     ApiServer, Bins, DATA_GATEWAY, DATA_VLAN, Fleet, FleetOptions, PROBE_TARGET,
 };
@@ -154,9 +154,9 @@ async fn demo(bins: Bins, kernel: bool, server: ApiServer, frr: bool) -> Result<
     let count = |k: fn(&Manifest) -> bool| manifests.iter().filter(|m| k(m)).count();
     println!(
         "applying {} VRFs, {} layer-2 segments, {} routing tables",
-        count(|m| matches!(m, Manifest::Vrf(_))),
-        count(|m| matches!(m, Manifest::Layer2(_))),
-        count(|m| matches!(m, Manifest::RoutingTable(_)))
+        count(|m| matches!(m, Manifest::Input(AnyInput::Vrf(_)))),
+        count(|m| matches!(m, Manifest::Input(AnyInput::Layer2(_)))),
+        count(|m| matches!(m, Manifest::Input(AnyInput::RoutingTable(_))))
     );
     let t = Instant::now();
     f.apply(&manifests).await?;

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition, NodeSpec, NodeStatus};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use netwave_api::manifest::{Manifest, samples};
-use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
+use netwave_api::{AnyInput, NetworkConfigRevision, NodeNetworkConfig};
 use netwave_configurator::args::Args;
 use netwave_testbed::{Testbed, TestbedOptions};
 use serde_json::json;
@@ -162,16 +162,20 @@ pub fn node_names(n: usize) -> Vec<String> {
 /// Creates every object of `deploy/samples/`.
 pub async fn apply_samples(client: &Client) {
     for m in samples().unwrap() {
-        let pp = PostParams::default();
-        match m {
-            Manifest::Vrf(o) => drop(Api::all(client.clone()).create(&pp, &o).await.unwrap()),
-            Manifest::Layer2(o) => drop(Api::all(client.clone()).create(&pp, &o).await.unwrap()),
-            Manifest::RoutingTable(o) => {
-                drop(Api::all(client.clone()).create(&pp, &o).await.unwrap())
-            }
-            _ => {}
+        if let Manifest::Input(o) = m {
+            create_input(client, &o).await;
         }
     }
+}
+
+/// Creates one input object of any kind.
+pub async fn create_input(client: &Client, o: &AnyInput) {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &o.kind().api_resource());
+    drop(
+        api.create(&PostParams::default(), &o.to_dynamic())
+            .await
+            .unwrap(),
+    );
 }
 
 /// Changes one L2 segment's MTU: a new revision with a different config on every node.

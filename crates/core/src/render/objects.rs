@@ -32,30 +32,8 @@ impl NodeInfo {
     }
 }
 
-/// Kind of an input object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum InputKind {
-    Vrf,
-    Layer2,
-    RoutingTable,
-    BgpPeering,
-    MirrorTarget,
-    MirrorSelector,
-}
-
-impl InputKind {
-    /// The Kubernetes kind.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InputKind::Vrf => "VRFRouteConfiguration",
-            InputKind::Layer2 => "Layer2NetworkConfiguration",
-            InputKind::RoutingTable => "RoutingTable",
-            InputKind::BgpPeering => "BGPPeering",
-            InputKind::MirrorTarget => "MirrorTarget",
-            InputKind::MirrorSelector => "MirrorSelector",
-        }
-    }
-}
+/// Kind of an input object (declared once, in `netwave_api::kinds`).
+pub use netwave_api::InputKind;
 
 /// An input object, displayed `Kind/name`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -171,18 +171,6 @@ impl Removal {
     }
 }
 
-/// `vrf`, `l2`, `rt`, `bgpp`: the short names kubectl knows the kinds by.
-fn short(kind: InputKind) -> &'static str {
-    match kind {
-        InputKind::Vrf => "vrf",
-        InputKind::Layer2 => "l2",
-        InputKind::RoutingTable => "rt",
-        InputKind::BgpPeering => "bgpp",
-        InputKind::MirrorTarget => "mirrortarget",
-        InputKind::MirrorSelector => "mirrorselector",
-    }
-}
-
 /// `removes 18 of the 18 objects the last good revision rev-ab12 has (from 4 nodes: 72 of 72 node
 /// placements): vrf/a, vrf/b, l2/c, rt/d, rt/e and 13 more`.
 impl fmt::Display for Removal {
@@ -199,7 +187,7 @@ impl fmt::Display for Removal {
             self.placements
         )?;
         let named: Vec<String> = (self.objects.iter().take(NAMED))
-            .map(|o| format!("{}/{}", short(o.kind), o.name))
+            .map(|o| format!("{}/{}", o.kind.short_name(), o.name))
             .collect();
         if !named.is_empty() {
             write!(f, ": {}", named.join(", "))?;
