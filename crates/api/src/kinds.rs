@@ -244,7 +244,7 @@ impl AnyInput {
         struct Decode<'a>(&'a serde_json::Value, Option<Result<AnyInput, String>>);
         impl Visit for Decode<'_> {
             fn visit<K: Input>(&mut self) {
-                self.1 = Some(crate::manifest::typed::<K>(self.0).map(K::into_any));
+                self.1 = Some(crate::strict::typed::<K>(self.0).map(K::into_any));
             }
         }
         let mut d = Decode(value, None);

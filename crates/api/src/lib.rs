@@ -25,6 +25,7 @@ mod integers;
 pub mod kinds;
 pub mod manifest;
 pub mod rollout;
+mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod validate;

@@ -4,11 +4,10 @@
 use std::fmt;
 
 use kube::Resource;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::kinds::{AnyInput, Input, InputKind};
+use crate::strict::typed;
 use crate::{NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
 
 /// One netwave object read from a manifest.
@@ -144,40 +143,6 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
         out.push(manifest);
     }
     Ok(out)
-}
-
-/// Deserializes `doc` and rejects fields the type does not have.
-pub(crate) fn typed<T: DeserializeOwned + Serialize>(doc: &Value) -> Result<T, String> {
-    let object: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
-    let back = serde_json::to_value(&object).map_err(|e| e.to_string())?;
-    if let Some(path) = unknown_field(doc, &back, String::new()) {
-        return Err(format!("unknown field {path}"));
-    }
-    Ok(object)
-}
-
-/// The first field path present (and not null) in `input` but absent from `known`.
-fn unknown_field(input: &Value, known: &Value, path: String) -> Option<String> {
-    match (input, known) {
-        (Value::Object(i), Value::Object(k)) => i.iter().find_map(|(key, value)| {
-            let p = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            match k.get(key) {
-                None if !value.is_null() => Some(p),
-                None => None,
-                Some(kv) => unknown_field(value, kv, p),
-            }
-        }),
-        (Value::Array(i), Value::Array(k)) => i
-            .iter()
-            .zip(k)
-            .enumerate()
-            .find_map(|(n, (iv, kv))| unknown_field(iv, kv, format!("{path}[{n}]"))),
-        _ => None,
-    }
 }
 
 /// The sample manifests shipped in `deploy/samples/`, embedded: the default set the demo rolls out.

@@ -12,6 +12,7 @@
 
 pub mod args;
 pub mod assign_log;
+pub mod clock;
 pub mod integrity;
 pub mod lease;
 pub mod liveness;

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType as KubeEventType;
@@ -32,6 +32,7 @@ use netwave_core::{Sequence, Sym, Timestamp};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::assign_log::AssignLog;
+use crate::clock::now;
 use crate::integrity::{Findings, IntegrityCache};
 use crate::liveness::Liveness;
 use crate::metrics::{Metrics, NodeStateLabels, PhaseLabels, ReasonLabels};
@@ -202,13 +203,6 @@ pub struct Outcome {
     pub quarantined: usize,
     /// The current inputs (this hash) fold into more than one object can hold: no revision is cut.
     pub too_large: Option<(String, InputsTooLarge)>,
-}
-
-pub fn now() -> Timestamp {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    Timestamp(d.as_millis() as i64)
 }
 
 fn object_ref(kind: &str, name: &str, uid: Option<String>) -> ObjectReference {

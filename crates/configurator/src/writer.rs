@@ -893,7 +893,7 @@ impl Writer {
             } => {
                 let sent_at = assigned_at
                     .is_none()
-                    .then(|| crate::reconcile::now().to_rfc3339());
+                    .then(|| crate::clock::now().to_rfc3339());
                 let at = assigned_at.as_deref().or(sent_at.as_deref());
                 let mut annotations =
                     BTreeMap::from([(ASSIGNED_AT_ANNOTATION, at.unwrap_or_default())]);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use netwave_agent::sim::{Answer, provisioning_for};
 use netwave_api::NodeNetworkConfig;
 use netwave_configurator::recheck::new_timeouts;
-use netwave_configurator::reconcile::{self, Outcome, RenderCache, Settings, Snapshot, compute};
+use netwave_configurator::reconcile::{Outcome, RenderCache, Settings, Snapshot, compute};
 use netwave_configurator::testing::inmem::{self, apply};
 use netwave_core::Timestamp;
 use netwave_core::revision::InputSettle;
@@ -71,7 +71,7 @@ fn a_timeout_decided_on_a_cache_that_is_behind_is_decided_again_on_the_fresh_obj
         settle: InputSettle::default(),
     };
     // The rollout assigns the node its first revision; its agent has not been heard from.
-    let t0 = reconcile::now();
+    let t0 = netwave_configurator::clock::now();
     for _ in 0..10 {
         let out = leader.plan(&s, t0);
         apply(&mut s, out.intents, t0);

@@ -18,6 +18,8 @@
 //! `pickupTimeoutSeconds + applyTimeoutSeconds` after its assignment, whatever its agent says.
 
 use super::input::{AgentPhase, AgentReport};
+// Defined with the policy it comes from, so the policy needs nothing from here (no import circle).
+pub use super::policy::Timeouts;
 use super::vocab::{REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT};
 use crate::types::Timestamp;
 
@@ -28,13 +30,6 @@ pub struct Attempt<'a> {
     pub retry: u32,
     pub config_hash: &'a str,
     pub assigned_at: Timestamp,
-}
-
-/// The two timeouts of a revision's `spec.rollout`, in seconds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
-    pub apply: u32,
-    pub pickup: u32,
 }
 
 /// When a node that has not reported its verdict on an attempt has failed it.

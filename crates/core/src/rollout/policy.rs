@@ -130,8 +130,8 @@ impl PolicyDefaults {
 
 impl Policy {
     /// The apply and pickup timeouts ([`super::deadline`]).
-    pub fn timeouts(&self) -> super::deadline::Timeouts {
-        super::deadline::Timeouts {
+    pub fn timeouts(&self) -> Timeouts {
+        Timeouts {
             apply: self.apply_timeout_seconds,
             pickup: self.pickup_timeout_seconds,
         }
@@ -242,6 +242,13 @@ pub fn resolve(spec: &RolloutPolicy, defaults: &PolicyDefaults) -> (Policy, Vec<
         });
     }
     (policy, errors)
+}
+
+/// The two timeouts of a revision's `spec.rollout`, in seconds ([`super::deadline`] judges by them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub apply: u32,
+    pub pickup: u32,
 }
 
 #[cfg(test)]
