@@ -38,4 +38,3 @@ fn unknown_field(input: &Value, known: &Value, path: String) -> Option<String> {
         _ => None,
     }
 }
-

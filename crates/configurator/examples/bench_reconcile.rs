@@ -1,4 +1,4 @@
-//! The leader's reconcile without the API server (#14): [`reconcile::compute`] on an in-memory fleet of
+//! The leader's reconcile without the API server (#14): [`compute`] on an in-memory fleet of
 //! N nodes, fed back its own writes, to tell the reconcile's compute time from its write time in the
 //! fleet benchmark's "reconcile duration".
 //!
@@ -32,8 +32,11 @@ use std::time::{Duration, Instant};
 
 use netwave_agent::sim::{Answer, status_for};
 use netwave_api::NodeNetworkConfigStatus;
+use netwave_configurator::decide::{Settings, compute};
+use netwave_configurator::memory::Memory;
 use netwave_configurator::metrics::Metrics;
-use netwave_configurator::reconcile::{self, ApplyTimes, RenderCache, Settings, Snapshot};
+use netwave_configurator::record::{ApplyTimes, record};
+use netwave_configurator::snapshot::{Snapshot, fold_inputs};
 use netwave_configurator::testing::inmem::{self, apply};
 use netwave_core::Timestamp;
 use netwave_core::revision::InputSettle;
@@ -70,7 +73,7 @@ fn answer(s: &mut Snapshot, max: usize) -> usize {
 
 /// The rollout is over: the revision of the current inputs reads Complete.
 fn complete(s: &Snapshot) -> bool {
-    let hash = netwave_core::revision::inputs_hash(&reconcile::fold_inputs(s));
+    let hash = netwave_core::revision::inputs_hash(&fold_inputs(s));
     s.revisions
         .iter()
         .find(|r| r.spec.hash == hash)
@@ -105,7 +108,7 @@ fn cpu_time() -> Duration {
 /// What the leader keeps between reconciles.
 struct Leader {
     settings: Settings,
-    cache: RenderCache,
+    cache: Memory,
     settle: InputSettle,
     metrics: Metrics,
     apply_times: ApplyTimes,
@@ -158,9 +161,9 @@ fn roll_out(s: &mut Snapshot, l: &mut Leader, now: &mut Timestamp, per_step: usi
         // What the leader does before its writes (`netwave_reconcile_compute_duration_seconds`).
         let t = Instant::now();
         let cpu = cpu_time();
-        let outcome = reconcile::compute(s, &l.settings, &mut l.cache, &mut l.settle, *now);
+        let outcome = compute(s, &l.settings, &mut l.cache, &mut l.settle, *now);
         if let Some(plan) = &outcome.plan {
-            reconcile::record(&l.metrics, s, plan, outcome.quarantined);
+            record(&l.metrics, s, plan, outcome.quarantined);
             l.apply_times
                 .observe(&outcome.configs, &outcome.changes, *now, &l.metrics);
         }
@@ -191,7 +194,7 @@ fn fleet(n: usize, by_change: bool) -> (Run, Run) {
     let mut s = inmem::samples_snapshot((0..n).map(|i| format!("node-{i:05}")));
     let mut leader = Leader {
         settings,
-        cache: RenderCache::default(),
+        cache: Memory::default(),
         settle: InputSettle::default(),
         metrics: Metrics::default(),
         apply_times: ApplyTimes::default(),

@@ -12,7 +12,7 @@
 //! Inputs missing from the cache are judged gone only once a fresh read confirms it
 //! (`crate::recheck`): after an outage, the inputs' watch may come back later than the revisions'.
 //! What the reconcile does with the findings (put back, never render, report) is in
-//! `reconcile::compute`.
+//! `decide::compute`.
 //!
 //! Hashing every spec on every reconcile would cost a fleet-sized sha256 per reconcile, so verdicts are
 //! kept per object and recomputed only when its `metadata.generation` (bumped on every spec change) or

@@ -8,8 +8,11 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
-use netwave_api::kinds::{ByKind, Input, Make, Objects};
-use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
+use netwave_api::kinds::{ByKind, Input, Make, Objects, Visit, each_kind};
+use netwave_api::{
+    Named, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig, RevisionInputs,
+};
+use netwave_core::revision;
 use netwave_core::undecodable::{self, Holds, Kind, Undecodable};
 use netwave_runtime::decoded::Decoded;
 
@@ -128,7 +131,7 @@ impl Snapshot {
     }
 
     /// Marks this snapshot as a new one in which only the named nodes and node configs changed
-    /// since it was last read (sorting its lists). For what drives [`crate::reconcile::compute`]
+    /// since it was last read (sorting its lists). For what drives [`crate::decide::compute`]
     /// without watches, as [`Snapshot::refresh`] does with them.
     pub fn changed_by_hand(&mut self, nodes: BTreeSet<String>, node_configs: BTreeSet<String>) {
         self.nodes.sort_by(|a, b| name_of(a).cmp(name_of(b)));
@@ -346,6 +349,22 @@ fn decoded<K>(
         }
     }
     out
+}
+
+/// The admin inputs folded into one snapshot, canonically sorted.
+pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
+    struct Fold<'a>(&'a Snapshot, RevisionInputs);
+    impl Visit for Fold<'_> {
+        fn visit<K: Input>(&mut self) {
+            let live = self.0.inputs.get::<K>().iter().filter(|o| live(o.as_ref()));
+            *K::named_mut(&mut self.1) = live
+                .map(|o| Named::new(o.meta().name.clone().unwrap_or_default(), o.spec().clone()))
+                .collect();
+        }
+    }
+    let mut fold = Fold(s, RevisionInputs::default());
+    each_kind(&mut fold);
+    revision::canonical_inputs(&fold.1)
 }
 
 /// Not being deleted, and named.

@@ -43,7 +43,7 @@ pub fn args(extra: &[&str]) -> Args {
     args
 }
 
-/// A fleet without an API server: [`crate::reconcile::compute`]'s intents applied to a [`Snapshot`] as
+/// A fleet without an API server: [`crate::decide::compute`]'s intents applied to a [`Snapshot`] as
 /// the watches would deliver them (the reconcile benchmark, and tests that drive a rollout in
 /// simulated time). Agents' answers are the caller's (`netwave_agent::sim`).
 pub mod inmem {
@@ -59,12 +59,12 @@ pub mod inmem {
     };
     use netwave_core::Timestamp;
 
-    use crate::reconcile::Snapshot;
+    use crate::snapshot::Snapshot;
     use crate::writer::Intent;
 
     /// The configurator's own defaults, as its command line gives them, without the input settle
     /// window (simulated time moves by reconciles: the window would only add idle ones).
-    pub fn settings() -> crate::reconcile::Settings {
+    pub fn settings() -> crate::decide::Settings {
         let mut settings =
             crate::runtime::settings(&<crate::args::Args as clap::Parser>::parse_from([
                 "netwave-configurator",

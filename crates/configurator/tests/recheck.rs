@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use netwave_agent::sim::{Answer, provisioning_for};
 use netwave_api::NodeNetworkConfig;
+use netwave_configurator::decide::{Outcome, Settings, compute};
+use netwave_configurator::memory::Memory;
 use netwave_configurator::recheck::new_timeouts;
-use netwave_configurator::reconcile::{Outcome, RenderCache, Settings, Snapshot, compute};
+use netwave_configurator::snapshot::Snapshot;
 use netwave_configurator::testing::inmem::{self, apply};
 use netwave_core::Timestamp;
 use netwave_core::revision::InputSettle;
@@ -28,7 +30,7 @@ fn settings() -> Settings {
 
 struct Leader {
     settings: Settings,
-    cache: RenderCache,
+    cache: Memory,
     settle: InputSettle,
 }
 
@@ -67,7 +69,7 @@ fn a_timeout_decided_on_a_cache_that_is_behind_is_decided_again_on_the_fresh_obj
     s.changed_by_hand(BTreeSet::new(), BTreeSet::new());
     let mut leader = Leader {
         settings: settings(),
-        cache: RenderCache::default(),
+        cache: Memory::default(),
         settle: InputSettle::default(),
     };
     // The rollout assigns the node its first revision; its agent has not been heard from.
