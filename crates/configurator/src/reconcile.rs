@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use netwave_core::Timestamp;
 use netwave_core::revision::{self, InputSettle};
-use netwave_core::rollout::{self};
+use netwave_core::rollout::{self, Plan};
 use netwave_core::undecodable::{self, Kind};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -29,7 +29,7 @@ use crate::recheck;
 use crate::record::{ApplyTimes, record};
 pub use crate::snapshot::Snapshot;
 use crate::watch::{Stores, Wakeups};
-use crate::writer::{Intent, Writer};
+use crate::writer::{Intent, Outcome as WriteOutcome, Writer};
 
 /// When each revision status write of a plan goes out (`intents` in plan order; `stored`: a
 /// revision's status on record; `written`: when each status was last written, kept up to date). A
@@ -364,14 +364,47 @@ impl Reconciler {
         self.decide_again(fresher, &outcome, now)
     }
 
-    /// One reconcile; returns how long until the next time-based wake-up.
+    /// One reconcile; returns how long until the next time-based wake-up. Stages: the snapshot →
+    /// [`Self::decide`] (compute, then what the cache may be behind on, read fresh) → [`Self::observe`]
+    /// (metrics) → [`Self::report`] (the shell's Events) → the status pacing → the writes → when next.
     pub async fn reconcile_once(&mut self) -> Option<Duration> {
         let span = info_span!("reconcile");
-        let _g = span.enter();
         let started = std::time::Instant::now();
         // Changes from here on are for the next reconcile's window (those before the snapshot below
         // are in it as well: that reconcile then plans nothing).
         self.changed.take();
+        let snapshot = span.in_scope(|| self.snapshot())?;
+        let now = now();
+        let (snapshot, mut outcome) = self.decide(snapshot, now).instrument(span.clone()).await;
+        span.in_scope(|| {
+            self.observe(&snapshot, &outcome, now);
+            self.report(&snapshot, &mut outcome);
+        });
+        let deferred = if self.writer.is_leader() {
+            self.defer_counter_statuses(&snapshot, &mut outcome.intents)
+        } else {
+            None
+        };
+        self.metrics
+            .reconcile_compute_duration
+            .observe(started.elapsed().as_secs_f64());
+        let intents = std::mem::take(&mut outcome.intents);
+        let written = self
+            .write(intents, outcome.plan.as_ref())
+            .instrument(span)
+            .await;
+        let took = started.elapsed();
+        self.metrics.reconcile_duration.observe(took.as_secs_f64());
+        if self.writer.is_leader() {
+            self.pace.observe(took);
+        }
+        self.snapshot = Some(snapshot);
+        self.next_wake(&outcome, &written, deferred, now)
+    }
+
+    /// The stores now: the last snapshot brought up to date (the nodes and node configs read again
+    /// only where their watches saw a change), or `None` while the node configs are not listed.
+    fn snapshot(&mut self) -> Option<Snapshot> {
         if !self.stores.node_configs_ready() {
             // A standby keeps no node configs (`crate::watch`); a new leader's list of them is on
             // its way, and its end wakes this loop. Nothing can be planned without them.
@@ -379,12 +412,14 @@ impl Reconciler {
             self.snapshot = None;
             return None;
         }
-        // The nodes and node configs read again only where their watches saw a change.
-        let snapshot = match self.snapshot.take() {
+        Some(match self.snapshot.take() {
             Some(last) => last.refresh(&self.stores),
             None => Snapshot::take(&self.stores),
-        };
-        let now = now();
+        })
+    }
+
+    /// [`compute`] on `snapshot`, then again on a fresh read where the cache may be behind.
+    async fn decide(&mut self, snapshot: Snapshot, now: Timestamp) -> (Snapshot, Outcome) {
         let outcome = compute(
             &snapshot,
             &self.settings,
@@ -392,16 +427,12 @@ impl Reconciler {
             &mut self.settle,
             now,
         );
-        drop(_g);
-        let (snapshot, outcome) = self
-            .recheck_inputs_gone(snapshot, outcome, now)
-            .instrument(span.clone())
-            .await;
-        let (snapshot, outcome) = self
-            .recheck_timeouts(snapshot, outcome, now)
-            .instrument(span.clone())
-            .await;
-        let _g = span.enter();
+        let (snapshot, outcome) = self.recheck_inputs_gone(snapshot, outcome, now).await;
+        self.recheck_timeouts(snapshot, outcome, now).await
+    }
+
+    /// What the outcome tells the metrics (a leader's plan; every replica's gauges).
+    fn observe(&mut self, snapshot: &Snapshot, outcome: &Outcome, now: Timestamp) {
         if !self.writer.is_leader() {
             // Changes a standby passes over are not followed: a leader again starts afresh.
             self.apply_times = ApplyTimes::default();
@@ -409,7 +440,7 @@ impl Reconciler {
         if let Some(plan) = &outcome.plan
             && self.writer.is_leader()
         {
-            record(&self.metrics, &snapshot, plan, outcome.quarantined);
+            record(&self.metrics, snapshot, plan, outcome.quarantined);
             self.apply_times
                 .observe(&outcome.configs, &outcome.changes, now, &self.metrics);
             for w in &plan.report.waiting {
@@ -430,52 +461,45 @@ impl Reconciler {
                 .get_or_create(&crate::metrics::KindLabels { kind })
                 .set(n as i64);
         }
-        drop(_g);
-        let mut outcome = outcome;
-        self.report_undecodable(&snapshot, &mut outcome.intents);
-        self.report_too_large(&snapshot, &mut outcome);
-        if self.writer.is_leader() {
-            if let Some(name) = revision::equals_failed_notice(
-                self.reported_equals_failed.as_deref(),
-                outcome.equals_failed.as_deref(),
-            ) {
-                let failed = snapshot
-                    .revisions
-                    .iter()
-                    .find(|r| r.metadata.name.as_deref() == Some(name));
-                let uid = failed.and_then(|r| r.metadata.uid.clone());
-                outcome
-                    .intents
-                    .push(ShellEvent::InputsEqualFailedRevision.intent(
-                        object_ref("NetworkConfigRevision", name, uid),
-                        equals_failed_note(name, failed.map(AsRef::as_ref)),
-                    ));
-            }
-            self.reported_equals_failed = outcome.equals_failed.clone();
+    }
+
+    /// The shell's own findings as Events (each once per occurrence): undecodable objects, inputs too
+    /// large for a revision, inputs equal to a Failed revision.
+    fn report(&mut self, snapshot: &Snapshot, outcome: &mut Outcome) {
+        self.report_undecodable(snapshot, &mut outcome.intents);
+        self.report_too_large(snapshot, outcome);
+        if !self.writer.is_leader() {
+            return;
         }
-        let deferred = if self.writer.is_leader() {
-            self.defer_counter_statuses(&snapshot, &mut outcome.intents)
-        } else {
-            None
-        };
-        self.metrics
-            .reconcile_compute_duration
-            .observe(started.elapsed().as_secs_f64());
-        let n = outcome.intents.len();
+        if let Some(name) = revision::equals_failed_notice(
+            self.reported_equals_failed.as_deref(),
+            outcome.equals_failed.as_deref(),
+        ) {
+            let failed =
+                (snapshot.revisions.iter()).find(|r| r.metadata.name.as_deref() == Some(name));
+            let uid = failed.and_then(|r| r.metadata.uid.clone());
+            outcome
+                .intents
+                .push(ShellEvent::InputsEqualFailedRevision.intent(
+                    object_ref("NetworkConfigRevision", name, uid),
+                    equals_failed_note(name, failed.map(AsRef::as_ref)),
+                ));
+        }
+        self.reported_equals_failed = outcome.equals_failed.clone();
+    }
+
+    /// Sends `intents` (a standby's writer drops them) and logs the assignments it sent.
+    async fn write(&mut self, intents: Vec<Intent>, plan: Option<&Plan>) -> WriteOutcome {
+        let n = intents.len();
         let written = if n > 0 {
-            self.writer.execute(outcome.intents, &self.metrics).await
+            self.writer.execute(intents, &self.metrics).await
         } else {
             Default::default()
         };
         let sent: HashSet<&str> = written.assigned.iter().map(String::as_str).collect();
         let logged = std::time::Instant::now();
-        for line in self.assign_log.record(outcome.plan.as_ref(), &sent, logged) {
+        for line in self.assign_log.record(plan, &sent, logged) {
             info!(revision = %line.revision, reason = %line.reason, count = line.count, "{}", line.message);
-        }
-        let took = started.elapsed();
-        self.metrics.reconcile_duration.observe(took.as_secs_f64());
-        if self.writer.is_leader() {
-            self.pace.observe(took);
         }
         if n > 0 {
             debug!(
@@ -486,7 +510,18 @@ impl Reconciler {
                 "reconciled"
             );
         }
-        self.snapshot = Some(snapshot);
+        written
+    }
+
+    /// How long until the next time-based wake-up: the outcome's requeue, a write to retry or held
+    /// back, or the assignment log's next summary, whichever comes first.
+    fn next_wake(
+        &self,
+        outcome: &Outcome,
+        written: &WriteOutcome,
+        deferred: Option<tokio::time::Instant>,
+        now: Timestamp,
+    ) -> Option<Duration> {
         let time_based = outcome
             .requeue_at
             .map(|t| Duration::from_millis(t.0.saturating_sub(now.0).max(0) as u64));

@@ -13,11 +13,11 @@ use tokio::sync::watch as channel;
 use tracing::info;
 
 use crate::args::Args;
-use crate::lease::{Elector, LeaseConfig};
+use crate::lease::{Elector, LeaderGate, LeaseConfig};
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::reconcile::{Reconciler, Settings};
-use crate::watch as watches;
+use crate::watch::{self as watches, Stores};
 use crate::writer::Writer;
 
 pub use netwave_runtime::{init_tracing, shutdown_signal};
@@ -81,19 +81,7 @@ pub async fn run_with(
     let ready = Readiness::default();
     // Fed by the watches and the reconcile loop; asked by the elector and the health endpoints.
     let liveness = Liveness::new(bounds(&args));
-    let metrics_addr = http::serve(args.metrics_addr, metrics_router(&metrics))
-        .await
-        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    let alive = {
-        let l = liveness.clone();
-        move || l.alive()
-    };
-    let health_addr = http::serve(
-        args.health_addr,
-        http::health_router_checked(ready.clone(), alive),
-    )
-    .await
-    .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
+    let (metrics_addr, health_addr) = serve(&args, &metrics, &ready, &liveness).await?;
     let identity = args.identity();
     info!(%identity, %metrics_addr, %health_addr, "netwave-configurator starting");
 
@@ -101,32 +89,9 @@ pub async fn run_with(
     let stopped = |mut rx: channel::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let (elector, gate) = Elector::new(
-        client.clone(),
-        LeaseConfig {
-            namespace: args.lease_namespace.clone(),
-            name: args.lease_name.clone(),
-            identity: identity.clone(),
-            lease_duration: args.lease_duration,
-            renew_deadline: args.renew_deadline,
-            retry_period: args.retry_period,
-        },
-    );
     let changed = Arc::new(watches::Wakeups::default());
     let stores = watches::start(&client, changed.clone(), &liveness);
-    let elector = elector.with_fitness({
-        let l = liveness.clone();
-        Arc::new(move || l.judge())
-    });
-    // The node configs are listed while a faltering leader's Lease runs out, not after.
-    let elector = elector.with_takeover_near({
-        let node_configs = stores.node_configs_watch.clone();
-        Arc::new(move || {
-            if node_configs.start() {
-                info!("the leader has not renewed the Lease within its renew deadline: listing the node configs for a takeover");
-            }
-        })
-    });
+    let (elector, gate) = elector(&args, &client, identity.clone(), &liveness, &stores);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -144,20 +109,7 @@ pub async fn run_with(
     )
     .with_liveness(liveness.clone());
 
-    // Leadership changes wake the reconcile loop: a new leader acts at once, once it has listed the
-    // node configs (a standby does not watch them, `watch`).
-    let mut leadership = gate.clone();
-    let wake = changed.clone();
-    let node_configs = stores.node_configs_watch.clone();
-    tokio::spawn(async move {
-        // Ends with the elector (a stopped elector's channel is closed: looping on it would spin).
-        while let Some(leads) = leadership.changed().await {
-            if leads && node_configs.start() {
-                info!("leading: listing the node configs");
-            }
-            wake.wake();
-        }
-    });
+    wake_on_leadership(gate.clone(), changed.clone(), &stores);
     let elector_task = tokio::spawn(elector.run(stopped(stop_rx.clone())));
     let ready_task = {
         let stores = stores.clone();
@@ -195,6 +147,81 @@ pub async fn run_with(
     let _ = reconcile_task.await;
     let _ = elector_task.await;
     Ok(())
+}
+
+/// The metrics and health endpoints, bound (their addresses, for the start-up line).
+async fn serve(
+    args: &Args,
+    metrics: &Arc<Metrics>,
+    ready: &Readiness,
+    liveness: &Liveness,
+) -> anyhow::Result<(std::net::SocketAddr, std::net::SocketAddr)> {
+    let metrics_addr = http::serve(args.metrics_addr, metrics_router(metrics))
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    let alive = {
+        let l = liveness.clone();
+        move || l.alive()
+    };
+    let health_addr = http::serve(
+        args.health_addr,
+        http::health_router_checked(ready.clone(), alive),
+    )
+    .await
+    .with_context(|| format!("binding --health-addr {}", args.health_addr))?;
+    Ok((metrics_addr, health_addr))
+}
+
+/// The Lease elector, judged by `liveness` (a replica that cannot work lets go), listing the node
+/// configs while a faltering leader's Lease runs out, not after.
+fn elector(
+    args: &Args,
+    client: &Client,
+    identity: String,
+    liveness: &Liveness,
+    stores: &Stores,
+) -> (Elector, LeaderGate) {
+    let (elector, gate) = Elector::new(
+        client.clone(),
+        LeaseConfig {
+            namespace: args.lease_namespace.clone(),
+            name: args.lease_name.clone(),
+            identity,
+            lease_duration: args.lease_duration,
+            renew_deadline: args.renew_deadline,
+            retry_period: args.retry_period,
+        },
+    );
+    let elector = elector.with_fitness({
+        let l = liveness.clone();
+        Arc::new(move || l.judge())
+    });
+    let elector = elector.with_takeover_near({
+        let node_configs = stores.node_configs_watch.clone();
+        Arc::new(move || {
+            if node_configs.start() {
+                info!("the leader has not renewed the Lease within its renew deadline: listing the node configs for a takeover");
+            }
+        })
+    });
+    (elector, gate)
+}
+
+/// Leadership changes wake the reconcile loop: a new leader acts at once, once it has listed the
+/// node configs (a standby does not watch them, `watch`).
+fn wake_on_leadership(gate: LeaderGate, changed: Arc<watches::Wakeups>, stores: &Stores) {
+    let mut leadership = gate;
+    let wake = changed;
+    let node_configs = stores.node_configs_watch.clone();
+    tokio::spawn(async move {
+        // Ends with the elector (a stopped elector's channel is closed: looping on it would spin).
+        while let Some(leads) = leadership.changed().await {
+            if leads && node_configs.start() {
+                info!("leading: listing the node configs");
+            }
+            wake.wake();
+        }
+    });
 }
 
 /// `--fault-reconcile` (feature `fault-hooks`, tests only): once this replica leads, the reconcile task

@@ -861,19 +861,7 @@ impl Writer {
             Intent::HoldRevision {
                 hold: h,
                 resource_version,
-            } => {
-                let patch = json!({
-                    "metadata": {
-                        "resourceVersion": resource_version,
-                        "annotations": hold_annotations(h),
-                    },
-                    "spec": { "paused": true },
-                });
-                revisions
-                    .patch(&h.revision, &merge_params(), &Patch::Merge(&patch))
-                    .await
-                    .map(drop)
-            }
+            } => hold_revision(&revisions, h, resource_version.as_deref()).await,
             Intent::RestoreRevisionSpec { name, hash, inputs } => {
                 let patch = json!({ "spec": { "hash": hash } });
                 let revision = revisions
@@ -891,40 +879,14 @@ impl Writer {
                 clear_queued,
                 ..
             } => {
-                let sent_at = assigned_at
-                    .is_none()
-                    .then(|| crate::clock::now().to_rfc3339());
-                let at = assigned_at.as_deref().or(sent_at.as_deref());
-                let mut annotations =
-                    BTreeMap::from([(ASSIGNED_AT_ANNOTATION, at.unwrap_or_default())]);
-                if *clear_queued {
-                    annotations.insert(QUEUED_ANNOTATION, "");
-                }
-                let patch = SpecApply {
-                    api_version: "netwave.dev/v1alpha1",
-                    kind: "NodeNetworkConfig",
-                    metadata: SpecApplyMeta {
-                        name: node,
-                        annotations,
-                    },
-                    spec,
-                };
-                let req = nnc_request().patch(node, &apply, &Patch::Apply(&patch));
-                let written: WrittenNodeConfig = send_read(&self.client, "patch", req).await?;
-                mark_pending(&nncs, &written.into_node_config()).await
+                let written = self
+                    .apply_spec(node, spec, assigned_at.as_deref(), *clear_queued)
+                    .await?;
+                mark_pending(&nncs, &written).await
             }
             Intent::NodeRecord { node, record } => put_node_record(&nncs, node, record).await,
             Intent::NodeCondition { node, condition } => {
-                let conditions: Vec<&Condition> = condition.iter().collect();
-                let patch = json!({
-                    "apiVersion": "netwave.dev/v1alpha1",
-                    "kind": "NodeNetworkConfig",
-                    "status": { "conditions": conditions },
-                });
-                match nncs.patch_status(node, &apply, &Patch::Apply(&patch)).await {
-                    Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
-                    other => other.map(drop),
-                }
+                put_node_condition(&nncs, node, condition.as_ref()).await
             }
             Intent::RevisionStatus { name, status } => {
                 let patch = json!({
@@ -1021,6 +983,38 @@ impl Writer {
             .map(drop)
     }
 
+    /// A node's spec, applied under the assignment time the plan stamped (now, when it stamped
+    /// none); the object as the API server wrote it.
+    async fn apply_spec(
+        &self,
+        node: &str,
+        spec: &NodeNetworkConfigSpec,
+        assigned_at: Option<&str>,
+        clear_queued: bool,
+    ) -> Result<NodeNetworkConfig, kube::Error> {
+        let sent_at = assigned_at
+            .is_none()
+            .then(|| crate::clock::now().to_rfc3339());
+        let at = assigned_at.or(sent_at.as_deref());
+        let mut annotations = BTreeMap::from([(ASSIGNED_AT_ANNOTATION, at.unwrap_or_default())]);
+        if clear_queued {
+            annotations.insert(QUEUED_ANNOTATION, "");
+        }
+        let patch = SpecApply {
+            api_version: "netwave.dev/v1alpha1",
+            kind: "NodeNetworkConfig",
+            metadata: SpecApplyMeta {
+                name: node,
+                annotations,
+            },
+            spec,
+        };
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let req = nnc_request().patch(node, &apply, &Patch::Apply(&patch));
+        let written: WrittenNodeConfig = send_read(&self.client, "patch", req).await?;
+        Ok(written.into_node_config())
+    }
+
     /// A revision and its inputs; either already gone is fine.
     async fn delete_revision(&self, name: &str) -> Result<(), kube::Error> {
         // The inputs go with it: by garbage collection where a controller manager runs (they
@@ -1051,6 +1045,45 @@ fn merge_params() -> PatchParams {
     PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
+    }
+}
+
+/// Holds a revision as a destructive change: paused, with the hold's annotations, over the version
+/// the hold was measured on.
+async fn hold_revision(
+    revisions: &Api<NetworkConfigRevision>,
+    h: &HoldRecord,
+    resource_version: Option<&str>,
+) -> Result<(), kube::Error> {
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": resource_version,
+            "annotations": hold_annotations(h),
+        },
+        "spec": { "paused": true },
+    });
+    revisions
+        .patch(&h.revision, &merge_params(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+}
+
+/// The configurator's conditions on a node config's status (none: removed); a node config gone is fine.
+async fn put_node_condition(
+    nncs: &Api<NodeNetworkConfig>,
+    node: &str,
+    condition: Option<&Condition>,
+) -> Result<(), kube::Error> {
+    let conditions: Vec<&Condition> = condition.into_iter().collect();
+    let patch = json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "status": { "conditions": conditions },
+    });
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    match nncs.patch_status(node, &apply, &Patch::Apply(&patch)).await {
+        Err(kube::Error::Api(ae)) if ae.code == 404 => Ok(()),
+        other => other.map(drop),
     }
 }
 
