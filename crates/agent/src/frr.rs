@@ -322,27 +322,42 @@ pub fn new_l3_vnis(config: &NodeConfig, ready: &BTreeSet<u32>) -> Vec<(String, u
     out
 }
 
-/// The L3 VNIs zebra has bound to a VXLAN device, from `show vrf vni json`
-/// (`{"vrfs":[{"vrf":"red","vni":1000,"vxlanIntf":"vx.red",...}]}`). A VNI that is only configured
-/// (`vrf red` / `vni 1000` without the kernel's devices) shows `"vxlanIntf":"None"` and is not ready. Pure.
-pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
+/// One VRF of `show vrf vni json` (`{"vrfs":[{"vrf":"red","vni":1000,"vxlanIntf":"vx.red",...}]}`):
+/// its name, its L3 VNI (0: none) and whether zebra has bound it to a VXLAN device. A VNI that is only
+/// configured (`vrf red` / `vni 1000` without the kernel's devices) shows `"vxlanIntf":"None"`.
+struct VrfVni {
+    vrf: Option<String>,
+    vni: u32,
+    bound: bool,
+}
+
+/// Every VRF of `show vrf vni json`, parsed once for both readers below. Pure.
+fn vrf_vni_rows(json: &str) -> Result<Vec<VrfVni>, String> {
     let v: serde_json::Value =
         serde_json::from_str(json).map_err(|e| format!("not JSON ({e}): {}", first_line(json)))?;
-    Ok(v.get("vrfs")
-        .and_then(|a| a.as_array())
-        .map(|a| {
-            a.iter()
-                .filter(|e| {
-                    e.get("vxlanIntf")
-                        .and_then(|i| i.as_str())
-                        .is_some_and(|i| !i.is_empty() && i != "None")
-                })
-                .filter_map(|e| e.get("vni").and_then(|n| n.as_u64()))
-                .filter_map(|n| u32::try_from(n).ok())
-                .filter(|&n| n != 0)
-                .collect()
+    let rows = v.get("vrfs").and_then(|a| a.as_array());
+    Ok(rows
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let vni = u32::try_from(e.get("vni")?.as_u64()?).ok()?;
+            let device = e.get("vxlanIntf").and_then(|i| i.as_str());
+            Some(VrfVni {
+                vrf: e.get("vrf").and_then(|n| n.as_str()).map(str::to_string),
+                vni,
+                bound: device.is_some_and(|i| !i.is_empty() && i != "None"),
+            })
         })
-        .unwrap_or_default())
+        .collect())
+}
+
+/// The L3 VNIs zebra has bound to a VXLAN device, from `show vrf vni json`. Pure.
+pub fn parse_vrf_vnis(json: &str) -> Result<BTreeSet<u32>, String> {
+    Ok(vrf_vni_rows(json)?
+        .into_iter()
+        .filter(|r| r.bound && r.vni != 0)
+        .map(|r| r.vni)
+        .collect())
 }
 
 /// The kernel's host name (`uname -n`): FRR's daemons and vtysh show that one whatever frr.conf says,
@@ -361,22 +376,14 @@ pub fn parse_show_vrf(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Each VRF's configured L3 VNI from `show vrf vni json` (0 = none). Pure.
+/// Each VRF's configured L3 VNI from `show vrf vni json`, bound to a device or not (VRFs with none
+/// left out). Pure.
 pub fn parse_vrf_vni_map(json: &str) -> Result<BTreeMap<String, u32>, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| format!("not JSON ({e}): {}", first_line(json)))?;
-    Ok(v.get("vrfs")
-        .and_then(|a| a.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|e| {
-                    let vrf = e.get("vrf")?.as_str()?;
-                    let vni = u32::try_from(e.get("vni")?.as_u64()?).ok()?;
-                    (vni != 0).then(|| (vrf.to_string(), vni))
-                })
-                .collect()
-        })
-        .unwrap_or_default())
+    Ok(vrf_vni_rows(json)?
+        .into_iter()
+        .filter(|r| r.vni != 0)
+        .filter_map(|r| Some((r.vrf?, r.vni)))
+        .collect())
 }
 
 /// The L3 VNI of each `vrf NAME` block of a rendered FRR config (` vni N` inside it). Pure.

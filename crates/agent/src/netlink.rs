@@ -721,10 +721,18 @@ fn parse_link(name: &str, l: &LinkMessage, names: &BTreeMap<u32, String>) -> Opt
                 learning,
             }
         }
-        (InfoKind::GreTap, Some(InfoData::GreTap(d))) => gre_kind(true, &d, names)?,
-        (InfoKind::GreTun, Some(InfoData::GreTun(d))) => gre_kind(false, &d, names)?,
-        (InfoKind::GreTap6, Some(InfoData::GreTap6(d))) => gre6_kind(true, &d, names)?,
-        (InfoKind::GreTun6, Some(InfoData::GreTun6(d))) => gre6_kind(false, &d, names)?,
+        (InfoKind::GreTap, Some(InfoData::GreTap(d))) => {
+            gre_kind(true, d.iter().filter_map(GreAttr::v4), names)?
+        }
+        (InfoKind::GreTun, Some(InfoData::GreTun(d))) => {
+            gre_kind(false, d.iter().filter_map(GreAttr::v4), names)?
+        }
+        (InfoKind::GreTap6, Some(InfoData::GreTap6(d))) => {
+            gre_kind(true, d.iter().filter_map(GreAttr::v6), names)?
+        }
+        (InfoKind::GreTun6, Some(InfoData::GreTun6(d))) => {
+            gre_kind(false, d.iter().filter_map(GreAttr::v6), names)?
+        }
         (InfoKind::Vlan, Some(InfoData::Vlan(d))) => LinkKind::Vlan {
             parent: parent?,
             id: d.iter().find_map(|x| match x {
@@ -742,39 +750,54 @@ fn gre_key(flags: GreIOFlags, key: Option<u32>) -> Option<u32> {
     flags.contains(GreIOFlags::Key).then_some(key).flatten()
 }
 
-fn gre_kind(tap: bool, d: &[InfoGre], names: &BTreeMap<u32, String>) -> Option<LinkKind> {
-    let (mut local, mut remote, mut key, mut flags, mut dev) =
-        (None, None, None, GreIOFlags::empty(), String::new());
-    for x in d {
-        match x {
-            InfoGre::Local(a) => local = Some(IpAddr::V4(*a)),
-            InfoGre::Remote(a) => remote = Some(IpAddr::V4(*a)),
-            InfoGre::OKey(k) => key = Some(*k),
-            InfoGre::OFlags(f) => flags = *f,
-            InfoGre::Link(i) => dev = names.get(i).cloned().unwrap_or_default(),
-            _ => {}
-        }
-    }
-    Some(LinkKind::Gre {
-        tap,
-        dev,
-        local: local?,
-        remote: remote?,
-        key: gre_key(flags, key),
-    })
+/// The GRE attributes the model reads, from either family's netlink attributes.
+enum GreAttr {
+    Local(IpAddr),
+    Remote(IpAddr),
+    OKey(u32),
+    OFlags(GreIOFlags),
+    Link(u32),
 }
 
-fn gre6_kind(tap: bool, d: &[InfoGre6], names: &BTreeMap<u32, String>) -> Option<LinkKind> {
+impl GreAttr {
+    fn v4(a: &InfoGre) -> Option<GreAttr> {
+        Some(match a {
+            InfoGre::Local(a) => GreAttr::Local(IpAddr::V4(*a)),
+            InfoGre::Remote(a) => GreAttr::Remote(IpAddr::V4(*a)),
+            InfoGre::OKey(k) => GreAttr::OKey(*k),
+            InfoGre::OFlags(f) => GreAttr::OFlags(*f),
+            InfoGre::Link(i) => GreAttr::Link(*i),
+            _ => return None,
+        })
+    }
+
+    fn v6(a: &InfoGre6) -> Option<GreAttr> {
+        Some(match a {
+            InfoGre6::Local(a) => GreAttr::Local(IpAddr::V6(*a)),
+            InfoGre6::Remote(a) => GreAttr::Remote(IpAddr::V6(*a)),
+            InfoGre6::OKey(k) => GreAttr::OKey(*k),
+            InfoGre6::OFlags(f) => GreAttr::OFlags(*f),
+            InfoGre6::Link(i) => GreAttr::Link(*i),
+            _ => return None,
+        })
+    }
+}
+
+/// A GRE link of either family as the model has it (`None`: no local or remote address).
+fn gre_kind(
+    tap: bool,
+    attrs: impl IntoIterator<Item = GreAttr>,
+    names: &BTreeMap<u32, String>,
+) -> Option<LinkKind> {
     let (mut local, mut remote, mut key, mut flags, mut dev) =
         (None, None, None, GreIOFlags::empty(), String::new());
-    for x in d {
+    for x in attrs {
         match x {
-            InfoGre6::Local(a) => local = Some(IpAddr::V6(*a)),
-            InfoGre6::Remote(a) => remote = Some(IpAddr::V6(*a)),
-            InfoGre6::OKey(k) => key = Some(*k),
-            InfoGre6::OFlags(f) => flags = *f,
-            InfoGre6::Link(i) => dev = names.get(i).cloned().unwrap_or_default(),
-            _ => {}
+            GreAttr::Local(a) => local = Some(a),
+            GreAttr::Remote(a) => remote = Some(a),
+            GreAttr::OKey(k) => key = Some(k),
+            GreAttr::OFlags(f) => flags = f,
+            GreAttr::Link(i) => dev = names.get(&i).cloned().unwrap_or_default(),
         }
     }
     Some(LinkKind::Gre {

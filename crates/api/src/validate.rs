@@ -627,10 +627,14 @@ pub fn validate_bgp_peering(spec: &BGPPeeringSpec) -> Vec<FieldError> {
     p.0
 }
 
-/// One packet filter a `trafficMatch` becomes: an IP family, at most one protocol, and the prefixes and
-/// ports to compare. A match a single filter cannot say (ports without a protocol, no family fixed by
-/// a prefix or protocol) becomes several, one per protocol and family.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// One packet filter a `trafficMatch` becomes: an IP family, at most one protocol, and the prefixes
+/// (host bits cleared) and ports to compare. A match a single filter cannot say (ports without a
+/// protocol, no family fixed by a prefix or protocol) becomes several, one per protocol and family.
+/// It is also what a node's mirror filter matches (`netwave_core::dataplane::MirrorMatch`), displayed
+/// as tc's flower match.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct TrafficFilter {
     pub ipv6: bool,
     /// IP protocol number.
@@ -639,6 +643,28 @@ pub struct TrafficFilter {
     pub dst: Option<IpNet>,
     pub src_port: Option<u16>,
     pub dst_port: Option<u16>,
+}
+
+impl fmt::Display for TrafficFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.ipv6 { "ipv6" } else { "ip" })?;
+        if let Some(p) = self.protocol {
+            write!(f, " ip_proto {p}")?;
+        }
+        if let Some(n) = self.src {
+            write!(f, " src_ip {n}")?;
+        }
+        if let Some(n) = self.dst {
+            write!(f, " dst_ip {n}")?;
+        }
+        if let Some(p) = self.src_port {
+            write!(f, " src_port {p}")?;
+        }
+        if let Some(p) = self.dst_port {
+            write!(f, " dst_port {p}")?;
+        }
+        Ok(())
+    }
 }
 
 /// IP protocol numbers of the `trafficMatch.protocol` names.
@@ -753,8 +779,8 @@ pub fn traffic_filters(m: &TrafficMatch, at: &str) -> Result<Vec<TrafficFilter>,
             out.push(TrafficFilter {
                 ipv6,
                 protocol,
-                src,
-                dst,
+                src: src.map(|n| n.trunc()),
+                dst: dst.map(|n| n.trunc()),
                 src_port: m.src_port,
                 dst_port: m.dst_port,
             });

@@ -1,14 +1,20 @@
 //! netwave-configurator: the leader-elected imperative shell around `netwave-core`.
 //!
 //! ```text
-//!  watches (reflectors)                 reconcile (with node configs)               writes (leader only)
-//!  VRF / L2 / RoutingTable ─┐
-//!  Nodes                    ├─► stores ─► snapshot ─► core::render/validate/step ─► Plan ─► writer ─► API
-//!  NodeNetworkConfigs       │   (watched once the replica leads: a standby reads no agent report)
-//!  NetworkConfigRevisions  ─┘
+//!  watch (reflectors, one per input kind  ─► snapshot ─► decide::compute ─────► writer ─► API
+//!   from netwave_api::kinds, Nodes,            │        (pure: memory, the     (sends what the plan
+//!   revisions, node configs once leading)      │         cut, core's step,      says; leader only)
+//!                                              │         intents, events)
+//!  reconcile: the loop ─ when to run, rechecks on a fresh read (recheck), record (metrics), Events
 //!  Lease ◄──── lease::Elector (client-go style; local renew deadline gates every write)
 //!                 ▲ renews only while liveness (watches synced, reconcile loop alive) says it can work
 //! ```
+//!
+//! Where things live: `reconcile` is the loop and nothing else; `decide` is what one reconcile
+//! decides (synchronous, deterministic from the snapshot, `memory` and `now`); `memory` is everything
+//! kept between reconciles; `events` is every Event the configurator writes; `record` is what plans
+//! tell Prometheus; `writer` sends intents; `snapshot` is what a reconcile reads; `clock` is the only
+//! wall clock.
 
 pub mod args;
 pub mod assign_log;

@@ -1,5 +1,5 @@
 //! What one reconcile reads: the stores' objects at one moment, those that do not decode set apart.
-//! [`crate::reconcile`] decides from it and [`crate::integrity`] checks it; neither is needed to read it.
+//! [`crate::decide`] decides from it and [`crate::integrity`] checks it; neither is needed to read it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -270,51 +270,9 @@ impl fmt::Display for Hook {
     }
 }
 
-/// What one mirror filter compares (a flower match): the family always, the rest when set.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct MirrorMatch {
-    pub ipv6: bool,
-    pub protocol: Option<u8>,
-    pub src: Option<IpNet>,
-    pub dst: Option<IpNet>,
-    pub src_port: Option<u16>,
-    pub dst_port: Option<u16>,
-}
-
-impl From<netwave_api::validate::TrafficFilter> for MirrorMatch {
-    fn from(t: netwave_api::validate::TrafficFilter) -> Self {
-        MirrorMatch {
-            ipv6: t.ipv6,
-            protocol: t.protocol,
-            src: t.src.map(|n| n.trunc()),
-            dst: t.dst.map(|n| n.trunc()),
-            src_port: t.src_port,
-            dst_port: t.dst_port,
-        }
-    }
-}
-
-impl fmt::Display for MirrorMatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.ipv6 { "ipv6" } else { "ip" })?;
-        if let Some(p) = self.protocol {
-            write!(f, " ip_proto {p}")?;
-        }
-        if let Some(n) = self.src {
-            write!(f, " src_ip {n}")?;
-        }
-        if let Some(n) = self.dst {
-            write!(f, " dst_ip {n}")?;
-        }
-        if let Some(p) = self.src_port {
-            write!(f, " src_port {p}")?;
-        }
-        if let Some(p) = self.dst_port {
-            write!(f, " dst_port {p}")?;
-        }
-        Ok(())
-    }
-}
+/// What one mirror filter compares (a flower match): the family always, the rest when set. The very
+/// filter a MirrorSelector's `trafficMatch` becomes, so no copy between the two.
+pub use netwave_api::validate::TrafficFilter as MirrorMatch;
 
 /// Lowest tc priority of the agent's mirror filters; each (device, hook) numbers its filters up from
 /// here, so they stay clear of low priorities other tools use.
@@ -1034,7 +992,7 @@ impl Builder<'_> {
             })?;
             link.clsact = true;
             for f in &filters {
-                let matcher: MirrorMatch = f.clone().into();
+                let matcher: MirrorMatch = f.clone();
                 // Two selectors asking the same of one device: one filter copies once.
                 if self
                     .dp

@@ -41,7 +41,7 @@ pub struct StepMemo {
     /// Every config, sorted by name, one per name.
     pub(super) configs: Vec<Arc<NodeConfigState>>,
     /// Per config: what the stages read of it.
-    pub(super) facts: Vec<ConfigFacts>,
+    pub(super) facts: Vec<ConfigRow>,
     /// Per node: its config, as an index into `configs`.
     pub(super) config_of: Vec<Option<usize>>,
     /// Configs of no node (nodes that left), as indices into `configs`.
@@ -53,7 +53,7 @@ pub struct StepMemo {
 /// What the stages read of a config at every step, worked out once per change of the config and kept
 /// side by side: reading each of 5,000 configs where it lies costs cache misses at every pass.
 #[derive(Clone)]
-pub(super) struct ConfigFacts {
+pub(super) struct ConfigRow {
     pub revision: Sym,
     pub retry: u32,
     pub hash: Sym,
@@ -67,10 +67,10 @@ pub(super) struct ConfigFacts {
     pub status: AgentReport,
 }
 
-impl ConfigFacts {
-    fn of(c: &NodeConfigState) -> ConfigFacts {
+impl ConfigRow {
+    fn of(c: &NodeConfigState) -> ConfigRow {
         let (spec, st) = (&c.spec, &c.status);
-        ConfigFacts {
+        ConfigRow {
             revision: spec.revision.clone(),
             retry: spec.retry,
             hash: spec.config_hash.clone(),
@@ -136,7 +136,7 @@ impl StepMemo {
             {
                 if !Arc::ptr_eq(kept, now) {
                     *kept = Arc::clone(now);
-                    self.facts[i] = ConfigFacts::of(now);
+                    self.facts[i] = ConfigRow::of(now);
                 }
             }
         } else {
@@ -174,7 +174,7 @@ impl StepMemo {
                 }
                 while kept.next_if(|(k, _)| k.name < c.name).is_some() {}
                 kept.next_if(|(k, _)| Arc::ptr_eq(k, c))
-                    .unwrap_or_else(|| (Arc::clone(c), ConfigFacts::of(c)))
+                    .unwrap_or_else(|| (Arc::clone(c), ConfigRow::of(c)))
             })
             .unzip();
     }

@@ -7,7 +7,7 @@ use super::super::input::{NodeConfigState, NodeState, RolloutInput};
 use super::super::world::{
     Intents, NO_RECORD, NO_REPORT, Node, Overlay, Spec, World, in_flight_of, updated_of,
 };
-use super::memo::{ConfigFacts, StepMemo};
+use super::memo::{ConfigRow, StepMemo};
 use crate::sym::Sym;
 use crate::types::Timestamp;
 
@@ -50,7 +50,7 @@ pub(super) fn observe_fleet<'a>(
 fn on_record<'a>(
     state: &'a NodeState,
     cfg: &'a NodeConfigState,
-    f: &'a ConfigFacts,
+    f: &'a ConfigRow,
     eligible: bool,
 ) -> Node<'a> {
     Node {
