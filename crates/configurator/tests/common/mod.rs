@@ -334,7 +334,6 @@ where
         .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-/// A revision's phase (or "" when it has no status yet).
 /// The configurator Lease's holder, if any.
 pub async fn holder(env: &Env) -> Option<String> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -366,6 +365,7 @@ pub async fn newest_completes(client: &Client, expected: usize, within: Duration
     .await;
 }
 
+/// A revision's phase (or "" when it has no status yet).
 pub fn phase(r: &NetworkConfigRevision) -> String {
     r.status
         .as_ref()
