@@ -44,7 +44,10 @@ else
     echo "fleet-vm: needs root (mmdebstrap, loop-free ext4 images, qemu)" >&2
     exit 1
 fi
-BOOT_TIMEOUT=${NETWAVE_FLEET_VM_TIMEOUT:-1200}
+# The guest runs under TCG (no KVM backend a stock kernel can use), so its speed follows the host's: the
+# run took 330-350 s in earlier sessions, and on 2026-11-28 its third test was still progressing (the
+# import-list change alone took 221 s) when 1,200 s ran out. A hang still fails, 30 minutes in.
+BOOT_TIMEOUT=${NETWAVE_FLEET_VM_TIMEOUT:-1800}
 export VM_MEMORY=${NETWAVE_FLEET_VM_MEMORY:-4096} VM_CPUS=2
 # Modules /init loads before the chroot; the rest load on demand through the guest's kmod.
 BOOT_MODULES=(virtio_pci virtio_blk overlay)
