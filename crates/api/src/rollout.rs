@@ -756,29 +756,33 @@ impl NodeNetworkConfig {
                     .flatten()
             })
     }
+}
 
-    /// The status still says the node is queued although the spec now holds an assignment (a
-    /// placeholder an older configurator marked `Queued` in its status).
-    pub fn reports_queued(&self) -> bool {
-        !self.spec.is_placeholder()
-            && self
-                .status
-                .as_ref()
-                .is_some_and(|s| s.phase.as_deref() == Some(NODE_PHASE_QUEUED))
+impl NodeNetworkConfigStatus {
+    /// What an assignment of `spec` over this status must mark `Pending`, because the status would
+    /// otherwise tell something else: [`StaleReport::OlderConfig`] when it reports `Provisioned` for
+    /// `spec.revision` but another config than `spec.configHash` (re-rendered under the same
+    /// revision, and the agent has not reported on it yet), [`StaleReport::Queued`] when it still says
+    /// `Queued` (a placeholder an older configurator marked so in its status).
+    pub fn stale_for(&self, spec: &NodeNetworkConfigSpec) -> Option<StaleReport<'_>> {
+        if self.phase.as_deref() == Some(crate::vocab::NodePhase::Provisioned.as_str())
+            && self.observed_revision.as_deref() == Some(spec.revision.as_str())
+        {
+            let reported = self.config_hash.as_deref()?;
+            return (reported != spec.config_hash).then_some(StaleReport::OlderConfig { reported });
+        }
+        (!spec.is_placeholder() && self.phase.as_deref() == Some(NODE_PHASE_QUEUED))
+            .then_some(StaleReport::Queued)
     }
+}
 
-    /// The status reports `Provisioned` for `spec.revision`, but for another config than
-    /// `spec.configHash`: the config was re-rendered under the same revision and the agent has not
-    /// reported on it yet.
-    pub fn reports_older_config(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| {
-            s.phase.as_deref() == Some(crate::vocab::NodePhase::Provisioned.as_str())
-                && s.observed_revision.as_deref() == Some(self.spec.revision.as_str())
-                && s.config_hash
-                    .as_deref()
-                    .is_some_and(|h| h != self.spec.config_hash)
-        })
-    }
+/// Why a node config's status no longer describes its spec (see [`NodeNetworkConfigStatus::stale_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleReport<'a> {
+    /// `Provisioned` for the same revision with this other configHash.
+    OlderConfig { reported: &'a str },
+    /// `Queued`, over an assignment.
+    Queued,
 }
 
 /// The agent's report, written by the node's agent (and phase `Pending` by the configurator).

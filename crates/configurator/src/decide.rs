@@ -276,6 +276,40 @@ fn create_revision(
     intents
 }
 
+/// What reactivating an older good revision writes in its status (a merge patch: its spec never
+/// changes): the next sequence as `activeSequence`, `reactivatedAt`, and a fresh rollout, `Pending`
+/// with no start, completion or failures of the earlier one (the `None`s and empty list clear them),
+/// so it reads `Progressing` until its nodes are back.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reactivation {
+    pub active_sequence: u64,
+    pub reactivated_at: String,
+    pub phase: &'static str,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub canaries_updated_at: Option<String>,
+    pub last_progress_at: Option<String>,
+    pub failed_nodes: Vec<String>,
+    pub failed: u32,
+}
+
+impl Reactivation {
+    fn new(sequence: u64, now: Timestamp) -> Self {
+        Reactivation {
+            active_sequence: sequence,
+            reactivated_at: now.truncate_to_secs().to_rfc3339(),
+            phase: netwave_api::vocab::RevisionPhase::Pending.as_str(),
+            started_at: None,
+            completed_at: None,
+            canaries_updated_at: None,
+            last_progress_at: None,
+            failed_nodes: Vec::new(),
+            failed: 0,
+        }
+    }
+}
+
 /// Makes an older good revision the target again, with the Event that says so.
 fn reactivate_revision(s: &Snapshot, name: &str, new_sequence: u64, now: Timestamp) -> Vec<Intent> {
     let created = s
@@ -287,8 +321,7 @@ fn reactivate_revision(s: &Snapshot, name: &str, new_sequence: u64, now: Timesta
     vec![
         Intent::ReactivateRevision {
             name: name.to_string(),
-            sequence: new_sequence,
-            at: now.truncate_to_secs().to_rfc3339(),
+            status: Reactivation::new(new_sequence, now),
         },
         rollout_event(
             s,
@@ -482,15 +515,15 @@ fn plan_intents(
             retry: a.retry,
             config: config.config(),
         };
+        let current = observed.config(&a.node).map(|(c, _)| c.as_ref());
         intents.push(Intent::ApplyNodeConfig {
             node: a.node.to_string(),
+            pending: pending_mark(current, &spec),
             spec: Box::new(spec),
             // Stamped when sent (the deadlines count from the write, not from this plan).
             assigned_at: None,
-            clear_queued: may_be_queued(observed.config(&a.node).map(|(c, _)| c.as_ref())),
-            based_on: observed
-                .config(&a.node)
-                .and_then(|(c, _)| c.metadata.resource_version.clone()),
+            clear_queued: may_be_queued(current),
+            based_on: current.and_then(|c| c.metadata.resource_version.clone()),
         });
     }
     intents.extend(restore_node_configs(s, tampered, rendered, plan, now));
@@ -502,6 +535,28 @@ fn plan_intents(
     }
     intents.extend(plan.events.iter().map(|e| rollout_event(s, e, "Rollout")));
     intents
+}
+
+/// The `Pending` mark an assignment of `spec` over `current` (as the cache has it) carries: its status
+/// would otherwise say the node runs (`Provisioned`) a config it has not been given yet, or is
+/// `Queued` although assigned. `None` when the status tells no lie; a node whose status nobody
+/// wrote (a first assignment, over a placeholder or none) needs none.
+fn pending_mark(
+    current: Option<&netwave_api::NodeNetworkConfig>,
+    spec: &NodeNetworkConfigSpec,
+) -> Option<String> {
+    let status = current?.status.as_ref()?;
+    Some(match status.stale_for(spec)? {
+        netwave_api::StaleReport::OlderConfig { reported } => format!(
+            "config re-rendered under revision {} (configHash {}); waiting for the agent to report \
+             on it (it runs configHash {reported})",
+            spec.revision, spec.config_hash
+        ),
+        netwave_api::StaleReport::Queued => format!(
+            "assigned revision {} (configHash {}); waiting for the agent to report on it",
+            spec.revision, spec.config_hash
+        ),
+    })
 }
 
 /// Whether an assignment over `current` (as the cache has it) must set `netwave.dev/queued` empty: it
@@ -737,12 +792,14 @@ fn restore_node_configs(
                     .and_then(|a| a.get(netwave_api::ASSIGNED_AT_ANNOTATION))
                     .cloned()
                     .unwrap_or_else(|| now.to_rfc3339());
+                let spec = NodeNetworkConfigSpec {
+                    config: rn.config(),
+                    ..c.spec.clone()
+                };
                 out.push(Intent::ApplyNodeConfig {
                     node: name.to_string(),
-                    spec: Box::new(NodeNetworkConfigSpec {
-                        config: rn.config(),
-                        ..c.spec.clone()
-                    }),
+                    pending: pending_mark(Some(c.as_ref()), &spec),
+                    spec: Box::new(spec),
                     assigned_at: Some(assigned_at),
                     clear_queued: may_be_queued(Some(c.as_ref())),
                     based_on: c.metadata.resource_version.clone(),
@@ -940,7 +997,7 @@ mod tests {
             s.revisions = vec![old, new];
             let out = run(&s, Duration::ZERO);
             let [
-                Intent::ReactivateRevision { name, sequence, .. },
+                Intent::ReactivateRevision { name, status },
                 Intent::Event {
                     regarding,
                     reason,
@@ -951,7 +1008,8 @@ mod tests {
             else {
                 panic!("a reactivation and its Event, got {:?}", out.intents);
             };
-            assert_eq!((name.as_str(), *sequence), ("rev-old", 3));
+            assert_eq!((name.as_str(), status.active_sequence), ("rev-old", 3));
+            assert_eq!(status.phase, "Pending", "a fresh rollout");
             assert_eq!(reason, "RevisionReactivated");
             assert_eq!(regarding.uid.as_deref(), Some("uid-rev-old"));
             assert!(
@@ -1077,5 +1135,59 @@ mod tests {
             first_batch.iter().all(|n| n.as_str() >= "node-0500"),
             "the first placeholders are for the nodes whose turn comes last: {first_batch:?}"
         );
+    }
+
+    /// The `Pending` mark is the plan's: a re-render under the revision the agent reported on, and an
+    /// assignment over an old `Queued` status, carry it; a first assignment and a status that already
+    /// reports this config carry none.
+    #[test]
+    fn an_assignment_carries_the_pending_mark_its_status_needs() {
+        use netwave_api::{NodeNetworkConfig, NodeNetworkConfigSpec, NodeNetworkConfigStatus};
+
+        use super::pending_mark;
+
+        let spec = NodeNetworkConfigSpec {
+            revision: "rev-2".into(),
+            sequence: 2,
+            config_hash: "h2".into(),
+            ..NodeNetworkConfigSpec::placeholder()
+        };
+        let with = |phase: &str, revision: &str, hash: &str| {
+            let mut c = NodeNetworkConfig::new("node-1", NodeNetworkConfigSpec::placeholder());
+            c.status = Some(NodeNetworkConfigStatus {
+                phase: Some(phase.into()),
+                observed_revision: Some(revision.into()),
+                config_hash: Some(hash.into()),
+                ..Default::default()
+            });
+            c
+        };
+        let rerendered = pending_mark(Some(&with("Provisioned", "rev-2", "h1")), &spec);
+        assert_eq!(
+            rerendered.as_deref(),
+            Some(
+                "config re-rendered under revision rev-2 (configHash h2); waiting for the agent to \
+                 report on it (it runs configHash h1)"
+            )
+        );
+        let queued = pending_mark(Some(&with("Queued", "", "")), &spec);
+        assert!(
+            queued.is_some_and(|m| m.starts_with("assigned revision rev-2 (configHash h2)")),
+            "an old Queued status is marked"
+        );
+        for (current, why) in [
+            (None, "a first assignment"),
+            (
+                Some(NodeNetworkConfig::new("node-1", spec.clone())),
+                "a status nobody wrote",
+            ),
+            (
+                Some(with("Provisioned", "rev-2", "h2")),
+                "already reports it",
+            ),
+            (Some(with("Provisioned", "rev-1", "h1")), "another revision"),
+        ] {
+            assert_eq!(pending_mark(current.as_ref(), &spec), None, "{why}");
+        }
     }
 }

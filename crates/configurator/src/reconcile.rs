@@ -616,6 +616,7 @@ mod tests {
             assigned_at: None,
             clear_queued: false,
             based_on: None,
+            pending: None,
         };
         let failing = |updated: u32| {
             let mut st = progressing(updated);

@@ -70,8 +70,7 @@ pub enum Intent {
     /// completion or failures of the earlier one), so it reads `Progressing` until its nodes are back.
     ReactivateRevision {
         name: String,
-        sequence: u64,
-        at: String,
+        status: crate::decide::Reactivation,
     },
     /// A node's record (failure streak, quarantine; `rollout::quarantine`): both annotations of its
     /// NodeNetworkConfig, a missing one removed. The agent cannot write them.
@@ -96,12 +95,19 @@ pub enum Intent {
     /// apply deadlines count from it, and a plan's writes can wait in line for a while on a slow API
     /// server (kube-apiserver at 15,000 nodes took tens of seconds for a first wave of 1,500): time the
     /// agent never had. `Some` keeps a time already on record (a tampered spec put back).
+    ///
+    /// `pending`: the plan's view of the node's status says something else than this spec
+    /// (`Provisioned` for the config before a re-render under the same revision, or `Queued` from a
+    /// placeholder an older configurator marked so): the message of the `Pending` mark written after
+    /// the apply, so the node does not read as running a config it has not been given. `None`: the
+    /// status tells no lie (a first assignment has none).
     ApplyNodeConfig {
         node: String,
         spec: Box<NodeNetworkConfigSpec>,
         assigned_at: Option<String>,
         clear_queued: bool,
         based_on: Option<String>,
+        pending: Option<String>,
     },
     /// Server-side apply of a revision's whole status: fields omitted now are removed.
     RevisionStatus {
@@ -187,39 +193,26 @@ impl Intent {
     }
 }
 
-/// After a spec write, `written`'s status may still describe something else: `Provisioned` for the
-/// config before a re-render under the same revision, or `Queued` from a placeholder an older
-/// configurator marked so. Mark it `Pending` until the agent reports. Read from the object the write
-/// returned, so an assignment sent again (the cache had not shown the first yet) finds `Pending`
-/// already and writes nothing: one status write per transition. A node whose status nobody wrote
-/// (a first assignment, over a placeholder or none) needs none: its empty status tells no lie.
+/// The `Pending` mark the plan put on an assignment ([`Intent::ApplyNodeConfig`]'s `pending`),
+/// written over the object the apply returned (its resourceVersion is the precondition). Sent only
+/// while that object's status is still stale for its spec as the plan saw it: an assignment sent
+/// again (the cache had not shown the first yet) finds `Pending` already and writes nothing, one
+/// status write per transition, and a report the agent made in between is never hidden.
 async fn mark_pending(
     nncs: &Api<NodeNetworkConfig>,
     written: &NodeNetworkConfig,
+    message: &str,
 ) -> Result<(), kube::Error> {
-    let message = if written.reports_older_config() {
-        format!(
-            "config re-rendered under revision {} (configHash {}); waiting for the agent to report \
-             on it (it runs configHash {})",
-            written.spec.revision,
-            written.spec.config_hash,
-            written
-                .status
-                .as_ref()
-                .and_then(|s| s.config_hash.as_deref())
-                .unwrap_or_default()
-        )
-    } else if written.reports_queued() {
-        format!(
-            "assigned revision {} (configHash {}); waiting for the agent to report on it",
-            written.spec.revision, written.spec.config_hash
-        )
-    } else {
+    let stale = written
+        .status
+        .as_ref()
+        .is_some_and(|st| st.stale_for(&written.spec).is_some());
+    if !stale {
         return Ok(());
-    };
+    }
     let name = written.metadata.name.as_deref().unwrap_or_default();
     let rv = written.metadata.resource_version.as_deref();
-    write_node_phase(nncs, name, rv, NODE_PHASE_PENDING, &message).await
+    write_node_phase(nncs, name, rv, NODE_PHASE_PENDING, message).await
 }
 
 /// Writes a NodeNetworkConfig's phase and message (and transition time) over the object as read: its
@@ -471,8 +464,8 @@ fn log_done(intent: &Intent) {
         // Logged where it is created (`send`): the same intent comes again while the watch has not
         // delivered the revision yet, and finding it there is no creation.
         Intent::CreateRevision { .. } => debug!(object = %intent.key(), "written"),
-        Intent::ReactivateRevision { name, sequence, .. } => info!(
-            revision = %name, sequence,
+        Intent::ReactivateRevision { name, status } => info!(
+            revision = %name, sequence = status.active_sequence,
             "the inputs equal this earlier good revision: it is the target again"
         ),
         Intent::DeleteRevision { name } => {
@@ -869,20 +862,28 @@ impl Writer {
                     .await?;
                 put_inputs(&self.client, &revision, inputs).await
             }
-            Intent::ReactivateRevision { name, sequence, at } => {
-                reactivate_revision(&revisions, name, *sequence, at).await
+            Intent::ReactivateRevision { name, status } => {
+                let patch = json!({ "status": status });
+                revisions
+                    .patch_status(name, &merge_params(), &Patch::Merge(&patch))
+                    .await
+                    .map(drop)
             }
             Intent::ApplyNodeConfig {
                 node,
                 spec,
                 assigned_at,
                 clear_queued,
+                pending,
                 ..
             } => {
                 let written = self
                     .apply_spec(node, spec, assigned_at.as_deref(), *clear_queued)
                     .await?;
-                mark_pending(&nncs, &written).await
+                match pending {
+                    Some(message) => mark_pending(&nncs, &written, message).await,
+                    None => Ok(()),
+                }
             }
             Intent::NodeRecord { node, record } => put_node_record(&nncs, node, record).await,
             Intent::NodeCondition { node, condition } => {
@@ -1087,30 +1088,6 @@ async fn put_node_condition(
     }
 }
 
-/// An older good revision the target again under `sequence`, with a fresh rollout in its status.
-async fn reactivate_revision(
-    revisions: &Api<NetworkConfigRevision>,
-    name: &str,
-    sequence: u64,
-    at: &str,
-) -> Result<(), kube::Error> {
-    let patch = json!({ "status": {
-        "activeSequence": sequence,
-        "reactivatedAt": at,
-        "phase": netwave_api::vocab::RevisionPhase::Pending.as_str(),
-        "startedAt": null,
-        "completedAt": null,
-        "canariesUpdatedAt": null,
-        "lastProgressAt": null,
-        "failedNodes": [],
-        "failed": 0,
-    }});
-    revisions
-        .patch_status(name, &merge_params(), &Patch::Merge(&patch))
-        .await
-        .map(drop)
-}
-
 /// Both annotations of a node's record on its NodeNetworkConfig, a missing one removed.
 async fn put_node_record(
     nncs: &Api<NodeNetworkConfig>,
@@ -1205,7 +1182,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(read, want);
-        assert!(read.reports_older_config() && !read.reports_queued());
+        assert_eq!(
+            read.status.as_ref().and_then(|st| st.stale_for(&read.spec)),
+            Some(netwave_api::StaleReport::OlderConfig { reported: "h1" })
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@ fn assign(revision: &str, at: &str, based_on: Option<String>) -> Intent {
         assigned_at: Some(at.into()),
         clear_queued: false,
         based_on,
+        pending: None,
     }
 }
 
@@ -220,6 +221,7 @@ async fn a_plans_assignment_is_stamped_when_it_is_sent() {
         assigned_at: None,
         clear_queued: false,
         based_on: None,
+        pending: None,
     };
     // The stamp has millisecond precision.
     let before = Timestamp::now() - SignedDuration::from_millis(1);

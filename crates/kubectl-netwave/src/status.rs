@@ -174,7 +174,32 @@ pub fn build<'a>(
     all_nodes: bool,
 ) -> StatusView {
     let rname = name(rev).to_string();
-    let st = rev.status.clone().unwrap_or_default();
+    // Every field of the revision's status, named: one the configurator starts writing does not
+    // compile here until the view says whether it shows it (the `_`s are shown elsewhere or by
+    // other commands: phase and sequence via `cluster`, timing in `history`).
+    let netwave_api::NetworkConfigRevisionStatus {
+        phase: _,
+        conditions,
+        total,
+        updated,
+        in_progress,
+        queued,
+        failed,
+        skipped,
+        failed_nodes,
+        validation,
+        started_at,
+        completed_at,
+        paused_at,
+        paused_by: _,
+        last_progress_at: _,
+        canaries_updated_at: _,
+        observed_retry: _,
+        observed_generation: _,
+        message,
+        active_sequence: _,
+        reactivated_at: _,
+    } = rev.status.clone().unwrap_or_default();
     let last_good = cluster::last_good(revs, Some(netwave_api::effective_sequence(rev)))
         .map(|r| name(r).to_string());
     let mut configs: Vec<&NodeNetworkConfig> = configs.into_iter().collect();
@@ -227,11 +252,10 @@ pub fn build<'a>(
         .collect();
     nodes.sort_by(|a, b| (rank(&a.state), &a.state).cmp(&(rank(&b.state), &b.state)));
 
-    let failed_total = (st.failed as usize).max(st.failed_nodes.len());
-    let failed_nodes: Vec<FailedNode> =
-        st.failed_nodes.iter().take(FAILED_SHOWN).cloned().collect();
-    let notices = st
-        .conditions
+    let failed_total = (failed as usize).max(failed_nodes.len());
+    let failed_not_shown = failed_total.saturating_sub(FAILED_SHOWN.min(failed_nodes.len()));
+    let failed_nodes: Vec<FailedNode> = failed_nodes.into_iter().take(FAILED_SHOWN).collect();
+    let notices = conditions
         .iter()
         .filter(|c| {
             let status = ConditionStatus::parse(&c.status);
@@ -257,21 +281,21 @@ pub fn build<'a>(
         target: cluster::target(revs).map(|r| name(r).to_string()),
         last_good,
         wave: waves.len(),
-        total: st.total,
-        updated: st.updated,
-        in_progress: st.in_progress,
-        queued: st.queued,
+        total,
+        updated,
+        in_progress,
+        queued,
         failed: failed_total as u32,
-        skipped: st.skipped,
+        skipped,
         paused: rev.spec.paused,
         paused_by: cluster::paused_by(rev),
-        paused_at: st.paused_at.as_ref().map(|t| t.0.to_string()),
-        started_at: st.started_at.as_ref().map(|t| t.0.to_string()),
-        completed_at: st.completed_at.as_ref().map(|t| t.0.to_string()),
-        waiting_on: st.message.clone().filter(|m| !m.is_empty()),
+        paused_at: paused_at.map(|t| t.0.to_string()),
+        started_at: started_at.map(|t| t.0.to_string()),
+        completed_at: completed_at.map(|t| t.0.to_string()),
+        waiting_on: message.filter(|m| !m.is_empty()),
         notices,
-        validation_errors: st.validation.errors.clone(),
-        failed_not_shown: failed_total.saturating_sub(failed_nodes.len()),
+        validation_errors: validation.errors,
+        failed_not_shown,
         failed_nodes,
         nodes,
         node_lines: lines,
