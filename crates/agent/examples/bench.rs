@@ -277,6 +277,7 @@ fn frr_apply() -> Result<()> {
             netlink,
             frr: Some(frr.clone()),
             timings: Default::default(),
+            drill: None,
         };
         let (mut nl, mut fr_total, mut reload, mut converge) = (vec![], vec![], vec![], vec![]);
         let mut vnis = 0;

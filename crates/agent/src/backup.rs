@@ -10,6 +10,11 @@
 //!   start means the agent died mid-apply: restore the last good config first.
 //! - `interrupted.json`: which apply was interrupted, and how often (one interruption is retried).
 //! - `rejected.json`: the last revision and retry judged `Invalid`, with reason and message.
+//! - `held.json`: the rendering the node runs while this agent's own rendering of the same last good
+//!   config has not passed the health gate (an agent upgrade, `reconcile::Agent::upgrade_gate`):
+//!   the kernel objects and FRR text found before the gated apply. Restores and drift repair go back
+//!   to it, never to a rendering the node did not run. Written before that apply, removed once a
+//!   rendering of this agent passed the gate.
 //!
 //! Every write is atomic (omicron's ledger pattern): write a temp file, fsync it, rename it over the
 //! target, fsync the directory. A crash leaves either the old or the new file, never a torn one.
@@ -31,6 +36,9 @@ pub const INTERRUPTED_FILE: &str = "interrupted.json";
 /// The last revision (and retry) this node judged `Invalid`: a restart before that verdict reached the
 /// API server reports it again instead of applying the bad config a second time.
 pub const REJECTED_FILE: &str = "rejected.json";
+
+/// The node's running rendering while an agent upgrade's differs from it (see the module doc).
+pub const HELD_FILE: &str = "held.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -107,6 +115,76 @@ pub struct Applying {
     /// names, never any other unmarked link.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub creating: Vec<String>,
+    /// The apply was this agent's rendering of the last good config under the gate (an upgrade,
+    /// [`Held`]), not an assignment: an interruption is no verdict on the revision.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub upgrade: bool,
+}
+
+/// What the node ran when an agent that renders the same config differently started: held while that
+/// rendering goes through the health gate, and after the gate refused it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Held {
+    /// The last good config this rendering is of (its revision and configHash).
+    pub revision: String,
+    pub config_hash: String,
+    /// The managed kernel objects found.
+    #[serde(with = "dataplane_json")]
+    pub dataplane: netwave_core::dataplane::Dataplane,
+    /// FRR's config file found (FRR on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frr: Option<String>,
+    /// Set once the gate refused the new rendering: the agent version that did, and why. That version
+    /// does not try again on a restart (it would cut the node again to learn the same); another does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusal>,
+}
+
+/// A [`Dataplane`](netwave_core::dataplane::Dataplane) as JSON, whose object keys must be strings:
+/// its routes (keyed by table and prefix) as a list of pairs.
+mod dataplane_json {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use netwave_core::dataplane::{Dataplane, Link, MirrorFilter, RouteAction, RouteKey, Rule};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    struct Repr {
+        links: BTreeMap<String, Link>,
+        routes: Vec<(RouteKey, RouteAction)>,
+        rules: BTreeSet<Rule>,
+        #[serde(default)]
+        mirrors: BTreeSet<MirrorFilter>,
+    }
+
+    pub fn serialize<S: Serializer>(dp: &Dataplane, s: S) -> Result<S::Ok, S::Error> {
+        Repr {
+            links: dp.links.clone(),
+            routes: dp.routes.clone().into_iter().collect(),
+            rules: dp.rules.clone(),
+            mirrors: dp.mirrors.clone(),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Dataplane, D::Error> {
+        let r = Repr::deserialize(d)?;
+        Ok(Dataplane {
+            links: r.links,
+            routes: r.routes.into_iter().collect(),
+            rules: r.rules,
+            mirrors: r.mirrors,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    pub agent_version: String,
+    pub reason: String,
+    pub message: String,
 }
 
 /// A verdict of `Invalid` on one revision and retry.
@@ -219,6 +297,7 @@ impl StateDir {
                 config_hash: String::new(),
                 interruptions: 0,
                 creating: Vec::new(),
+                upgrade: false,
             })
         }))
     }
@@ -245,6 +324,30 @@ impl StateDir {
     pub fn rejected(&self) -> Result<Option<Rejected>, BackupError> {
         let path = self.dir.join(REJECTED_FILE);
         Ok(read_opt(&path)?.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    pub fn save_held(&self, held: &Held) -> Result<(), BackupError> {
+        let bytes = serde_json::to_vec(held).expect("state always serializes");
+        self.write_atomic(HELD_FILE, &bytes)
+    }
+
+    /// The held rendering, if any. One that does not parse is an error: it is what a restore goes
+    /// back to, and guessing another would apply what the node did not run.
+    pub fn held(&self) -> Result<Option<Held>, BackupError> {
+        let path = self.dir.join(HELD_FILE);
+        let Some(bytes) = read_opt(&path)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| BackupError::Corrupt {
+                path,
+                why: format!("not a held rendering: {e}"),
+            })
+    }
+
+    pub fn clear_held(&self) -> Result<(), BackupError> {
+        self.remove(HELD_FILE)
     }
 
     pub fn clear_interrupted(&self) -> Result<(), BackupError> {
@@ -382,6 +485,7 @@ mod tests {
             config_hash: "h".into(),
             interruptions: 0,
             creating: Vec::new(),
+            upgrade: false,
         };
         s.mark_applying(&a).unwrap();
         // A new agent process sees it.

@@ -599,6 +599,11 @@ impl Frr {
         PathBuf::from(format!("{}/frr.conf", self.config_dir_str()))
     }
 
+    /// The frr.conf on disk (what the agent that last applied wrote), `None` when there is none.
+    pub fn config_on_disk(&self) -> Option<String> {
+        fs::read_to_string(self.config_file()).ok()
+    }
+
     fn config_dir_str(&self) -> &str {
         let s = self
             .settings

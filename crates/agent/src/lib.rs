@@ -23,3 +23,4 @@ pub mod netlink;
 pub mod reconcile;
 pub mod shell;
 pub mod sim;
+pub mod upgrade;

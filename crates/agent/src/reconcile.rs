@@ -21,7 +21,9 @@
 //!
 //! The FRR text of a config is a pure function of that config and the node's underlay, so a restore
 //! re-renders the last good config's text instead of keeping a copy, and drift repair compares FRR's
-//! running config with that same text.
+//! running config with that same text. Except while a rendering is held (`crate::upgrade`): an agent
+//! that renders the last good config differently than the node runs it applies its rendering under the
+//! health gate first, and until that passes, restores and drift repair go back to what the node ran.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -331,6 +333,9 @@ pub struct Agent {
     pub frr: Option<Frr>,
     /// How long the steps of the last apply took (metrics, benchmarks).
     pub timings: Timings,
+    /// A deliberate change to every rendering (upgrade drills and their tests; the flag that sets it
+    /// exists only in builds with the `rendering-drill` feature).
+    pub drill: Option<crate::upgrade::Drill>,
 }
 
 /// How long the netlink and FRR parts of one apply took.
@@ -387,7 +392,7 @@ impl Restore {
 }
 
 /// Stage 1's result: what an apply changes, checked before anything is touched.
-struct Prepared<'a> {
+pub(crate) struct Prepared<'a> {
     /// The kernel objects of the target.
     want: Dataplane,
     /// FRR's text for the target (FRR on), already accepted by FRR's dry run.
@@ -401,7 +406,7 @@ struct Prepared<'a> {
 }
 
 /// Stage 2's result: what changed, and whether the change itself went through.
-struct Changed {
+pub(crate) struct Changed {
     /// `Err`: the step that failed, its detail and the operations applied before it.
     result: Result<usize, (Reason, String, usize)>,
     timings: ApplyTimings,
@@ -411,8 +416,38 @@ struct Changed {
 }
 
 impl Agent {
-    fn dataplane(&self, cfg: &NodeConfig) -> Result<Dataplane, String> {
-        desired(cfg, self.netlink.settings()).map_err(|e| e.to_string())
+    pub(crate) fn dataplane(&self, cfg: &NodeConfig) -> Result<Dataplane, String> {
+        match &self.drill {
+            None => desired(cfg, self.netlink.settings()),
+            Some(d) => desired(&d.apply(cfg), self.netlink.settings()),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// What the node runs for the last good config `lg`: the held rendering when one is held for it
+    /// (an agent upgrade's rendering has not passed the gate), else this agent's rendering (the kernel
+    /// objects, and FRR's text when FRR is on).
+    pub(crate) fn running_rendering(
+        &self,
+        cfg: &NodeConfig,
+        revision: &str,
+        config_hash: &str,
+    ) -> Result<(Dataplane, Option<String>), String> {
+        let held = self.state.held().map_err(|e| e.to_string())?;
+        if let Some(h) = held.filter(|h| h.revision == revision && h.config_hash == config_hash) {
+            let frr = match (&self.frr, h.frr) {
+                (Some(_), Some(text)) => Some(text),
+                (Some(frr), None) => Some(frr.render(cfg).map_err(|e| format!("FRR: {e}"))?),
+                (None, _) => None,
+            };
+            return Ok((h.dataplane, frr));
+        }
+        let dp = self.dataplane(cfg)?;
+        let frr = match &self.frr {
+            Some(frr) => Some(frr.render(cfg).map_err(|e| format!("FRR: {e}"))?),
+            None => None,
+        };
+        Ok((dp, frr))
     }
 
     /// The links an apply of `want` may leave unmarked if the agent dies mid-way: every link of `want`
@@ -517,7 +552,7 @@ impl Agent {
             Ok(p) => p,
             Err((reason, detail)) => return invalid(reason, detail),
         };
-        let changed = match self.change(t, prepared).await {
+        let changed = match self.change(t, prepared, false).await {
             Ok(c) => c,
             Err((reason, detail)) => return invalid(reason, detail),
         };
@@ -528,7 +563,7 @@ impl Agent {
     /// dataplane; FRR (when on) must accept its text in a dry run, and when off the config must have no
     /// BGP content; the kernel must have every feature the config uses; the diff against the kernel must
     /// be computable; zebra must say which new L3 VNIs it has not bound yet.
-    async fn preflight<'a>(&'a self, t: &Target) -> Result<Prepared<'a>, (Reason, String)> {
+    pub(crate) async fn preflight<'a>(&'a self, t: &Target) -> Result<Prepared<'a>, (Reason, String)> {
         let want = self
             .dataplane(&t.config)
             .map_err(|e| (Reason::InvalidConfig, e))?;
@@ -608,7 +643,12 @@ impl Agent {
     /// Stage 2: the change. The probes that pass now gate the change; the applying marker is written
     /// ahead (so a crash mid-way is recovered); the kernel is reconciled, then FRR (zebra learns VXLAN
     /// devices and VRFs from the kernel). `Err` only when the marker cannot be written: nothing changed.
-    async fn change(&self, t: &Target, p: Prepared<'_>) -> Result<Changed, (Reason, String)> {
+    pub(crate) async fn change(
+        &self,
+        t: &Target,
+        p: Prepared<'_>,
+        upgrade: bool,
+    ) -> Result<Changed, (Reason, String)> {
         let before = self.prober.run_once(&Default::default()).await;
         let gate = gating(&before);
         // Carry over how often this very apply was interrupted before (see `recover`).
@@ -629,6 +669,7 @@ impl Agent {
                 config_hash: t.config_hash.clone(),
                 interruptions,
                 creating,
+                upgrade,
             })
             .map_err(|e| (Reason::ApplyFailed, format!("writing applying marker: {e}")))?;
 
@@ -679,7 +720,12 @@ impl Agent {
     /// Stage 3: the verdict. After the settle time the gating probes must pass again; then `t` is the
     /// last good config. Any failure (of the change or of a probe) restores the last good config
     /// (`last_good_revision` names it, for the outcome when the restore cannot).
-    async fn judge(&self, t: &Target, c: Changed, last_good_revision: Option<String>) -> Outcome {
+    pub(crate) async fn judge(
+        &self,
+        t: &Target,
+        c: Changed,
+        last_good_revision: Option<String>,
+    ) -> Outcome {
         let applied_at = Instant::now();
         let (failure, probes, applied) = match c.result {
             Err((reason, detail, n)) => (Some((reason, detail)), Vec::new(), n),
@@ -725,6 +771,8 @@ impl Agent {
             });
             let _ = self.state.clear_applying();
             let _ = self.state.clear_interrupted();
+            // This agent's rendering passed the gate: nothing is held any more.
+            let _ = self.state.clear_held();
             let mut note = match saved {
                 Ok(()) => String::new(),
                 Err(e) => format!("; backup not written: {e}"),
@@ -917,22 +965,22 @@ impl Agent {
         } else {
             format!("restored last good revision {rev}")
         };
-        let result = match self.dataplane(&cfg) {
-            Ok(dp) => self.netlink.reconcile(&dp).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        // FRR too, whatever the kernel's restore did: FRR may be half-way through the failed config.
-        let frr = match &self.frr {
-            None => Ok(()),
-            Some(frr) => match frr.render(&cfg) {
-                // No bridge held: the last good config's L3 VNIs are the ones zebra had.
-                Ok(text) => frr
-                    .apply(&text, &[], &self.netlink)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            },
+        let (result, frr) = match self.running_rendering(&cfg, &rev, &hash) {
+            Err(e) => (Err(e), Ok(())),
+            Ok((dp, text)) => {
+                let result = self.netlink.reconcile(&dp).await.map_err(|e| e.to_string());
+                // FRR too, whatever the kernel's restore did: FRR may be half-way through the failed
+                // config. No bridge held: the last good config's L3 VNIs are the ones zebra had.
+                let frr = match (&self.frr, text) {
+                    (Some(frr), Some(text)) => frr
+                        .apply(&text, &[], &self.netlink)
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    _ => Ok(()),
+                };
+                (result, frr)
+            }
         };
         match (result, frr) {
             (Ok(_), Ok(())) => Restore {
@@ -976,6 +1024,17 @@ impl Agent {
             Err(e) => tracing::warn!(error = %e, "adopting links of the interrupted apply failed"),
         }
         let restore = self.restore().await;
+        if marker.upgrade {
+            // An agent upgrade's gated apply of the running config: no verdict on the revision. What
+            // the node ran is back (held); the gate runs again (`upgrade_gate`).
+            self.state.clear_applying()?;
+            tracing::warn!(
+                revision = %marker.revision,
+                restore = %restore.note,
+                "this agent's gated apply of its own rendering was interrupted; restored what the node ran, the gate runs again"
+            );
+            return Ok(None);
+        }
         match after_interruption(&marker) {
             AfterInterruption::Retry { interruptions } => {
                 self.state.save_interrupted(&Applying {
@@ -1027,20 +1086,21 @@ impl Agent {
 
     /// Drift repair: bring the kernel and FRR back to the config they should be running (the last good
     /// one). Returns what had drifted (empty: nothing). A corrupt backup is an error, never applied.
+    ///
+    /// What the node ran, never a new rendering: while one is held (an agent upgrade whose rendering
+    /// has not passed the gate), the held kernel objects and FRR text.
     pub async fn repair_drift(&self) -> Result<DriftReport, DriftError> {
-        let cfg = self
-            .last_good()
-            .map_err(DriftError::Backup)?
-            .map(|l| l.config)
+        let lg = self.last_good().map_err(DriftError::Backup)?;
+        let (cfg, rev, hash) = lg
+            .map(|l| (l.config, l.revision, l.config_hash))
             .unwrap_or_default();
-        let dp = self.dataplane(&cfg).map_err(DriftError::Config)?;
+        let (dp, text) = self
+            .running_rendering(&cfg, &rev, &hash)
+            .map_err(DriftError::Config)?;
         let netlink = self.netlink.reconcile(&dp).await?;
-        let Some(frr) = &self.frr else {
+        let (Some(frr), Some(text)) = (&self.frr, text) else {
             return Ok(DriftReport { netlink, frr: None });
         };
-        let text = frr
-            .render(&cfg)
-            .map_err(|e| DriftError::Config(format!("FRR: {e}")))?;
         let Some(diff) = frr.drifted(&text).await.map_err(DriftError::Frr)? else {
             return Ok(DriftReport { netlink, frr: None });
         };
@@ -1258,6 +1318,7 @@ mod tests {
             config_hash: "h".into(),
             interruptions,
             creating: Vec::new(),
+            upgrade: false,
         };
         assert_eq!(
             after_interruption(&marker("r2", 0)),

@@ -14,6 +14,7 @@ use netwave_agent::backup::{Applying, StateDir};
 use netwave_agent::health::{FAILED, HealthConfig, Prober};
 use netwave_agent::netlink::Netlink;
 use netwave_agent::reconcile::{Agent, Reason, Target};
+use netwave_agent::upgrade::{Drill, UpgradeCheck};
 use netwave_api::{Layer2Config, NodeConfig, RouteConfig, RouteType, VrfConfig};
 use netwave_core::dataplane::diff::diff;
 use netwave_core::dataplane::{Feature, NodeSettings, desired};
@@ -53,6 +54,7 @@ async fn env(health: HealthConfig) -> Result<Env> {
         netlink,
         frr: None,
         timings: Default::default(),
+        drill: None,
     };
     Ok(Env {
         agent,
@@ -289,6 +291,7 @@ fn a_link_created_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart()
                 config_hash: "hash-r2".into(),
                 interruptions: 0,
                 creating: vec!["vx.77".into()],
+                upgrade: false,
             })?;
             for (name, id) in [("vx.77", "77"), ("vx.78", "78")] {
                 ip(&[
@@ -338,6 +341,7 @@ fn a_link_recreated_but_not_yet_marked_when_the_agent_died_is_adopted_on_restart
                 config_hash: "hash-r2".into(),
                 interruptions: 0,
                 creating,
+                upgrade: false,
             })?;
             ip(&["link", "del", "vx.10"])?;
             ip(&[
@@ -368,6 +372,7 @@ fn restart_after_crash_mid_apply_restores_last_good() {
                 config_hash: "hash-r2".into(),
                 interruptions: 0,
                 creating: Vec::new(),
+                upgrade: false,
             };
             e.agent.state.mark_applying(&marker)?;
             e.agent
@@ -385,6 +390,7 @@ fn restart_after_crash_mid_apply_restores_last_good() {
                 netlink,
                 frr: None,
                 timings: Default::default(),
+                drill: None,
             };
             // First interruption: restored, recorded, and no verdict: r2 gets applied again.
             ensure!(
@@ -586,4 +592,148 @@ fn a_corrupt_backup_keeps_refusing_until_it_is_moved_aside() {
             Ok(())
         },
     );
+}
+
+/// The agent of the next release, as far as the node can tell: the same state dir and kernel, a
+/// rendering that differs by `drill`.
+fn upgraded(agent: &Agent, drill: &str) -> Result<Agent> {
+    Ok(Agent {
+        drill: Some(Drill::parse(drill).map_err(anyhow::Error::msg)?),
+        ..agent.clone()
+    })
+}
+
+/// #46: a new agent whose rendering of the running config cuts the node off is stopped at this node.
+/// The difference is applied under the health gate, fails it, and the node is back on exactly the
+/// kernel objects it ran; drift repair keeps it there, the same version does not try again after a
+/// restart, and the previous agent (the way back) finds nothing to change.
+#[test]
+fn an_agent_whose_rendering_cuts_the_probe_target_is_refused_at_this_node() {
+    in_netns("an_agent_whose_rendering_cuts_the_probe_target", || async {
+        let e = env(health()).await?;
+        let ok = e.agent.apply(&target("r1", good())).await;
+        ensure!(ok.reason.is_none(), "r1: {}", ok.message);
+        let ran = e.agent.netlink.observe().await?.observed.managed;
+
+        let new = upgraded(&e.agent, "blackhole:198.18.8.2/32")?;
+        let check = new.upgrade_gate("0.2.0-drill").await?;
+        let UpgradeCheck::Refused { refusal, outcome } = &check else {
+            anyhow::bail!("refused at the gate, got {check:?}");
+        };
+        ensure!(
+            refusal.reason == Reason::HealthCheckFailed.as_str()
+                && refusal.message.contains("reachability 198.18.8.2:179"),
+            "{refusal:?}"
+        );
+        ensure!(outcome.rolled_back && outcome.applied > 0, "{outcome:?}");
+        ensure!(
+            e.agent.netlink.observe().await?.observed.managed == ran,
+            "the node is back on exactly what it ran"
+        );
+        ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
+        ensure!(e.agent.state.applying()?.is_none(), "no marker left");
+        ensure!(
+            e.agent.last_good()?.is_some_and(|l| l.revision == "r1"),
+            "the revision is still the node's last good: no verdict on it"
+        );
+
+        // Drift repair applies what the node ran, not the refused rendering.
+        let writes = new.netlink.writes();
+        let drift = new.repair_drift().await?;
+        ensure!(drift.is_empty(), "{:?}", drift.netlink.applied);
+        ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
+        // A restart of the same version does not cut the node again to learn the same.
+        let again = new.upgrade_gate("0.2.0-drill").await?;
+        ensure!(
+            matches!(again, UpgradeCheck::StillRefused(ref r) if r == refusal),
+            "{again:?}"
+        );
+        ensure!(new.netlink.writes() == writes, "no kernel write after the refusal");
+
+        // The way back: the previous agent renders what the node runs, and changes nothing.
+        let back = e.agent.upgrade_gate("0.1.0").await?;
+        ensure!(back == UpgradeCheck::Same, "{back:?}");
+        ensure!(e.agent.netlink.writes() == writes);
+        ensure!(e.agent.state.held()?.is_none(), "nothing held once the agents agree");
+        Ok(())
+    });
+}
+
+/// #46: a benign rendering change passes the gate once and is then what the node runs: a restart
+/// writes nothing, and drift repair keeps the new rendering. An agent whose rendering equals what the
+/// node runs writes nothing at all.
+#[test]
+fn a_benign_rendering_change_passes_the_gate_once() {
+    in_netns("a_benign_rendering_change_passes_the_gate_once", || async {
+        let e = env(health()).await?;
+        let ok = e.agent.apply(&target("r1", good())).await;
+        ensure!(ok.reason.is_none(), "r1: {}", ok.message);
+        let writes = e.agent.netlink.writes();
+        ensure!(e.agent.upgrade_gate("0.1.0").await? == UpgradeCheck::Same);
+        ensure!(
+            e.agent.netlink.writes() == writes,
+            "0 kernel writes where the rendering did not change"
+        );
+
+        let new = upgraded(&e.agent, "blackhole:198.19.255.0/24")?;
+        let check = new.upgrade_gate("0.2.0").await?;
+        let UpgradeCheck::Passed(outcome) = &check else {
+            anyhow::bail!("passed the gate, got {check:?}");
+        };
+        ensure!(
+            outcome.applied == 1 && !outcome.probes.is_empty(),
+            "{outcome:?}"
+        );
+        ensure!(ip(&["route", "show", "table", "main"])?.contains("blackhole 198.19.255.0/24"));
+        ensure!(new.state.held()?.is_none());
+        let writes = new.netlink.writes();
+        ensure!(new.upgrade_gate("0.2.0").await? == UpgradeCheck::Same);
+        ensure!(new.repair_drift().await?.is_empty());
+        ensure!(new.netlink.writes() == writes, "the new rendering is what runs now");
+        Ok(())
+    });
+}
+
+/// #46: an agent killed in the middle of its gated apply leaves no verdict on the revision: the next
+/// start restores what the node ran (held) and gates the rendering again.
+#[test]
+fn an_interrupted_upgrade_apply_is_restored_and_gated_again() {
+    in_netns("an_interrupted_upgrade_apply_is_restored", || async {
+        let e = env(health()).await?;
+        let ok = e.agent.apply(&target("r1", good())).await;
+        ensure!(ok.reason.is_none(), "r1: {}", ok.message);
+        let ran = e.agent.netlink.observe().await?.observed.managed;
+        let new = upgraded(&e.agent, "blackhole:198.18.8.2/32")?;
+        // What the gate writes before its change, then the change half done when the agent died.
+        new.state.save_held(&netwave_agent::backup::Held {
+            revision: "r1".into(),
+            config_hash: "hash-r1".into(),
+            dataplane: ran.clone(),
+            frr: None,
+            refused: None,
+        })?;
+        new.state.mark_applying(&Applying {
+            revision: "r1".into(),
+            retry: 0,
+            config_hash: "hash-r1".into(),
+            interruptions: 0,
+            creating: Vec::new(),
+            upgrade: true,
+        })?;
+        // Marked as the agent marks its routes (protocol 242): the half-done change is its own.
+        ip(&["route", "add", "blackhole", "198.18.8.2/32", "proto", "242"])?;
+        ensure!(e.agent.netlink.observe().await?.observed.managed != ran);
+
+        let recovered = new.recover().await?;
+        ensure!(recovered.is_none(), "no verdict on r1: {recovered:?}");
+        ensure!(e.agent.netlink.observe().await?.observed.managed == ran);
+        ensure!(new.state.applying()?.is_none() && new.state.interrupted()?.is_none());
+        let check = new.upgrade_gate("0.2.0-drill").await?;
+        ensure!(
+            matches!(check, UpgradeCheck::Refused { .. }),
+            "gated again: {check:?}"
+        );
+        ensure!(e.agent.netlink.observe().await?.observed.managed == ran);
+        Ok(())
+    });
 }

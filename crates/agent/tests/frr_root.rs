@@ -111,6 +111,7 @@ async fn agent(frr: Option<Frr>, state: &Path) -> Result<Agent> {
         netlink,
         frr,
         timings: Default::default(),
+        drill: None,
     })
 }
 
@@ -392,6 +393,7 @@ fn frr_edited_behind_the_agents_back_is_repaired_and_restored_after_a_crash() {
             config_hash: "hash-r2".into(),
             interruptions: 0,
             creating: Vec::new(),
+            upgrade: false,
         })?;
         n.agent
             .netlink

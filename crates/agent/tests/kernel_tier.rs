@@ -543,6 +543,7 @@ fn kernel_tier_a_mirror_not_in_place_fails_the_node_and_is_rolled_back() {
             netlink,
             frr: None,
             timings: Default::default(),
+            drill: None,
         };
         let target = |rev: &str, config: NodeConfig| Target {
             revision: rev.into(),

@@ -199,6 +199,7 @@ async fn build_agent(
         caps,
         frr,
         timings: Default::default(),
+        drill: None,
     };
     Ok((agent, taints))
 }
