@@ -64,16 +64,28 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Set once the process is ready to serve (caches synced, start-up recovery done).
+/// Set once the process is ready to serve (caches synced, start-up recovery done), unless something
+/// holds it back ([`Readiness::block`]: `/readyz` then answers 503 with the reason).
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<AtomicBool>, Arc<std::sync::Mutex<Option<String>>>);
 
 impl Readiness {
     pub fn set_ready(&self) {
         self.0.store(true, Ordering::Release);
     }
+    /// Ready, and nothing blocks it.
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Ordering::Acquire) && self.blocked().is_none()
+    }
+    /// Not ready whatever else is, for `why` (said by `/readyz`), until [`Readiness::unblock`].
+    pub fn block(&self, why: String) {
+        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+    pub fn unblock(&self) {
+        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+    pub fn blocked(&self) -> Option<String> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -107,7 +119,10 @@ pub fn health_router_checked(
         match alive() {
             Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
             Ok(()) if r.is_ready() => (StatusCode::OK, "ok".to_string()),
-            Ok(()) => (StatusCode::SERVICE_UNAVAILABLE, "not ready".to_string()),
+            Ok(()) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                r.blocked().unwrap_or_else(|| "not ready".to_string()),
+            ),
         }
     };
     Router::new()

@@ -68,6 +68,11 @@ pub struct Args {
     /// off: configs with BGP content are refused (`FrrUnavailable`).
     #[arg(long, env = "NETWAVE_FRR_CONFIG")]
     pub frr_config: Option<PathBuf>,
+    /// Render every config with one extra route (`blackhole:PREFIX`), to play an agent release whose
+    /// rendering differs (upgrade drills). Only in builds with the `rendering-drill` feature.
+    #[cfg(feature = "rendering-drill")]
+    #[arg(long, env = "NETWAVE_RENDERING_DRILL", value_parser = crate::upgrade::Drill::parse)]
+    pub rendering_drill: Option<crate::upgrade::Drill>,
 }
 
 pub use netwave_runtime::LogFormat;

@@ -39,6 +39,11 @@ pub struct Metrics {
     pub status_pending: Gauge,
     /// 1 while the node's own NodeNetworkConfig does not decode.
     pub undecodable_config: Gauge,
+    /// 1 while this agent's rendering of the running config failed the health gate (an agent upgrade
+    /// stopped at this node: `crate::upgrade`).
+    pub upgrade_refused: Gauge,
+    /// This agent's renderings of the running config that passed the health gate at start.
+    pub upgrade_applies: Counter,
 }
 
 impl Default for Metrics {
@@ -117,9 +122,24 @@ impl Default for Metrics {
             "1 while this node's NodeNetworkConfig does not decode (nothing new is applied)",
             undecodable_config.clone(),
         );
+        let upgrade_refused = Gauge::default();
+        registry.register(
+            "upgrade_refused",
+            "1 while this agent's rendering of the running config failed the health gate: the node \
+             runs what it ran before, and the agent is not ready (its upgrade stops here)",
+            upgrade_refused.clone(),
+        );
+        let upgrade_applies = Counter::default();
+        registry.register(
+            "upgrade_applies",
+            "Renderings of the running config by a new agent that passed the health gate at start",
+            upgrade_applies.clone(),
+        );
         Metrics {
             registry,
             undecodable_config,
+            upgrade_refused,
+            upgrade_applies,
             apply_duration,
             frr_apply_duration,
             applies,

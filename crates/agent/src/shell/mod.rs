@@ -75,6 +75,10 @@ struct Shell {
     backup_problem: Option<String>,
     /// The decode error of its NodeNetworkConfig, once reported (one log line and Event per error).
     undecodable: Option<String>,
+    /// What the start-up upgrade gate did, for an Event on the NodeNetworkConfig once it is listed.
+    upgrade_event: Option<Event>,
+    /// `/readyz`: blocked while this agent's rendering is refused ([`gate_upgrade`]).
+    ready: http::Readiness,
 }
 
 /// Runs the agent until `shutdown` resolves.
@@ -107,6 +111,8 @@ pub async fn run_with(
         warn!(revision = %o.revision, message = %o.message, "recovered from an interrupted apply");
         metrics.rollbacks.inc();
     }
+    // This agent's own rendering of what the node runs, through the gate, before anything else.
+    let upgrade_event = gate_upgrade(&agent, &metrics, &ready).await;
 
     let selector = format!("metadata.name={}", args.node_name);
     let nnc_rx = watch_one::<NodeNetworkConfig>(Api::all(client.clone()), &selector, ready.clone());
@@ -138,6 +144,8 @@ pub async fn run_with(
         reported: None,
         backup_problem: None,
         undecodable: None,
+        upgrade_event,
+        ready,
     };
     let watches = Watches {
         nnc: nnc_rx,
@@ -199,9 +207,80 @@ async fn build_agent(
         caps,
         frr,
         timings: Default::default(),
+        #[cfg(feature = "rendering-drill")]
+        drill: args.rendering_drill.clone(),
+        #[cfg(not(feature = "rendering-drill"))]
         drill: None,
     };
     Ok((agent, taints))
+}
+
+/// Runs [`Agent::upgrade_gate`] and says what it did: one log line, the metrics, `/readyz` blocked
+/// while this agent's rendering is refused (a DaemonSet rolling update stops at this node), and the
+/// Event to put on the NodeNetworkConfig once it is listed.
+async fn gate_upgrade(
+    agent: &Agent,
+    metrics: &Metrics,
+    ready: &http::Readiness,
+) -> Option<Event> {
+    use crate::upgrade::UpgradeCheck;
+    let refused = |r: &crate::backup::Refusal, again: bool| {
+        let why = format!(
+            "agent {} renders the running config differently, and that failed the health gate{}: \
+             {}; the node runs what it ran before. Roll the agent back (kubectl rollout undo \
+             daemonset/netwave-agent) or fix what the probe names",
+            r.agent_version,
+            if again { " before this restart" } else { "" },
+            r.message
+        );
+        error!("{why}");
+        metrics.upgrade_refused.set(1);
+        ready.block(format!("upgrade refused: {}", r.message));
+        Some(warning_event("AgentUpgradeRefused", why))
+    };
+    match agent.upgrade_gate(status::AGENT_VERSION).await {
+        Ok(UpgradeCheck::Same) => None,
+        Ok(UpgradeCheck::Passed(o)) => {
+            info!(
+                operations = o.applied,
+                "this agent renders the running config differently: applied under the health gate, which passed"
+            );
+            metrics.upgrade_applies.inc();
+            Some(Event {
+                type_: EventType::Normal,
+                reason: "AgentUpgradeApplied".into(),
+                note: Some(format!(
+                    "agent {} renders the running config differently: {} operations applied under the \
+                     health gate, which passed",
+                    status::AGENT_VERSION,
+                    o.applied
+                )),
+                action: "Upgrade".into(),
+                secondary: None,
+            })
+        }
+        Ok(UpgradeCheck::Refused { refusal, .. }) => {
+            metrics.rollbacks.inc();
+            refused(&refusal, false)
+        }
+        Ok(UpgradeCheck::StillRefused(r)) => refused(&r, true),
+        Err(e) => {
+            // A corrupt backup is reported by every apply it refuses; anything else leaves the node
+            // as it is, and drift repair retries nothing new (it repairs toward what the node ran).
+            error!(error = %e, category = e.category(), "the upgrade gate could not run");
+            None
+        }
+    }
+}
+
+fn warning_event(reason: &str, note: String) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Upgrade".into(),
+        secondary: None,
+    }
 }
 
 /// What a restarted agent (a new pod, a node reboot) starts from, said once: with a backup, a node
@@ -254,6 +333,9 @@ impl Shell {
                     self.decodes();
                     if let Some(o) = interrupted.take() {
                         self.report(&nnc, &o);
+                    }
+                    if let Some(ev) = self.upgrade_event.take() {
+                        self.reporter.event(ev, nnc.object_ref(&()));
                     }
                     self.handle(&nnc).await;
                 }
@@ -442,6 +524,7 @@ impl Shell {
                     info!(phase = outcome.phase(), message = %outcome.message, "apply finished");
                     self.report(nnc, &outcome);
                     self.reporter.network_ready(outcome.reason.is_none());
+                    self.upgrade_settled();
                 }
             }
         }
@@ -499,6 +582,16 @@ impl Shell {
             secondary: None,
         };
         self.reporter.event(ev, nnc.object_ref(&()));
+    }
+
+    /// A refused upgrade is over once this agent's rendering of a config passed the gate (an apply
+    /// that succeeded holds nothing any more): ready again.
+    fn upgrade_settled(&mut self) {
+        if self.ready.blocked().is_some() && matches!(self.agent.state.held(), Ok(None)) {
+            info!("this agent's rendering passed the health gate: the refused upgrade is over");
+            self.metrics.upgrade_refused.set(0);
+            self.ready.unblock();
+        }
     }
 
     /// Its NodeNetworkConfig decodes (again).
