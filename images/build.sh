@@ -12,7 +12,7 @@
 #
 # buildah runs as root with the vfs storage driver and chroot isolation (no daemon, no overlayfs, no
 # runc needed); its storage lives under target/images/.buildah so nothing outside the tree is touched.
-# Load an image elsewhere with e.g. `skopeo copy oci:target/images/netwave-agent:v0.1.0 docker://…`.
+# Load an image elsewhere with e.g. `skopeo copy oci:target/images/netwave-agent:v0.2.0 docker://…`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -563,7 +563,10 @@ impl Agent {
     /// dataplane; FRR (when on) must accept its text in a dry run, and when off the config must have no
     /// BGP content; the kernel must have every feature the config uses; the diff against the kernel must
     /// be computable; zebra must say which new L3 VNIs it has not bound yet.
-    pub(crate) async fn preflight<'a>(&'a self, t: &Target) -> Result<Prepared<'a>, (Reason, String)> {
+    pub(crate) async fn preflight<'a>(
+        &'a self,
+        t: &Target,
+    ) -> Result<Prepared<'a>, (Reason, String)> {
         let want = self
             .dataplane(&t.config)
             .map_err(|e| (Reason::InvalidConfig, e))?;

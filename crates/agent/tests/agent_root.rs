@@ -648,13 +648,19 @@ fn an_agent_whose_rendering_cuts_the_probe_target_is_refused_at_this_node() {
             matches!(again, UpgradeCheck::StillRefused(ref r) if r == refusal),
             "{again:?}"
         );
-        ensure!(new.netlink.writes() == writes, "no kernel write after the refusal");
+        ensure!(
+            new.netlink.writes() == writes,
+            "no kernel write after the refusal"
+        );
 
         // The way back: the previous agent renders what the node runs, and changes nothing.
         let back = e.agent.upgrade_gate("0.1.0").await?;
         ensure!(back == UpgradeCheck::Same, "{back:?}");
         ensure!(e.agent.netlink.writes() == writes);
-        ensure!(e.agent.state.held()?.is_none(), "nothing held once the agents agree");
+        ensure!(
+            e.agent.state.held()?.is_none(),
+            "nothing held once the agents agree"
+        );
         Ok(())
     });
 }
@@ -689,7 +695,10 @@ fn a_benign_rendering_change_passes_the_gate_once() {
         let writes = new.netlink.writes();
         ensure!(new.upgrade_gate("0.2.0").await? == UpgradeCheck::Same);
         ensure!(new.repair_drift().await?.is_empty());
-        ensure!(new.netlink.writes() == writes, "the new rendering is what runs now");
+        ensure!(
+            new.netlink.writes() == writes,
+            "the new rendering is what runs now"
+        );
         Ok(())
     });
 }

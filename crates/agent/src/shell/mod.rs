@@ -218,11 +218,7 @@ async fn build_agent(
 /// Runs [`Agent::upgrade_gate`] and says what it did: one log line, the metrics, `/readyz` blocked
 /// while this agent's rendering is refused (a DaemonSet rolling update stops at this node), and the
 /// Event to put on the NodeNetworkConfig once it is listed.
-async fn gate_upgrade(
-    agent: &Agent,
-    metrics: &Metrics,
-    ready: &http::Readiness,
-) -> Option<Event> {
+async fn gate_upgrade(agent: &Agent, metrics: &Metrics, ready: &http::Readiness) -> Option<Event> {
     use crate::upgrade::UpgradeCheck;
     let refused = |r: &crate::backup::Refusal, again: bool| {
         let why = format!(
