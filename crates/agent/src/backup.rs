@@ -135,10 +135,24 @@ pub struct Held {
     /// FRR's config file found (FRR on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frr: Option<String>,
-    /// Set once the gate refused the new rendering: the agent version that did, and why. That version
-    /// does not try again on a restart (it would cut the node again to learn the same); another does.
+    /// Set once the gate refused the new rendering: which rendering, by which agent version, and why.
+    /// An agent with that same rendering does not try again on a restart (it would cut the node again
+    /// to learn the same); one that renders otherwise (another release, other flags) does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
+}
+
+/// Hex sha256 of a rendering: the kernel objects (as [`Held`] stores them) and FRR's text.
+pub fn rendering_digest(dp: &netwave_core::dataplane::Dataplane, frr: Option<&str>) -> String {
+    #[derive(Serialize)]
+    struct Rendering<'a> {
+        #[serde(with = "dataplane_json")]
+        dataplane: &'a netwave_core::dataplane::Dataplane,
+        frr: Option<&'a str>,
+    }
+    let bytes =
+        serde_json::to_vec(&Rendering { dataplane: dp, frr }).expect("state always serializes");
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// A [`Dataplane`](netwave_core::dataplane::Dataplane) as JSON, whose object keys must be strings:
@@ -182,6 +196,8 @@ mod dataplane_json {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Refusal {
+    /// [`rendering_digest`] of the refused rendering.
+    pub rendering: String,
     pub agent_version: String,
     pub reason: String,
     pub message: String,

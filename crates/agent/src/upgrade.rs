@@ -9,9 +9,10 @@
 //!     └─ no ─► held.json := what the node runs ─► preflight ─► change (marker: upgrade) ─► judge
 //!                 ├─ probes pass ─► held.json removed, last good saved ───────► Passed
 //!                 └─ a change or probe failed ─► restore held (kernel + FRR) ─► Refused
-//!                      (held.json says which agent version refused and why; that version does not try
-//!                       again on a restart, drift repair keeps the node on the held rendering, and the
-//!                       shell keeps /readyz failing, so a DaemonSet rolling update stops at this node)
+//!                      (held.json says which rendering was refused, by which version and why; that
+//!                       rendering is not tried again on a restart, drift repair keeps the node on the
+//!                       held rendering, and the shell keeps /readyz failing, so a DaemonSet rolling
+//!                       update stops at this node)
 //! ```
 //!
 //! Nothing here is a verdict on the revision: its status stays as the node reports it (the node still
@@ -21,7 +22,7 @@
 use netwave_api::{NodeConfig, RouteConfig, RouteType};
 use netwave_core::dataplane::diff::diff;
 
-use crate::backup::{Held, Refusal};
+use crate::backup::{Held, Refusal, rendering_digest};
 use crate::reconcile::{Agent, DriftError, Outcome, Target};
 
 /// A deliberate change to every rendering of this agent: one extra route, so a test (or an admin's
@@ -71,7 +72,7 @@ pub enum UpgradeCheck {
     Passed(Outcome),
     /// The difference failed the gate; the node is back on what it ran (held).
     Refused { refusal: Refusal, outcome: Outcome },
-    /// This agent version already failed the gate on this node (before a restart): not tried again.
+    /// This very rendering already failed the gate on this node (before a restart): not tried again.
     StillRefused(Refusal),
 }
 
@@ -87,11 +88,6 @@ impl Agent {
             .held()
             .map_err(DriftError::Backup)?
             .filter(|h| h.revision == lg.revision && h.config_hash == lg.config_hash);
-        if let Some(r) = held.as_ref().and_then(|h| h.refused.as_ref())
-            && r.agent_version == version
-        {
-            return Ok(UpgradeCheck::StillRefused(r.clone()));
-        }
         let want = self.dataplane(&lg.config).map_err(DriftError::Config)?;
         let text = match &self.frr {
             Some(frr) => Some(
@@ -100,6 +96,12 @@ impl Agent {
             ),
             None => None,
         };
+        let digest = rendering_digest(&want, text.as_deref());
+        if let Some(r) = held.as_ref().and_then(|h| h.refused.as_ref())
+            && r.rendering == digest
+        {
+            return Ok(UpgradeCheck::StillRefused(r.clone()));
+        }
         // What the node runs: the held rendering (an earlier gate of this config was interrupted or
         // refused by another version), else the kernel as it is and the frr.conf on disk.
         let running = match held {
@@ -138,6 +140,7 @@ impl Agent {
             return Ok(UpgradeCheck::Passed(outcome));
         };
         let refusal = Refusal {
+            rendering: digest,
             agent_version: version.to_string(),
             reason: reason.as_str().to_string(),
             message: outcome.message.clone(),

@@ -605,7 +605,7 @@ fn upgraded(agent: &Agent, drill: &str) -> Result<Agent> {
 
 /// #46: a new agent whose rendering of the running config cuts the node off is stopped at this node.
 /// The difference is applied under the health gate, fails it, and the node is back on exactly the
-/// kernel objects it ran; drift repair keeps it there, the same version does not try again after a
+/// kernel objects it ran; drift repair keeps it there, the same rendering is not tried again after a
 /// restart, and the previous agent (the way back) finds nothing to change.
 #[test]
 fn an_agent_whose_rendering_cuts_the_probe_target_is_refused_at_this_node() {
@@ -642,7 +642,7 @@ fn an_agent_whose_rendering_cuts_the_probe_target_is_refused_at_this_node() {
         let drift = new.repair_drift().await?;
         ensure!(drift.is_empty(), "{:?}", drift.netlink.applied);
         ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
-        // A restart of the same version does not cut the node again to learn the same.
+        // A restart with the same rendering does not cut the node again to learn the same.
         let again = new.upgrade_gate("0.2.0-drill").await?;
         ensure!(
             matches!(again, UpgradeCheck::StillRefused(ref r) if r == refusal),

@@ -95,7 +95,24 @@ fn agent_args(
         health_addr: ([127, 0, 0, 1], metrics_port + 1).into(),
         log_format: shell::args::LogFormat::Text,
         frr_config: None,
+        rendering_drill: None,
     })
+}
+
+/// `GET path` on 127.0.0.1:`port`: the status code and the body.
+async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    let code = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("an HTTP status line")?;
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    Ok((code, body))
 }
 
 async fn metrics() -> Result<String> {
@@ -1018,4 +1035,128 @@ fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside
             Ok(())
         },
     );
+}
+
+/// #46, the whole agent on the real API server with its deployed identity: a new agent whose rendering
+/// of the running config cuts a probe target is stopped at start. The node is back on what it ran (no
+/// blackhole route), its config still reads `Provisioned` for r1 (no verdict on the revision), `/readyz`
+/// answers 503 saying why (a DaemonSet rolling update stops here), the metric the alert reads is 1 and
+/// the Event names the probe. The previous agent (the way back) is ready at once and writes nothing; an
+/// agent with a benign rendering change passes the gate and says so.
+#[test]
+fn a_new_agent_whose_rendering_fails_the_gate_stays_unready_and_the_node_keeps_what_it_ran() {
+    in_netns("a_new_agent_whose_rendering_fails_the_gate", || async {
+        let peer = common::PeerNs::new()?;
+        let pid = peer.pid().to_string();
+        ip(&[
+            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
+        ])?;
+        ip(&["addr", "add", "198.18.8.1/24", "dev", "veth0"])?;
+        ip(&["link", "set", "veth0", "up"])?;
+        let _listener = peer.run(|| {
+            ip(&["link", "set", "lo", "up"])?;
+            ip(&["addr", "add", "198.18.8.2/24", "dev", "veth1"])?;
+            ip(&["link", "set", "veth1", "up"])?;
+            Ok(std::net::TcpListener::bind("198.18.8.2:179")?)
+        })?;
+        let server = RealApi::start().await?;
+        let client = server.admin.clone();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &node)
+            .await?;
+        let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+        nncs.create(
+            &PostParams::default(),
+            &NodeNetworkConfig::new("n1", spec("r1", 0, good())),
+        )
+        .await?;
+        let dir = tempfile::tempdir()?;
+        let health = dir.path().join("health.yaml");
+        std::fs::write(
+            &health,
+            "tcp: [\"198.18.8.2:179\"]\nsettleSeconds: 0\ndeadlineSeconds: 2\n\
+             attemptTimeoutSeconds: 0.5\n",
+        )?;
+        // Each agent on its own ports: a stopped agent's endpoints stay bound in this process.
+        let args = |port: u16, drill: Option<&str>| -> Result<Args> {
+            let mut a = agent_args(dir.path(), health.clone(), port)?;
+            a.rendering_drill = drill
+                .map(netwave_agent::upgrade::Drill::parse)
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            Ok(a)
+        };
+        let readyz = async |port: u16| http_get(port + 1, "/readyz").await;
+        let provisioned_r1 = |s: &NodeNetworkConfigStatus| {
+            s.phase.as_deref() == Some(NodePhase::Provisioned.as_str())
+                && s.observed_revision.as_deref() == Some("r1")
+        };
+
+        let old = RunningAgent::start(args(19097, None)?, server.agent_client().await?);
+        wait_status(&nncs, "r1 Provisioned", provisioned_r1).await?;
+        old.stop().await?;
+        let ran = ip(&["-4", "route", "show", "table", "all"])?;
+
+        let bad = RunningAgent::start(
+            args(19100, Some("blackhole:198.18.8.2/32"))?,
+            server.agent_client().await?,
+        );
+        wait_event(&client, "AgentUpgradeRefused").await?;
+        let (code, body) = readyz(19100).await?;
+        ensure!(
+            code == 503 && body.contains("upgrade refused") && body.contains("198.18.8.2:179"),
+            "{code} {body}"
+        );
+        ensure!(metric(&metrics_at(19100).await?, "netwave_agent_upgrade_refused") == 1.0);
+        let now = ip(&["-4", "route", "show", "table", "all"])?;
+        ensure!(
+            now == ran,
+            "the node is back on the routes it ran:\n{ran}\nnow:\n{now}"
+        );
+        let s = nncs.get("n1").await?.status.unwrap_or_default();
+        ensure!(provisioned_r1(&s), "no verdict on r1: {s:?}");
+        bad.stop().await?;
+
+        // The way back: the previous agent finds its own rendering and is ready.
+        let back = RunningAgent::start(args(19103, None)?, server.agent_client().await?);
+        until("the previous agent ready", WAIT, async || {
+            // Refused until it binds its endpoints.
+            Ok(match readyz(19103).await {
+                Ok((200, _)) => Ok(()),
+                Ok((code, body)) => Err(format!("{code} {body}")),
+                Err(e) => Err(e.to_string()),
+            })
+        })
+        .await?;
+        ensure!(metric(&metrics_at(19103).await?, "netwave_agent_upgrade_refused") == 0.0);
+        ensure!(ip(&["-4", "route", "show", "table", "all"])? == ran);
+        back.stop().await?;
+
+        // A benign rendering change passes the gate.
+        let new = RunningAgent::start(
+            args(19106, Some("blackhole:198.19.255.0/24"))?,
+            server.agent_client().await?,
+        );
+        wait_event(&client, "AgentUpgradeApplied").await?;
+        until("the new agent ready", WAIT, async || {
+            // Refused until it binds its endpoints.
+            Ok(match readyz(19106).await {
+                Ok((200, _)) => Ok(()),
+                Ok((code, body)) => Err(format!("{code} {body}")),
+                Err(e) => Err(e.to_string()),
+            })
+        })
+        .await?;
+        ensure!(ip(&["route", "show", "table", "main"])?.contains("blackhole 198.19.255.0/24"));
+        ensure!(
+            metric(
+                &metrics_at(19106).await?,
+                "netwave_agent_upgrade_applies_total"
+            ) == 1.0
+        );
+        new.stop().await?;
+        Ok(())
+    });
 }
