@@ -337,6 +337,13 @@ fn check_image(image: &Image) -> Result<()> {
         "{name}: {binary} --version in the image printed {out:?}, expected {want:?} ({})",
         layout.dir.display()
     );
+    // A released agent cannot be told to render differently: the upgrade drill's flag is in test
+    // builds only (the `rendering-drill` feature).
+    let help = run_in(&rootfs, image.user, &[&binary, "--help"])?;
+    ensure!(
+        !help.contains("rendering-drill"),
+        "{name}: {binary} --help offers --rendering-drill, a test-only flag"
+    );
     if image.frr {
         // FRR's own programs run from the image: vtysh's dry run (the agent's check before every apply)
         // accepts a config, and frr-reload.py starts under the image's python3.

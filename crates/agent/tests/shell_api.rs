@@ -1160,3 +1160,80 @@ fn a_new_agent_whose_rendering_fails_the_gate_stays_unready_and_the_node_keeps_w
         Ok(())
     });
 }
+
+/// #46, the skew contract's last line, on the real API server: the CRDs of a newer release have a
+/// field this agent does not know, and a newer configurator wrote it. The agent applies nothing, not
+/// even the part it understands, and reports `Invalid` with `UnknownField`, naming the field and its
+/// own version (its own decode drops the field, so the config no longer hashes to its configHash;
+/// the object as the API server has it says why).
+#[test]
+fn an_agent_refuses_a_config_with_a_field_it_does_not_know_and_names_it() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    in_netns(
+        "an_agent_refuses_a_config_with_a_field_it_does_not_know",
+        || async {
+            let server = RealApi::start().await?;
+            let client = server.admin.clone();
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            let name = "nodenetworkconfigs.netwave.dev";
+            let original = crds.get(name).await?;
+            // The next release's CRD: one more (optional) field in a node's config.
+            let mut newer = serde_json::to_value(&original)?;
+            newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                ["config"]["properties"]["futureField"] = json!({ "type": "string" });
+            let newer: CustomResourceDefinition = serde_json::from_value(newer)?;
+            crds.replace(name, &PostParams::default(), &newer).await?;
+
+            let mut node = Node::default();
+            node.metadata.name = Some("n1".into());
+            Api::<Node>::all(client.clone())
+                .create(&PostParams::default(), &node)
+                .await?;
+            // As the newer configurator writes it: the field in the config, and in the hash.
+            let mut config = serde_json::to_value(good())?;
+            config["futureField"] = json!("on");
+            let hash = netwave_core::render::config_hash(&good()) + "-with-futureField";
+            let object = json!({
+                "apiVersion": "netwave.dev/v1alpha1",
+                "kind": "NodeNetworkConfig",
+                "metadata": { "name": "n1" },
+                "spec": { "revision": "r1", "sequence": 1, "configHash": hash, "retry": 0, "config": config },
+            });
+            let resource = kube::api::ApiResource::erase::<NodeNetworkConfig>(&());
+            let dynamic: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+            dynamic
+                .create(&PostParams::default(), &serde_json::from_value(object)?)
+                .await?;
+
+            let dir = tempfile::tempdir()?;
+            let health = dir.path().join("health.yaml");
+            std::fs::write(&health, "settleSeconds: 0\ndeadlineSeconds: 2\n")?;
+            let agent = RunningAgent::start(
+                agent_args(dir.path(), health, 19109)?,
+                server.agent_client().await?,
+            );
+            let nncs: Api<NodeNetworkConfig> = Api::all(client.clone());
+            let s = wait_status(&nncs, "r1 refused for its unknown field", |s| {
+                s.reason.as_deref() == Some(NodeReason::UnknownField.as_str())
+            })
+            .await?;
+            let message = s.message.clone().unwrap_or_default();
+            ensure!(
+                s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
+                    && message.contains("spec.config.futureField")
+                    && message.contains(&format!("agent {}", env!("CARGO_PKG_VERSION"))),
+                "{s:?}"
+            );
+            ensure!(
+                !ip(&["-o", "link", "show"])?.contains("vx.10"),
+                "nothing of the config was applied"
+            );
+            agent.stop().await?;
+            // The pooled server's CRD as the next test expects it.
+            let mut back = crds.get(name).await?;
+            back.spec = original.spec;
+            crds.replace(name, &PostParams::default(), &back).await?;
+            Ok(())
+        },
+    );
+}

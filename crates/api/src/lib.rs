@@ -25,7 +25,7 @@ mod integers;
 pub mod kinds;
 pub mod manifest;
 pub mod rollout;
-mod strict;
+pub mod strict;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod validate;

@@ -221,10 +221,13 @@ pub enum NodeReason {
     /// The last good backup is corrupt: refused before any change, and every apply after it, until an
     /// admin moves the file aside ([`node_reasons::BACKUP_CORRUPT`]).
     BackupCorrupt,
+    /// The spec's config has a field this agent does not know (a newer configurator wrote it): refused
+    /// before any change, never applied in part; the message names the field and the agent's version.
+    UnknownField,
 }
 
 impl NodeReason {
-    pub const ALL: [NodeReason; 10] = [
+    pub const ALL: [NodeReason; 11] = [
         NodeReason::InvalidConfig,
         NodeReason::KernelUnsupported,
         NodeReason::ApplyFailed,
@@ -235,6 +238,7 @@ impl NodeReason {
         NodeReason::FrrRejected,
         NodeReason::FrrReloadFailed,
         NodeReason::BackupCorrupt,
+        NodeReason::UnknownField,
     ];
 
     /// `None` for a reason the agent does not write (the configurator's `ApplyTimeout`, a newer
@@ -255,6 +259,7 @@ impl NodeReason {
             NodeReason::FrrRejected => "FrrRejected",
             NodeReason::FrrReloadFailed => "FrrReloadFailed",
             NodeReason::BackupCorrupt => node_reasons::BACKUP_CORRUPT,
+            NodeReason::UnknownField => "UnknownField",
         }
     }
 }

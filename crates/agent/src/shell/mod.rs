@@ -79,6 +79,8 @@ struct Shell {
     upgrade_event: Option<Event>,
     /// `/readyz`: blocked while this agent's rendering is refused ([`gate_upgrade`]).
     ready: http::Readiness,
+    /// Reads its own NodeNetworkConfig as the API server has it ([`Shell::unknown_field`]).
+    client: Client,
 }
 
 /// Runs the agent until `shutdown` resolves.
@@ -130,7 +132,7 @@ pub async fn run_with(
         },
     );
     let reporter = ApiReporter::start(
-        client,
+        client.clone(),
         args.node_name.clone(),
         taints,
         recorder,
@@ -146,6 +148,7 @@ pub async fn run_with(
         undecodable: None,
         upgrade_event,
         ready,
+        client,
     };
     let watches = Watches {
         nnc: nnc_rx,
@@ -457,25 +460,7 @@ impl Shell {
                     }
                 }
                 Decision::Tampered { actual } => {
-                    let last_good = self.agent.last_good().ok().flatten();
-                    let outcome = Outcome::invalid(
-                        &target.revision,
-                        target.retry,
-                        Reason::ConfigTampered,
-                        format!(
-                            "ConfigTampered: spec.config does not hash to spec.configHash {} (it \
-                             hashes to {actual}): the spec was edited by hand (or written by a newer \
-                             configurator); nothing applied, the node keeps running {}",
-                            target.config_hash,
-                            last_good
-                                .as_ref()
-                                .map_or("its current config", |l| l.revision.as_str())
-                        ),
-                        (
-                            last_good.as_ref().map(|l| l.config_hash.clone()),
-                            last_good.map(|l| l.revision),
-                        ),
-                    );
+                    let outcome = self.refuse_mismatch(nnc, &target, &actual).await;
                     warn!(message = %outcome.message, "refusing a node config that does not match its hash");
                     self.report(nnc, &outcome);
                 }
@@ -578,6 +563,68 @@ impl Shell {
             secondary: None,
         };
         self.reporter.event(ev, nnc.object_ref(&()));
+    }
+
+    /// The refusal of a spec whose config does not hash to its configHash. A newer configurator that
+    /// wrote fields this agent does not know makes one too (the agent's decode drops them): read from
+    /// the object as the API server has it (one GET), such a field is named, with this agent's
+    /// version, as `UnknownField`; otherwise the spec was edited, `ConfigTampered`. Nothing is applied
+    /// either way, not even the part this agent understands.
+    async fn refuse_mismatch(
+        &self,
+        nnc: &NodeNetworkConfig,
+        target: &Target,
+        actual: &str,
+    ) -> Outcome {
+        let last_good = self.agent.last_good().ok().flatten();
+        let keeps = last_good
+            .as_ref()
+            .map_or("its current config", |l| l.revision.as_str())
+            .to_string();
+        let running = (
+            last_good.as_ref().map(|l| l.config_hash.clone()),
+            last_good.map(|l| l.revision),
+        );
+        let (reason, message) = match self.unknown_field(&nnc.name_any()).await {
+            Some(field) => (
+                Reason::UnknownField,
+                format!(
+                    "UnknownField: {field} is not a field agent {} knows (a newer configurator \
+                     wrote it): nothing applied, the node keeps running {keeps}; upgrade this \
+                     node's agent",
+                    status::AGENT_VERSION
+                ),
+            ),
+            None => (
+                Reason::ConfigTampered,
+                format!(
+                    "ConfigTampered: spec.config does not hash to spec.configHash {} (it hashes to \
+                     {actual}): the spec was edited by hand; nothing applied, the node keeps \
+                     running {keeps}",
+                    target.config_hash
+                ),
+            ),
+        };
+        Outcome::invalid(&target.revision, target.retry, reason, message, running)
+    }
+
+    /// The first field of `spec.config` of NodeNetworkConfig `name`, as the API server has it, that
+    /// this agent's types do not have (`None` also when it cannot be read).
+    async fn unknown_field(&self, name: &str) -> Option<String> {
+        let resource = kube::api::ApiResource::erase::<NodeNetworkConfig>(&());
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let object = match api.get(name).await {
+            Ok(o) => o,
+            Err(e) => {
+                warn!(error = %e, "reading the node config for fields this agent does not know");
+                return None;
+            }
+        };
+        let config = object.data.get("spec")?.get("config")?;
+        let error = netwave_api::strict::typed::<netwave_api::NodeConfig>(config).err()?;
+        error
+            .strip_prefix("unknown field ")
+            .map(|path| format!("spec.config.{path}"))
     }
 
     /// A refused upgrade is over once this agent's rendering of a config passed the gate (an apply
