@@ -633,6 +633,13 @@ impl Fleet {
         Ok(leader)
     }
 
+    /// SIGKILLs configurator replica `i` (our child, by id), if it runs.
+    pub fn stop_configurator(&mut self, i: usize) {
+        if let Some(mut p) = self.configurators.get_mut(i).and_then(Option::take) {
+            p.kill();
+        }
+    }
+
     /// Number of configurator processes still running.
     pub fn configurators_running(&mut self) -> usize {
         let mut n = 0;

@@ -86,6 +86,16 @@ pub struct StatusView {
     /// One line per node (small fleets or `--all-nodes`); empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub node_lines: Vec<NodeLine>,
+    /// The agent versions the nodes report (`status.agentVersion`), newest count first: an agent
+    /// upgrade's progress. Nodes whose agent has not reported are counted under `""`.
+    pub agents: Vec<AgentCount>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCount {
+    pub version: String,
+    pub nodes: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -206,6 +216,7 @@ pub fn build<'a>(
     configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
     let mut groups: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    let mut agents: BTreeMap<String, usize> = BTreeMap::new();
     let mut lines = Vec::new();
     let mut waves = std::collections::BTreeSet::new();
     let list = all_nodes || configs.len() <= NODES_LISTED;
@@ -221,6 +232,8 @@ pub fn build<'a>(
             // Assignments of one step share their time (to the second).
             waves.insert(Timestamp::parse_rfc3339(at).map_or(0, |t| t.0 / 1000));
         }
+        let version = c.status.as_ref().and_then(|s| s.agent_version.clone());
+        *agents.entry(version.unwrap_or_default()).or_default() += 1;
         let (state, detail) = node_state(c, &rname, last_good.as_deref());
         let g = groups.entry(state.clone()).or_default();
         g.0 += 1;
@@ -299,7 +312,22 @@ pub fn build<'a>(
         failed_nodes,
         nodes,
         node_lines: lines,
+        agents: agent_counts(agents),
     }
+}
+
+/// Versions by how many nodes run them, most first (then by version).
+fn agent_counts(agents: BTreeMap<String, usize>) -> Vec<AgentCount> {
+    let mut out: Vec<AgentCount> = agents
+        .into_iter()
+        .map(|(version, nodes)| AgentCount { version, nodes })
+        .collect();
+    out.sort_by(|a, b| {
+        b.nodes
+            .cmp(&a.nodes)
+            .then_with(|| a.version.cmp(&b.version))
+    });
+    out
 }
 
 fn ago(rfc3339: &Option<String>, now: Timestamp) -> Option<String> {
@@ -372,6 +400,18 @@ pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
     }
     if let Some(w) = &v.waiting_on {
         s.push_str(&format!("waiting on: {w}\n"));
+    }
+    // Agents of more than one version: an upgrade (or a downgrade) is rolling.
+    if v.agents.iter().filter(|a| !a.version.is_empty()).count() > 1 {
+        let parts: Vec<String> = v
+            .agents
+            .iter()
+            .map(|a| match a.version.as_str() {
+                "" => format!("{} not reported", a.nodes),
+                version => format!("{version} on {}", a.nodes),
+            })
+            .collect();
+        s.push_str(&format!("agents: {}\n", parts.join("  ·  ")));
     }
     for n in &v.notices {
         s.push_str(&format!("{n}\n"));
@@ -693,6 +733,38 @@ mod tests {
             build(&revs[1], &revs, &configs, true).node_lines.len(),
             5000
         );
+    }
+
+    /// An agent upgrade's progress: the versions the nodes' agents report, most first; said in the
+    /// text only while more than one runs.
+    #[test]
+    fn the_agents_versions_show_an_upgrade_rolling() {
+        let revs = vec![rev(
+            "rev-a",
+            1,
+            json!({"phase": RevisionPhase::Complete.as_str(), "total": 4, "updated": 4}),
+        )];
+        let at = "2026-11-28T10:00:00Z";
+        let on = |v: &str| json!({"phase": "Provisioned", "observedRevision": "rev-a", "agentVersion": v});
+        let configs = [
+            nnc("n1", "rev-a", at, on("0.1.0")),
+            nnc("n2", "rev-a", at, on("0.2.0")),
+            nnc("n3", "rev-a", at, on("0.2.0")),
+            nnc("n4", "rev-a", at, json!({})),
+        ];
+        let view = build(&revs[0], &revs, &configs, false);
+        let counts: Vec<(&str, usize)> = (view.agents.iter())
+            .map(|a| (a.version.as_str(), a.nodes))
+            .collect();
+        assert_eq!(counts, [("0.2.0", 2), ("", 1), ("0.1.0", 1)]);
+        let text = render(&view, Timestamp(0), false);
+        assert!(
+            text.contains("agents: 0.2.0 on 2  ·  1 not reported  ·  0.1.0 on 1\n"),
+            "{text}"
+        );
+        // Once every agent runs one version, nothing is said.
+        let done = build(&revs[0], &revs, &configs[1..3], false);
+        assert!(!render(&done, Timestamp(0), false).contains("agents:"));
     }
 
     #[test]

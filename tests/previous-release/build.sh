@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds the previous release — the newest entry of releases.toml — from its commit into a cache outside
+# the repository, and does nothing when it is already there. The skew and upgrade tests run its binaries
+# beside the working tree's and install its CRDs over the working tree's objects.
+#
+#   bash tests/previous-release/build.sh      # build or reuse; prints the directory (bin/, crds/, build-info)
+#
+# The commit must be in this clone's history (it is an ancestor of main). It is checked out into a
+# temporary git worktree; the build uses its own target directory in the cache (debug profile: the tests
+# need behaviour, not speed, and a debug build is ~2x faster on 2 cores), shared by later releases so
+# their dependencies are reused. Cold: ~5-8 min on 2 cores; cached: nothing.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+
+# The newest [[release]] of releases.toml: its version and commit.
+version="$(awk -F'"' '/^version = /{v=$2} END{print v}' "$root/releases.toml")"
+commit="$(awk -F'"' '/^commit = /{c=$2} END{print c}' "$root/releases.toml")"
+if [ -z "$version" ] || [ -z "$commit" ]; then
+    echo "previous-release: releases.toml names no release (version and commit)" >&2
+    exit 1
+fi
+base="${NETWAVE_CACHE:-$HOME/.cache/netwave}/releases"
+cache="$base/$version-${commit:0:12}"
+if [ -x "$cache/bin/netwave-agent" ] && [ -x "$cache/bin/netwave-configurator" ] && [ -f "$cache/build-info" ]; then
+    echo "$cache"
+    exit 0
+fi
+if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
+    echo "previous-release: commit $commit of release $version is not in this clone's history (git fetch it)" >&2
+    exit 1
+fi
+
+start=$(date +%s)
+work="$(mktemp -d)"
+cleanup() {
+    git -C "$root" worktree remove --force "$work/src" >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+git -C "$root" worktree add --detach "$work/src" "$commit" >/dev/null 2>&1
+echo "previous-release: building netwave $version (commit ${commit:0:12}) into $cache" >&2
+CARGO_TARGET_DIR="$base/target" "${CARGO:-cargo}" build -q --locked \
+    --manifest-path "$work/src/Cargo.toml" \
+    -p netwave-agent -p netwave-configurator -p netwave-testbed --bins >&2
+
+mkdir -p "$cache.tmp/bin"
+for b in netwave-agent netwave-configurator netwave-testbed; do
+    cp "$base/target/debug/$b" "$cache.tmp/bin/$b"
+done
+cp -r "$work/src/crds" "$cache.tmp/crds"
+echo "netwave $version (commit $commit), debug build in $(($(date +%s) - start)) s on $(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    >"$cache.tmp/build-info"
+rm -rf "$cache"
+mv "$cache.tmp" "$cache"
+echo "$cache"
