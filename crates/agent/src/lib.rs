@@ -17,6 +17,7 @@
 //! agent's own pure decisions (`health::verdict`, `reconcile::decide`).
 
 pub mod backup;
+pub mod drill;
 pub mod frr;
 pub mod health;
 pub mod netlink;

@@ -335,7 +335,7 @@ pub struct Agent {
     pub timings: Timings,
     /// A deliberate change to every rendering (upgrade drills and their tests; the flag that sets it
     /// exists only in builds with the `rendering-drill` feature).
-    pub drill: Option<crate::upgrade::Drill>,
+    pub drill: Option<crate::drill::Drill>,
 }
 
 /// How long the netlink and FRR parts of one apply took.

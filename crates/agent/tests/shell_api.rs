@@ -1083,7 +1083,7 @@ fn a_new_agent_whose_rendering_fails_the_gate_stays_unready_and_the_node_keeps_w
         let args = |port: u16, drill: Option<&str>| -> Result<Args> {
             let mut a = agent_args(dir.path(), health.clone(), port)?;
             a.rendering_drill = drill
-                .map(netwave_agent::upgrade::Drill::parse)
+                .map(netwave_agent::drill::Drill::parse)
                 .transpose()
                 .map_err(anyhow::Error::msg)?;
             Ok(a)

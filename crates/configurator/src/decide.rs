@@ -39,7 +39,7 @@ use crate::memory::{Memory, Rendered};
 use crate::observed::{ConfigChanges, Nodes, Observed};
 pub use crate::snapshot::Snapshot;
 use crate::snapshot::live;
-use crate::writer::Intent;
+use crate::writer::{Intent, Reactivation};
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -276,37 +276,19 @@ fn create_revision(
     intents
 }
 
-/// What reactivating an older good revision writes in its status (a merge patch: its spec never
-/// changes): the next sequence as `activeSequence`, `reactivatedAt`, and a fresh rollout, `Pending`
-/// with no start, completion or failures of the earlier one (the `None`s and empty list clear them),
-/// so it reads `Progressing` until its nodes are back.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Reactivation {
-    pub active_sequence: u64,
-    pub reactivated_at: String,
-    pub phase: &'static str,
-    pub started_at: Option<String>,
-    pub completed_at: Option<String>,
-    pub canaries_updated_at: Option<String>,
-    pub last_progress_at: Option<String>,
-    pub failed_nodes: Vec<String>,
-    pub failed: u32,
-}
-
-impl Reactivation {
-    fn new(sequence: u64, now: Timestamp) -> Self {
-        Reactivation {
-            active_sequence: sequence,
-            reactivated_at: now.truncate_to_secs().to_rfc3339(),
-            phase: netwave_api::vocab::RevisionPhase::Pending.as_str(),
-            started_at: None,
-            completed_at: None,
-            canaries_updated_at: None,
-            last_progress_at: None,
-            failed_nodes: Vec::new(),
-            failed: 0,
-        }
+/// The fresh rollout a reactivated revision starts over with, as the next sequence: `Pending`, no
+/// start, completion or failures of the earlier one.
+fn reactivation(sequence: u64, now: Timestamp) -> Reactivation {
+    Reactivation {
+        active_sequence: sequence,
+        reactivated_at: now.truncate_to_secs().to_rfc3339(),
+        phase: netwave_api::vocab::RevisionPhase::Pending.as_str(),
+        started_at: None,
+        completed_at: None,
+        canaries_updated_at: None,
+        last_progress_at: None,
+        failed_nodes: Vec::new(),
+        failed: 0,
     }
 }
 
@@ -321,7 +303,7 @@ fn reactivate_revision(s: &Snapshot, name: &str, new_sequence: u64, now: Timesta
     vec![
         Intent::ReactivateRevision {
             name: name.to_string(),
-            status: Reactivation::new(new_sequence, now),
+            status: reactivation(new_sequence, now),
         },
         rollout_event(
             s,

@@ -68,10 +68,7 @@ pub enum Intent {
     /// Make an older good revision the target again under the next sequence, in its status (its spec
     /// never changes): `activeSequence`, `reactivatedAt`, and a fresh rollout (`Pending`, no start,
     /// completion or failures of the earlier one), so it reads `Progressing` until its nodes are back.
-    ReactivateRevision {
-        name: String,
-        status: crate::decide::Reactivation,
-    },
+    ReactivateRevision { name: String, status: Reactivation },
     /// A node's record (failure streak, quarantine; `rollout::quarantine`): both annotations of its
     /// NodeNetworkConfig, a missing one removed. The agent cannot write them.
     NodeRecord { node: String, record: NodeRecord },
@@ -191,6 +188,24 @@ impl Intent {
             _ => Verb::patch,
         }
     }
+}
+
+/// What reactivating an older good revision writes in its status (a merge patch: its spec never
+/// changes), as the plan decided it (`decide::reactivation`): the next sequence as `activeSequence`,
+/// `reactivatedAt`, and a fresh rollout (the `None`s and the empty list clear the earlier one's), so
+/// it reads `Progressing` until its nodes are back.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reactivation {
+    pub active_sequence: u64,
+    pub reactivated_at: String,
+    pub phase: &'static str,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub canaries_updated_at: Option<String>,
+    pub last_progress_at: Option<String>,
+    pub failed_nodes: Vec<String>,
+    pub failed: u32,
 }
 
 /// The `Pending` mark the plan put on an assignment ([`Intent::ApplyNodeConfig`]'s `pending`),

@@ -212,6 +212,55 @@ pub fn build<'a>(
     } = rev.status.clone().unwrap_or_default();
     let last_good = cluster::last_good(revs, Some(netwave_api::effective_sequence(rev)))
         .map(|r| name(r).to_string());
+    let seen = by_node(configs, &rname, last_good.as_deref(), all_nodes);
+    let failed_total = (failed as usize).max(failed_nodes.len());
+    let failed_not_shown = failed_total.saturating_sub(FAILED_SHOWN.min(failed_nodes.len()));
+    let failed_nodes: Vec<FailedNode> = failed_nodes.into_iter().take(FAILED_SHOWN).collect();
+    let notices = notices(&conditions);
+    StatusView {
+        revision: rname,
+        sequence: netwave_api::effective_sequence(rev),
+        phase: cluster::phase_str(rev),
+        target: cluster::target(revs).map(|r| name(r).to_string()),
+        last_good,
+        wave: seen.waves,
+        total,
+        updated,
+        in_progress,
+        queued,
+        failed: failed_total as u32,
+        skipped,
+        paused: rev.spec.paused,
+        paused_by: cluster::paused_by(rev),
+        paused_at: paused_at.map(|t| t.0.to_string()),
+        started_at: started_at.map(|t| t.0.to_string()),
+        completed_at: completed_at.map(|t| t.0.to_string()),
+        waiting_on: message.filter(|m| !m.is_empty()),
+        notices,
+        validation_errors: validation.errors,
+        failed_not_shown,
+        failed_nodes,
+        nodes: seen.groups,
+        node_lines: seen.lines,
+        agents: seen.agents,
+    }
+}
+
+/// What the node configs say about revision `rname`, node by node.
+struct ByNode {
+    /// Assignment rounds of `rname` so far.
+    waves: usize,
+    groups: Vec<NodeGroup>,
+    lines: Vec<NodeLine>,
+    agents: Vec<AgentCount>,
+}
+
+fn by_node<'a>(
+    configs: impl IntoIterator<Item = &'a NodeNetworkConfig>,
+    rname: &str,
+    last_good: Option<&str>,
+    all_nodes: bool,
+) -> ByNode {
     let mut configs: Vec<&NodeNetworkConfig> = configs.into_iter().collect();
     configs.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
 
@@ -234,7 +283,7 @@ pub fn build<'a>(
         }
         let version = c.status.as_ref().and_then(|s| s.agent_version.clone());
         *agents.entry(version.unwrap_or_default()).or_default() += 1;
-        let (state, detail) = node_state(c, &rname, last_good.as_deref());
+        let (state, detail) = node_state(c, rname, last_good);
         let g = groups.entry(state.clone()).or_default();
         g.0 += 1;
         if g.1.len() < GROUP_NAMES {
@@ -255,7 +304,7 @@ pub fn build<'a>(
         _ if s == APPLYING => 2,
         _ => 3,
     };
-    let mut nodes: Vec<NodeGroup> = groups
+    let mut groups: Vec<NodeGroup> = groups
         .into_iter()
         .map(|(state, (count, first))| NodeGroup {
             state,
@@ -263,12 +312,21 @@ pub fn build<'a>(
             first,
         })
         .collect();
-    nodes.sort_by(|a, b| (rank(&a.state), &a.state).cmp(&(rank(&b.state), &b.state)));
+    groups.sort_by(|a, b| (rank(&a.state), &a.state).cmp(&(rank(&b.state), &b.state)));
 
-    let failed_total = (failed as usize).max(failed_nodes.len());
-    let failed_not_shown = failed_total.saturating_sub(FAILED_SHOWN.min(failed_nodes.len()));
-    let failed_nodes: Vec<FailedNode> = failed_nodes.into_iter().take(FAILED_SHOWN).collect();
-    let notices = conditions
+    ByNode {
+        waves: waves.len(),
+        groups,
+        lines,
+        agents: agent_counts(agents),
+    }
+}
+
+/// Conditions worth a person's attention, one line each.
+fn notices(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Vec<String> {
+    conditions
         .iter()
         .filter(|c| {
             let status = ConditionStatus::parse(&c.status);
@@ -286,34 +344,7 @@ pub fn build<'a>(
             }
         })
         .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
-        .collect();
-    StatusView {
-        revision: rname,
-        sequence: netwave_api::effective_sequence(rev),
-        phase: cluster::phase_str(rev),
-        target: cluster::target(revs).map(|r| name(r).to_string()),
-        last_good,
-        wave: waves.len(),
-        total,
-        updated,
-        in_progress,
-        queued,
-        failed: failed_total as u32,
-        skipped,
-        paused: rev.spec.paused,
-        paused_by: cluster::paused_by(rev),
-        paused_at: paused_at.map(|t| t.0.to_string()),
-        started_at: started_at.map(|t| t.0.to_string()),
-        completed_at: completed_at.map(|t| t.0.to_string()),
-        waiting_on: message.filter(|m| !m.is_empty()),
-        notices,
-        validation_errors: validation.errors,
-        failed_not_shown,
-        failed_nodes,
-        nodes,
-        node_lines: lines,
-        agents: agent_counts(agents),
-    }
+        .collect()
 }
 
 /// Versions by how many nodes run them, most first (then by version).

@@ -71,8 +71,8 @@ pub struct Args {
     /// Render every config with one extra route (`blackhole:PREFIX`), to play an agent release whose
     /// rendering differs (upgrade drills). Only in builds with the `rendering-drill` feature.
     #[cfg(feature = "rendering-drill")]
-    #[arg(long, env = "NETWAVE_RENDERING_DRILL", value_parser = crate::upgrade::Drill::parse)]
-    pub rendering_drill: Option<crate::upgrade::Drill>,
+    #[arg(long, env = "NETWAVE_RENDERING_DRILL", value_parser = crate::drill::Drill::parse)]
+    pub rendering_drill: Option<crate::drill::Drill>,
 }
 
 pub use netwave_runtime::LogFormat;
