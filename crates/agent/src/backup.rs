@@ -15,6 +15,8 @@
 //!   the kernel objects and FRR text found before the gated apply. Restores and drift repair go back
 //!   to it, never to a rendering the node did not run. Written before that apply, removed once a
 //!   rendering of this agent passed the gate.
+//! - `rendered.json`: the digest of the rendering that last passed the gate, with its revision and
+//!   configHash: tells an agent at start whether a difference is drift or its own new rendering.
 //!
 //! Every write is atomic (omicron's ledger pattern): write a temp file, fsync it, rename it over the
 //! target, fsync the directory. A crash leaves either the old or the new file, never a torn one.
@@ -39,6 +41,10 @@ pub const REJECTED_FILE: &str = "rejected.json";
 
 /// The node's running rendering while an agent upgrade's differs from it (see the module doc).
 pub const HELD_FILE: &str = "held.json";
+/// Which rendering of the last good config the node runs: its [`rendering_digest`], written by every
+/// apply that passed the gate. A kernel that differs from the same rendering has drifted (repaired
+/// as drift); one that differs from another rendering is an agent upgrade's to gate.
+pub const RENDERED_FILE: &str = "rendered.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
@@ -119,6 +125,16 @@ pub struct Applying {
     /// [`Held`]), not an assignment: an interruption is no verdict on the revision.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub upgrade: bool,
+}
+
+/// The rendering an apply that passed the gate left on the node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rendered {
+    pub revision: String,
+    pub config_hash: String,
+    /// [`rendering_digest`] of it.
+    pub rendering: String,
 }
 
 /// What the node ran when an agent that renders the same config differently started: held while that
@@ -360,6 +376,18 @@ impl StateDir {
                 path,
                 why: format!("not a held rendering: {e}"),
             })
+    }
+
+    pub fn save_rendered(&self, rendered: &Rendered) -> Result<(), BackupError> {
+        let bytes = serde_json::to_vec(rendered).expect("state always serializes");
+        self.write_atomic(RENDERED_FILE, &bytes)
+    }
+
+    /// The rendering record, if any; an unreadable one reads as none (the start-up gate then gates
+    /// any difference, which is what it did before this record existed).
+    pub fn rendered(&self) -> Result<Option<Rendered>, BackupError> {
+        let path = self.dir.join(RENDERED_FILE);
+        Ok(read_opt(&path)?.and_then(|b| serde_json::from_slice(&b).ok()))
     }
 
     pub fn clear_held(&self) -> Result<(), BackupError> {

@@ -413,6 +413,8 @@ pub(crate) struct Changed {
     /// The probes that passed before the change: the ones that gate it.
     gate: BTreeSet<String>,
     writes_before: u64,
+    /// [`crate::backup::rendering_digest`] of what the change applied.
+    rendering: String,
 }
 
 impl Agent {
@@ -677,6 +679,8 @@ impl Agent {
             .map_err(|e| (Reason::ApplyFailed, format!("writing applying marker: {e}")))?;
 
         let writes_before = self.netlink.writes();
+        let rendering =
+            crate::backup::rendering_digest(&p.want, p.frr.as_ref().map(|(_, t)| t.as_str()));
         let start = Instant::now();
         // New L3 VNIs: their VRF bridges are created (or set) down and only come up once zebra has
         // bound the VNI (the FRR step brings them up); the kernel then runs `want`.
@@ -717,6 +721,7 @@ impl Agent {
             timings,
             gate,
             writes_before,
+            rendering,
         })
     }
 
@@ -774,8 +779,13 @@ impl Agent {
             });
             let _ = self.state.clear_applying();
             let _ = self.state.clear_interrupted();
-            // This agent's rendering passed the gate: nothing is held any more.
+            // This agent's rendering passed the gate: nothing is held any more, and it is what runs.
             let _ = self.state.clear_held();
+            let _ = self.state.save_rendered(&crate::backup::Rendered {
+                revision: t.revision.clone(),
+                config_hash: t.config_hash.clone(),
+                rendering: c.rendering.clone(),
+            });
             let mut note = match saved {
                 Ok(()) => String::new(),
                 Err(e) => format!("; backup not written: {e}"),

@@ -27,7 +27,8 @@ use crate::reconcile::{Agent, DriftError, Outcome, Target};
 /// What the start-up gate found and did.
 #[derive(Clone, Debug, PartialEq)]
 pub enum UpgradeCheck {
-    /// No last good config, or the node runs exactly this agent's rendering of it: nothing written.
+    /// No last good config, or the node runs this agent's rendering of it (exactly, or drifted from
+    /// it: drift repair puts it back): nothing written.
     Same,
     /// This agent renders the running config differently; the difference passed the health gate and
     /// the node now runs it.
@@ -66,6 +67,7 @@ impl Agent {
         }
         // What the node runs: the held rendering (an earlier gate of this config was interrupted or
         // refused by another version), else the kernel as it is and the frr.conf on disk.
+        let running_is_held = held.is_some();
         let running = match held {
             Some(h) => h,
             None => Held {
@@ -80,7 +82,16 @@ impl Agent {
             .map_err(|e| DriftError::Config(e.to_string()))?
             .is_empty();
         let frr_same = text.is_none() || text == running.frr;
-        if kernel_same && frr_same {
+        // The node runs this very rendering, as recorded by the apply that passed the gate with it:
+        // a difference is drift, which drift repair puts back (it is what the node ran).
+        let recorded = self.state.rendered().map_err(DriftError::Backup)?;
+        let drift_only = !running_is_held
+            && recorded.is_some_and(|r| {
+                r.revision == lg.revision
+                    && r.config_hash == lg.config_hash
+                    && r.rendering == digest
+            });
+        if (kernel_same && frr_same) || drift_only {
             // Nothing to gate; a held copy of this same rendering is no longer needed.
             self.state.clear_held().map_err(DriftError::Backup)?;
             return Ok(UpgradeCheck::Same);

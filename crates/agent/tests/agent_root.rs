@@ -747,3 +747,27 @@ fn an_interrupted_upgrade_apply_is_restored_and_gated_again() {
         Ok(())
     });
 }
+
+/// #46: a restarted agent whose rendering is the one the node ran (`rendered.json`) takes a kernel that
+/// differs for drift, not for an upgrade: the start-up gate writes nothing, and drift repair puts back
+/// what the node ran. A kernel that drifted is never held as "what the node ran".
+#[test]
+fn drift_found_at_start_is_repaired_as_drift_not_gated() {
+    in_netns("drift_found_at_start_is_repaired_as_drift", || async {
+        let e = env(health()).await?;
+        let ok = e.agent.apply(&target("r1", good())).await;
+        ensure!(ok.reason.is_none(), "r1: {}", ok.message);
+        ip(&["link", "del", "vx.10"])?;
+        let writes = e.agent.netlink.writes();
+        ensure!(e.agent.upgrade_gate("0.2.0").await? == UpgradeCheck::Same);
+        ensure!(e.agent.netlink.writes() == writes, "the gate wrote nothing");
+        ensure!(
+            e.agent.state.held()?.is_none(),
+            "a drifted kernel is not held"
+        );
+        let repaired = e.agent.repair_drift().await?;
+        ensure!(!repaired.is_empty(), "drift repair puts vx.10 back");
+        ensure!(runs(&e.agent, &good()).await?, "the node runs r1 again");
+        Ok(())
+    });
+}
