@@ -151,9 +151,10 @@ pub struct Held {
     /// FRR's config file found (FRR on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frr: Option<String>,
-    /// Set once the gate refused the new rendering: which rendering, by which agent version, and why.
-    /// An agent with that same rendering does not try again on a restart (it would cut the node again
-    /// to learn the same); one that renders otherwise (another release, other flags) does.
+    /// Set once the gate refused the new rendering: which rendering, under which probes, by which
+    /// agent version, and why. An agent with that same rendering and probes does not try again on a
+    /// restart (it would cut the node again to learn the same); one that renders otherwise (another
+    /// release, other flags) or probes otherwise does, and so does any agent once this file is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
 }
@@ -214,6 +215,10 @@ mod dataplane_json {
 pub struct Refusal {
     /// [`rendering_digest`] of the refused rendering.
     pub rendering: String,
+    /// Hex sha256 of the health config the gate probed with: other probes (the admin fixed one) are
+    /// worth another try.
+    #[serde(default)]
+    pub probes: String,
     pub agent_version: String,
     pub reason: String,
     pub message: String,

@@ -35,7 +35,8 @@ pub enum UpgradeCheck {
     Passed(Outcome),
     /// The difference failed the gate; the node is back on what it ran (held).
     Refused { refusal: Refusal, outcome: Outcome },
-    /// This very rendering already failed the gate on this node (before a restart): not tried again.
+    /// This very rendering, under these probes, already failed the gate on this node (before a
+    /// restart): not tried again.
     StillRefused(Refusal),
 }
 
@@ -60,8 +61,10 @@ impl Agent {
             None => None,
         };
         let digest = rendering_digest(&want, text.as_deref());
+        let probes = probes_digest(&self.prober.cfg);
         if let Some(r) = held.as_ref().and_then(|h| h.refused.as_ref())
             && r.rendering == digest
+            && r.probes == probes
         {
             return Ok(UpgradeCheck::StillRefused(r.clone()));
         }
@@ -114,6 +117,7 @@ impl Agent {
         };
         let refusal = Refusal {
             rendering: digest,
+            probes,
             agent_version: version.to_string(),
             reason: reason.as_str().to_string(),
             message: outcome.message.clone(),
@@ -149,6 +153,13 @@ impl Agent {
         };
         self.judge(t, changed, Some(t.revision.clone())).await
     }
+}
+
+/// Hex sha256 of the health config (its JSON).
+fn probes_digest(cfg: &crate::health::HealthConfig) -> String {
+    use sha2::Digest;
+    let bytes = serde_json::to_vec(cfg).expect("a health config always serializes");
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// A held rendering as an observation of the kernel (no foreign links: the diff only reads `managed`).

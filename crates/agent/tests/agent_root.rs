@@ -653,6 +653,25 @@ fn an_agent_whose_rendering_cuts_the_probe_target_is_refused_at_this_node() {
             new.netlink.writes() == writes,
             "no kernel write after the refusal"
         );
+        // Other probes (an admin fixed the health config) are worth another try.
+        let reprobed = Agent {
+            prober: Prober::new(
+                HealthConfig {
+                    deadline_seconds: 2.5,
+                    ..health()
+                },
+                new.netlink.clone(),
+                None,
+            ),
+            ..new.clone()
+        };
+        let retried = reprobed.upgrade_gate("0.2.0-drill").await?;
+        ensure!(
+            matches!(retried, UpgradeCheck::Refused { .. }),
+            "tried again under other probes: {retried:?}"
+        );
+        ensure!(!ip(&["route", "show", "table", "main"])?.contains("blackhole"));
+        let writes = new.netlink.writes();
 
         // The way back: the previous agent renders what the node runs, and changes nothing.
         let back = e.agent.upgrade_gate("0.1.0").await?;
