@@ -1117,6 +1117,22 @@ fn a_new_agent_whose_rendering_fails_the_gate_stays_unready_and_the_node_keeps_w
         );
         let s = nncs.get("n1").await?.status.unwrap_or_default();
         ensure!(provisioned_r1(&s), "no verdict on r1: {s:?}");
+        // A revision assigned to the refused agent meanwhile: its failure says it may be the agent's.
+        let mut r2 = good();
+        r2.layer2s[0].mtu = 1400;
+        let patch = json!({ "spec": spec("r2", 0, r2) });
+        nncs.patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        let s = wait_status(&nncs, "r2 judged", |s| {
+            s.observed_revision.as_deref() == Some("r2")
+                && s.phase.as_deref() == Some(NodePhase::Invalid.as_str())
+        })
+        .await?;
+        let message = s.message.unwrap_or_default();
+        ensure!(
+            message.contains("may be the agent's, not the revision's"),
+            "{message}"
+        );
         bad.stop().await?;
 
         // The way back: the previous agent finds its own rendering and is ready.

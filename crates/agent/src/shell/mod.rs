@@ -487,7 +487,20 @@ impl Shell {
                     self.reporter.status(&nnc.name_any(), st);
                     let start = std::time::Instant::now();
                     let before = self.agent.netlink.writes();
-                    let outcome = self.agent.apply(&target).await;
+                    let mut outcome = self.agent.apply(&target).await;
+                    // The rendering of this agent already failed the node's probes at start: a
+                    // failure now may be the agent's, not the revision's. Said where the admin looks.
+                    if outcome.reason.is_some()
+                        && let Some(why) = self.ready.blocked()
+                    {
+                        outcome.message = format!(
+                            "{}; note: agent {} is not ready, its own rendering of the running \
+                             config failed the health gate at start ({why}), so this failure may be \
+                             the agent's, not the revision's",
+                            outcome.message,
+                            status::AGENT_VERSION
+                        );
+                    }
                     self.metrics
                         .apply_duration
                         .observe(start.elapsed().as_secs_f64());
