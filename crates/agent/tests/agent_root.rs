@@ -28,19 +28,8 @@ struct Env {
 }
 
 async fn env(health: HealthConfig) -> Result<Env> {
-    let peer = PeerNs::new()?;
-    let pid = peer.pid().to_string();
-    ip(&[
-        "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
-    ])?;
-    ip(&["addr", "add", "198.18.8.1/24", "dev", "veth0"])?;
-    ip(&["link", "set", "veth0", "up"])?;
-    let listener = peer.run(|| {
-        ip(&["link", "set", "lo", "up"])?;
-        ip(&["addr", "add", "198.18.8.2/24", "dev", "veth1"])?;
-        ip(&["link", "set", "veth1", "up"])?;
-        Ok(std::net::TcpListener::bind("198.18.8.2:179")?)
-    })?;
+    let peer = PeerNs::wired("198.18.8.1/24", "198.18.8.2/24")?;
+    let listener = peer.run(|| Ok(std::net::TcpListener::bind("198.18.8.2:179")?))?;
     let settings = NodeSettings {
         vxlan_local: Some("198.18.8.1".parse()?),
         protected: vec!["veth0".into()],

@@ -475,21 +475,12 @@ fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns
     in_netns(test, || async {
         // Node A (this namespace, FRR applied by the agent) ══ veth ══ node B (a peer namespace with
         // its own FRR, configured by hand): iBGP over 198.18.8.0/24, keepalive 1 s, hold 3 s.
-        let peer = PeerNs::new()?;
-        let pid = peer.pid().to_string();
-        ip(&[
-            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
-        ])?;
-        ip(&["addr", "add", "198.18.8.1/24", "dev", "veth0"])?;
-        ip(&["link", "set", "veth0", "up"])?;
+        let peer = PeerNs::wired("198.18.8.1/24", "198.18.8.2/24")?;
         ip(&["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])?;
         for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
             std::fs::write(format!("/proc/sys/{key}"), "1").with_context(|| key.to_string())?;
         }
         let b = peer.run(|| {
-            ip(&["link", "set", "lo", "up"])?;
-            ip(&["addr", "add", "198.18.8.2/24", "dev", "veth1"])?;
-            ip(&["link", "set", "veth1", "up"])?;
             // Forked from this thread: B's daemons live in B's namespace.
             let b = FrrDaemons::start()?;
             b.vtysh(&[
@@ -628,20 +619,11 @@ fn a_bgp_peering_that_does_not_come_up_within_its_hold_time_is_rolled_back() {
         return;
     }
     in_netns(test, || async {
-        let peer = PeerNs::new()?;
-        let pid = peer.pid().to_string();
-        ip(&[
-            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
-        ])?;
-        ip(&["addr", "add", "198.18.9.1/24", "dev", "veth0"])?;
-        ip(&["link", "set", "veth0", "up"])?;
+        let peer = PeerNs::wired("198.18.9.1/24", "198.18.9.2/24")?;
         // node() puts the VTEP on lo and turns forwarding on.
         let workload = peer.run(|| {
-            ip(&["link", "set", "lo", "up"])?;
             ip(&["addr", "add", "198.18.53.1/32", "dev", "lo"])?;
             ip(&["addr", "add", "198.18.54.1/32", "dev", "lo"])?;
-            ip(&["addr", "add", "198.18.9.2/24", "dev", "veth1"])?;
-            ip(&["link", "set", "veth1", "up"])?;
             let w = FrrDaemons::start()?;
             w.vtysh(&[
                 "-c",

@@ -120,12 +120,7 @@ async fn metrics() -> Result<String> {
 }
 
 async fn metrics_at(port: u16) -> Result<String> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
+    Ok(http_get(port, "/metrics").await?.1)
 }
 
 fn metric(text: &str, name: &str) -> f64 {
@@ -1046,19 +1041,8 @@ fn a_corrupt_backup_is_reported_once_and_refuses_applies_until_it_is_moved_aside
 #[test]
 fn a_new_agent_whose_rendering_fails_the_gate_stays_unready_and_the_node_keeps_what_it_ran() {
     in_netns("a_new_agent_whose_rendering_fails_the_gate", || async {
-        let peer = common::PeerNs::new()?;
-        let pid = peer.pid().to_string();
-        ip(&[
-            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
-        ])?;
-        ip(&["addr", "add", "198.18.8.1/24", "dev", "veth0"])?;
-        ip(&["link", "set", "veth0", "up"])?;
-        let _listener = peer.run(|| {
-            ip(&["link", "set", "lo", "up"])?;
-            ip(&["addr", "add", "198.18.8.2/24", "dev", "veth1"])?;
-            ip(&["link", "set", "veth1", "up"])?;
-            Ok(std::net::TcpListener::bind("198.18.8.2:179")?)
-        })?;
+        let peer = common::PeerNs::wired("198.18.8.1/24", "198.18.8.2/24")?;
+        let _listener = peer.run(|| Ok(std::net::TcpListener::bind("198.18.8.2:179")?))?;
         let server = RealApi::start().await?;
         let client = server.admin.clone();
         let mut node = Node::default();

@@ -110,6 +110,25 @@ impl PeerNs {
         bail!("unshare child never entered a new namespace")
     }
 
+    /// A peer namespace wired to this one: `veth0` here with `local` (a CIDR), `veth1` there with
+    /// `remote`, both up, and the peer's `lo` up.
+    pub fn wired(local: &str, remote: &str) -> Result<PeerNs> {
+        let peer = PeerNs::new()?;
+        let pid = peer.pid().to_string();
+        ip(&[
+            "link", "add", "veth0", "type", "veth", "peer", "name", "veth1", "netns", &pid,
+        ])?;
+        ip(&["addr", "add", local, "dev", "veth0"])?;
+        ip(&["link", "set", "veth0", "up"])?;
+        let remote = remote.to_string();
+        peer.run(move || {
+            ip(&["link", "set", "lo", "up"])?;
+            ip(&["addr", "add", &remote, "dev", "veth1"])?;
+            ip(&["link", "set", "veth1", "up"])
+        })?;
+        Ok(peer)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
