@@ -81,6 +81,9 @@ fn in_netns<T: Send + 'static>(
     Ok(handle)
 }
 
+/// How long [`Probe::start`] waits for every flow's first packet.
+const FIRST_PACKET: Duration = Duration::from_secs(30);
+
 impl Probe {
     /// Starts every flow at `rate` packets per second, each on its own port from 40000 up, and waits
     /// until each has delivered a packet (so a window never starts on a flow that never worked).
@@ -151,16 +154,20 @@ impl Probe {
             })?);
             me.flows.push((flow, record));
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A routed flow's first packet waits for EVPN to carry the receiver's MAC/IP route to the
+        // sender's node (its echo teaches the remote gateway): seconds alone, up to half a minute
+        // while the whole test suite loads the machine (a CI run took over 10 s once).
+        let deadline = Instant::now() + FIRST_PACKET;
         for (flow, record) in &me.flows {
             while record.lock().unwrap().arrived.is_empty() {
                 if Instant::now() > deadline {
                     anyhow::bail!(
-                        "flow {} ({} → {} {}) delivers nothing",
+                        "flow {} ({} → {} {}) delivered nothing in {} s",
                         flow.name,
                         flow.from,
                         flow.to,
-                        flow.to_addr
+                        flow.to_addr,
+                        FIRST_PACKET.as_secs()
                     );
                 }
                 std::thread::sleep(Duration::from_millis(20));
