@@ -2,8 +2,9 @@
 //! by `tests/previous-release/build.sh` and cached outside the repository) and this tree in one fleet on
 //! kube-apiserver + etcd: agents of both releases under this tree's configurators, the agents upgraded
 //! one by one while a rollout is in flight, then the configurators downgraded to the previous release
-//! and the previous release's CRDs installed over the objects this tree wrote. Needs root (skips with a
-//! message otherwise).
+//! and the previous release's CRDs installed over the objects this tree wrote. On the way, a revision that
+//! needs a feature the previous release's agents lack reaches only the upgraded agent's node; the others
+//! wait for their agent. Needs root (skips with a message otherwise).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -83,6 +84,23 @@ async fn complete(f: &Fleet, rev: &str) -> Result<()> {
     f.wait_all_on(rev, T).await
 }
 
+/// Creates a RoutingTable whose rule matches a firewall mark (a feature since 0.2.0); returns the
+/// revision cut from it.
+async fn fwmark_revision(f: &Fleet) -> Result<String> {
+    let seq = f.revisions().await?.last().map_or(0, |r| r.spec.sequence);
+    f.create_routing_table(json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "RoutingTable",
+        "metadata": {"name": "skew-fwmark"},
+        "spec": {"tableId": 313,
+                 "routes": [{"prefix": "198.19.0.0/16", "type": "blackhole"}],
+                 "rules": [{"priority": 4000, "fwmark": 16, "fwmask": 255}]},
+    }))
+    .await?;
+    let rev = f.wait_new_revision(seq, T).await?;
+    rev.metadata.name.context("a named revision")
+}
+
 /// The previous release's CRDs put over this tree's (as `kubectl apply` of the older install would).
 async fn install_crds(f: &Fleet, dir: &std::path::Path) -> Result<usize> {
     let api: Api<CustomResourceDefinition> = Api::all(f.client.clone());
@@ -146,6 +164,41 @@ async fn the_previous_release_and_this_tree_upgrade_and_downgrade_each_other_wit
         "every agent is the previous release: {versions:?}"
     );
 
+    // One agent upgraded, then a revision whose config needs a feature the previous release's agents
+    // lack (a rule matching a firewall mark): only that node gets it; the others wait for their agent,
+    // neither failed nor Provisioned on a config they would apply in part.
+    let upgraded = f.node_names()[0].clone();
+    f.bins.agent = this.agent.clone();
+    f.kill_agent(&upgraded);
+    f.start_agent(&upgraded).unwrap();
+    let needs_new_agent = fwmark_revision(&f).await.unwrap();
+    let st = f
+        .wait_phase(&needs_new_agent, &[RevisionPhase::Complete], T)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
+    assert_eq!(
+        (st.updated, st.waiting_for_agent, st.failed),
+        (1, 3, 0),
+        "{:?}",
+        st.message
+    );
+    let message = st.message.unwrap_or_default();
+    assert!(
+        message.contains("3 node(s) wait for their agent") && message.contains("ruleFwmark"),
+        "{message}"
+    );
+    for (node, c) in f.configs().await.unwrap() {
+        let on_it = c.spec.revision == needs_new_agent;
+        let reported = c.status.and_then(|s| s.observed_revision) == Some(needs_new_agent.clone());
+        assert_eq!(
+            (on_it, reported),
+            (node == upgraded, node == upgraded),
+            "{node}: only the upgraded agent's node is given (and reports on) {needs_new_agent}"
+        );
+    }
+
     // A rollout in flight while the agents are upgraded one by one, as the DaemonSet does.
     let seq = f.revisions().await.unwrap().last().unwrap().spec.sequence;
     f.create_routing_table(json!({
@@ -184,6 +237,15 @@ async fn the_previous_release_and_this_tree_upgrade_and_downgrade_each_other_wit
         versions.iter().all(|(_, v)| v == THIS),
         "every agent is this tree's now: {versions:?}"
     );
+
+    // Before going back, the input that needs this release's agents goes (README, "Upgrading
+    // netwave": an older agent given such a config would apply it in part).
+    let seq = f.revisions().await.unwrap().last().unwrap().spec.sequence;
+    f.delete_routing_table("skew-fwmark").await.unwrap();
+    let without = f.wait_new_revision(seq, T).await.unwrap();
+    complete(&f, without.metadata.name.as_deref().unwrap())
+        .await
+        .unwrap();
 
     // The configurators go back to the previous release (a Deployment rollback), over objects this
     // tree wrote; half the agents go back too.

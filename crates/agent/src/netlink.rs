@@ -48,7 +48,7 @@ use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use netwave_core::dataplane::diff::{DiffError, NetOp, Observed, diff};
 use netwave_core::dataplane::{
     Capabilities, Dataplane, Family, Feature, Hook, Link, LinkKind, MANAGED_ALIAS, Mac,
-    NodeSettings, RTPROT_NETWAVE, RouteAction, RouteKey, Rule,
+    NodeSettings, RTPROT_NETWAVE, RouteAction, RouteKey, Rule, canonical_fwmask,
 };
 
 /// Requests outstanding at once within one stage (measured: ≈16 matches `ip -batch`).
@@ -860,6 +860,8 @@ fn parse_rule(r: &RuleMessage) -> Option<Rule> {
         from: None,
         to: None,
         iif: None,
+        fwmark: None,
+        fwmask: None,
     };
     for a in &r.attributes {
         match a {
@@ -868,9 +870,18 @@ fn parse_rule(r: &RuleMessage) -> Option<Rule> {
             RuleAttribute::Source(ip) => rule.from = IpNet::new(*ip, r.header.src_len).ok(),
             RuleAttribute::Destination(ip) => rule.to = IpNet::new(*ip, r.header.dst_len).ok(),
             RuleAttribute::Iifname(n) => rule.iif = Some(n.clone()),
+            RuleAttribute::FwMark(m) => rule.fwmark = Some(*m),
+            RuleAttribute::FwMask(m) => rule.fwmask = Some(*m),
             _ => {}
         }
     }
+    // The kernel reports the mark only when it is not 0 and the mask when either is not 0: a mask
+    // alone is a zero mark compared under it. A mark given without a mask got all bits, which the
+    // model writes as no mask.
+    if rule.fwmask.is_some() {
+        rule.fwmark.get_or_insert(0);
+    }
+    rule.fwmask = canonical_fwmask(rule.fwmark, rule.fwmask);
     Some(rule)
 }
 
@@ -1205,6 +1216,14 @@ fn rule_msg(r: &Rule) -> RuleMessage {
     }
     if let Some(iif) = &r.iif {
         m.attributes.push(RuleAttribute::Iifname(iif.clone()));
+    }
+    // Without a mask the kernel compares all bits of a non-zero mark (and a zero one not at all:
+    // the model never has that).
+    if let Some(mark) = r.fwmark {
+        m.attributes.push(RuleAttribute::FwMark(mark));
+    }
+    if let Some(mask) = r.fwmask {
+        m.attributes.push(RuleAttribute::FwMask(mask));
     }
     m
 }

@@ -1172,6 +1172,8 @@ mod tests {
                 from: None,
                 to: None,
                 iif: Some(label.into()),
+                fwmark: None,
+                fwmask: None,
             }],
             ..NodeConfig::default()
         }

@@ -98,6 +98,8 @@ fn vrf_config() -> NodeConfig {
             from: Some("198.18.20.0/24".into()),
             to: None,
             iif: None,
+            fwmark: None,
+            fwmask: None,
         }],
     }
 }

@@ -90,6 +90,8 @@ fn config() -> NodeConfig {
                 from: Some("198.18.10.0/24".into()),
                 to: None,
                 iif: None,
+                fwmark: None,
+                fwmask: None,
             },
             RuleConfig {
                 priority: 1001,
@@ -97,6 +99,8 @@ fn config() -> NodeConfig {
                 from: None,
                 to: None,
                 iif: Some("l2.20".into()),
+                fwmark: None,
+                fwmask: None,
             },
         ],
     }
@@ -224,6 +228,97 @@ fn drift_is_repaired_and_reported() {
         ensure!(nl.reconcile(&want).await?.writes == 0);
         Ok(())
     });
+}
+
+fn marked(priority: u32, table: u32, fwmark: u32, fwmask: Option<u32>) -> RuleConfig {
+    RuleConfig {
+        priority,
+        table,
+        from: None,
+        to: None,
+        iif: None,
+        fwmark: Some(fwmark),
+        fwmask,
+    }
+}
+
+#[test]
+fn rules_with_a_firewall_mark_read_back_as_written() {
+    in_netns(
+        "rules_with_a_firewall_mark_read_back_as_written",
+        || async {
+            let nl = Netlink::connect(settings())?;
+            let mut cfg = config();
+            cfg.rules.extend([
+                // The kernel stores a full mask and reports it.
+                marked(2000, 100, 0x10, None),
+                marked(2001, 100, 0x20, Some(0xf0)),
+                // The kernel reports the mask alone: a zero mark is not reported.
+                marked(2002, 1000, 0, Some(0xff)),
+                marked(2003, 1000, 0, Some(u32::MAX)),
+            ]);
+            let want = desired(&cfg, nl.settings())?;
+            ensure!(nl.reconcile(&want).await?.writes > 0);
+            let rules = ip(&["rule", "show"])?;
+            for needle in [
+                "2000:\tfrom all fwmark 0x10 lookup 100 proto 242",
+                "2001:\tfrom all fwmark 0x20/0xf0 lookup 100 proto 242",
+                "2002:\tfrom all fwmark 0/0xff lookup 1000 proto 242",
+                "2003:\tfrom all fwmark 0 lookup 1000 proto 242",
+            ] {
+                ensure!(rules.contains(needle), "no {needle:?}:\n{rules}");
+            }
+            // The mark decides: 0x10 and 0x2f reach table 100 (its route), a low byte of 0 table 1000
+            // (its unreachable route: "No route to host"), and a mark no rule takes the main table,
+            // where nothing leads there ("Network is unreachable").
+            for (mark, want) in [
+                ("0x10", "via 198.18.10.254"),
+                ("0x2f", "via 198.18.10.254"),
+                ("0x100", "No route to host"),
+                ("0x1", "Network is unreachable"),
+            ] {
+                let got = match ip(&["route", "get", "198.19.0.1", "mark", mark]) {
+                    Ok(out) => out,
+                    Err(e) => e.to_string(),
+                };
+                ensure!(got.contains(want), "mark {mark}: {got}");
+            }
+
+            // Read back exactly as written: a zero mark from its mask alone, a full mask on a non-zero
+            // mark as none.
+            let snap = nl.observe().await?;
+            let rules = |rules: &std::collections::BTreeSet<netwave_core::dataplane::Rule>| {
+                rules.iter().map(ToString::to_string).collect::<Vec<_>>()
+            };
+            ensure!(
+                snap.observed.managed.rules == want.rules,
+                "observed {:#?}\nwant {:#?}",
+                rules(&snap.observed.managed.rules),
+                rules(&want.rules)
+            );
+            ensure!(diff(&want, &snap.observed)?.is_empty());
+            let before = nl.writes();
+            let again = nl.reconcile(&want).await?;
+            ensure!(again.applied.is_empty(), "re-apply did {:?}", again.applied);
+            ensure!(nl.writes() == before && again.writes == 0);
+
+            // A changed mask replaces the rule: the old one is found (by its mark and mask) and deleted.
+            cfg.rules[3].fwmask = Some(0x30);
+            let want = desired(&cfg, nl.settings())?;
+            nl.reconcile(&want).await?;
+            let rules = ip(&["rule", "show", "priority", "2001"])?;
+            ensure!(
+                rules.trim() == "2001:\tfrom all fwmark 0x20/0x30 lookup 100 proto 242",
+                "{rules}"
+            );
+            ensure!(diff(&want, &nl.observe().await?.observed)?.is_empty());
+
+            let empty = desired(&NodeConfig::default(), nl.settings())?;
+            nl.reconcile(&empty).await?;
+            ensure!(!ip(&["rule", "show"])?.contains("proto 242"));
+            Ok(())
+        },
+    );
 }
 
 #[test]

@@ -12,8 +12,9 @@
 //!
 //! Fleet validation (`netwave-core`) stays the authority: it checks all of this and everything that
 //! needs more than one object. These are the rules one object shows on its own and CEL can say; each
-//! mirrors a rule of [`crate::validate`] with the same wording. IPv4 broadcast gateways and address-family
-//! mixes are left to fleet validation.
+//! mirrors a rule of [`crate::validate`] with the same wording. IPv4 broadcast gateways, address-family
+//! mixes and a rule's mark with bits outside its mask (CEL has no bitwise operators) are left to fleet
+//! validation.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
@@ -105,6 +106,32 @@ fn rule_priority() -> Vec<Value> {
         "message": "priorities 32766 and 32767 belong to the kernel's main/default rules",
         "reason": "FieldValueInvalid",
     })]
+}
+
+/// A policy rule's firewall mark and mask ([`crate::validate::check_fwmark`], but for a mark with bits
+/// outside its mask: CEL has no bitwise operators, fleet validation says that one).
+fn rule_fwmark() -> Vec<Value> {
+    use crate::validate::{FWMARK_ZERO_WITHOUT_FWMASK, FWMASK_WITHOUT_FWMARK, FWMASK_ZERO};
+    vec![
+        json!({
+            "rule": "!has(self.fwmask) || has(self.fwmark)",
+            "message": FWMASK_WITHOUT_FWMARK,
+            "fieldPath": ".fwmask",
+            "reason": "FieldValueInvalid",
+        }),
+        json!({
+            "rule": "!has(self.fwmask) || self.fwmask != 0",
+            "message": FWMASK_ZERO,
+            "fieldPath": ".fwmask",
+            "reason": "FieldValueInvalid",
+        }),
+        json!({
+            "rule": "!has(self.fwmark) || self.fwmark != 0 || has(self.fwmask)",
+            "message": FWMARK_ZERO_WITHOUT_FWMASK,
+            "fieldPath": ".fwmark",
+            "reason": "FieldValueInvalid",
+        }),
+    ]
 }
 
 fn anycast_mac_with_gateways() -> Vec<Value> {
@@ -205,6 +232,7 @@ fn rules() -> Vec<(&'static str, &'static [&'static str], Vec<Value>)> {
         ("RoutingTable", &["routes", "[]", "via"], ip_address()),
         ("RoutingTable", &["rules", "[]", "from"], network()),
         ("RoutingTable", &["rules", "[]", "to"], network()),
+        ("RoutingTable", &["rules", "[]"], rule_fwmark()),
         (
             "RoutingTable",
             &["rules", "[]", "priority"],

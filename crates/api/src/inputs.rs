@@ -322,6 +322,12 @@ pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 15))]
     pub iif: Option<String>,
+    /// Firewall mark the packet must carry (`ip rule ... fwmark`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<u32>,
+    /// Bits of the mark compared (`ip rule ... fwmark MARK/MASK`); all of them when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmask: Option<u32>,
     /// Rule priority; lower is evaluated first. 32766 and 32767 belong to the kernel's `main` and
     /// `default` rules and cannot be used.
     #[schemars(range(min = 1, max = 4294967295u32))]

@@ -19,6 +19,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod cel;
+pub mod features;
 pub mod input_status;
 pub mod inputs;
 mod integers;

@@ -377,6 +377,10 @@ pub struct NetworkConfigRevisionStatus {
     pub failed: u32,
     /// Not Ready or cordoned nodes, left for later.
     pub skipped: u32,
+    /// Nodes left for later because their agent lacks a feature their config of this revision needs
+    /// (an agent older than the configurator, `netwave_api::features`); also counted in `skipped`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waiting_for_agent: u32,
     pub failed_nodes: Vec<FailedNode>,
     pub validation: ValidationResult,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -716,6 +720,14 @@ pub struct RuleConfig {
     pub to: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iif: Option<String>,
+    // Both omitted when unset, so a config without marks keeps its `configHash`.
+    /// Firewall mark the packet must carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<u32>,
+    /// Bits of the mark compared; all of them when omitted. A full mask on a non-zero mark is the
+    /// kernel's default and is written omitted, so one kernel rule has one form (and one hash).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmask: Option<u32>,
 }
 
 impl NodeNetworkConfigSpec {
@@ -820,6 +832,11 @@ pub struct NodeNetworkConfigStatus {
     pub probes: Vec<ProbeResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// What the agent can apply beyond release 0.1.0 (`netwave_api::features`): the configurator
+    /// assigns no config that needs a feature the node's agent does not declare. Agents before 0.2.0
+    /// leave it out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_features: Option<Vec<String>>,
     /// Kernel features by name (`vrf`, `vlan`, `bridgeVlanFiltering`, …) and whether they work.
     pub kernel_capabilities: BTreeMap<String, bool>,
     /// Written by the configurator, never by the agent: `Quarantined` while the node is quarantined
@@ -843,4 +860,8 @@ pub struct ProbeResult {
     pub gating: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_seconds: Option<f64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -420,10 +420,43 @@ pub fn validate_routing_table(spec: &RoutingTableSpec) -> Vec<FieldError> {
             }
         }
         if families.len() == 2 && families[0] != families[1] {
-            p.push(at, "`from` and `to` are of different address families");
+            p.push(&at, "`from` and `to` are of different address families");
+        }
+        if let Err((field, message)) = check_fwmark(rule.fwmark, rule.fwmask) {
+            p.push(format!("{at}.{field}"), message);
         }
     }
     p.0
+}
+
+/// [`check_fwmark`]'s refusals that CEL can say too ([`crate::cel`] has no bitwise operators for the
+/// fourth), word for word.
+pub const FWMASK_WITHOUT_FWMARK: &str = "a mask needs `fwmark`: it says which bits of the mark are \
+     compared (to match packets whose masked mark is 0, write `fwmark: 0`)";
+pub const FWMASK_ZERO: &str =
+    "a mask of 0 compares no bit of the mark, so the rule would match every packet";
+pub const FWMARK_ZERO_WITHOUT_FWMASK: &str = "the kernel neither compares nor reports a zero mark \
+     without a mask; to match packets whose mark is 0, set `fwmask` (all bits: 4294967295)";
+
+/// What is wrong with a policy rule's firewall mark and mask, as the field (`fwmark` or `fwmask`) and
+/// why. The kernel takes each of these and then matches something else than written: a mask alone
+/// compares against a zero mark nobody wrote, a zero mask matches every packet, a zero mark without a
+/// mask is not compared at all, and a mark with bits outside its mask matches no packet.
+pub fn check_fwmark(mark: Option<u32>, mask: Option<u32>) -> Result<(), (&'static str, String)> {
+    match (mark, mask) {
+        (None, Some(_)) => Err(("fwmask", FWMASK_WITHOUT_FWMARK.into())),
+        (Some(_), Some(0)) => Err(("fwmask", FWMASK_ZERO.into())),
+        (Some(m), Some(k)) if m & !k != 0 => Err((
+            "fwmark",
+            format!(
+                "mark {m:#x} has bits outside mask {k:#x} ({:#x}): only the masked bits of a packet's \
+                 mark are compared, so the rule could never match",
+                m & !k
+            ),
+        )),
+        (Some(0), None) => Err(("fwmark", FWMARK_ZERO_WITHOUT_FWMASK.into())),
+        _ => Ok(()),
+    }
 }
 
 /// The longest BGP hold time and keepalive interval FRR takes, in seconds.

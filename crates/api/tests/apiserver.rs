@@ -250,7 +250,11 @@ metadata: {name: reserved}
 spec:
   tableId: 254
   routes: [{prefix: 10.200.0.1/16, via: 10.250.11.300}]
-  rules: [{from: 10.0.0.0/8, priority: 32766}]
+  rules:
+  - {from: 10.0.0.0/8, priority: 32766}
+  - {fwmask: 255, priority: 1001}
+  - {fwmark: 16, fwmask: 0, priority: 1002}
+  - {fwmark: 0, priority: 1003}
 "#,
         &[
             "spec.tableId",
@@ -261,6 +265,12 @@ spec:
             "must be an IP address",
             "spec.rules[0].priority",
             "priorities 32766 and 32767 belong to the kernel's main/default rules",
+            "spec.rules[1].fwmask",
+            "a mask needs `fwmark`",
+            "spec.rules[2].fwmask",
+            "a mask of 0 compares no bit of the mark",
+            "spec.rules[3].fwmark",
+            "the kernel neither compares nor reports a zero mark without a mask",
         ],
     );
     refused(
@@ -287,6 +297,20 @@ spec:
     assert_eq!(text(&o).0, "", "nothing was stored");
     // The samples (good objects of every shape) still apply.
     ok(&cp, &["apply", "--dry-run=server", "-f", "deploy/samples/"]);
+    // Marks that mean what they say pass: with and without a mask, and a zero mark under a mask.
+    let marks = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: RoutingTable
+metadata: {name: marks}
+spec:
+  tableId: 100
+  rules:
+  - {fwmark: 16, priority: 1001}
+  - {fwmark: 16, fwmask: 240, priority: 1002}
+  - {fwmark: 0, fwmask: 255, priority: 1003}
+"#;
+    let o = kubectl(&cp, &["apply", "--dry-run=server", "-f", "-"], Some(marks));
+    assert!(o.status.success(), "refused:\n{}", text(&o).1);
 }
 
 /// Server-side apply and `kubectl diff`, as an admin previews a change before making it.

@@ -62,6 +62,8 @@ fn rule(from: Option<&str>, to: Option<&str>, priority: u32) -> Rule {
         from: from.map(Into::into),
         to: to.map(Into::into),
         iif: None,
+        fwmark: None,
+        fwmask: None,
         priority,
     }
 }
@@ -296,6 +298,45 @@ fn rules_use_networks_free_priorities_and_one_family() {
             "spec.rules[1].priority: priority 1000 is already used by spec.rules[0]",
             "spec.rules[2].priority: priority 32766 belongs to the kernel's main/default rule",
             "spec.rules[2]: `from` and `to` are of different address families",
+        ]
+    );
+}
+
+fn marked(mark: Option<u32>, mask: Option<u32>, priority: u32) -> Rule {
+    Rule {
+        fwmark: mark,
+        fwmask: mask,
+        ..rule(None, None, priority)
+    }
+}
+
+#[test]
+fn a_rule_mark_and_mask_must_match_what_they_say() {
+    let mut spec = rt();
+    spec.rules = vec![
+        marked(Some(0x10), None, 1000),
+        marked(Some(0x10), Some(0xf0), 1001),
+        marked(Some(0), Some(0xff), 1002),
+        marked(Some(0x10), Some(u32::MAX), 1003),
+    ];
+    assert!(validate_routing_table(&spec).is_empty());
+    spec.rules = vec![
+        marked(None, Some(0xff), 1000),
+        marked(Some(0x10), Some(0x0f), 1001),
+        marked(Some(0), None, 1002),
+        marked(Some(0x10), Some(0), 1003),
+    ];
+    assert_eq!(
+        lines(validate_routing_table(&spec)),
+        [
+            "spec.rules[0].fwmask: a mask needs `fwmark`: it says which bits of the mark are compared \
+             (to match packets whose masked mark is 0, write `fwmark: 0`)",
+            "spec.rules[1].fwmark: mark 0x10 has bits outside mask 0xf (0x10): only the masked bits of a \
+             packet's mark are compared, so the rule could never match",
+            "spec.rules[2].fwmark: the kernel neither compares nor reports a zero mark without a mask; \
+             to match packets whose mark is 0, set `fwmask` (all bits: 4294967295)",
+            "spec.rules[3].fwmask: a mask of 0 compares no bit of the mark, so the rule would match \
+             every packet",
         ]
     );
 }

@@ -341,6 +341,7 @@ fn step_input(
         nodes,
         configs,
         unreadable_configs: holds.unreadable_nodes.clone(),
+        unassigned_agents: observed.unassigned_agents(),
         rendered: RenderedHashes::default(),
         footprints: Default::default(),
     }
@@ -391,6 +392,7 @@ fn render_for_step(
         }
         out.used.insert((rev.spec.hash.clone(), fleet.fingerprint));
         input.rendered.set_revision(name.clone(), r.hashes.clone());
+        input.rendered.set_needs(name.clone(), r.needs.clone());
         input.footprints.insert(name.clone(), r.footprint.clone());
         out.rendered.insert(name, r);
     }

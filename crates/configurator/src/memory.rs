@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use netwave_api::features::FeatureSet;
 use netwave_api::kinds::{ByKind, Objects};
 use netwave_api::{RevisionInputs, ValidationResult};
 use netwave_core::Sym;
@@ -72,6 +73,9 @@ pub struct Rendered {
     /// Every node's configHash, shared with each step input (built once per render, not per reconcile:
     /// at 5,000 nodes the copy was 15% of a reconcile's compute).
     pub hashes: Arc<BTreeMap<Sym, Sym>>,
+    /// The agent features each node's config needs, for the nodes whose config needs any
+    /// (`netwave_api::features`).
+    pub needs: Arc<BTreeMap<Sym, FeatureSet>>,
     pub validation: ValidationResult,
 }
 
@@ -98,9 +102,15 @@ impl Memory {
             .iter()
             .map(|(n, rn)| (strings.intern(n), strings.intern(&rn.config_hash)))
             .collect::<BTreeMap<_, _>>();
+        let needs = (checked.nodes.iter())
+            .map(|(n, rn)| (n, FeatureSet::needed_by(&rn.config())))
+            .filter(|(_, needs)| !needs.is_empty())
+            .map(|(n, needs)| (strings.intern(n), needs))
+            .collect::<BTreeMap<_, _>>();
         let r = Arc::new(Rendered {
             footprint: Arc::new(Footprint::of(inputs, nodes)),
             hashes: Arc::new(hashes),
+            needs: Arc::new(needs),
             nodes: checked.nodes,
             validation: checked.validation.to_status(),
         });

@@ -245,7 +245,14 @@ impl Metrics {
                 phase: phase.as_str(),
             });
         }
-        for state in ["updated", "in_progress", "queued", "failed", "skipped"] {
+        for state in [
+            "updated",
+            "in_progress",
+            "queued",
+            "failed",
+            "skipped",
+            "waiting_for_agent",
+        ] {
             let _ = m.nodes.get_or_create(&NodeStateLabels { state });
         }
         for kind in TAMPERED_KINDS {

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use netwave_api::NodeNetworkConfig;
+use netwave_api::features::FeatureSet;
 use netwave_core::render::NodeInfo;
 use netwave_core::rollout::quarantine::{self, NodeRecord};
 use netwave_core::rollout::{NodeConfigState, NodeState};
-use netwave_core::{Interner, Timestamp};
+use netwave_core::{Interner, Sym, Timestamp};
 use tracing::warn;
 
 use crate::snapshot::{Snapshot, find_sorted, live};
@@ -404,6 +405,23 @@ impl Observed {
             let (_, (_, share)) = nodes.next_if(|(k, _)| *k == n)?;
             Some((n.as_str(), share.as_ref()?.0.eligible()))
         })
+    }
+
+    /// What the agents of nodes without an assignment declare they can apply, from their
+    /// placeholders' status (`RolloutInput::unassigned_agents`); agents that declare nothing are
+    /// left out.
+    pub fn unassigned_agents(&mut self) -> BTreeMap<Sym, FeatureSet> {
+        let Observed {
+            placeholders,
+            strings,
+            ..
+        } = self;
+        (placeholders.iter())
+            .filter_map(|(node, c)| {
+                let features = FeatureSet::of_agent(c.status.as_ref());
+                (!features.is_empty()).then(|| (strings.intern(node), features))
+            })
+            .collect()
     }
 
     /// Placeholder configs, by name (the reference [`Observed::placeholder_work`] is checked against).

@@ -97,6 +97,7 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan, quarantined: usize) 
         ("queued", st.queued),
         ("failed", st.failed),
         ("skipped", st.skipped),
+        ("waiting_for_agent", st.waiting_for_agent),
     ] {
         metrics
             .nodes

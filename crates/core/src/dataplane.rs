@@ -380,6 +380,20 @@ pub struct Rule {
     pub from: Option<IpNet>,
     pub to: Option<IpNet>,
     pub iif: Option<String>,
+    /// Firewall mark; `Some(0)` only with a mask (the kernel does not compare a zero mark without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<u32>,
+    /// Mask of the mark, in [`canonical_fwmask`]'s form: the kernel's default (all bits on a non-zero
+    /// mark) is `None`, as the kernel reports it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmask: Option<u32>,
+}
+
+/// The one form of a rule's mark mask: all bits on a non-zero mark is what the kernel sets when no mask
+/// is given, so it is `None`, and equal kernel rules render (and hash) equal. A zero mark keeps its
+/// mask, which is then the only thing that makes the kernel compare the mark at all.
+pub fn canonical_fwmask(mark: Option<u32>, mask: Option<u32>) -> Option<u32> {
+    mask.filter(|&k| k != u32::MAX || mark.is_none_or(|m| m == 0))
 }
 
 impl fmt::Display for Rule {
@@ -397,6 +411,12 @@ impl fmt::Display for Rule {
         }
         if let Some(x) = &self.iif {
             write!(f, " iif {x}")?;
+        }
+        if self.fwmark.is_some() || self.fwmask.is_some() {
+            write!(f, " fwmark {:#x}", self.fwmark.unwrap_or(0))?;
+        }
+        if let Some(k) = self.fwmask {
+            write!(f, "/{k:#x}")?;
         }
         write!(f, " lookup {}", self.table)
     }
@@ -760,6 +780,8 @@ impl Builder<'_> {
                     from: Some(from),
                     to: None,
                     iif: None,
+                    fwmark: None,
+                    fwmask: None,
                 });
             }
         }
@@ -852,6 +874,17 @@ impl Builder<'_> {
             // No prefix fixes the family: the rule applies to both, as `iif X lookup T` means.
             (None, _) => vec![Family::V4, Family::V6],
         };
+        if let Err((field, why)) = netwave_api::validate::check_fwmark(r.fwmark, r.fwmask) {
+            let value = match field {
+                "fwmark" => r.fwmark,
+                _ => r.fwmask,
+            };
+            return Err(invalid(
+                format!("{at}.{field}"),
+                &value.map(|v| v.to_string()).unwrap_or_default(),
+                why,
+            ));
+        }
         for family in fams {
             self.dp.rules.insert(Rule {
                 family,
@@ -860,6 +893,8 @@ impl Builder<'_> {
                 from,
                 to,
                 iif: r.iif.clone(),
+                fwmark: r.fwmark,
+                fwmask: canonical_fwmask(r.fwmark, r.fwmask),
             });
         }
         Ok(())

@@ -552,6 +552,8 @@ pub(crate) fn table_config(r: &NamedRoutingTable) -> (Vec<RouteConfig>, Vec<Rule
             from: rule.from.as_deref().map(canonical_network),
             to: rule.to.as_deref().map(canonical_network),
             iif: rule.iif.clone(),
+            fwmark: rule.fwmark,
+            fwmask: crate::dataplane::canonical_fwmask(rule.fwmark, rule.fwmask),
         })
         .collect();
     (routes, rules)

@@ -46,6 +46,8 @@ fn base() -> NodeConfig {
             from: Some("10.10.0.0/24".into()),
             to: None,
             iif: None,
+            fwmark: None,
+            fwmask: None,
         }],
     }
 }
@@ -234,6 +236,8 @@ fn rule_changes() {
         from: None,
         to: None,
         iif: Some("l2.20".into()),
+        fwmark: None,
+        fwmask: None,
     });
     assert_eq!(
         ops(&base(), &to),
@@ -244,6 +248,55 @@ fn rule_changes() {
             "rule add -6 priority 900 iif l2.20 lookup 100",
         ]
     );
+}
+
+#[test]
+fn a_rule_with_a_mark_is_its_own_rule() {
+    let mut to = base();
+    to.rules[0].fwmark = Some(0x10);
+    to.rules.push(RuleConfig {
+        priority: 900,
+        table: 100,
+        from: None,
+        to: None,
+        iif: None,
+        fwmark: Some(0),
+        fwmask: Some(0xff),
+    });
+    assert_eq!(
+        ops(&base(), &to),
+        [
+            "rule del -4 priority 1000 from 10.10.0.0/24 lookup 100",
+            "rule add -4 priority 900 fwmark 0x0/0xff lookup 100",
+            "rule add -4 priority 1000 from 10.10.0.0/24 fwmark 0x10 lookup 100",
+            "rule add -6 priority 900 fwmark 0x0/0xff lookup 100",
+        ]
+    );
+    // A full mask on a non-zero mark is the kernel's default: the same rule, nothing to do.
+    let mut full = to.clone();
+    full.rules[0].fwmask = Some(u32::MAX);
+    assert_eq!(dp(&full), dp(&to));
+}
+
+#[test]
+fn a_rule_mark_the_kernel_would_match_otherwise_is_refused() {
+    for (mark, mask, field) in [
+        (None, Some(0xff), "rules[0].fwmask"),
+        (Some(0x11), Some(0xf0), "rules[0].fwmark"),
+        (Some(0), None, "rules[0].fwmark"),
+        (Some(0x10), Some(0), "rules[0].fwmask"),
+    ] {
+        let mut cfg = base();
+        cfg.rules[0].fwmark = mark;
+        cfg.rules[0].fwmask = mask;
+        assert!(
+            matches!(
+                desired(&cfg, &settings()),
+                Err(ModelError::InvalidValue { field: f, .. }) if f == field
+            ),
+            "{mark:?}/{mask:?}"
+        );
+    }
 }
 
 #[test]

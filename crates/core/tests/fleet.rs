@@ -528,6 +528,48 @@ fn one_rule_priority_in_two_routing_tables_conflicts() {
 }
 
 #[test]
+fn a_rule_mark_the_kernel_would_match_otherwise_is_an_error_naming_object_and_rule() {
+    let marked = |mark, mask, priority| netwave_api::Rule {
+        fwmark: mark,
+        fwmask: mask,
+        ..rule("10.1.0.0/16", priority)
+    };
+    let mut t = rt("marks", 300);
+    t.spec.rules = vec![
+        marked(Some(0x10), None, 1000),
+        marked(Some(0x10), Some(0xf0), 1001),
+        marked(Some(0), Some(0xff), 1002),
+    ];
+    assert_clean(&check(&inputs(vec![], vec![], vec![t.clone()])));
+    let cases = [
+        (
+            marked(None, Some(0xff), 1003),
+            "RoutingTable/marks spec.rules[3].fwmask: a mask needs `fwmark`",
+        ),
+        (
+            marked(Some(0x11), Some(0xf0), 1003),
+            "RoutingTable/marks spec.rules[3].fwmark: mark 0x11 has bits outside mask 0xf0 (0x1): \
+             only the masked bits of a packet's mark are compared, so the rule could never match",
+        ),
+        (
+            marked(Some(0), None, 1003),
+            "RoutingTable/marks spec.rules[3].fwmark: the kernel neither compares nor reports a zero \
+             mark without a mask; to match packets whose mark is 0, set `fwmask`",
+        ),
+        (
+            marked(Some(0x10), Some(0), 1003),
+            "RoutingTable/marks spec.rules[3].fwmask: a mask of 0 compares no bit of the mark",
+        ),
+    ];
+    for (bad, want) in cases {
+        let mut t = t.clone();
+        t.spec.rules.push(bad);
+        let text = only_error(&check(&inputs(vec![], vec![], vec![t])), Check::ObjectSpec);
+        assert!(text.starts_with(want), "{text}");
+    }
+}
+
+#[test]
 fn object_that_selects_no_node_is_a_warning() {
     let seg = on(l2("seg", 10, 10), "pool", "gpu");
     let v = check(&inputs(vec![], vec![seg], vec![]));

@@ -227,6 +227,8 @@ fn sbr_prefixes_become_a_local_vrf_and_one_policy_rule_per_source() {
         from: Some(from.parse().unwrap()),
         to: None,
         iif: None,
+        fwmark: None,
+        fwmask: None,
     };
     assert_eq!(
         rules,

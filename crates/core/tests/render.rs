@@ -384,6 +384,40 @@ fn identical_routes_from_two_tables_merge() {
     assert_eq!(out["n"].config().routes.len(), 1);
 }
 
+#[test]
+fn a_full_mark_mask_is_no_mask_so_one_kernel_rule_has_one_hash() {
+    let marked = |mark, mask, priority| netwave_api::Rule {
+        fwmark: Some(mark),
+        fwmask: mask,
+        ..rule("10.0.0.0/8", priority)
+    };
+    let table = |rules| {
+        let mut t = rt("t", 300);
+        t.spec.rules = rules;
+        render(&inputs(vec![], vec![], vec![t]), &[node("n", &[])]).unwrap()["n"].clone()
+    };
+    let written = table(vec![marked(0x10, None, 1000), marked(0, Some(0xff), 1001)]);
+    let full = table(vec![
+        marked(0x10, Some(u32::MAX), 1000),
+        marked(0, Some(0xff), 1001),
+    ]);
+    let marks: Vec<_> = (full.config().rules.iter())
+        .map(|r| (r.fwmark, r.fwmask))
+        .collect();
+    assert_eq!(marks, [(Some(0x10), None), (Some(0), Some(0xff))]);
+    assert_eq!(full.config_hash, written.config_hash);
+    // A zero mark keeps its full mask: without one the kernel would not compare the mark at all.
+    let zero = table(vec![marked(0, Some(u32::MAX), 1000)]);
+    assert_eq!(zero.config().rules[0].fwmask, Some(u32::MAX));
+    // A rule without a mark is written as before (so its configHash is too).
+    let plain = table(vec![rule("10.0.0.0/8", 1000)]);
+    let json = serde_json::to_string(&plain.config()).unwrap();
+    assert!(
+        !json.contains("fwmark") && !json.contains("fwmask"),
+        "{json}"
+    );
+}
+
 // ---- properties ----
 
 proptest! {

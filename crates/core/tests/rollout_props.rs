@@ -382,6 +382,7 @@ fn build(g: &WorldGen) -> Store {
                         .then_some(c.assigned_ago)
                         .flatten()
                         .map(|s| Timestamp(NOW.0 - s as i64 * 500)),
+                    features: Default::default(),
                 },
                 record: match c.record {
                     2 => NodeRecord {

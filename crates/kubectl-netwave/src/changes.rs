@@ -136,6 +136,12 @@ pub fn config_diff(before: &NodeConfig, after: &NodeConfig) -> Vec<String> {
                 k.push_str(&format!(" {what} {v}"));
             }
         }
+        if let Some(m) = r.fwmark {
+            k.push_str(&format!(" fwmark {m:#x}"));
+        }
+        if let Some(m) = r.fwmask {
+            k.push_str(&format!("/{m:#x}"));
+        }
         k
     });
     out
@@ -329,6 +335,32 @@ mod tests {
                 "+ layer2 vlan 102 (vlan 102, vni 1102, mtu 9000, bridge l2.102, vxlan vx.102, \
                  neighSuppression false)",
                 "- route table 300 10.0.0.0/8",
+            ]
+        );
+    }
+
+    #[test]
+    fn rules_that_differ_in_their_mark_are_two_rules() {
+        let rule = |mark: Option<u32>, mask: Option<u32>| -> RuleConfig {
+            serde_json::from_value(serde_json::json!({
+                "priority": 1000, "table": 300, "fwmark": mark, "fwmask": mask
+            }))
+            .unwrap()
+        };
+        let before = NodeConfig {
+            rules: vec![rule(Some(0x10), None)],
+            ..Default::default()
+        };
+        let after = NodeConfig {
+            rules: vec![rule(Some(0), Some(0xff))],
+            ..Default::default()
+        };
+        assert_eq!(
+            config_diff(&before, &after),
+            vec![
+                "- rule priority 1000 table 300 fwmark 0x10",
+                "+ rule priority 1000 table 300 fwmark 0x0/0xff (priority 1000, table 300, fwmark 0, \
+                 fwmask 255)",
             ]
         );
     }

@@ -289,6 +289,7 @@ fn settled_fleet(
         nodes: Arc::new(nodes.iter().cloned().map(Arc::new).collect()),
         configs: Arc::new(configs),
         unreadable_configs: Default::default(),
+        unassigned_agents: Default::default(),
         rendered,
         // No footprints: the waves show the rollout as it goes once any hold is approved.
         footprints: Default::default(),

@@ -61,6 +61,9 @@ pub struct StatusView {
     pub queued: u32,
     pub failed: u32,
     pub skipped: u32,
+    /// Of `skipped`: their agent lacks a feature their config needs (`netwave_api::features`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waiting_for_agent: u32,
     pub paused: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused_by: Option<String>,
@@ -196,6 +199,7 @@ pub fn build<'a>(
         queued,
         failed,
         skipped,
+        waiting_for_agent,
         failed_nodes,
         validation,
         started_at,
@@ -230,6 +234,7 @@ pub fn build<'a>(
         queued,
         failed: failed_total as u32,
         skipped,
+        waiting_for_agent,
         paused: rev.spec.paused,
         paused_by: cluster::paused_by(rev),
         paused_at: paused_at.map(|t| t.0.to_string()),
@@ -406,6 +411,12 @@ pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
         v.queued,
         v.skipped
     ));
+    if v.waiting_for_agent > 0 {
+        s.push_str(&format!(
+            "{} of the skipped node(s) wait for their agent: it cannot apply their config (see below)\n",
+            v.waiting_for_agent
+        ));
+    }
     let mut roles = Vec::new();
     match &v.target {
         Some(t) if *t == v.revision => roles.push("this is the target".to_string()),
@@ -672,6 +683,10 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
             }
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

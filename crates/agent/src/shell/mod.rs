@@ -445,6 +445,22 @@ impl Shell {
             self.reporter.network_ready(false);
             return;
         }
+        // Decisions that report nothing still say which agent runs here (after an upgrade, or on a
+        // placeholder): the configurator's skew gate reads it.
+        if matches!(
+            decision,
+            Decision::UpToDate
+                | Decision::SkipInvalid
+                | Decision::StillTampered
+                | Decision::Unassigned
+                | Decision::StillBackupCorrupt
+        ) && !status.as_ref().is_some_and(status::announces_this_agent)
+        {
+            let prev = status.as_ref().filter(|_| decision != Decision::Unassigned);
+            let st = status::announcing(prev, &self.agent.caps);
+            self.reported = Some(st.clone());
+            self.reporter.status(&nnc.name_any(), st);
+        }
         async {
             match decision {
                 // Also after a restart: the Node's condition (and taints) match what runs.

@@ -2,6 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use netwave_api::NodeNetworkConfigStatus;
+use netwave_api::features::FeatureSet;
 
 use crate::reconcile::{Outcome, PROVISIONING, Target};
 use netwave_core::dataplane::Capabilities;
@@ -51,11 +52,34 @@ pub fn from_outcome(
         last_transition_time: transition(prev, phase, &now),
         probes: o.probes.clone(),
         agent_version: Some(AGENT_VERSION.to_string()),
+        agent_features: Some(FeatureSet::all().names()),
         kernel_capabilities: caps_map(caps),
         // The configurator's (Quarantined); empty is left out of the agent's apply, so it never
         // takes them over.
         conditions: Vec::new(),
     }
+}
+
+/// `prev` saying which agent runs here, what it can apply and what the kernel supports (after an
+/// upgrade, or on a placeholder: `prev` is then `None`, and nothing else is said).
+pub fn announcing(
+    prev: Option<&NodeNetworkConfigStatus>,
+    caps: &Capabilities,
+) -> NodeNetworkConfigStatus {
+    NodeNetworkConfigStatus {
+        agent_version: Some(AGENT_VERSION.to_string()),
+        agent_features: Some(FeatureSet::all().names()),
+        kernel_capabilities: caps_map(caps),
+        // The configurator's (Quarantined); never taken over.
+        conditions: Vec::new(),
+        ..prev.cloned().unwrap_or_default()
+    }
+}
+
+/// `st` already names this agent and its features.
+pub fn announces_this_agent(st: &NodeNetworkConfigStatus) -> bool {
+    st.agent_version.as_deref() == Some(AGENT_VERSION)
+        && st.agent_features.as_deref() == Some(FeatureSet::all().names().as_slice())
 }
 
 /// `st`, saying which config it answers: `spec`'s, when `st` reports on `spec`'s revision and retry.
@@ -93,6 +117,7 @@ pub fn provisioning(
         last_transition_time: transition(prev.filter(|p| same_attempt(p, t)), PROVISIONING, &now),
         probes: Vec::new(),
         agent_version: Some(AGENT_VERSION.to_string()),
+        agent_features: Some(FeatureSet::all().names()),
         kernel_capabilities: caps_map(caps),
         // The configurator's (Quarantined); empty is left out of the agent's apply, so it never
         // takes them over.
@@ -171,5 +196,31 @@ mod tests {
             let s = provisioning(&next, Some(&first), &caps, t(200));
             assert_eq!(s.last_transition_time, Some(t(200)), "{}", next.revision);
         }
+    }
+
+    /// The skew gate (#46) reads which agent runs on a node and what it can apply: an upgraded agent
+    /// that has nothing to report, or one on a placeholder, still says so, keeping what it reported
+    /// before and leaving the configurator's fields alone.
+    #[test]
+    fn an_agent_announces_its_version_and_features_over_what_it_reported() {
+        let caps = Capabilities::default();
+        let older = NodeNetworkConfigStatus {
+            phase: Some(NodePhase::Provisioned.as_str().into()),
+            observed_revision: Some("r1".into()),
+            agent_version: Some("0.1.0".into()),
+            ..Default::default()
+        };
+        assert!(!announces_this_agent(&older));
+        let st = announcing(Some(&older), &caps);
+        assert!(announces_this_agent(&st));
+        assert_eq!(st.agent_features, Some(vec!["ruleFwmark".to_string()]));
+        assert_eq!(
+            (st.phase.as_deref(), st.observed_revision.as_deref()),
+            (Some("Provisioned"), Some("r1"))
+        );
+        // On a placeholder it says nothing else.
+        let bare = announcing(None, &caps);
+        assert!(announces_this_agent(&bare));
+        assert_eq!((bare.phase, bare.observed_revision), (None, None));
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use netwave_api::features::FeatureSet;
 use netwave_api::vocab::NodePhase;
 use netwave_api::{
     ASSIGNED_AT_ANNOTATION, NetworkConfigRevision, NetworkConfigRevisionStatus, NodeNetworkConfig,
@@ -36,6 +37,10 @@ pub struct RolloutInput {
     /// unknown, so they are skipped — not updated, not failed, not in flight, never assigned — and no
     /// revision is pruned meanwhile (see `crate::undecodable`).
     pub unreadable_configs: BTreeSet<String>,
+    /// What the agents of nodes without an assignment declare they can apply (the
+    /// `status.agentFeatures` of their placeholder config, which `configs` leaves out); a node
+    /// missing here has an agent that declared nothing.
+    pub unassigned_agents: BTreeMap<Sym, FeatureSet>,
     /// Rendered `configHash` per (revision, node), for at least the revisions
     /// [`revisions_to_render`](super::revisions_to_render) names.
     pub rendered: RenderedHashes,
@@ -128,6 +133,8 @@ pub struct AgentReport {
     /// `status.lastTransitionTime` of a `Provisioning` report: when the agent started applying the
     /// attempt it names (the agent's clock; [`super::deadline`] bounds it). `None` in any other phase.
     pub started_at: Option<Timestamp>,
+    /// What the agent can apply beyond release 0.1.0 (`status.agentFeatures`).
+    pub features: FeatureSet,
 }
 
 /// The agent's `status.phase`. Status is a free string in the schema; anything unknown is neither a
@@ -165,6 +172,9 @@ impl AgentPhase {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RenderedHashes {
     by_revision: BTreeMap<Sym, Arc<BTreeMap<Sym, Sym>>>,
+    /// The agent features each node's config of a revision needs (`netwave_api::features`), for the
+    /// nodes whose config needs any: most configs need none, and those nodes are left out.
+    needs: BTreeMap<Sym, Arc<BTreeMap<Sym, FeatureSet>>>,
 }
 
 impl RenderedHashes {
@@ -189,6 +199,36 @@ impl RenderedHashes {
     /// Every node's hash for one revision, shared.
     pub fn revision(&self, revision: &str) -> Option<&Arc<BTreeMap<Sym, Sym>>> {
         self.by_revision.get(revision)
+    }
+
+    /// Sets, for one revision, the features each node's config needs (nodes needing none left out).
+    pub fn set_needs(
+        &mut self,
+        revision: impl Into<Sym>,
+        needs: impl Into<Arc<BTreeMap<Sym, FeatureSet>>>,
+    ) {
+        let needs = needs.into();
+        let revision = revision.into();
+        if needs.is_empty() {
+            self.needs.remove(&revision);
+        } else {
+            self.needs.insert(revision, needs);
+        }
+    }
+
+    /// The agent features `node`'s config of `revision` needs.
+    pub fn needs(&self, revision: &str, node: &str) -> FeatureSet {
+        if self.needs.is_empty() {
+            return FeatureSet::NONE;
+        }
+        (self.needs.get(revision))
+            .and_then(|m| m.get(node).copied())
+            .unwrap_or_default()
+    }
+
+    /// What each node's config of `revision` needs, for the nodes needing any.
+    pub fn needs_of(&self, revision: &str) -> Option<&Arc<BTreeMap<Sym, FeatureSet>>> {
+        self.needs.get(revision)
     }
 
     /// Every revision's map.
@@ -335,6 +375,7 @@ impl NodeConfigState {
                 reason: text(|s| &s.reason),
                 message: text(|s| &s.message),
                 started_at,
+                features: FeatureSet::of_agent(status),
             },
             record: NodeRecord::from_annotations(nnc.metadata.annotations.as_ref()),
         })

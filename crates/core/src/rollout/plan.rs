@@ -236,6 +236,8 @@ pub enum EventReason {
     NodeQuarantined,
     /// The inputs equal an older good revision again: it is the target again ([`super::cut`]).
     RevisionReactivated,
+    /// Nodes wait for an agent that can apply their config ([`WaitingOn::AgentLacksFeatures`]).
+    WaitingForAgent,
 }
 
 impl EventReason {
@@ -260,6 +262,7 @@ impl EventReason {
             EventReason::DestructiveChange => reasons::DESTRUCTIVE_CHANGE,
             EventReason::NodeQuarantined => "NodeQuarantined",
             EventReason::RevisionReactivated => "RevisionReactivated",
+            EventReason::WaitingForAgent => "WaitingForAgent",
         }
     }
 
@@ -273,7 +276,8 @@ impl EventReason {
             | EventReason::NoLastGoodRevision
             | EventReason::ProgressDeadlineExceeded
             | EventReason::DestructiveChange
-            | EventReason::NodeQuarantined => EventType::Warning,
+            | EventReason::NodeQuarantined
+            | EventReason::WaitingForAgent => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -360,6 +364,13 @@ pub enum WaitingOn {
     UnreadableConfigs { count: u32, first: Vec<String> },
     /// Quarantined nodes ([`super::quarantine`]): left on their last good config until released.
     Quarantined { count: u32, first: Vec<String> },
+    /// Nodes whose agent lacks a feature their config of the target needs (`missing`, in words:
+    /// `netwave_api::features`): left on what they run until their agent is upgraded.
+    AgentLacksFeatures {
+        count: u32,
+        first: Vec<String>,
+        missing: String,
+    },
     /// The caller did not supply rendered hashes for these nodes.
     MissingRender {
         revision: String,
@@ -437,6 +448,18 @@ impl fmt::Display for WaitingOn {
                     f,
                     "{count} node(s) quarantined (they kept failing revisions other nodes \
                      provisioned), left on their last good config until an admin releases them: "
+                )?;
+                names(f, *count, first)
+            }
+            WaitingOn::AgentLacksFeatures {
+                count,
+                first,
+                missing,
+            } => {
+                write!(
+                    f,
+                    "{count} node(s) wait for their agent: their config needs {missing}, which \
+                     their agent does not declare (upgrade it; they keep what they run meanwhile): "
                 )?;
                 names(f, *count, first)
             }

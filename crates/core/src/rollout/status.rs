@@ -63,6 +63,7 @@ fn copy_with_failures(
         queued,
         failed,
         skipped,
+        waiting_for_agent,
         failed_nodes: _,
         validation,
         started_at,
@@ -86,6 +87,7 @@ fn copy_with_failures(
         queued: *queued,
         failed: *failed,
         skipped: *skipped,
+        waiting_for_agent: *waiting_for_agent,
         failed_nodes: failed_nodes.to_vec(),
         validation: validation.clone(),
         started_at: started_at.clone(),
@@ -270,6 +272,7 @@ impl<'c> Draft<'c> {
         self.s.in_progress = counts.assigned - counts.updated;
         self.s.queued = 0;
         self.s.skipped = 0;
+        self.s.waiting_for_agent = 0;
     }
 
     fn counts(&self) -> Counts {
@@ -333,6 +336,16 @@ fn target(d: &mut Draft, tv: &TargetView) {
     d.s.in_progress = tv.in_progress;
     d.s.queued = tv.queued;
     d.s.skipped = tv.skipped;
+    d.s.waiting_for_agent = tv.waiting_for_agent;
+    // An Event when nodes start waiting for their agent (not on every count change).
+    if tv.waiting_for_agent > 0
+        && d.old.waiting_for_agent == 0
+        && let Some(w) = (tv.waiting)
+            .iter()
+            .find(|w| matches!(w, WaitingOn::AgentLacksFeatures { .. }))
+    {
+        d.event(EventReason::WaitingForAgent, w.to_string());
+    }
     let p = progress(d.ctx.now, r, tv, phase == Phase::Complete);
     d.s.last_progress_at = Some(p.last_progress_at.to_time());
 

@@ -158,6 +158,7 @@ pub fn counters_only(
         queued: _,
         failed,
         skipped: _,
+        waiting_for_agent: _,
         failed_nodes,
         validation,
         started_at,

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use netwave_api::FailedNode;
+use netwave_api::features::FeatureSet;
 
 use super::deadline::{Attempt, Deadline, deadline};
 use super::hold::Removal;
@@ -139,6 +140,21 @@ pub(super) struct World<'a> {
 }
 
 impl<'a> World<'a> {
+    /// The features node `node`'s config of revision `rev` needs and its agent does not declare: such
+    /// a config is never assigned to it ([`netwave_api::features`]).
+    pub fn lacks(&self, rev: usize, node: usize) -> FeatureSet {
+        let n = &self.nodes[node];
+        let needs = (self.input.rendered).needs(self.revs[rev].name(), n.name());
+        if needs.is_empty() {
+            return needs;
+        }
+        let has = match n.has_config {
+            true => n.status.features,
+            false => (self.input.unassigned_agents.get(n.name()).copied()).unwrap_or_default(),
+        };
+        needs.without(has)
+    }
+
     pub fn new(input: &'a RolloutInput, now: Timestamp) -> World<'a> {
         World {
             now,
@@ -249,6 +265,7 @@ pub(super) static NO_REPORT: AgentReport = AgentReport {
     reason: None,
     message: None,
     started_at: None,
+    features: FeatureSet::NONE,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -474,6 +491,8 @@ pub(super) struct TargetView {
     pub in_progress: u32,
     pub queued: u32,
     pub skipped: u32,
+    /// Of `skipped`: their agent lacks a feature their config of the target needs.
+    pub waiting_for_agent: u32,
     pub started: bool,
     pub halted_by_policy: bool,
     /// A completed target whose validation now fails: no further assignments.

@@ -853,6 +853,7 @@ impl Fleet {
                 reason: fail.then(|| NodeReason::ApplyFailed.as_str().to_string()),
                 message: None,
                 started_at: None,
+                features: netwave_api::features::FeatureSet::all(),
             },
         );
         1

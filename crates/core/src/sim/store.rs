@@ -36,6 +36,8 @@ pub struct Store {
     /// Configs in the store that the leader cannot decode: left out of its input, named in
     /// `RolloutInput::unreadable_configs`.
     pub unreadable_configs: BTreeSet<String>,
+    /// What the agents of nodes without a config declare (`RolloutInput::unassigned_agents`).
+    pub unassigned_agents: BTreeMap<Sym, netwave_api::features::FeatureSet>,
     /// What "render" gives per revision and node (the simulation's stand-in for `core::render`).
     pub rendered: RenderedHashes,
     /// What each revision puts on the nodes (the stand-in for `Footprint::of`); a revision without one
@@ -148,6 +150,7 @@ impl Store {
                     reason: None,
                     message: None,
                     started_at: None,
+                    features: netwave_api::features::FeatureSet::all(),
                 },
                 record: Default::default(),
             },
@@ -235,12 +238,16 @@ impl Store {
                     .collect(),
             ),
             unreadable_configs: self.unreadable_configs.clone(),
+            unassigned_agents: self.unassigned_agents.clone(),
             rendered: RenderedHashes::default(),
             footprints: Footprints::default(),
         };
         for rev in revisions_to_render(&input) {
             if let Some(f) = self.footprints.get(&rev) {
                 input.footprints.insert(rev.clone(), f.clone());
+            }
+            if let Some(needs) = self.rendered.needs_of(&rev) {
+                input.rendered.set_needs(rev.clone(), needs.clone());
             }
             // Share a complete explicit rendering; otherwise fill in the defaults.
             if let Some(m) = self.rendered.revision(&rev)

@@ -138,6 +138,8 @@ pub fn rule(from: &str, priority: u32) -> Rule {
         from: Some(from.into()),
         to: None,
         iif: None,
+        fwmark: None,
+        fwmask: None,
         priority,
     }
 }

@@ -32,7 +32,8 @@ pub(super) fn rollback_intents(w: &mut World) {
         let off_failed = failed_revs.contains(spec.revision);
         let failed_here =
             Some(spec.revision) == target_name && spec.revision != lg_name && n.failed_target;
-        if off_failed || failed_here {
+        // An agent that cannot apply the last good config keeps what it restored itself.
+        if (off_failed || failed_here) && w.lacks(lg, i).is_empty() {
             w.intents.push(i, lg, AssignReason::Rollback);
         }
     }
@@ -61,9 +62,16 @@ pub(super) fn new_node_intents(w: &mut World) {
     }
     for &i in &w.order {
         let n = &w.nodes[i];
-        if !n.has_config && n.eligible && !w.intents.has(i) {
-            w.intents.push(i, rev, AssignReason::NewNode);
+        if n.has_config || !n.eligible || w.intents.has(i) {
+            continue;
         }
+        // An agent that lacks a feature of the target's config starts on the last good revision.
+        let rev = match rev {
+            r if w.lacks(r, i).is_empty() => r,
+            r if r != lg && w.lacks(lg, i).is_empty() => lg,
+            _ => continue,
+        };
+        w.intents.push(i, rev, AssignReason::NewNode);
     }
 }
 
@@ -108,6 +116,11 @@ pub(super) fn target_rollout_intents(w: &mut World) {
         let Some(reason) = target_move(n, target, w.hashes.get(t, i)) else {
             continue;
         };
+        // Its agent would drop what it does not know and report Provisioned: it waits for its agent
+        // (counted in the report).
+        if !w.lacks(t, i).is_empty() {
+            continue;
+        }
         let reason = match &w.canary {
             CanaryStage::Canaries { nodes, .. } if !nodes.contains(&i) => {
                 gated = true;

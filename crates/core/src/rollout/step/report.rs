@@ -15,6 +15,7 @@ use super::super::world::{
 };
 use crate::sym::Sym;
 use crate::types::Timestamp;
+use netwave_api::features::FeatureSet;
 
 /// Node counts after the plan, per revision and in detail for the target.
 pub(super) struct AfterPlan<'a> {
@@ -81,6 +82,10 @@ struct Tally {
     skipped: u32,
     unreadable: u32,
     quarantined: u32,
+    /// Skipped because their agent lacks a feature of their config, and the features missing.
+    waiting_agent: u32,
+    waiting_agent_first: Vec<String>,
+    missing_features: FeatureSet,
     started: bool,
     /// The first few nodes applying it, not ready, and with a config that cannot be read.
     applying: Vec<String>,
@@ -104,6 +109,7 @@ fn target_view(w: &mut World, t: usize) -> TargetView {
         in_progress: tally.in_progress,
         queued: tally.queued,
         skipped: tally.skipped,
+        waiting_for_agent: tally.waiting_agent,
         started: tally.started,
         halted_by_policy,
         invalid,
@@ -164,7 +170,19 @@ fn tally_target(w: &mut World, t: usize) -> Tally {
                     tally.unready.push(n.name().to_string());
                 }
             }
-            _ => tally.queued += 1,
+            _ => {
+                let lacks = w.lacks(t, i);
+                if lacks.is_empty() {
+                    tally.queued += 1;
+                    continue;
+                }
+                tally.skipped += 1;
+                tally.waiting_agent += 1;
+                tally.missing_features = tally.missing_features.union(lacks);
+                if tally.waiting_agent_first.len() < LIST_LIMIT {
+                    tally.waiting_agent_first.push(n.name().to_string());
+                }
+            }
         }
     }
     tally
@@ -218,10 +236,18 @@ fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
             first: tally.applying,
         });
     }
-    if tally.skipped > tally.unreadable + tally.quarantined {
+    let not_ready = tally.skipped - tally.unreadable - tally.quarantined - tally.waiting_agent;
+    if not_ready > 0 {
         waits.push(WaitingOn::NotReady {
-            count: tally.skipped - tally.unreadable - tally.quarantined,
+            count: not_ready,
             first: tally.unready,
+        });
+    }
+    if tally.waiting_agent > 0 {
+        waits.push(WaitingOn::AgentLacksFeatures {
+            count: tally.waiting_agent,
+            first: tally.waiting_agent_first,
+            missing: tally.missing_features.to_string(),
         });
     }
     if tally.quarantined > 0 {
