@@ -261,13 +261,17 @@ async fn the_previous_release_and_this_tree_upgrade_and_downgrade_each_other_wit
         f.kill_agent(&node);
         f.start_agent(&node).unwrap();
     }
-    roll_out_table(&f, "skew-downgrade", 311).await.unwrap();
+    roll_out_table(&f, "skew-downgrade", 311)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", f.logs_tail(30)));
 
     // The previous release's CRDs installed over it all: every status stays writable (the agents'
     // reports of the next rollout), and every object still lists.
     let n = install_crds(&f, &prev.join("crds")).await.unwrap();
     assert!(n >= 9, "the previous release's CRDs: {n}");
-    roll_out_table(&f, "skew-old-crds", 312).await.unwrap();
+    roll_out_table(&f, "skew-old-crds", 312)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", f.logs_tail(30)));
     let listed = Api::<NodeNetworkConfig>::all(f.client.clone())
         .list(&Default::default())
         .await

@@ -910,8 +910,8 @@ impl Writer {
                     "kind": "NetworkConfigRevision",
                     "status": &**status,
                 });
-                revisions
-                    .patch_status(name, &apply, &Patch::Apply(&patch))
+                // Under an older CRD (a downgrade in flight) the fields it lacks are left out.
+                netwave_runtime::apply::apply_status(&revisions, name, &apply, patch)
                     .await
                     .map(drop)
             }
@@ -992,9 +992,8 @@ impl Writer {
             "kind": kind.as_str(),
             "status": status,
         });
-        let patch = Patch::Apply(&patch);
-        Api::<DynamicObject>::all_with(self.client.clone(), &kind.api_resource())
-            .patch_status(name, &apply, &patch)
+        let api = Api::<DynamicObject>::all_with(self.client.clone(), &kind.api_resource());
+        netwave_runtime::apply::apply_status(&api, name, &apply, patch)
             .await
             .map(drop)
     }

@@ -15,6 +15,7 @@ use axum::routing::get;
 use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 
+pub mod apply;
 pub mod decoded;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

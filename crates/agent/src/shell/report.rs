@@ -153,6 +153,7 @@ async fn deliver_status(
 ) {
     let api: Api<NodeNetworkConfig> = Api::all(client);
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut told_older_crd = false;
     loop {
         // Closed and nothing new: shutdown with everything delivered.
         if rx.changed().await.is_err() {
@@ -168,11 +169,17 @@ async fn deliver_status(
             });
             let attempt = tokio::time::timeout(
                 ATTEMPT_TIMEOUT,
-                api.patch_status(&name, &params, &Patch::Apply(&patch)),
+                netwave_runtime::apply::apply_status(&api, &name, &params, patch),
             )
             .await;
             let error = match attempt {
-                Ok(Ok(_)) => None,
+                Ok(Ok((_, dropped))) => {
+                    if !dropped.is_empty() && !told_older_crd {
+                        told_older_crd = true;
+                        warn!(fields = ?dropped, "the NodeNetworkConfig CRD is older than this agent: its status leaves these fields out (the configurator then treats this agent as one of that release)");
+                    }
+                    None
+                }
                 // Our NNC is gone: nothing to report to.
                 Ok(Err(kube::Error::Api(ae))) if ae.code == 404 => None,
                 Ok(Err(e)) => Some(e.to_string()),
