@@ -54,6 +54,25 @@ impl FeatureSet {
         Self::matching(|f| f.fields.iter().any(|p| holds(&value, p)))
     }
 
+    /// The features one item of a list in `spec.config` needs: `list` is the list's path (`rules`,
+    /// `vrfs[].loopbacks`). Nothing is serialized unless a feature has a field under `list`, so the
+    /// renderer asks this of every part it renders once, at no cost for lists no feature touches.
+    pub fn needed_by_item<T: serde::Serialize>(list: &str, item: &T) -> FeatureSet {
+        let under = |p: &'static str| p.strip_prefix(list).and_then(|r| r.strip_prefix("[]."));
+        if !FEATURES
+            .iter()
+            .any(|f| f.fields.iter().any(|p| under(p).is_some()))
+        {
+            return FeatureSet::NONE;
+        }
+        let Ok(value) = serde_json::to_value(item) else {
+            return FeatureSet::NONE;
+        };
+        Self::matching(|f| {
+            (f.fields.iter()).any(|p| under(p).is_some_and(|rest| holds(&value, rest)))
+        })
+    }
+
     /// The features named (names this build does not know are a newer agent's, and ignored).
     pub fn named<S: AsRef<str>>(names: &[S]) -> FeatureSet {
         Self::matching(|f| names.iter().any(|n| n.as_ref() == f.name))

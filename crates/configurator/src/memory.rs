@@ -103,7 +103,7 @@ impl Memory {
             .map(|(n, rn)| (strings.intern(n), strings.intern(&rn.config_hash)))
             .collect::<BTreeMap<_, _>>();
         let needs = (checked.nodes.iter())
-            .map(|(n, rn)| (n, FeatureSet::needed_by(&rn.config())))
+            .map(|(n, rn)| (n, rn.needs()))
             .filter(|(_, needs)| !needs.is_empty())
             .map(|(n, needs)| (strings.intern(n), needs))
             .collect::<BTreeMap<_, _>>();

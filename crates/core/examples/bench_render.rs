@@ -105,6 +105,12 @@ fn run(n_nodes: usize, scenario: Scenario) {
         routes += config.routes.len();
     }
     let materializing = t.elapsed();
+    // What the configurator adds per render for the skew gate: the agent features each config needs.
+    let t = Instant::now();
+    let needing = (rendered.values())
+        .filter(|r| !r.needs().is_empty())
+        .count();
+    let features = t.elapsed();
     let n = rendered.len().max(1);
     println!("\n[{name}] revision {}…", &hash[..12]);
     println!(
@@ -135,6 +141,12 @@ fn run(n_nodes: usize, scenario: Scenario) {
         rendered.len(),
         ms(materializing),
         materializing.as_secs_f64() * 1e6 / n as f64
+    );
+    println!(
+        "  agent features needed, every config: {} ({:.1} µs per node, {:.2}× render + hashes; {needing} need one)",
+        ms(features),
+        features.as_secs_f64() * 1e6 / n as f64,
+        features.as_secs_f64() / rendering.as_secs_f64().max(1e-9)
     );
     let (hwm, rss) = memory();
     println!("  peak memory (VmHWM) {hwm} MiB, now (VmRSS) {rss} MiB  (target < 1024 MiB)");

@@ -54,6 +54,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use netwave_api::features::FeatureSet;
 use netwave_api::validate::{parse_host_address, parse_network};
 use netwave_api::{
     BgpPeerConfig, Layer2Config, LoopbackConfig, MirrorConfig, MirrorTunnelConfig, NamedBgpPeering,
@@ -129,6 +130,48 @@ impl RenderedNode {
     }
 }
 
+/// The lists of `spec.config` whose items [`RenderedNode::needs`] asks about: every field a feature
+/// covers must lie under one of them (a test holds them together).
+pub const FEATURE_LISTS: [&str; 8] = [
+    "vrfs",
+    "vrfs[].loopbacks",
+    "layer2s",
+    "routes",
+    "rules",
+    "bgpPeers",
+    "mirrorTunnels",
+    "mirrors",
+];
+
+impl RenderedNode {
+    /// The agent features [`RenderedNode::config`] needs (`netwave_api::features`), from each part's,
+    /// worked out once per render, without building the config (the configurator asks this of every
+    /// node of every render). A test holds it equal to `FeatureSet::needed_by(&config())`.
+    pub fn needs(&self) -> FeatureSet {
+        let (p, s) = (&*self.parts, &*self.selection);
+        let of = |sel: &[u32], needs: &[FeatureSet]| {
+            (sel.iter()).fold(FeatureSet::NONE, |acc, &i| acc.union(needs[i as usize]))
+        };
+        let mut needs = of(&s.vrfs, &p.vrf_needs)
+            .union(of(&s.l2s, &p.l2_needs))
+            .union(of(&s.routes, &p.route_needs))
+            .union(of(&s.rules, &p.rule_needs))
+            .union(of(&s.peers, &p.peer_needs));
+        for (_, loopbacks) in &self.loopbacks {
+            for l in loopbacks {
+                needs = needs.union(FeatureSet::needed_by_item("vrfs[].loopbacks", l));
+            }
+        }
+        for t in &self.mirrors.0 {
+            needs = needs.union(FeatureSet::needed_by_item("mirrorTunnels", t));
+        }
+        for m in &self.mirrors.1 {
+            needs = needs.union(FeatureSet::needed_by_item("mirrors", m));
+        }
+        needs
+    }
+}
+
 impl PartialEq for RenderedNode {
     fn eq(&self, other: &Self) -> bool {
         self.config_hash == other.config_hash
@@ -162,6 +205,12 @@ struct Parts {
     rules: Vec<RuleConfig>,
     /// BGPPeerings, by name.
     peers: Vec<BgpPeerConfig>,
+    /// The agent features each part needs ([`RenderedNode::needs`]).
+    vrf_needs: Vec<FeatureSet>,
+    l2_needs: Vec<FeatureSet>,
+    route_needs: Vec<FeatureSet>,
+    rule_needs: Vec<FeatureSet>,
+    peer_needs: Vec<FeatureSet>,
     vrf_json: Vec<Vec<u8>>,
     l2_json: Vec<Vec<u8>>,
     route_json: Vec<Vec<u8>>,
@@ -263,6 +312,14 @@ pub fn render(
     Ok(out)
 }
 
+/// [`FeatureSet::needed_by_item`] of every item of `list`.
+fn item_needs<T: serde::Serialize>(list: &str, items: &[T]) -> Vec<FeatureSet> {
+    items
+        .iter()
+        .map(|item| FeatureSet::needed_by_item(list, item))
+        .collect()
+}
+
 impl Parts {
     fn build(index: &Index) -> Self {
         // VRFs by name and layer-2s by VLAN; ties (validation errors) keep canonical object order.
@@ -311,6 +368,11 @@ impl Parts {
             .map(|(p, &sel)| (bgp_peer_config(p, &index.l2s), sel))
             .unzip();
         Parts {
+            vrf_needs: item_needs("vrfs", &vrfs),
+            l2_needs: item_needs("layer2s", &l2s),
+            route_needs: item_needs("routes", &routes),
+            rule_needs: item_needs("rules", &rules),
+            peer_needs: item_needs("bgpPeers", &peers),
             vrf_json: vrfs.iter().map(to_json).collect(),
             l2_json: l2s.iter().map(to_json).collect(),
             route_json: routes.iter().map(to_json).collect(),

@@ -418,6 +418,49 @@ fn a_full_mark_mask_is_no_mask_so_one_kernel_rule_has_one_hash() {
     );
 }
 
+/// The skew gate (#46) asks every rendered node which agent features its config needs; the renderer
+/// answers from its parts without building the config. Only the nodes a marked rule reaches need
+/// `ruleFwmark`, and the answer is the one the built config gives.
+#[test]
+fn a_node_needs_the_features_of_the_parts_it_gets_and_no_others() {
+    use netwave_api::features::{FEATURES, FeatureSet};
+    let mut marked = rt("marked", 300);
+    marked.spec.rules = vec![netwave_api::Rule {
+        fwmark: Some(0x10),
+        ..rule("10.0.0.0/8", 1000)
+    }];
+    marked.spec.node_selector = match_labels(&[("pool", "edge")]);
+    let mut plain = rt("plain", 301);
+    plain.spec.rules = vec![rule("10.1.0.0/16", 1001)];
+    let mut with = sample_inputs();
+    with.routing_tables.extend([marked, plain]);
+    let nodes = [
+        node("edge-0", &[("pool", "edge")]),
+        node("compute-0", &[("pool", "compute")]),
+    ];
+    let out = render(&with, &nodes).unwrap();
+    let needs: BTreeMap<&str, Vec<String>> = (out.iter())
+        .map(|(n, r)| (n.as_str(), r.needs().names()))
+        .collect();
+    assert_eq!(needs["edge-0"], ["ruleFwmark"]);
+    assert!(needs["compute-0"].is_empty(), "{needs:?}");
+    for (n, r) in &out {
+        assert_eq!(r.needs(), FeatureSet::needed_by(&r.config()), "{n}");
+    }
+    // Every field a feature covers lies in a list the renderer asks about.
+    for f in FEATURES {
+        for p in f.fields {
+            assert!(
+                (netwave_core::render::FEATURE_LISTS.iter())
+                    .any(|l| p.strip_prefix(l).is_some_and(|r| r.starts_with("[]."))),
+                "feature {}: {p} is in no list of render::FEATURE_LISTS; RenderedNode::needs \
+                 would miss it",
+                f.name
+            );
+        }
+    }
+}
+
 // ---- properties ----
 
 proptest! {
