@@ -386,6 +386,30 @@ fn paint(state: &str, color: bool) -> String {
     }
 }
 
+/// The progress bar and the node counts (and why skipped nodes wait, when their agent is why).
+fn progress(v: &StatusView) -> String {
+    let total = v.total.max(1) as usize;
+    let filled = (v.updated as usize * BAR_WIDTH / total).min(BAR_WIDTH);
+    let mut s = format!(
+        "[{}{}] {}/{} updated  {} in flight  {} failed  {} queued  {} skipped\n",
+        "#".repeat(filled),
+        "-".repeat(BAR_WIDTH - filled),
+        v.updated,
+        v.total,
+        v.in_progress,
+        v.failed,
+        v.queued,
+        v.skipped
+    );
+    if v.waiting_for_agent > 0 {
+        s.push_str(&format!(
+            "{} of the skipped node(s) wait for their agent: it cannot apply their config (see below)\n",
+            v.waiting_for_agent
+        ));
+    }
+    s
+}
+
 /// The text people read; `color` for a terminal.
 pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
     let mut s = format!(
@@ -398,25 +422,7 @@ pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
         s.push_str(&format!("  started {a} ago"));
     }
     s.push('\n');
-    let total = v.total.max(1) as usize;
-    let filled = (v.updated as usize * BAR_WIDTH / total).min(BAR_WIDTH);
-    s.push_str(&format!(
-        "[{}{}] {}/{} updated  {} in flight  {} failed  {} queued  {} skipped\n",
-        "#".repeat(filled),
-        "-".repeat(BAR_WIDTH - filled),
-        v.updated,
-        v.total,
-        v.in_progress,
-        v.failed,
-        v.queued,
-        v.skipped
-    ));
-    if v.waiting_for_agent > 0 {
-        s.push_str(&format!(
-            "{} of the skipped node(s) wait for their agent: it cannot apply their config (see below)\n",
-            v.waiting_for_agent
-        ));
-    }
+    s.push_str(&progress(v));
     let mut roles = Vec::new();
     match &v.target {
         Some(t) if *t == v.revision => roles.push("this is the target".to_string()),
@@ -811,6 +817,31 @@ mod tests {
         // Once every agent runs one version, nothing is said.
         let done = build(&revs[0], &revs, &configs[1..3], false);
         assert!(!render(&done, Timestamp(0), false).contains("agents:"));
+    }
+
+    /// Nodes whose agent cannot apply their config are counted apart from the other skipped ones,
+    /// and the revision's message (shown as what it waits on) names them and what they lack.
+    #[test]
+    fn nodes_waiting_for_their_agent_are_counted_and_named() {
+        let message = "3 node(s) wait for their agent: their config needs ruleFwmark (since 0.2.0), \
+                       which their agent does not declare (upgrade it; they keep what they run \
+                       meanwhile): n2, n3, n4";
+        let revs = vec![rev(
+            "rev-fw",
+            2,
+            json!({"phase": RevisionPhase::Complete.as_str(), "total": 4, "updated": 1,
+                   "skipped": 3, "waitingForAgent": 3, "message": message}),
+        )];
+        let view = build(&revs[0], &revs, &[], false);
+        assert_eq!(view.waiting_for_agent, 3);
+        let text = render(&view, Timestamp(0), false);
+        assert!(
+            text.contains("3 of the skipped node(s) wait for their agent")
+                && text.contains(message),
+            "{text}"
+        );
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["waitingForAgent"], 3, "{json}");
     }
 
     #[test]
