@@ -19,6 +19,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
+use netwave_api::features::FeatureSet;
 use netwave_api::manifest::{Manifest, parse_manifests};
 use netwave_api::{NetworkConfigRevisionStatus, RevisionInputs, RolloutPolicy, ValidationResult};
 use netwave_core::fleet::{FleetParams, render_and_validate};
@@ -152,6 +153,12 @@ pub struct Waves {
     pub waves: Vec<Wave>,
     /// Nodes not Ready or cordoned: skipped, they get the revision when they come back.
     pub skipped: usize,
+    /// Nodes whose agent lacks a feature their new config needs: left on what they run until their
+    /// agent is upgraded (`netwave_api::features`), with what they lack.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waiting_for_agent: usize,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub agents_lack: String,
     /// The simulation stopped before the rollout completed (why).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
@@ -164,12 +171,24 @@ pub fn waves(
     nodes: &[NodeState],
     current: Option<(&str, &BTreeMap<String, String>)>,
     new: (&str, &BTreeMap<String, String>),
+    agents: &Agents,
     defaults: PolicyDefaults,
 ) -> Waves {
     let t0 = Timestamp::from_secs(1_000_000);
     let mut input = settled_fleet(nodes, current, new, defaults, t0);
+    agents.put(&mut input, new.0);
+    let lacking = (nodes.iter())
+        .map(|n| agents.lacks(n.name.as_str()))
+        .filter(|l| !l.is_empty());
+    let (waiting, lack) = lacking.fold((0, FeatureSet::NONE), |(n, all), l| (n + 1, all.union(l)));
     let mut out = Waves {
         skipped: nodes.iter().filter(|n| !n.eligible()).count(),
+        waiting_for_agent: waiting,
+        agents_lack: if waiting > 0 {
+            lack.to_string()
+        } else {
+            String::new()
+        },
         ..Default::default()
     };
     let mut now = t0.plus_secs(60);
@@ -214,6 +233,47 @@ pub fn waves(
     }
     out.incomplete = Some("did not complete within the simulation's step limit".into());
     out
+}
+
+/// What the nodes' agents can apply and what their new configs need (`netwave_api::features`). A node
+/// missing from `features` has an agent of this build (the plan without a cluster).
+#[derive(Default)]
+pub struct Agents {
+    pub features: BTreeMap<String, FeatureSet>,
+    pub needs: BTreeMap<String, FeatureSet>,
+}
+
+impl Agents {
+    fn has(&self, node: &str) -> FeatureSet {
+        self.features
+            .get(node)
+            .copied()
+            .unwrap_or_else(FeatureSet::all)
+    }
+
+    /// What `node`'s agent lacks of its new config.
+    fn lacks(&self, node: &str) -> FeatureSet {
+        let needs = self.needs.get(node).copied().unwrap_or_default();
+        needs.without(self.has(node))
+    }
+
+    /// Into the simulation's input: each config's agent, the nodes without one, `new`'s needs.
+    fn put(&self, input: &mut RolloutInput, new: &str) {
+        for c in Arc::make_mut(&mut input.configs) {
+            Arc::make_mut(c).status.features = self.has(c.name.as_str());
+        }
+        let assigned: std::collections::BTreeSet<&Sym> =
+            input.configs.iter().map(|c| &c.name).collect();
+        input.unassigned_agents = (input.nodes.iter())
+            .filter(|n| !assigned.contains(&n.name))
+            .map(|n| (n.name.clone(), self.has(n.name.as_str())))
+            .collect();
+        let needs: BTreeMap<Sym, FeatureSet> = (self.needs.iter())
+            .filter(|(_, f)| !f.is_empty())
+            .map(|(n, f)| (Sym::from(n), *f))
+            .collect();
+        input.rendered.set_needs(new, needs);
+    }
 }
 
 /// Rendered hashes per node as the rollout takes them.
@@ -329,7 +389,10 @@ fn carry_out(input: &mut RolloutInput, plan: &Plan, new: &str) -> Wave {
             None => configs.push(Arc::new(NodeConfigState {
                 name: a.node.clone(),
                 spec,
-                status: AgentReport::default(),
+                status: AgentReport {
+                    features: (input.unassigned_agents.get(&a.node).copied()).unwrap_or_default(),
+                    ..AgentReport::default()
+                },
                 record: Default::default(),
             })),
         }
@@ -347,6 +410,8 @@ fn all_provisioned(input: &mut RolloutInput) {
             observed_retry: Some(c.spec.retry),
             config_hash: Some(c.spec.config_hash.clone()),
             last_good_revision: Some(c.spec.revision.clone()),
+            // The same agent: what it can apply does not change.
+            features: c.status.features,
             ..Default::default()
         };
     }
@@ -482,6 +547,13 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
                 r.skipped
             ));
         }
+        if r.waiting_for_agent > 0 {
+            s.push_str(&format!(
+                "  {} node(s) wait for their agent: their config needs {}, which their agent does \
+                 not declare (upgrade it; they keep what they run meanwhile)\n",
+                r.waiting_for_agent, r.agents_lack
+            ));
+        }
         if let Some(why) = &r.incomplete {
             s.push_str(&format!("  the rollout would not complete: {why}\n"));
         }
@@ -560,12 +632,28 @@ pub async fn run(
     let new_name = same
         .map(|s| name(s).to_string())
         .unwrap_or_else(|| revision_name(&hash));
+    // Each node's agent as its NodeNetworkConfig reports it (without a cluster: this build's).
+    let agents = Agents {
+        features: match client {
+            Some(c) => (cluster::configs(c).await?.iter())
+                .filter_map(|c| {
+                    let n = c.metadata.name.clone()?;
+                    Some((n, FeatureSet::of_agent(c.status.as_ref())))
+                })
+                .collect(),
+            None => BTreeMap::new(),
+        },
+        needs: (checked.nodes.iter())
+            .map(|(n, r)| (n.clone(), r.needs()))
+            .collect(),
+    };
     let rollout = checked.validation.is_valid().then(|| {
         let cur = target.map(|t| (name(t).to_string(), hashes(&before)));
         waves(
             &states,
             cur.as_ref().map(|(n, h)| (n.as_str(), h)),
             (&new_name, &hashes(&checked.nodes)),
+            &agents,
             PolicyDefaults {
                 max_unavailable: args.max_unavailable,
                 ..PolicyDefaults::default()
@@ -590,6 +678,10 @@ pub async fn run(
     };
     emit(term.out, args.output, &view, |v| render(v, &mu))?;
     Ok(Exit::Success)
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]
@@ -624,14 +716,17 @@ mod tests {
                 (n.name.to_string(), h.into())
             })
             .collect();
+        let budget = || PolicyDefaults {
+            max_unavailable: netwave_api::CountOrPercent::Count(3),
+            ..PolicyDefaults::default()
+        };
+        let agents = Agents::default();
         let w = waves(
             &nodes,
             Some(("rev-cur", &cur)),
             ("rev-new", &new),
-            PolicyDefaults {
-                max_unavailable: netwave_api::CountOrPercent::Count(3),
-                ..PolicyDefaults::default()
-            },
+            &agents,
+            budget(),
         );
         assert_eq!(w.incomplete, None);
         assert_eq!(w.skipped, 1);
@@ -639,6 +734,37 @@ mod tests {
         assert_eq!(applied, vec![3, 3, 1], "7 changed Ready nodes, 3 at a time");
         assert_eq!(w.waves.iter().map(|w| w.fast_path).sum::<usize>(), 2);
         assert_eq!(w.waves[0].first, vec!["n2", "n3", "n4"]);
+
+        // Every new config needs a firewall-mark rule; n2 and n3 run agents of 0.1.0 (they declare
+        // nothing): they are in no wave, and the plan says why.
+        let fwmark = FeatureSet::named(&["ruleFwmark"]);
+        let agents = Agents {
+            features: [("n2", FeatureSet::NONE), ("n3", FeatureSet::NONE)]
+                .into_iter()
+                .map(|(n, f)| (n.to_string(), f))
+                .collect(),
+            needs: nodes.iter().map(|n| (n.name.to_string(), fwmark)).collect(),
+        };
+        let w = waves(
+            &nodes,
+            Some(("rev-cur", &cur)),
+            ("rev-new", &new),
+            &agents,
+            budget(),
+        );
+        let waved: Vec<&String> = w.waves.iter().flat_map(|w| &w.first).collect();
+        assert!(!waved.iter().any(|n| *n == "n2" || *n == "n3"), "{waved:?}");
+        let applied: Vec<usize> = w.waves.iter().map(|w| w.count).collect();
+        assert_eq!(
+            applied,
+            vec![3, 2],
+            "5 changed Ready nodes whose agents can apply it"
+        );
+        // n9 is not Ready and lacks nothing: it is not counted as waiting for its agent.
+        assert_eq!(
+            (w.waiting_for_agent, w.agents_lack.as_str()),
+            (2, "ruleFwmark (since 0.2.0)")
+        );
     }
 }
 
@@ -671,6 +797,7 @@ mod fleet_tests {
                 &nodes,
                 Some(("rev-cur", &cur)),
                 ("rev-new", &new),
+                &Agents::default(),
                 PolicyDefaults {
                     max_unavailable: budget,
                     ..PolicyDefaults::default()
