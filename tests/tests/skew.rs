@@ -43,6 +43,23 @@ fn previous_release() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The previous release's binaries, this tree's, and the previous release's directory (its CRDs);
+/// `None` (the test skips, saying so) without root.
+fn releases() -> Option<(Bins, Bins, PathBuf)> {
+    if !is_root() {
+        eprintln!("SKIPPED: end-to-end tests need root (network namespaces, netlink)");
+        return None;
+    }
+    let prev = previous_release().expect("the previous release builds");
+    let this = Bins::build().expect("netwave binaries build");
+    let old = Bins {
+        agent: prev.join("bin/netwave-agent"),
+        configurator: prev.join("bin/netwave-configurator"),
+        testbed: prev.join("bin/netwave-testbed"),
+    };
+    Some((old, this, prev))
+}
+
 /// The version each node's agent reports (`status.agentVersion`).
 async fn agent_versions(f: &Fleet) -> Result<Vec<(String, String)>> {
     Ok(f.configs()
@@ -123,16 +140,8 @@ async fn install_crds(f: &Fleet, dir: &std::path::Path) -> Result<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_previous_release_and_this_tree_upgrade_and_downgrade_each_other_without_a_failure() {
-    if !is_root() {
-        eprintln!("SKIPPED: end-to-end tests need root (network namespaces, netlink)");
+    let Some((old, this, prev)) = releases() else {
         return;
-    }
-    let prev = previous_release().expect("the previous release builds");
-    let this = Bins::build().expect("netwave binaries build");
-    let old = Bins {
-        agent: prev.join("bin/netwave-agent"),
-        configurator: prev.join("bin/netwave-configurator"),
-        testbed: prev.join("bin/netwave-testbed"),
     };
     let _g = Fleet::lock().await;
     // This tree's configurators, the previous release's agents.
@@ -427,16 +436,10 @@ async fn settled(f: &Fleet) -> Result<String> {
 /// seed (printed; `NETWAVE_CHAOS_SEED` replays one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_either_component_during_an_upgrade_or_a_downgrade_settles_without_a_human() {
-    if !is_root() {
-        eprintln!("SKIPPED: end-to-end tests need root (network namespaces, netlink)");
+    let Some((old, this, _)) = releases() else {
         return;
-    }
-    let prev = previous_release().expect("the previous release builds");
-    let this = Bins::build().expect("netwave binaries build");
-    let (old_agent, old_configurator) = (
-        prev.join("bin/netwave-agent"),
-        prev.join("bin/netwave-configurator"),
-    );
+    };
+    let (old_agent, old_configurator) = (old.agent.clone(), old.configurator.clone());
     let seed = std::env::var("NETWAVE_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

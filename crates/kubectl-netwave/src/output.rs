@@ -33,3 +33,8 @@ pub fn names(first: &[String], total: usize) -> String {
     }
     s
 }
+
+/// For `skip_serializing_if`: a count of nothing is left out of the JSON.
+pub fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}

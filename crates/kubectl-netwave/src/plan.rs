@@ -155,7 +155,7 @@ pub struct Waves {
     pub skipped: usize,
     /// Nodes whose agent lacks a feature their new config needs: left on what they run until their
     /// agent is upgraded (`netwave_api::features`), with what they lack.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::output::is_zero")]
     pub waiting_for_agent: usize,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub agents_lack: String,
@@ -678,10 +678,6 @@ pub async fn run(
     };
     emit(term.out, args.output, &view, |v| render(v, &mu))?;
     Ok(Exit::Success)
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub struct StatusView {
     pub failed: u32,
     pub skipped: u32,
     /// Of `skipped`: their agent lacks a feature their config needs (`netwave_api::features`).
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::output::is_zero")]
     pub waiting_for_agent: u32,
     pub paused: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -689,10 +689,6 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
             }
         }
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 #[cfg(test)]
