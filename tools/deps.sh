@@ -79,6 +79,19 @@ if [ "$profile" = test ] || [ "$profile" = cluster ]; then
         problems+=('kubectl: the tests run it against the real API server (apt-get install kubernetes-client, or put the directory that tests/control-plane/build.sh prints on the PATH)')
     fi
 fi
+# Disk: a cold `make test` writes ~NEED_GB into the target directory (debug test binaries, the static
+# release build, the images, the previous release, the full-kernel guest). A disk that fills up half-way
+# fails as a linker "Bus error" twenty minutes in; say it now instead.
+if [ "$profile" = test ]; then
+    target_dir=${CARGO_TARGET_DIR:-$(dirname "$0")/../target}
+    probe_dir=$target_dir
+    [ -d "$probe_dir" ] || probe_dir=$(dirname "$probe_dir")
+    free_gb=$(df -Pk "$probe_dir" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')
+    need_gb=${NETWAVE_NEED_GB:-20}
+    if [ "$free_gb" -lt "$need_gb" ]; then
+        problems+=("disk: ${free_gb} GB free where the build goes ($(cd "$probe_dir" && pwd)); a cold make test needs ~${need_gb} GB (free some, e.g. cargo clean in another checkout; NETWAVE_NEED_GB lowers the bar for a warm target)")
+    fi
+fi
 
 missing_tools=()
 packages=()

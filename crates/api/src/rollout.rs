@@ -172,6 +172,14 @@ pub struct RevisionInputs {
     /// Left out when empty, like `mirrorTargets`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror_selectors: Vec<NamedMirrorSelector>,
+    /// The configurator rendering this revision's node configs come from (`RENDER_VERSION` in
+    /// netwave-core's render). A configurator renders only revisions of its own version: one that
+    /// renders differently cuts a new revision, which rolls out in waves, instead of rewriting the
+    /// node configs of an existing one. Left out for version 1, so revisions cut before render versions
+    /// existed keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 2))]
+    pub render_version: Option<u32>,
 }
 
 // One input object in a revision's inputs: its name and spec. (A comment, not a doc: the CRD schema

@@ -20,7 +20,7 @@ use netwave_api::{
 };
 use netwave_core::fleet::FleetParams;
 use netwave_core::limits::{self, InputsTooLarge};
-use netwave_core::render::InputRef;
+use netwave_core::render::{self, InputRef};
 use netwave_core::revision::{self, ExistingRevision, InputSettle};
 use netwave_core::rollout::cut::{self, Cut, Rolling};
 use netwave_core::rollout::hold::{self};
@@ -386,6 +386,16 @@ fn render_for_step(
         let Some(rev_inputs) = s.inputs_of(&name) else {
             continue;
         };
+        // Cut by a configurator that renders differently (an upgrade or a downgrade in flight): its
+        // node configs are that one's, never re-rendered here. Its nodes keep them until the rollout
+        // moves them to a revision of this version, which the cut makes from the same inputs.
+        let version = render::render_version_of(rev_inputs);
+        if version != render::RENDER_VERSION {
+            if let Some(state) = state {
+                state.other_render_version = Some(version);
+            }
+            continue;
+        }
         let r = cache.get(&rev.spec.hash, rev_inputs, fleet, &settings.fleet);
         if let Some(state) = state {
             state.validation = r.validation.clone();

@@ -351,7 +351,8 @@ fn decoded<K>(
     out
 }
 
-/// The admin inputs folded into one snapshot, canonically sorted.
+/// The admin inputs folded into one snapshot, canonically sorted, cut for this build's render version
+/// (`render::RENDER_VERSION`).
 pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
     struct Fold<'a>(&'a Snapshot, RevisionInputs);
     impl Visit for Fold<'_> {
@@ -364,6 +365,7 @@ pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
     }
     let mut fold = Fold(s, RevisionInputs::default());
     each_kind(&mut fold);
+    netwave_core::render::stamp_render_version(&mut fold.1, netwave_core::render::RENDER_VERSION);
     revision::canonical_inputs(&fold.1)
 }
 

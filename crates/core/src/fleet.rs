@@ -142,6 +142,9 @@ pub enum Check {
     MissingMirrorReference,
     /// A MirrorSelector's source VRF has no VNI (no device to mirror on).
     MirrorSourceUnusable,
+    /// The inputs were cut for another render version than this build's
+    /// ([`crate::render::RENDER_VERSION`]): their node configs are not this build's to render.
+    RenderVersion,
 }
 
 impl Check {
@@ -178,6 +181,7 @@ impl Check {
             Check::MirrorTargetVrf => "MirrorTargetVrf",
             Check::MissingMirrorReference => "MissingMirrorReference",
             Check::MirrorSourceUnusable => "MirrorSourceUnusable",
+            Check::RenderVersion => "RenderVersion",
         }
     }
 }
@@ -277,8 +281,22 @@ pub fn render_and_validate(
     params: &FleetParams,
 ) -> Checked {
     let mut validation = validate(inputs, nodes, params);
-    // Only invalid selectors fail rendering, and `validate` reports those as errors.
-    let rendered = crate::render::render(inputs, nodes).unwrap_or_default();
+    // Invalid selectors fail rendering, and `validate` reports those as errors; inputs of another
+    // render version are reported here, so an empty render always comes with an error.
+    let rendered = match crate::render::render(inputs, nodes) {
+        Ok(rendered) => rendered,
+        Err(e @ crate::render::RenderError::OtherVersion { .. }) => {
+            validation.errors.push(Finding {
+                check: Check::RenderVersion,
+                objects: Vec::new(),
+                field: None,
+                message: e.to_string(),
+                nodes: Vec::new(),
+            });
+            BTreeMap::new()
+        }
+        Err(crate::render::RenderError::InvalidSelector { .. }) => BTreeMap::new(),
+    };
     if validation.errors.is_empty() {
         validation.errors = rendered_configs(&rendered, inputs, nodes, params.max_object_bytes);
     }

@@ -72,6 +72,26 @@ pub use objects::{
     layer2_vxlan_name, sbr_vrf_name, vrf_bridge_name, vrf_vxlan_name,
 };
 
+/// The version of this rendering. Bump it in the change that makes the same inputs render to other
+/// node configs (golden: `tests/render_version.rs`, which fails until it is bumped): a revision records
+/// the version it was cut for (`RevisionInputs::render_version`), and a configurator renders only
+/// revisions of its own version. One whose rendering differs therefore cuts a new revision for the same
+/// inputs, which rolls out in waves under the gate, and never rewrites the node configs of an existing
+/// revision in place (#46).
+pub const RENDER_VERSION: u32 = 1;
+
+/// The render version a revision's inputs were cut for (none recorded: 1, the first).
+pub fn render_version_of(inputs: &RevisionInputs) -> u32 {
+    inputs.render_version.unwrap_or(1)
+}
+
+/// `inputs` marked as cut for render version `version`: what a configurator of that version folds the
+/// live inputs into, so that its revisions hash (and are named) apart from those of other versions.
+/// Version 1 is recorded as nothing, so revisions cut before versions existed keep their hash.
+pub fn stamp_render_version(inputs: &mut RevisionInputs, version: u32) {
+    inputs.render_version = (version != 1).then_some(version);
+}
+
 /// MTU of a VRF's layer-3 VXLAN devices when `spec.mtu` is omitted.
 pub const DEFAULT_VRF_MTU: u32 = 9000;
 /// Priority of the policy rules of `sbrPrefixes` (das-schiff-network-operator's): before the kernel's
@@ -242,9 +262,17 @@ pub enum RenderError {
         #[source]
         source: SelectorError,
     },
+    /// The inputs were cut for another render version ([`RENDER_VERSION`]): their node configs are
+    /// what that configurator rendered, which this one cannot reproduce.
+    #[error(
+        "spec.renderVersion: {recorded}, and this build renders version {RENDER_VERSION}: the node \
+         configs of these inputs come from the configurator release that renders version {recorded}"
+    )]
+    OtherVersion { recorded: u32 },
 }
 
-/// Renders every node's config. Every node in `nodes` is in the result (an empty config when nothing
+/// Renders every node's config. Inputs cut for another render version are refused
+/// ([`RenderError::OtherVersion`]). Every node in `nodes` is in the result (an empty config when nothing
 /// selects it). Nodes with the same name are taken once (the first in (name, labels) order).
 ///
 /// Inconsistent inputs (duplicate VLANs, table clashes, …) are rendered as written: deciding whether
@@ -253,6 +281,10 @@ pub fn render(
     inputs: &RevisionInputs,
     nodes: &[NodeInfo],
 ) -> Result<BTreeMap<String, RenderedNode>, RenderError> {
+    let recorded = render_version_of(inputs);
+    if recorded != RENDER_VERSION {
+        return Err(RenderError::OtherVersion { recorded });
+    }
     let index = Index::build(inputs, nodes);
     if let Some((object, errors)) = index.selector_errors.first() {
         return Err(RenderError::InvalidSelector {

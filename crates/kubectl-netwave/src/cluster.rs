@@ -115,6 +115,8 @@ pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
             o.add_to(&mut inputs);
         }
     }
+    // As the configurator folds them: cut for this build's render version.
+    netwave_core::render::stamp_render_version(&mut inputs, netwave_core::render::RENDER_VERSION);
     Ok(canonical_inputs(&inputs))
 }
 

@@ -82,6 +82,8 @@ pub fn read_inputs(path: &Path) -> anyhow::Result<RevisionInputs> {
             }
         }
     }
+    // As the configurator folds them: cut for this build's render version.
+    netwave_core::render::stamp_render_version(&mut inputs, netwave_core::render::RENDER_VERSION);
     Ok(canonical_inputs(&inputs))
 }
 

@@ -363,6 +363,7 @@ mod tests {
             bgp_peerings: Vec::new(),
             mirror_targets: Vec::new(),
             mirror_selectors: Vec::new(),
+            render_version: None,
             vrfs: vec![
                 vrf("tenant-a", 1001, None, "10.0.76.80/28"),
                 vrf("tenant-b", 1002, Some(200), "10.0.76.81/28"),

@@ -73,6 +73,10 @@ pub struct RevisionState {
     pub status: NetworkConfigRevisionStatus,
     /// Fleet-wide validation of this revision against the current nodes, computed by the caller.
     pub validation: ValidationResult,
+    /// The render version this revision was cut for, when it is not the caller's
+    /// (`render::RENDER_VERSION`): the caller renders nothing of it, so nothing is assigned from it and
+    /// its nodes keep what they run. Set by the caller with its renders.
+    pub other_render_version: Option<u32>,
 }
 
 /// One `Node`, reduced to what the rollout needs.
@@ -282,6 +286,7 @@ impl RevisionState {
             hold_basis: annotation(crate::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION),
             status: rev.status.clone().unwrap_or_default(),
             validation,
+            other_render_version: None,
         })
     }
 }

@@ -371,6 +371,14 @@ pub enum WaitingOn {
         first: Vec<String>,
         missing: String,
     },
+    /// Nodes that need configs of a revision cut for another render version than the configurator's
+    /// (`render::RENDER_VERSION`), which it cannot render: they keep what they run.
+    OtherRenderVersion {
+        revision: String,
+        version: u32,
+        count: u32,
+        first: Vec<String>,
+    },
     /// The caller did not supply rendered hashes for these nodes.
     MissingRender {
         revision: String,
@@ -460,6 +468,21 @@ impl fmt::Display for WaitingOn {
                     f,
                     "{count} node(s) wait for their agent: their config needs {missing}, which \
                      their agent does not declare (upgrade it; they keep what they run meanwhile): "
+                )?;
+                names(f, *count, first)
+            }
+            WaitingOn::OtherRenderVersion {
+                revision,
+                version,
+                count,
+                first,
+            } => {
+                write!(
+                    f,
+                    "{revision} was cut for render version {version} and this configurator renders \
+                     version {}: it cannot put {count} node(s) on it, so they keep what they run (a \
+                     configurator that renders version {version} can): ",
+                    crate::render::RENDER_VERSION
                 )?;
                 names(f, *count, first)
             }

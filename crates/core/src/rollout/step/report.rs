@@ -363,10 +363,21 @@ fn report_waiting(
         });
     }
     for (r, names) in missing {
-        waiting.push(WaitingOn::MissingRender {
-            revision: w.revs[r].name().to_string(),
-            count: names.len() as u32,
-            first: names.into_iter().take(LIST_LIMIT).collect(),
+        let revision = w.revs[r].name().to_string();
+        let count = names.len() as u32;
+        let first = names.into_iter().take(LIST_LIMIT).collect();
+        waiting.push(match w.revs[r].state.other_render_version {
+            Some(version) => WaitingOn::OtherRenderVersion {
+                revision,
+                version,
+                count,
+                first,
+            },
+            None => WaitingOn::MissingRender {
+                revision,
+                count,
+                first,
+            },
         });
     }
     waiting

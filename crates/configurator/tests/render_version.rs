@@ -1,0 +1,270 @@
+//! A configurator meets a fleet rolled out by a configurator that renders differently (#46): an
+//! upgrade or a downgrade of the configurator across a `RENDER_VERSION` bump. It never rewrites the
+//! node configs of that revision in place; it cuts a revision of its own version from the same inputs,
+//! which rolls out in waves under the gate, and a failure of that rollout holds the fleet where it is
+//! (the other version's configs are not this configurator's to put back).
+//!
+//! In memory (`testing::inmem`), with agents answering as real ones do (`netwave_agent::sim`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use netwave_agent::sim::{Answer, status_for};
+use netwave_api::NodeNetworkConfigStatus;
+use netwave_api::vocab::NodeReason as Reason;
+use netwave_api::vocab::RevisionPhase;
+use netwave_configurator::decide::{Outcome, Settings, compute};
+use netwave_configurator::memory::Memory;
+use netwave_configurator::snapshot::{Snapshot, fold_inputs};
+use netwave_configurator::testing::inmem::{self, apply};
+use netwave_configurator::writer::Intent;
+use netwave_core::Timestamp;
+use netwave_core::render::{RENDER_VERSION, config_hash, stamp_render_version};
+use netwave_core::revision::{InputSettle, inputs_hash, revision_name};
+use netwave_core::rollout::WaitingOn;
+
+const NODES: usize = 20;
+
+struct Leader {
+    settings: Settings,
+    cache: Memory,
+    settle: InputSettle,
+    now: Timestamp,
+}
+
+impl Leader {
+    fn new() -> Leader {
+        Leader {
+            settings: inmem::settings(),
+            cache: Memory::default(),
+            settle: InputSettle::default(),
+            now: Timestamp(1_800_000_000_000),
+        }
+    }
+
+    /// One reconcile, its intents applied to `s` as the watches deliver them.
+    fn reconcile(&mut self, s: &mut Snapshot) -> Outcome {
+        let out = compute(
+            s,
+            &self.settings,
+            &mut self.cache,
+            &mut self.settle,
+            self.now,
+        );
+        apply(s, out.intents.clone(), self.now);
+        self.now = Timestamp(self.now.0 + 2_000);
+        out
+    }
+}
+
+/// Every agent whose spec is not answered yet answers: `Invalid` on the nodes in `failing`,
+/// `Provisioned` elsewhere.
+fn answer(s: &mut Snapshot, failing: &BTreeSet<String>) {
+    for c in s.node_configs.iter_mut() {
+        if c.spec.is_placeholder() {
+            continue;
+        }
+        let st = c.status.clone().unwrap_or_default();
+        if st.observed_revision.as_deref() == Some(c.spec.revision.as_str())
+            && st.config_hash.as_deref() == Some(c.spec.config_hash.as_str())
+        {
+            continue;
+        }
+        let node = c.metadata.name.clone().unwrap_or_default();
+        let answer = if failing.contains(&node) {
+            Answer::Invalid {
+                reason: Reason::HealthCheckFailed,
+                message: "reachability: 198.18.0.1 unreachable".into(),
+            }
+        } else {
+            Answer::Provisioned
+        };
+        let v = status_for(c, &answer).expect("an agent that answers");
+        let status: NodeNetworkConfigStatus =
+            serde_json::from_value(v["status"].clone()).expect("the simulated status parses");
+        Arc::make_mut(c).status = Some(status);
+    }
+}
+
+fn phase_of(s: &Snapshot, name: &str) -> Option<String> {
+    let r = s
+        .revisions
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(name))?;
+    r.status.as_ref()?.phase.clone()
+}
+
+/// The samples rolled out on every node, then relabelled as the work of a configurator that renders
+/// version `RENDER_VERSION + 1`: its revision records that version (and so hashes and is named apart),
+/// and every node runs its rendering, which differs from this build's (one VRF's MTU). Returns the
+/// snapshot and the other revision's name.
+fn fleet_of_another_render_version() -> (Snapshot, String) {
+    let mut s = inmem::samples_snapshot((0..NODES).map(|i| format!("node-{i:02}")));
+    let mut leader = Leader::new();
+    for _ in 0..200 {
+        leader.reconcile(&mut s);
+        answer(&mut s, &BTreeSet::new());
+        if s.revisions.len() == 1
+            && phase_of(&s, s.revisions[0].metadata.name.as_deref().unwrap())
+                == Some(RevisionPhase::Complete.as_str().into())
+        {
+            break;
+        }
+    }
+    let [revision] = s.revisions.as_slice() else {
+        panic!("one revision, got {}", s.revisions.len());
+    };
+    assert_eq!(
+        phase_of(&s, revision.metadata.name.as_deref().unwrap()).as_deref(),
+        Some("Complete")
+    );
+    let mut inputs = (*s.revision_inputs[0]).clone();
+    stamp_render_version(&mut inputs.spec, RENDER_VERSION + 1);
+    let hash = inputs_hash(&inputs.spec);
+    let name = revision_name(&hash);
+    inputs.metadata.name = Some(name.clone());
+    inputs.metadata.uid = Some(format!("uid-inputs-{name}"));
+    let mut other = (**revision).clone();
+    other.metadata.name = Some(name.clone());
+    other.metadata.uid = Some(format!("uid-{name}"));
+    other.spec.hash = hash;
+    s.revisions = vec![Arc::new(other)];
+    s.revision_inputs = vec![Arc::new(inputs)];
+    for c in s.node_configs.iter_mut() {
+        let c = Arc::make_mut(c);
+        c.spec.revision = name.clone();
+        for vrf in c.spec.config.vrfs.iter_mut().take(1) {
+            vrf.mtu -= 50;
+        }
+        c.spec.config_hash = config_hash(&c.spec.config);
+        c.status = None;
+    }
+    answer(&mut s, &BTreeSet::new());
+    s.changed_by_hand(BTreeSet::new(), BTreeSet::new());
+    (s, name)
+}
+
+/// The nodes an outcome assigns a config of `revision`.
+fn assigned(out: &Outcome, revision: &str) -> Vec<String> {
+    (out.intents.iter())
+        .filter_map(|i| match i {
+            Intent::ApplyNodeConfig { node, spec, .. } if spec.revision == revision => {
+                Some(node.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_configurator_that_renders_differently_cuts_a_revision_and_rolls_it_out_in_waves() {
+    let (mut s, other) = fleet_of_another_render_version();
+    let mut leader = Leader::new();
+
+    // The same inputs, cut for this build's version: a new revision, and nothing else this reconcile.
+    let out = leader.reconcile(&mut s);
+    let own = revision_name(&inputs_hash(&fold_inputs(&s)));
+    assert_ne!(own, other);
+    let [Intent::CreateRevision { name, inputs, .. }] = out.intents.as_slice() else {
+        panic!("one CreateRevision, got {:#?}", out.intents);
+    };
+    assert_eq!((name, inputs.render_version), (&own, None));
+
+    // It rolls out in waves: never more nodes at once than the budget, and never a config of the
+    // other version's revision rewritten (its nodes keep it until their wave moves them).
+    let mut first_wave = None;
+    for _ in 0..200 {
+        let out = leader.reconcile(&mut s);
+        assert!(
+            assigned(&out, &other).is_empty(),
+            "the other version's configs are never rewritten: {:#?}",
+            out.intents
+        );
+        let wave = assigned(&out, &own).len();
+        if wave > 0 && first_wave.is_none() {
+            first_wave = Some(wave);
+        }
+        answer(&mut s, &BTreeSet::new());
+        if phase_of(&s, &own).as_deref() == Some("Complete") {
+            break;
+        }
+    }
+    let first_wave = first_wave.expect("the new revision was assigned");
+    assert!(
+        first_wave < NODES,
+        "the first wave took {first_wave} of {NODES} nodes at once"
+    );
+    assert_eq!(phase_of(&s, &own).as_deref(), Some("Complete"));
+    assert!(
+        s.node_configs.iter().all(|c| c.spec.revision == own),
+        "every node moved to this version's revision"
+    );
+}
+
+#[test]
+fn a_failed_rollout_holds_where_it_is_when_the_last_good_revision_is_another_versions() {
+    let (mut s, other) = fleet_of_another_render_version();
+    let mut leader = Leader::new();
+    let failing: BTreeSet<String> = s
+        .node_configs
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    let own = revision_name(&inputs_hash(&fold_inputs(&s)));
+    let mut waiting = Vec::new();
+    for _ in 0..200 {
+        let out = leader.reconcile(&mut s);
+        assert!(
+            assigned(&out, &other).is_empty(),
+            "nothing is put back on the other version's revision: {:#?}",
+            out.intents
+        );
+        if let Some(plan) = &out.plan {
+            waiting = plan.report.waiting.clone();
+        }
+        answer(&mut s, &failing);
+        if phase_of(&s, &own).as_deref() == Some("Failed") {
+            let out = leader.reconcile(&mut s);
+            assert!(assigned(&out, &other).is_empty());
+            waiting = out.plan.expect("a plan").report.waiting;
+            break;
+        }
+    }
+    assert_eq!(phase_of(&s, &own).as_deref(), Some("Failed"));
+    let Some(WaitingOn::OtherRenderVersion {
+        revision,
+        version,
+        count,
+        ..
+    }) = waiting
+        .iter()
+        .find(|w| matches!(w, WaitingOn::OtherRenderVersion { .. }))
+    else {
+        panic!("the report says why nothing goes back: {waiting:#?}");
+    };
+    assert_eq!((revision, *version), (&other, RENDER_VERSION + 1));
+    let touched = s
+        .node_configs
+        .iter()
+        .filter(|c| c.spec.revision == own)
+        .count();
+    assert_eq!(*count as usize, touched, "{waiting:#?}");
+    assert!(
+        touched < NODES,
+        "the failure stopped the rollout: {touched} of {NODES} nodes were given it"
+    );
+    let message = WaitingOn::OtherRenderVersion {
+        revision: other.clone(),
+        version: RENDER_VERSION + 1,
+        count: 1,
+        first: vec!["node-00".into()],
+    }
+    .to_string();
+    assert!(
+        message.contains(&format!(
+            "was cut for render version {} and this configurator renders version {RENDER_VERSION}",
+            RENDER_VERSION + 1
+        )),
+        "{message}"
+    );
+}
