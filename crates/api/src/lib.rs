@@ -18,6 +18,7 @@
 // kube-derive's repeated `printcolumn(type_ = …)` attributes look duplicated to clippy; they are not.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod bounds;
 pub mod cel;
 pub mod features;
 pub mod input_status;

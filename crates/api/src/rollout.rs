@@ -813,9 +813,11 @@ pub struct NodeNetworkConfigStatus {
     /// config was re-rendered under the revision the agent reported `Provisioned` for, and the agent
     /// has not reported on the new one yet). `Queued` on placeholders of configurators before #28.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::PHASE_MAX))]
     pub phase: Option<String>,
     /// Revision the phase refers to.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::NAME_MAX))]
     pub observed_revision: Option<String>,
     /// `spec.retry` the phase refers to.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -823,29 +825,48 @@ pub struct NodeNetworkConfigStatus {
     /// `spec.configHash` the phase refers to: a config re-rendered under the same revision and retry
     /// (a Node label change) is a new config, judged afresh even where the earlier one was `Invalid`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::HASH_MAX))]
     pub observed_config_hash: Option<String>,
     /// `configHash` of the config the kernel is running now.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::HASH_MAX))]
     pub config_hash: Option<String>,
     /// Newest revision this node ran healthily; what it restores on failure.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::NAME_MAX))]
     pub last_good_revision: Option<String>,
     /// Machine-readable cause, e.g. `ApplyFailed`, `HealthCheckFailed`, `KernelUnsupported`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::REASON_MAX))]
     pub reason: Option<String>,
+    /// What happened, for people (at most 8 KiB: the agent cuts a longer one: `netwave_api::bounds`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::MESSAGE_MAX))]
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+    #[schemars(length(max = crate::bounds::PROBES_MAX))]
     pub probes: Vec<ProbeResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::VERSION_MAX))]
     pub agent_version: Option<String>,
     /// What the agent can apply beyond release 0.1.0 (`netwave_api::features`): the configurator
     /// assigns no config that needs a feature the node's agent does not declare. Agents before 0.2.0
     /// leave it out.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::FEATURES_MAX), inner(length(max = crate::bounds::FEATURE_NAME_MAX)))]
     pub agent_features: Option<Vec<String>>,
     /// Kernel features by name (`vrf`, `vlan`, `bridgeVlanFiltering`, …) and whether they work.
+    #[schemars(extend(
+        "maxProperties" = crate::bounds::CAPABILITIES_MAX,
+        "x-kubernetes-validations" = [{
+            "rule": format!("self.all(k, size(k) <= {})", crate::bounds::CAPABILITY_NAME_MAX),
+            "message": format!(
+                "a kernel capability's name has at most {} characters",
+                crate::bounds::CAPABILITY_NAME_MAX
+            )
+        }]
+    ))]
     pub kernel_capabilities: BTreeMap<String, bool>,
     /// Written by the configurator, never by the agent: `Quarantined` while the node is quarantined
     /// (`spec.rollout.quarantine`; the record itself is the annotation `netwave.dev/quarantined`, which
@@ -858,10 +879,13 @@ pub struct NodeNetworkConfigStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ProbeResult {
     /// What was probed, e.g. `interface eth0`, `tcp 198.18.0.1:179`, `icmp 198.18.0.1`, `api`.
+    #[schemars(length(max = crate::bounds::PROBE_NAME_MAX))]
     pub name: String,
     /// `Passed`, `Failed` or `Skipped`.
+    #[schemars(length(max = crate::bounds::PROBE_RESULT_MAX))]
     pub result: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::bounds::PROBE_MESSAGE_MAX))]
     pub message: Option<String>,
     /// Whether this probe gated the apply (it passed before the apply started).
     #[serde(default)]

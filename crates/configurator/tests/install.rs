@@ -794,6 +794,68 @@ async fn the_agent_policy_stays_on_when_the_install_is_renamed() {
     );
 }
 
+/// An agent's verdict is bounded by the CRD (#48): with node-a's pod-bound token, a status with a
+/// 400 KB reason, an oversized message or probe, or a long kernel capability name is refused whole
+/// (naming the field and its bound), and nothing of it is stored; the same report cut by
+/// `NodeNetworkConfigStatus::bounded`, as the agent sends it, is accepted.
+#[tokio::test]
+async fn an_agent_cannot_write_an_oversized_status() {
+    use netwave_api::NodeNetworkConfigStatus;
+    let env = env().await;
+    let agent_a = installed_agent(&env).await;
+    let nncs: Api<NodeNetworkConfig> = Api::all(agent_a.clone());
+    let pp = PatchParams::default();
+    let huge = "x".repeat(400 * 1024);
+    let attacks = [
+        (
+            "status.reason",
+            json!({"phase": "Invalid", "observedRevision": "r1", "reason": huge}),
+        ),
+        (
+            "status.message",
+            json!({"phase": "Invalid", "message": "m".repeat(9000)}),
+        ),
+        (
+            "status.probes[0].message",
+            json!({"probes": [{"name": "api", "result": "Failed", "message": "p".repeat(2000)}]}),
+        ),
+        (
+            "status.kernelCapabilities",
+            json!({"kernelCapabilities": {"k".repeat(100): true}}),
+        ),
+    ];
+    for (field, status) in attacks {
+        let msg = invalid(
+            nncs.patch_status("node-a", &pp, &merge(json!({ "status": status })))
+                .await,
+            field,
+        );
+        assert!(msg.contains(field), "{field}: {msg}");
+    }
+    let stored = Api::<NodeNetworkConfig>::all(env.client.clone())
+        .get("node-a")
+        .await
+        .unwrap();
+    assert!(
+        stored.status.is_none(),
+        "nothing stored: {:?}",
+        stored.status
+    );
+
+    // What the agent sends: the same verdict, cut to the bounds.
+    let st = NodeNetworkConfigStatus {
+        phase: Some("Invalid".into()),
+        observed_revision: Some("r1".into()),
+        reason: Some(huge.clone()),
+        message: Some(huge),
+        ..NodeNetworkConfigStatus::default()
+    }
+    .bounded();
+    nncs.patch_status("node-a", &pp, &merge(json!({ "status": st })))
+        .await
+        .expect("a bounded status is accepted");
+}
+
 /// The message of a 403; panics on anything else.
 fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String {
     match r {
@@ -802,5 +864,18 @@ fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> String 
             e.message
         }
         other => panic!("{what} was not refused: {other:?}"),
+    }
+}
+
+/// The message of a 422 (the object is invalid against its schema); panics on anything else.
+fn invalid<T>(r: Result<T, kube::Error>, what: &str) -> String {
+    match r {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{what}: {}", e.message);
+            e.message
+        }
+        Err(e) => panic!("{what}: {e}"),
+        // (Not the object: it holds the oversized field.)
+        Ok(_) => panic!("{what} was accepted"),
     }
 }

@@ -6,93 +6,24 @@
 //!
 //! In memory (`testing::inmem`), with agents answering as real ones do (`netwave_agent::sim`).
 
+mod support_inmem;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use netwave_agent::sim::{Answer, status_for};
-use netwave_api::NodeNetworkConfigStatus;
-use netwave_api::vocab::NodeReason as Reason;
+use netwave_agent::sim::Answer;
+use netwave_api::vocab::NodeReason;
 use netwave_api::vocab::RevisionPhase;
-use netwave_configurator::decide::{Outcome, Settings, compute};
-use netwave_configurator::memory::Memory;
+use netwave_configurator::decide::Outcome;
 use netwave_configurator::snapshot::{Snapshot, fold_inputs};
-use netwave_configurator::testing::inmem::{self, apply};
+use netwave_configurator::testing::inmem;
 use netwave_configurator::writer::Intent;
-use netwave_core::Timestamp;
 use netwave_core::render::{RENDER_VERSION, config_hash, stamp_render_version};
-use netwave_core::revision::{InputSettle, inputs_hash, revision_name};
+use netwave_core::revision::{inputs_hash, revision_name};
 use netwave_core::rollout::WaitingOn;
+use support_inmem::{Leader, answer, phase_of, provisioned};
 
 const NODES: usize = 20;
-
-struct Leader {
-    settings: Settings,
-    cache: Memory,
-    settle: InputSettle,
-    now: Timestamp,
-}
-
-impl Leader {
-    fn new() -> Leader {
-        Leader {
-            settings: inmem::settings(),
-            cache: Memory::default(),
-            settle: InputSettle::default(),
-            now: Timestamp(1_800_000_000_000),
-        }
-    }
-
-    /// One reconcile, its intents applied to `s` as the watches deliver them.
-    fn reconcile(&mut self, s: &mut Snapshot) -> Outcome {
-        let out = compute(
-            s,
-            &self.settings,
-            &mut self.cache,
-            &mut self.settle,
-            self.now,
-        );
-        apply(s, out.intents.clone(), self.now);
-        self.now = Timestamp(self.now.0 + 2_000);
-        out
-    }
-}
-
-/// Every agent whose spec is not answered yet answers: `Invalid` on the nodes in `failing`,
-/// `Provisioned` elsewhere.
-fn answer(s: &mut Snapshot, failing: &BTreeSet<String>) {
-    for c in s.node_configs.iter_mut() {
-        if c.spec.is_placeholder() {
-            continue;
-        }
-        let st = c.status.clone().unwrap_or_default();
-        if st.observed_revision.as_deref() == Some(c.spec.revision.as_str())
-            && st.config_hash.as_deref() == Some(c.spec.config_hash.as_str())
-        {
-            continue;
-        }
-        let node = c.metadata.name.clone().unwrap_or_default();
-        let answer = if failing.contains(&node) {
-            Answer::Invalid {
-                reason: Reason::HealthCheckFailed,
-                message: "reachability: 198.18.0.1 unreachable".into(),
-            }
-        } else {
-            Answer::Provisioned
-        };
-        let v = status_for(c, &answer).expect("an agent that answers");
-        let status: NodeNetworkConfigStatus =
-            serde_json::from_value(v["status"].clone()).expect("the simulated status parses");
-        Arc::make_mut(c).status = Some(status);
-    }
-}
-
-fn phase_of(s: &Snapshot, name: &str) -> Option<String> {
-    let r = s
-        .revisions
-        .iter()
-        .find(|r| r.metadata.name.as_deref() == Some(name))?;
-    r.status.as_ref()?.phase.clone()
-}
 
 /// The samples rolled out on every node, then relabelled as the work of a configurator that renders
 /// version `RENDER_VERSION + 1`: its revision records that version (and so hashes and is named apart),
@@ -103,7 +34,7 @@ fn fleet_of_another_render_version() -> (Snapshot, String) {
     let mut leader = Leader::new();
     for _ in 0..200 {
         leader.reconcile(&mut s);
-        answer(&mut s, &BTreeSet::new());
+        answer(&mut s, provisioned);
         if s.revisions.len() == 1
             && phase_of(&s, s.revisions[0].metadata.name.as_deref().unwrap())
                 == Some(RevisionPhase::Complete.as_str().into())
@@ -139,7 +70,7 @@ fn fleet_of_another_render_version() -> (Snapshot, String) {
         c.spec.config_hash = config_hash(&c.spec.config);
         c.status = None;
     }
-    answer(&mut s, &BTreeSet::new());
+    answer(&mut s, provisioned);
     s.changed_by_hand(BTreeSet::new(), BTreeSet::new());
     (s, name)
 }
@@ -184,7 +115,7 @@ fn a_configurator_that_renders_differently_cuts_a_revision_and_rolls_it_out_in_w
         if wave > 0 && first_wave.is_none() {
             first_wave = Some(wave);
         }
-        answer(&mut s, &BTreeSet::new());
+        answer(&mut s, provisioned);
         if phase_of(&s, &own).as_deref() == Some("Complete") {
             break;
         }
@@ -222,7 +153,16 @@ fn a_failed_rollout_holds_where_it_is_when_the_last_good_revision_is_another_ver
         if let Some(plan) = &out.plan {
             waiting = plan.report.waiting.clone();
         }
-        answer(&mut s, &failing);
+        answer(&mut s, |node| {
+            if failing.contains(node) {
+                Answer::Invalid {
+                    reason: NodeReason::HealthCheckFailed,
+                    message: "reachability: 198.18.0.1 unreachable".into(),
+                }
+            } else {
+                Answer::Provisioned
+            }
+        });
         if phase_of(&s, &own).as_deref() == Some("Failed") {
             let out = leader.reconcile(&mut s);
             assert!(assigned(&out, &other).is_empty());

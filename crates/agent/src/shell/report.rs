@@ -162,10 +162,11 @@ async fn deliver_status(
         let mut pending = rx.borrow_and_update().clone();
         let mut delay = BACKOFF_START;
         while let Some((name, st)) = pending.clone() {
+            // Within the CRD's bounds (#48): a long message of its own is cut, never refused whole.
             let patch = json!({
                 "apiVersion": "netwave.dev/v1alpha1",
                 "kind": "NodeNetworkConfig",
-                "status": st,
+                "status": st.clone().bounded(),
             });
             let attempt = tokio::time::timeout(
                 ATTEMPT_TIMEOUT,

@@ -2,6 +2,7 @@
 //! reconcile. Nothing here remembers anything between steps; all rollout state lives in the API objects
 //! these are read from, which is what lets a new leader continue exactly where the old one stopped.
 
+use netwave_api::bounds;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -344,8 +345,10 @@ impl NodeConfigState {
         // conditions, and cloning all of it for 5,000 nodes per reconcile was a quarter of the
         // configurator's compute (#14).
         let status = nnc.status.as_ref();
-        let text = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>| {
-            status.and_then(|s| f(s).clone())
+        // Bounded where they are read (#48): whatever an agent wrote (an older CRD has no bounds),
+        // the revision status, Events and logs that copy them stay small.
+        let text = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>, max| {
+            status.and_then(|s| f(s).as_deref().map(|v| bounds::truncate(v, max)))
         };
         let mut sym = |f: fn(&netwave_api::NodeNetworkConfigStatus) -> &Option<String>| {
             strings.intern_opt(status.and_then(|s| f(s).as_deref()))
@@ -377,8 +380,8 @@ impl NodeConfigState {
                 observed_config_hash,
                 config_hash,
                 last_good_revision,
-                reason: text(|s| &s.reason),
-                message: text(|s| &s.message),
+                reason: text(|s| &s.reason, bounds::REASON_MAX),
+                message: text(|s| &s.message, bounds::FAILED_NODE_MESSAGE_MAX),
                 started_at,
                 features: FeatureSet::of_agent(status),
             },
