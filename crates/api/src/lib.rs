@@ -20,6 +20,7 @@
 
 pub mod bounds;
 pub mod cel;
+pub mod datetimes;
 pub mod features;
 pub mod input_status;
 pub mod inputs;
@@ -49,12 +50,15 @@ pub const VERSION: &str = "v1alpha1";
 pub fn crds() -> Vec<(String, CustomResourceDefinition)> {
     generated()
         .into_iter()
-        .map(|(file, crd)| (file, cel::with_rules(integers::bounded(crd))))
+        .map(|(file, crd)| {
+            let crd = datetimes::strict(integers::bounded(crd));
+            (file, cel::with_rules(crd))
+        })
         .collect()
 }
 
 /// The CRDs as kube-derive and schemars generate them from the types, before [`crds`] adds integer
-/// bounds and CEL rules: every input kind's (`<plural>.yaml`), then the rollout's.
+/// bounds, date-time patterns and CEL rules: every input kind's (`<plural>.yaml`), then the rollout's.
 fn generated() -> Vec<(String, CustomResourceDefinition)> {
     struct Inputs(Vec<(String, CustomResourceDefinition)>);
     impl kinds::Visit for Inputs {

@@ -4,7 +4,7 @@
 //! and their log lines) is bounded: the revision status stays small enough to write.
 //!
 //! (Under this release's CRD the API server refuses such a write outright:
-//! `install.rs::an_agent_cannot_write_an_oversized_status`.)
+//! `install.rs::an_agent_cannot_write_an_oversized_or_unreadable_status`.)
 
 mod support_inmem;
 

@@ -795,11 +795,11 @@ async fn the_agent_policy_stays_on_when_the_install_is_renamed() {
 }
 
 /// An agent's verdict is bounded by the CRD (#48): with node-a's pod-bound token, a status with a
-/// 400 KB reason, an oversized message or probe, or a long kernel capability name is refused whole
-/// (naming the field and its bound), and nothing of it is stored; the same report cut by
+/// 400 KB reason, an oversized message or probe, a long kernel capability name or a time the
+/// configurator could not read is refused whole (naming the field), and nothing of it is stored; the same report cut by
 /// `NodeNetworkConfigStatus::bounded`, as the agent sends it, is accepted.
 #[tokio::test]
-async fn an_agent_cannot_write_an_oversized_status() {
+async fn an_agent_cannot_write_an_oversized_or_unreadable_status() {
     use netwave_api::NodeNetworkConfigStatus;
     let env = env().await;
     let agent_a = installed_agent(&env).await;
@@ -822,6 +822,12 @@ async fn an_agent_cannot_write_an_oversized_status() {
         (
             "status.kernelCapabilities",
             json!({"kernelCapabilities": {"k".repeat(100): true}}),
+        ),
+        // Go's date-time parser takes this offset; the Rust one, which lists every node config,
+        // does not: the node would drop out of every rollout.
+        (
+            "status.lastTransitionTime",
+            json!({"phase": "Invalid", "lastTransitionTime": "2026-01-01T00:00:00+99:00"}),
         ),
     ];
     for (field, status) in attacks {
