@@ -478,6 +478,8 @@ pub fn namespaces_of(run_id: &str) -> Vec<String> {
 /// is the caller's to wait for.
 fn announce(wns: &str, gateway: &str) {
     let _ = Command::new("ip")
-        .args(["netns", "exec", wns, "ping", "-c", "2", "-i", "0.2", "-W", "1", gateway])
+        .args([
+            "netns", "exec", wns, "ping", "-c", "2", "-i", "0.2", "-W", "1", gateway,
+        ])
         .output();
 }
