@@ -290,9 +290,8 @@ impl NetnsFleet {
     }
 
     /// A workload namespace for `node`: a veth whose node end (`wl0`) is a port of `bridge` and whose
-    /// other end holds `cidr` with a default route via `gateway`, announced to its gateway as a booting
-    /// host is ([`announce`]). The node end is not marked as managed, so the agent leaves it alone.
-    /// Returns the workload namespace's name.
+    /// other end holds `cidr` with a default route via `gateway`. The node end is not marked as managed,
+    /// so the agent leaves it alone. Returns the workload namespace's name.
     pub fn add_workload(
         &mut self,
         node: &str,
@@ -339,7 +338,6 @@ impl NetnsFleet {
         ip(&["-n", &wns, "link", "set", "eth0", "up"])?;
         ip(&["-n", &wns, "link", "set", "lo", "up"])?;
         ip(&["-n", &wns, "route", "add", "default", "via", gateway])?;
-        announce(&wns, gateway);
         Ok(wns)
     }
 }
@@ -476,7 +474,7 @@ pub fn namespaces_of(run_id: &str) -> Vec<String> {
 /// gateways share one anycast MAC, so another node's ARP request reaches the workload but the answer
 /// is taken by the workload's own node, which did not ask. Best effort: a gateway not yet configured
 /// is the caller's to wait for.
-fn announce(wns: &str, gateway: &str) {
+pub fn announce(wns: &str, gateway: &str) {
     let _ = Command::new("ip")
         .args([
             "netns", "exec", wns, "ping", "-c", "2", "-i", "0.2", "-W", "1", gateway,

@@ -177,8 +177,15 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         flow("111 node-0→node-2", &w111[0].0, &w111[2].0, &w111[2].1)?,
         flow("103→111 node-2→node-0", &w103[2].1, &w111[0].0, &w111[0].1)?,
     ];
-    // EVPN has the remote VTEPs within seconds of the rollout; the probe waits for each flow's first
-    // packet.
+    // Each workload announces itself, as a booting host does, so that its node's gateway knows it and
+    // EVPN carries it to the other nodes: the routed flow towards node-0 starts only then (the
+    // gateways share one anycast MAC). EVPN has the remote VTEPs within seconds of the rollout; the
+    // probe waits for each flow's first packet.
+    for (ns, gateway) in (w103.iter().map(|w| (&w.1, "10.250.3.1")))
+        .chain(w111.iter().map(|w| (&w.0, "10.250.11.1")))
+    {
+        netwave_e2e::netns::announce(ns, gateway);
+    }
     let mut w = Watch::start(f, flows)?;
     let touches_111 = |flow: &str| flow.contains("111");
     let mut rows: Vec<Row> = Vec::new();
