@@ -29,11 +29,7 @@ fn walk(v: &mut Value) {
 
 /// The CRD with every date-time held to [`PATTERN`].
 pub(crate) fn strict(crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(crd).expect("a CRD always serializes");
-    for version in v["spec"]["versions"].as_array_mut().into_iter().flatten() {
-        walk(&mut version["schema"]["openAPIV3Schema"]);
-    }
-    serde_json::from_value(v).expect("only patterns were added")
+    crate::integers::each_schema(crd, walk)
 }
 
 #[cfg(test)]

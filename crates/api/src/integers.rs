@@ -105,11 +105,20 @@ fn walk(v: &mut Value) {
 
 /// The CRD with every integer bounded by its Rust type and in the formats Kubernetes knows.
 pub(crate) fn bounded(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    each_schema(crd, walk)
+}
+
+/// `crd` with `f` applied to the schema of each of its versions (a pass over every field such as
+/// [`bounded`] and `datetimes::strict`).
+pub(crate) fn each_schema(
+    crd: CustomResourceDefinition,
+    f: fn(&mut Value),
+) -> CustomResourceDefinition {
     let mut v = serde_json::to_value(crd).expect("a CRD always serializes");
     for version in v["spec"]["versions"].as_array_mut().into_iter().flatten() {
-        walk(&mut version["schema"]["openAPIV3Schema"]);
+        f(&mut version["schema"]["openAPIV3Schema"]);
     }
-    serde_json::from_value(v).expect("only integer bounds and formats changed")
+    serde_json::from_value(v).expect("a schema pass keeps the CRD a CRD")
 }
 
 #[cfg(test)]
