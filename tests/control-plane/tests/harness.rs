@@ -80,7 +80,11 @@ async fn a_killed_owner_takes_its_servers_with_it() {
         "the owner to start its control plane",
         Duration::from_secs(180),
         async || {
-            if let Ok(d) = std::fs::read_to_string(&marker) {
+            // The owner renames a finished file into place, so a marker that exists is whole; an
+            // empty path would match every server on the machine.
+            if let Ok(d) = std::fs::read_to_string(&marker)
+                && !d.is_empty()
+            {
                 return Ok(Ok(std::path::PathBuf::from(d)));
             }
             if let Some(status) = child.try_wait()? {
@@ -121,13 +125,24 @@ async fn a_killed_owner_takes_its_servers_with_it() {
 async fn owner_that_gets_killed() {
     let cp = ControlPlane::start(Options::default()).await.unwrap();
     let file = std::env::var("NETWAVE_OWNER_DIR_FILE").unwrap();
-    std::fs::write(file, cp.kubeconfig().parent().unwrap().to_str().unwrap()).unwrap();
+    // Written aside and renamed into place: the test reads it the moment it exists.
+    let partial = format!("{file}.partial");
+    std::fs::write(
+        &partial,
+        cp.kubeconfig().parent().unwrap().to_str().unwrap(),
+    )
+    .unwrap();
+    std::fs::rename(&partial, &file).unwrap();
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
 /// Pids of processes whose command line mentions `dir` and that are etcd or kube-apiserver themselves.
 fn server_pids(dir: &std::path::Path) -> Vec<u32> {
     let dir = dir.to_str().unwrap();
+    assert!(
+        dir.len() > 1,
+        "a control plane's directory, not {dir:?}: it would match every server"
+    );
     let mut pids = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
