@@ -445,8 +445,10 @@ pub struct FailedNode {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Time>,
-    /// The node was quarantined (`spec.rollout.quarantine`) when it failed, or by this failure: it
-    /// does not count against `maxFailures`.
+    /// Does not count against `maxFailures`: the node was quarantined (`spec.rollout.quarantine`) when
+    /// it failed or by this failure, or the entry is a protocol violation (`reason`
+    /// `ProtocolViolation`: a verdict on a revision the node was not given). The name is kept for
+    /// configurators before 0.2.0, which skip flagged entries the same way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub quarantined: bool,
 }

@@ -290,6 +290,12 @@ pub mod node_reasons {
     /// roll a failed apply back. Unlike `ConfigTampered` this *is* a node failure for the rollout: the
     /// node cannot take the revision, and it must not be moved on to new configs silently.
     pub const BACKUP_CORRUPT: &str = "BackupCorrupt";
+    /// Recorded by the configurator (on the revision's `failedNodes`, never counted against
+    /// `maxFailures`) for a node whose agent reported `Invalid` for a revision and retry its spec does
+    /// not name: a verdict on a config it was never given. The verdict is ignored and the node is not
+    /// given that revision; it keeps what it runs. With quarantine on, such reports count towards the
+    /// node's quarantine like failures do.
+    pub const PROTOCOL_VIOLATION: &str = "ProtocolViolation";
 }
 
 /// Condition types on Nodes and NodeNetworkConfigs.

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub nodes: Family<NodeStateLabels, Gauge>,
     pub assignments: Family<ReasonLabels, Counter>,
     pub node_failures: Counter,
+    /// Verdicts from agents on revisions their node was not given (ignored, never counted).
+    pub protocol_violations: Counter,
     pub rollbacks: Counter,
     pub revisions_failed: Counter,
     /// Time from assigning a revision to a node until its agent reported Provisioned.
@@ -107,6 +109,7 @@ impl Default for Metrics {
             nodes: Family::default(),
             assignments: Family::default(),
             node_failures: Counter::default(),
+            protocol_violations: Counter::default(),
             rollbacks: Counter::default(),
             revisions_failed: Counter::default(),
             node_apply_duration: Histogram::new(exponential_buckets(0.25, 2.0, 12)),
@@ -150,6 +153,11 @@ impl Metrics {
             "node_failures",
             "Nodes that failed a revision",
             m.node_failures.clone(),
+        );
+        registry.register(
+            "protocol_violations",
+            "Verdicts an agent reported on a revision its node was not given (ignored, never counted)",
+            m.protocol_violations.clone(),
         );
         registry.register(
             "rollbacks",

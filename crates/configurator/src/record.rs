@@ -27,11 +27,12 @@ pub fn record(metrics: &Metrics, s: &Snapshot, plan: &Plan, quarantined: usize) 
     }
     metrics.quarantined_nodes.set(quarantined as i64);
     for e in &plan.events {
-        if e.reason == rollout::EventReason::NodeFailed {
-            metrics.node_failures.inc();
-        } else if e.reason == rollout::EventReason::RevisionFailed {
-            metrics.revisions_failed.inc();
-        }
+        match e.reason {
+            rollout::EventReason::NodeFailed => metrics.node_failures.inc(),
+            rollout::EventReason::RevisionFailed => metrics.revisions_failed.inc(),
+            rollout::EventReason::ProtocolViolation => metrics.protocol_violations.inc(),
+            _ => 0,
+        };
     }
     // A revision completing now: how long its rollout took.
     for u in &plan.status_updates {

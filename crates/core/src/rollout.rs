@@ -149,6 +149,7 @@ pub use quarantine::{NodeRecord, RecordUpdate};
 pub use step::{StepMemo, counters_only, last_good, revisions_to_render, step, step_every_round};
 pub use time::TimeError;
 pub use vocab::{
-    CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, reasons,
+    CONDITION_TYPES, ConditionType, Phase, REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT,
+    REASON_PROTOCOL_VIOLATION, reasons,
 };
 pub use world::{is_in_flight, is_updated};

@@ -36,9 +36,15 @@ fn fleet(after: Option<u32>) -> (Store, u64) {
 /// Every agent answers its spec once: the hostile one `Invalid` for anything it does not run already.
 /// Returns whether any answered.
 fn agents_answer(store: &mut Store, hostile: Option<&str>) -> bool {
+    agents_answer_but(store, hostile, &[])
+}
+
+/// [`agents_answer`] by every agent but `silent`'s.
+fn agents_answer_but(store: &mut Store, hostile: Option<&str>, silent: &[&str]) -> bool {
     let pending: Vec<(String, AgentPhase)> = store
         .configs
         .values()
+        .filter(|c| !silent.contains(&c.name.as_str()))
         .filter(|c| {
             let st = &c.status;
             !(st.observed_revision.as_deref() == Some(c.spec.revision.as_str())
@@ -342,4 +348,108 @@ fn a_released_node_takes_the_next_revision_and_counts_again() {
         RevisionPhase::Failed.as_str(),
         "its failure counts again"
     );
+}
+
+/// #48 item 2: liars that report `Invalid` on the newest revision as soon as it exists, before their
+/// node is given it (what an agent's token can do: it may write its node's status, and it can see the
+/// revision's name on other nodes' configs). Honest agents answer their own specs.
+fn roll_lying(store: &mut Store, t: &mut u64, rev: &str, seq: u64, liars: &[&str]) -> Vec<Plan> {
+    store.add_revision(rev, seq);
+    let mut plans = Vec::new();
+    for _ in 0..60 {
+        for liar in liars {
+            let c = store.configs.get_mut(*liar).unwrap();
+            c.status.phase = Some(AgentPhase::Invalid);
+            c.status.observed_revision = Some(rev.into());
+            c.status.observed_retry = Some(0);
+            c.status.observed_config_hash = None;
+            c.status.reason = Some(NodeReason::ApplyFailed.as_str().to_string());
+        }
+        *t += 1;
+        let plan = run(store, T0.plus_secs(*t));
+        let answered = agents_answer_but(store, None, liars);
+        let done = plan.is_empty() && !answered;
+        plans.push(plan);
+        if done {
+            return plans;
+        }
+    }
+    panic!("{rev} did not settle: {:#?}", store.revisions[rev].status);
+}
+
+fn violations(plans: &[Plan]) -> Vec<String> {
+    let events = plans.iter().flat_map(|p| &p.events);
+    events
+        .filter(|e| e.reason == EventReason::ProtocolViolation)
+        .map(|e| e.message.clone())
+        .collect()
+}
+
+/// Without the policy: a verdict on a revision the node was not given counts for nothing. Each
+/// revision completes on the honest nodes; each liar is recorded once per revision as a protocol
+/// violation (flagged, an Event), is not given the revision and keeps what it runs.
+#[test]
+fn two_agents_reporting_on_revisions_they_were_not_given_veto_nothing() {
+    let liars = ["node-01", "node-03"];
+    let (mut store, mut t) = fleet(None);
+    for (k, rev) in ["r2", "r3", "r4"].iter().enumerate() {
+        let plans = roll_lying(&mut store, &mut t, rev, k as u64 + 2, &liars);
+        assert_eq!(phase(&store, rev), RevisionPhase::Complete.as_str(), "{rev}");
+        assert_eq!(on(&store, rev), ["node-02", "node-04"]);
+        let failed = &store.revisions[*rev].status.failed_nodes;
+        let flagged: Vec<(&str, &str, bool)> = failed
+            .iter()
+            .map(|f| (f.node.as_str(), f.reason.as_str(), f.quarantined))
+            .collect();
+        assert_eq!(
+            flagged,
+            [
+                ("node-01", "ProtocolViolation", true),
+                ("node-03", "ProtocolViolation", true)
+            ]
+        );
+        let events = violations(&plans);
+        assert_eq!(events.len(), 2, "one Event per liar and revision: {events:?}");
+        assert!(
+            events[0].contains(&format!("reported Invalid for {rev}")) && events[0].contains("r1"),
+            "{}",
+            events[0]
+        );
+        for liar in liars {
+            assert_eq!(store.configs[liar].spec.revision, "r1", "{liar} keeps r1");
+        }
+    }
+}
+
+/// With `afterConsecutiveFailures: 2`, violations count towards the quarantine like failures the
+/// others provisioned: both liars are quarantined by the second revision and named in the note.
+#[test]
+fn repeated_violations_quarantine_the_liars() {
+    let liars = ["node-01", "node-03"];
+    let (mut store, mut t) = fleet(Some(2));
+    roll_lying(&mut store, &mut t, "r2", 2, &liars);
+    assert_eq!(phase(&store, "r2"), RevisionPhase::Complete.as_str());
+    for liar in liars {
+        let streak: Vec<String> = (record(&store, liar).streak.iter())
+            .map(|e| e.revision.clone())
+            .collect();
+        assert_eq!(streak, ["r2"], "{liar}");
+    }
+    let plans = roll_lying(&mut store, &mut t, "r3", 3, &liars);
+    assert_eq!(phase(&store, "r3"), RevisionPhase::Complete.as_str());
+    for liar in liars {
+        let note = record(&store, liar).quarantined.expect("quarantined");
+        assert!(
+            note.contains("failed r2, r3 in a row, the last by reporting Invalid"),
+            "{note}"
+        );
+    }
+    let quarantined = plans.iter().flat_map(|p| &p.events);
+    let quarantined = quarantined.filter(|e| e.reason == EventReason::NodeQuarantined);
+    assert_eq!(quarantined.count(), 2);
+    // Once quarantined they are skipped; the next revision reaches the others and records nothing new
+    // against the policy (their reports are still violations, flagged).
+    roll_lying(&mut store, &mut t, "r4", 4, &liars);
+    assert_eq!(phase(&store, "r4"), RevisionPhase::Complete.as_str());
+    assert_eq!(on(&store, "r4"), ["node-02", "node-04"]);
 }

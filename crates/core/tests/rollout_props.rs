@@ -25,8 +25,9 @@ use netwave_core::render::{InputKind, InputRef};
 use netwave_core::rollout::hold;
 use netwave_core::rollout::quarantine::{NodeRecord, StreakEntry};
 use netwave_core::rollout::{
-    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan, StepMemo,
-    Write, is_in_flight, resolve, step,
+    AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, Phase, Plan,
+    REASON_APPLY_TIMEOUT, REASON_PICKUP_TIMEOUT, REASON_PROTOCOL_VIOLATION, StepMemo, Write,
+    is_in_flight, resolve, step,
 };
 use netwave_core::sim::Store;
 use proptest::prelude::*;
@@ -588,9 +589,40 @@ proptest! {
                 if before.iter().any(|b| b.node == f.node && b.quarantined) {
                     continue;
                 }
+                if f.reason == REASON_PROTOCOL_VIOLATION {
+                    let spec = store.configs.get(&f.node).map(|c| c.spec.revision.as_str());
+                    prop_assert!(
+                        spec.is_some_and(|s| s != u.revision.as_str()),
+                        "{}'s report on {} taken for a violation while its spec names it", f.node, u.revision
+                    );
+                    continue;
+                }
                 prop_assert!(
                     after.configs.get(&f.node).is_some_and(|c| c.record.is_quarantined()),
                     "{}'s failure of {} flagged, node not quarantined", f.node, u.revision
+                );
+            }
+        }
+    }
+
+    /// #48: a verdict counts only for what the node was given. A counted failure an agent reported
+    /// (not a deadline the configurator found) names the revision and retry the node's spec holds.
+    #[test]
+    fn a_counted_verdict_is_always_on_what_the_node_was_given(g in world_gen()) {
+        let store = build(&g);
+        let plan = step(&store.input(), NOW);
+        for u in &plan.status_updates {
+            let before = &store.revisions[&u.revision].status.failed_nodes;
+            let retry = store.revisions[&u.revision].retry;
+            for f in u.status.failed_nodes.iter().filter(|f| !f.quarantined) {
+                let deadline = [REASON_PICKUP_TIMEOUT, REASON_APPLY_TIMEOUT].contains(&f.reason.as_str());
+                if deadline || before.iter().any(|b| b.node == f.node) {
+                    continue;
+                }
+                let spec = store.configs.get(&f.node).map(|c| (c.spec.revision.as_str(), c.spec.retry));
+                prop_assert_eq!(
+                    spec, Some((u.revision.as_str(), retry)),
+                    "{}'s verdict counted against {}", f.node, u.revision
                 );
             }
         }

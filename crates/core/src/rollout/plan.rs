@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::vocab::REASON_PROTOCOL_VIOLATION;
 use netwave_api::NetworkConfigRevisionStatus;
 
 pub use super::hold::HoldRecord;
@@ -238,6 +239,9 @@ pub enum EventReason {
     RevisionReactivated,
     /// Nodes wait for an agent that can apply their config ([`WaitingOn::AgentLacksFeatures`]).
     WaitingForAgent,
+    /// A node's agent reported a verdict on a revision it was not given: ignored, and the node is not
+    /// given that revision ([`netwave_api::vocab::node_reasons::PROTOCOL_VIOLATION`]).
+    ProtocolViolation,
 }
 
 impl EventReason {
@@ -263,6 +267,7 @@ impl EventReason {
             EventReason::NodeQuarantined => "NodeQuarantined",
             EventReason::RevisionReactivated => "RevisionReactivated",
             EventReason::WaitingForAgent => "WaitingForAgent",
+            EventReason::ProtocolViolation => REASON_PROTOCOL_VIOLATION,
         }
     }
 
@@ -277,7 +282,8 @@ impl EventReason {
             | EventReason::ProgressDeadlineExceeded
             | EventReason::DestructiveChange
             | EventReason::NodeQuarantined
-            | EventReason::WaitingForAgent => EventType::Warning,
+            | EventReason::WaitingForAgent
+            | EventReason::ProtocolViolation => EventType::Warning,
             _ => EventType::Normal,
         }
     }

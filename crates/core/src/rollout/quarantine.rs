@@ -13,6 +13,10 @@
 //!     │  other node has a counted failure of R ─────────► R appended to N's streak
 //!     │     └─ streak reaches afterConsecutiveFailures ─► N quarantined, this failure flagged too
 //!     └─ no evidence ───────────────────────────────────► counts as always; the streak stays
+//!   N reported Invalid for the target while its spec names
+//!   another revision (a protocol violation) ──────────► recorded, never counted; N is not given
+//!                                                        the target; with the policy on, the target
+//!                                                        is appended to N's streak as above
 //!   N updated on a revision newer than its streak ──────► streak cleared
 //!   N in the streak, or failed a Failed revision newer
 //!   than the last good one (a suspect) ─────────────────► N gets the next target after every other node
@@ -126,11 +130,21 @@ pub struct RecordUpdate {
     pub record: NodeRecord,
 }
 
-/// The annotation value when a node is quarantined: since when and why.
-pub(super) fn quarantine_note(streak: &NodeRecord, after: u32, now: Timestamp) -> String {
+/// The annotation value when a node is quarantined: since when and why (`violation`: the streak's
+/// last entry is a verdict on a revision the node was not given).
+pub(super) fn quarantine_note(
+    streak: &NodeRecord,
+    after: u32,
+    now: Timestamp,
+    violation: bool,
+) -> String {
+    let how = if violation {
+        ", the last by reporting Invalid for a revision it was not given"
+    } else {
+        " while other nodes provisioned them"
+    };
     format!(
-        "since {}: failed {} in a row while other nodes provisioned them \
-         (quarantine.afterConsecutiveFailures {after})",
+        "since {}: failed {} in a row{how} (quarantine.afterConsecutiveFailures {after})",
         now.truncate_to_secs().to_time().0,
         streak.names()
     )

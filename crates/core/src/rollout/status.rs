@@ -17,7 +17,7 @@ use netwave_api::{FailedNode, NetworkConfigRevisionStatus, ValidationResult};
 
 use super::plan::{Event, EventReason, ObjectRef, WaitingOn};
 use super::vocab::ConditionStatus::{self, False, True, Unknown};
-use super::vocab::{CONDITION_TYPES, ConditionType, Phase, reasons};
+use super::vocab::{CONDITION_TYPES, ConditionType, Phase, REASON_PROTOCOL_VIOLATION, reasons};
 use super::world::{CanaryStage, Context, Counts, FailCause, Fate, LIST_LIMIT, Rev, TargetView};
 use crate::types::Timestamp;
 
@@ -205,7 +205,9 @@ impl<'c> Draft<'c> {
             );
             self.event(EventReason::RetryStarted, message);
         }
-        for f in &r.failed_nodes[r.failed_nodes.len() - r.new_failures..] {
+        // A protocol violation has its own Event (the step's), about the node.
+        let new = &r.failed_nodes[r.failed_nodes.len() - r.new_failures..];
+        for f in new.iter().filter(|f| f.reason != REASON_PROTOCOL_VIOLATION) {
             let message = format!(
                 "node {} failed {}: {}: {}{}",
                 f.node,
@@ -692,7 +694,12 @@ fn list_failed(r: &Rev) -> String {
         .iter()
         .take(LIST_LIMIT)
         .map(|f| {
-            let quarantined = if f.quarantined { ", quarantined" } else { "" };
+            let violation = f.reason == REASON_PROTOCOL_VIOLATION;
+            let quarantined = if f.quarantined && !violation {
+                ", quarantined"
+            } else {
+                ""
+            };
             format!("{} ({}{quarantined})", f.node, f.reason)
         })
         .collect();

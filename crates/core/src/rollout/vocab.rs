@@ -29,5 +29,8 @@ pub const REASON_APPLY_TIMEOUT: &str = netwave_api::vocab::node_reasons::APPLY_T
 /// Failure reason recorded when an agent did not start applying in time.
 pub const REASON_PICKUP_TIMEOUT: &str = netwave_api::vocab::node_reasons::PICKUP_TIMEOUT;
 
+/// Recorded, never counted, when an agent reports a verdict on a revision it was not given.
+pub const REASON_PROTOCOL_VIOLATION: &str = netwave_api::vocab::node_reasons::PROTOCOL_VIOLATION;
+
 /// Condition reasons (tests and the configurator's alerts match on them).
 pub use netwave_api::vocab::revision_reasons as reasons;

@@ -201,6 +201,8 @@ impl Store {
         cfg.status.phase = Some(phase);
         cfg.status.observed_revision = Some(spec.revision);
         cfg.status.observed_retry = Some(spec.retry);
+        // As the agent does: a verdict names the config it answers.
+        cfg.status.observed_config_hash = Some(spec.config_hash.clone());
         cfg.status.config_hash = running;
         cfg.status.reason = reason.map(str::to_string);
         true

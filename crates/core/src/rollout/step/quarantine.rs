@@ -7,6 +7,7 @@ use super::super::plan::{Event, EventReason, ObjectRef};
 use super::super::quarantine::{
     NodeRecord, RecordUpdate, StreakEntry, quarantine_note, release_hint,
 };
+use super::super::vocab::REASON_PROTOCOL_VIOLATION;
 use super::super::world::{Fate, Node, Rev, World};
 use crate::types::Timestamp;
 
@@ -30,21 +31,36 @@ pub(super) fn judge_failures(
     };
     if start < rev.failed_nodes.len() {
         for f in &mut rev.failed_nodes.to_mut()[start..] {
-            f.quarantined = node_of(&f.node).is_some_and(|n| n.quarantined);
+            f.quarantined = f.quarantined || node_of(&f.node).is_some_and(|n| n.quarantined);
+        }
+    }
+    let name = rev.name();
+    for f in &rev.failed_nodes[start..] {
+        if f.reason == REASON_PROTOCOL_VIOLATION {
+            events.push(Event {
+                object: ObjectRef::NodeConfig(f.node.clone()),
+                type_: EventReason::ProtocolViolation.type_(),
+                reason: EventReason::ProtocolViolation,
+                message: format!("node {}: {}", f.node, f.message),
+            });
         }
     }
     let Some(after) = rev.policy.quarantine_after else {
         return;
     };
-    let (name, sequence) = (rev.name(), rev.state.sequence);
+    let sequence = rev.state.sequence;
     for k in start..rev.failed_nodes.len() {
         let f = &rev.failed_nodes[k];
-        let Some(n) = node_of(&f.node).filter(|_| !f.quarantined) else {
+        // A protocol violation is its own evidence: the node reported on what it was not given.
+        let violation = f.reason == REASON_PROTOCOL_VIOLATION;
+        let Some(n) = node_of(&f.node).filter(|n| !n.quarantined && (violation || !f.quarantined))
+        else {
             continue;
         };
         let others_failed = (rev.failed_nodes.iter()).any(|o| o.node != f.node && !o.quarantined);
         let others_updated = nodes.iter().any(|m| *m.name() != f.node && m.updated(name));
-        if others_failed || !others_updated || n.record.streak.iter().any(|e| e.revision == *name) {
+        let evidence = violation || (!others_failed && others_updated);
+        if !evidence || n.record.streak.iter().any(|e| e.revision == *name) {
             continue;
         }
         let mut record = NodeRecord {
@@ -56,7 +72,7 @@ pub(super) fn judge_failures(
             sequence,
         });
         if record.streak.len() >= after as usize {
-            let note = quarantine_note(&record, after, now);
+            let note = quarantine_note(&record, after, now, violation);
             events.push(Event {
                 object: ObjectRef::NodeConfig(f.node.clone()),
                 type_: EventReason::NodeQuarantined.type_(),

@@ -11,7 +11,7 @@ use netwave_api::FailedNode;
 
 use super::super::hold;
 use super::super::input::{AgentPhase, RevisionState, RolloutInput};
-use super::super::vocab::Phase;
+use super::super::vocab::{Phase, REASON_PROTOCOL_VIOLATION};
 use super::super::world::{FailCause, Fate, Hold, Node, Rev, World};
 use crate::types::Timestamp;
 
@@ -141,10 +141,17 @@ fn candidate_fate(rev: &mut Rev, w: &mut World) -> Fate {
     }
 }
 
-/// Failures of `rev` not on record yet: its agent reported `Invalid` for this attempt, or it is not
-/// updated and past its [`deadline`](super::super::deadline): its agent did not start this attempt
-/// within `pickupTimeoutSeconds` of the assignment, or did not finish it within `applyTimeoutSeconds`
-/// of starting.
+/// Failures of `rev` not on record yet: its agent reported `Invalid` for this attempt of the config
+/// its spec holds (revision, retry and, when reported, config hash), or it is not updated and past its
+/// [`deadline`](super::super::deadline): its agent did not start this attempt within
+/// `pickupTimeoutSeconds` of the assignment, or did not finish it within `applyTimeoutSeconds` of
+/// starting.
+///
+/// A verdict counts only for what the node was given (#48). An `Invalid` for this attempt of `rev`
+/// from a node whose spec names another revision is a protocol violation ([`violation`]): recorded,
+/// never counted, and the node is not given `rev` (a lying agent could otherwise veto every revision
+/// by reporting on it before it is assigned). A report on an older config of the node (a hash or
+/// retry its spec no longer holds) is just stale: the agent has not picked up its new spec yet.
 fn detect_failures(
     nodes: &[Node],
     assigned: &[usize],
@@ -172,10 +179,17 @@ fn detect_failures(
         // A spec the agent refused as tampered says nothing about the revision: the configurator puts
         // the spec back, and the apply timeout still catches a node that never gets it.
         let tampered = st.reason.as_deref() == Some(netwave_api::REASON_CONFIG_TAMPERED);
-        if st.phase == Some(AgentPhase::Invalid)
+        let verdict = st.phase == Some(AgentPhase::Invalid)
             && !tampered
             && st.observed_revision.as_ref() == Some(name)
-            && st.observed_retry == Some(retry)
+            && st.observed_retry == Some(retry);
+        let given = spec.revision == name && spec.retry == retry;
+        if verdict
+            && given
+            && st
+                .observed_config_hash
+                .as_ref()
+                .is_none_or(|h| h == spec.hash)
         {
             out.push(FailedNode {
                 node: n.name().to_string(),
@@ -187,8 +201,15 @@ fn detect_failures(
                 at: Some(now.to_time()),
                 quarantined: false,
             });
-        } else if spec.revision == name
-            && spec.retry == retry
+        } else if verdict && spec.revision != name {
+            out.push(violation(
+                n.name().as_str(),
+                name,
+                retry,
+                spec.revision,
+                now,
+            ));
+        } else if given
             && !n.updated(name)
             && let Some((attempt, deadline)) = n.deadline(&rev.policy)
             && now >= deadline.at()
@@ -204,4 +225,21 @@ fn detect_failures(
         }
     }
     out
+}
+
+/// The record of `node`'s agent reporting `Invalid` for `revision` (this `retry`) while its spec
+/// names `runs`: flagged so it never counts against `maxFailures`, and the node is not given
+/// `revision` (as any node on its failed list).
+fn violation(node: &str, revision: &str, retry: u32, runs: &str, now: Timestamp) -> FailedNode {
+    FailedNode {
+        node: node.to_string(),
+        reason: REASON_PROTOCOL_VIOLATION.to_string(),
+        message: format!(
+            "its agent reported Invalid for {revision} (retry {retry}), which it was not given (its \
+             spec names {runs}): the verdict is ignored, and the node keeps what it runs and is not \
+             given {revision}"
+        ),
+        at: Some(now.to_time()),
+        quarantined: true,
+    }
 }
