@@ -106,6 +106,11 @@ async fn fleet(extra: &[&str]) -> Fleet {
 /// The newest revision once it (a revision other than `after`) is Complete or Failed and no node is in
 /// flight any more (rollbacks done).
 async fn settled(env: &Env, after: Option<&str>) -> NetworkConfigRevision {
+    settled_but(env, after, &[]).await
+}
+
+/// [`settled`], whatever the agents of `ignored` report.
+async fn settled_but(env: &Env, after: Option<&str>, ignored: &[&str]) -> NetworkConfigRevision {
     eventually(T, "the newest revision settled", || async {
         let revs = revisions(&env.client).await;
         let Some(newest) = revs.last().filter(|r| r.metadata.name.as_deref() != after) else {
@@ -114,7 +119,7 @@ async fn settled(env: &Env, after: Option<&str>) -> NetworkConfigRevision {
         let busy: Vec<String> = configs(&env.client)
             .await
             .into_iter()
-            .filter(|(_, c)| in_flight(c))
+            .filter(|(n, c)| in_flight(c) && !ignored.contains(&n.as_str()))
             .map(|(n, _)| n)
             .collect();
         let p = phase(newest);
@@ -367,4 +372,160 @@ async fn a_node_whose_agent_fails_every_revision_is_quarantined_and_the_fleet_mo
         }
     })
     .await;
+}
+
+/// #48 item 2: node-c's and node-d's agents (each with its own pod-bound token) collude. Each lists
+/// the NodeNetworkConfigs its token may read, and as soon as another node's spec names a revision newer
+/// than its own, reports `Invalid` for that revision on its own status: a verdict on a config it was
+/// never given. (They sort last, so the first wave shows them the name; honest agents take a second
+/// per apply, so the liars, polling every 50 ms, are ahead of the waves.) Before #48 the first such
+/// report failed every revision (maxFailures 1).
+///
+/// Now each report is a protocol violation: ignored, flagged on the revision, an Event and a counter;
+/// every revision completes on node-a and node-b; the liars keep their config and are not given the
+/// revision; with `--quarantine-after 2` both are quarantined by the second revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_reporting_on_revisions_they_were_not_given_veto_nothing() {
+    const LIARS: [&str; 2] = ["node-c", "node-d"];
+    let env = env().await;
+    let mut tokens = Vec::new();
+    for liar in LIARS {
+        tokens.push(agent_on(&env, liar).await);
+    }
+    for n in NODES {
+        let pool = [("node-restriction.kubernetes.io/netwave-pool", "compute")];
+        create_node(&env.client, &node(n, &pool)).await;
+    }
+    let honest: Behaviour = Arc::new(|node: &str, _: &str| {
+        if LIARS.contains(&node) {
+            Answer::Silent
+        } else {
+            Answer::Provisioned
+        }
+    });
+    let _agents = spawn_agents(env.client.clone(), honest, Duration::from_secs(1));
+    // Until the first revision completes the liars answer as agents do (Provisioned), so they have a
+    // config to keep; then Invalid on anything they are given (which, if it happens, fails a revision
+    // and this test).
+    let lying = Arc::new(AtomicBool::new(false));
+    let mut _liars = Vec::new();
+    for (me, client) in LIARS.iter().zip(tokens) {
+        let flag = lying.clone();
+        let honest_until = Arc::new(move |nnc: &NodeNetworkConfig| {
+            if nnc.name_any() != *me {
+                Answer::Silent
+            } else if flag.load(Ordering::SeqCst) {
+                Answer::Invalid {
+                    reason: Reason::ApplyFailed,
+                    message: "route add failed: Invalid argument".into(),
+                }
+            } else {
+                Answer::Provisioned
+            }
+        });
+        let delay = Duration::from_millis(50);
+        _liars.push(Task(netwave_agent::sim::spawn(
+            client.clone(),
+            honest_until,
+            delay,
+        )));
+        _liars.push(Task(tokio::spawn(lie(client, me, lying.clone()))));
+    }
+    apply_samples(&env.client).await;
+    let (argv, metrics_port) = args_with_metrics(&["--quarantine-after", "2"]);
+    let _configurator = Configurator::start(env.client.clone(), argv);
+    let first = settled(&env, None).await.name_any();
+    lying.store(true, Ordering::SeqCst);
+
+    let mut rolled = Vec::new();
+    for (k, mtu) in [1400, 1401, 1402].into_iter().enumerate() {
+        let before = revisions(&env.client).await.last().map(|r| r.name_any());
+        change_inputs(&env.client, mtu).await;
+        let r = settled_but(&env, before.as_deref(), &LIARS).await;
+        let name = r.name_any();
+        eprintln!("{name}: {} {:?}", phase(&r), failed(&r));
+        assert_eq!(phase(&r), RevisionPhase::Complete.as_str(), "{name}");
+        let on_it = configs(&env.client).await.into_iter().filter(|(_, c)| {
+            let st = c.status.clone().unwrap_or_default();
+            c.spec.revision == name && st.observed_revision.as_deref() == Some(name.as_str())
+        });
+        let on_it: Vec<String> = on_it.map(|(n, _)| n).collect();
+        assert_eq!(on_it, ["node-a", "node-b"], "{name}");
+        let st = r.status.clone().unwrap_or_default();
+        let flagged: Vec<(&str, &str, bool)> = (st.failed_nodes.iter())
+            .map(|f| (f.node.as_str(), f.reason.as_str(), f.quarantined))
+            .collect();
+        if k < 2 {
+            // Once quarantined (by the second), they are skipped and recorded no more.
+            let v = netwave_api::vocab::node_reasons::PROTOCOL_VIOLATION;
+            assert_eq!(
+                flagged,
+                [("node-c", v, true), ("node-d", v, true)],
+                "{name}"
+            );
+        }
+        rolled.push(name);
+    }
+    for liar in LIARS {
+        let nnc = Api::<NodeNetworkConfig>::all(env.client.clone())
+            .get(liar)
+            .await
+            .unwrap();
+        assert_eq!(nnc.spec.revision, first, "{liar} keeps its config");
+        let note = nnc.annotations().get(QUARANTINED_ANNOTATION).cloned();
+        let note = note.unwrap_or_else(|| panic!("{liar} quarantined"));
+        assert!(
+            note.contains(&format!("failed {}, {} in a row", rolled[0], rolled[1])),
+            "{note}"
+        );
+        // Events go out after the writes of the same pass.
+        eventually(T, "a ProtocolViolation Event per revision", || async {
+            match event_count(&env.client, liar, "ProtocolViolation").await {
+                n if n >= rolled.len() as i32 => Ok(()),
+                n => Err(format!("{liar}: {n}")),
+            }
+        })
+        .await;
+        let events = event_notes(&env.client, liar, "ProtocolViolation").await;
+        eprintln!("ProtocolViolation: {}", events[0]);
+    }
+    let counter = metric(metrics_port, "netwave_protocol_violations_total").await;
+    assert!(counter.is_some_and(|v| v >= 4.0), "{counter:?}");
+}
+
+/// One liar's lies, as described above, with `client` holding its pod-bound token (an agent from the
+/// agent's own code answers for it until `lying` is set).
+async fn lie(client: Client, me: &'static str, lying: Arc<AtomicBool>) {
+    let nncs = Api::<NodeNetworkConfig>::all(client);
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let Ok(list) = nncs.list(&Default::default()).await else {
+            continue;
+        };
+        let Some(mine) = list.items.iter().find(|c| c.name_any() == me) else {
+            continue;
+        };
+        let st = mine.status.clone().unwrap_or_default();
+        let new = (list.items.iter())
+            .filter(|c| c.spec.sequence > mine.spec.sequence)
+            .max_by_key(|c| c.spec.sequence)
+            .map(|c| (c.spec.revision.clone(), c.spec.retry));
+        let Some((revision, retry)) = new.filter(|_| lying.load(Ordering::SeqCst)) else {
+            continue;
+        };
+        if st.phase.as_deref() == Some("Invalid")
+            && st.observed_revision.as_deref() == Some(revision.as_str())
+        {
+            continue;
+        }
+        let status = json!({
+            "phase": "Invalid", "observedRevision": revision, "observedRetry": retry,
+            "observedConfigHash": null, "reason": "ApplyFailed",
+            "message": "route add failed: Invalid argument",
+        });
+        let patch = Patch::Merge(json!({ "status": status }));
+        if let Err(e) = nncs.patch_status(me, &PatchParams::default(), &patch).await {
+            eprintln!("{me}'s lie refused: {e}");
+        }
+    }
 }

@@ -394,7 +394,11 @@ fn two_agents_reporting_on_revisions_they_were_not_given_veto_nothing() {
     let (mut store, mut t) = fleet(None);
     for (k, rev) in ["r2", "r3", "r4"].iter().enumerate() {
         let plans = roll_lying(&mut store, &mut t, rev, k as u64 + 2, &liars);
-        assert_eq!(phase(&store, rev), RevisionPhase::Complete.as_str(), "{rev}");
+        assert_eq!(
+            phase(&store, rev),
+            RevisionPhase::Complete.as_str(),
+            "{rev}"
+        );
         assert_eq!(on(&store, rev), ["node-02", "node-04"]);
         let failed = &store.revisions[*rev].status.failed_nodes;
         let flagged: Vec<(&str, &str, bool)> = failed
@@ -409,7 +413,11 @@ fn two_agents_reporting_on_revisions_they_were_not_given_veto_nothing() {
             ]
         );
         let events = violations(&plans);
-        assert_eq!(events.len(), 2, "one Event per liar and revision: {events:?}");
+        assert_eq!(
+            events.len(),
+            2,
+            "one Event per liar and revision: {events:?}"
+        );
         assert!(
             events[0].contains(&format!("reported Invalid for {rev}")) && events[0].contains("r1"),
             "{}",

@@ -524,6 +524,21 @@ pub async fn event_notes(client: &kube::Client, object: &str, reason: &str) -> V
         .collect()
 }
 
+/// How many times Events with `reason` about `object` were recorded: the recorder folds repeats of one
+/// (object, reason) into a series, which keeps the first note and counts.
+pub async fn event_count(client: &kube::Client, object: &str, reason: &str) -> i32 {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let list = events.list(&ListParams::default()).await.unwrap().items;
+    list.into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object)
+        })
+        .map(|e| e.series.map_or(1, |s| s.count))
+        .sum()
+}
+
 /// The repository root (for `kubectl apply -k deploy/base`).
 pub fn repo() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
