@@ -344,6 +344,7 @@ fn step_input(
         unassigned_agents: observed.unassigned_agents(),
         rendered: RenderedHashes::default(),
         footprints: Default::default(),
+        move_losses: Default::default(),
     }
 }
 
@@ -404,6 +405,9 @@ fn render_for_step(
         input.rendered.set_revision(name.clone(), r.hashes.clone());
         input.rendered.set_needs(name.clone(), r.needs.clone());
         input.footprints.insert(name.clone(), r.footprint.clone());
+        if let Some(loss) = cache.items.move_loss(&r, &s.node_configs) {
+            input.move_losses.insert(name.clone(), loss);
+        }
         out.rendered.insert(name, r);
     }
     out

@@ -26,6 +26,7 @@ pub mod lease;
 pub mod liveness;
 pub mod memory;
 pub mod metrics;
+mod moves;
 pub mod observed;
 pub mod pace;
 pub mod recheck;

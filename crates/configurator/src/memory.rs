@@ -38,6 +38,8 @@ pub struct Memory {
     pub(crate) memo: StepMemo,
     /// The inputs folded and hashed, while the stores hold the same input objects.
     pub(crate) folded: FoldedInputs,
+    /// The items of the configs nodes run and of renderings, for the hold on moves.
+    pub(crate) items: crate::moves::ItemMemo,
 }
 
 /// [`fold_inputs`] and [`revision::inputs_hash`] of the last snapshot, kept while the stores hold the
@@ -136,5 +138,6 @@ impl Memory {
     pub(crate) fn retain(&mut self, used: &BTreeSet<(String, u64)>) {
         self.rendered.retain(|k, _| used.contains(k));
         self.verdicts.retain(|k, _| used.contains(k));
+        self.items.retain_used();
     }
 }

@@ -268,13 +268,20 @@ fn slim_node(node: &mut Node) {
 /// write an annotation of this name too, and would otherwise switch the check off for their edit).
 pub const CONFIG_VERIFIED: &str = "netwave.dev/cached-config-verified";
 
+/// What a cached NodeNetworkConfig's dropped `spec.config` runs, item by item
+/// (`netwave_core::rollout::loss::config_items`, one per line), for the hold on moves
+/// ([`crate::moves`]). Like [`CONFIG_VERIFIED`] it is set in this process's cache only and removed
+/// from every object the watch delivers.
+pub const CONFIG_ITEMS: &str = "netwave.dev/cached-config-items";
+
 /// The node config specs found to hash to their `configHash`, by name: the spec's uid, generation and
 /// hash. The API server bumps `metadata.generation` on every change of a spec (and only there; no
 /// client can set it), so an event with the same uid and generation carries the same spec: the status
 /// writes that are most of a rollout's events are not hashed again (#28: hashing was 2 % of the
 /// leader's CPU, more of the standby's).
+/// With each, the items its config runs ([`CONFIG_ITEMS`]): a known spec's config is not decoded.
 #[derive(Default)]
-struct Verified(std::collections::HashMap<String, (String, i64, String)>);
+struct Verified(std::collections::HashMap<String, (String, i64, String, Arc<str>)>);
 
 /// More names than any fleet has nodes: the memory of deleted configs is dropped then.
 const VERIFIED_MAX: usize = 100_000;
@@ -282,14 +289,17 @@ const VERIFIED_MAX: usize = 100_000;
 impl Verified {
     /// Whether the spec of the object with metadata `m` and config hash `hash` was found good.
     fn knows(&self, m: &ObjectMeta, hash: &str) -> bool {
-        match (m.name.as_ref(), m.uid.as_ref(), m.generation) {
-            (Some(name), Some(uid), Some(generation)) => (self.0.get(name))
-                .is_some_and(|(u, g, h)| u == uid && *g == generation && h == hash),
-            _ => false,
-        }
+        self.noted(m, hash).is_some()
     }
 
-    fn remember(&mut self, nnc: &NodeNetworkConfig, ok: bool) {
+    /// The items of the config of a spec found good ([`Verified::knows`]).
+    fn noted(&self, m: &ObjectMeta, hash: &str) -> Option<Arc<str>> {
+        let (name, uid, generation) = (m.name.as_ref()?, m.uid.as_ref()?, m.generation?);
+        let (u, g, h, items) = self.0.get(name)?;
+        (u == uid && *g == generation && h == hash).then(|| items.clone())
+    }
+
+    fn remember(&mut self, nnc: &NodeNetworkConfig, ok: bool, items: Arc<str>) {
         let m = &nnc.metadata;
         let Some(name) = m.name.as_ref() else {
             return;
@@ -300,7 +310,8 @@ impl Verified {
                     self.0.clear();
                 }
                 let hash = nnc.spec.config_hash.clone();
-                self.0.insert(name.clone(), (uid.clone(), generation, hash));
+                self.0
+                    .insert(name.clone(), (uid.clone(), generation, hash, items));
             }
             _ => drop(self.0.remove(name)),
         }
@@ -317,19 +328,31 @@ fn slim_node_config(nnc: &mut NodeNetworkConfig, verified: &mut Verified) {
     nnc.metadata.managed_fields = None;
     if let Some(a) = nnc.metadata.annotations.as_mut() {
         a.remove(CONFIG_VERIFIED);
+        a.remove(CONFIG_ITEMS);
     }
     if nnc.spec.is_placeholder() {
         return;
     }
-    let ok = verified.knows(&nnc.metadata, &nnc.spec.config_hash)
-        || netwave_core::render::config_hash(&nnc.spec.config) == nnc.spec.config_hash;
-    verified.remember(nnc, ok);
+    let (ok, items) = match verified.noted(&nnc.metadata, &nnc.spec.config_hash) {
+        Some(items) => (true, items),
+        None => {
+            let ok = netwave_core::render::config_hash(&nnc.spec.config) == nnc.spec.config_hash;
+            let items = netwave_core::rollout::loss::config_items(&nnc.spec.config);
+            (
+                ok,
+                Arc::from(items.into_iter().collect::<Vec<_>>().join("\n")),
+            )
+        }
+    };
+    verified.remember(nnc, ok, items.clone());
     if ok {
         nnc.spec.config = Default::default();
-        nnc.metadata
+        let a = nnc
+            .metadata
             .annotations
-            .get_or_insert_with(Default::default)
-            .insert(CONFIG_VERIFIED.to_string(), "true".to_string());
+            .get_or_insert_with(Default::default);
+        a.insert(CONFIG_VERIFIED.to_string(), "true".to_string());
+        a.insert(CONFIG_ITEMS.to_string(), items.to_string());
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use netwave_api::{Layer2NetworkConfiguration, NetworkConfigRevision};
 use netwave_testbed::Match;
@@ -640,6 +641,77 @@ async fn deleting_every_input_is_created_paused_until_an_admin_resumes_it() {
         (phase(&r) == RevisionPhase::Complete.as_str())
             .then_some(())
             .ok_or_else(|| phase(&r))
+    })
+    .await;
+    c.stop().await;
+}
+
+/// #48 item 3, as reported: the samples rolled out on 4 pooled nodes, then `kubectl label node --all
+/// node-restriction.kubernetes.io/netwave-pool-` (a label-sync bug, a typo). The label change
+/// re-renders the completed revision with nothing on any node. Its inputs did not change, so the
+/// input hold never saw it: every VRF was removed from every node, unheld. Now the move is measured
+/// on what the nodes run: the revision is held (paused, `DestructiveChange`, an Event), no node
+/// config changes over many reconciles, and resuming it approves the removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_pool_label_from_every_node_is_held_until_an_admin_resumes_it() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(4)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    apply_samples(&env.client).await;
+    let a = args(&["--max-unavailable", "4"]);
+    let c = Configurator::start(env.client.clone(), a);
+    let first = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .name_any();
+    let vrfs = |m: &std::collections::BTreeMap<String, netwave_api::NodeNetworkConfig>| {
+        m.iter()
+            .map(|(n, c)| (n.clone(), c.spec.config.vrfs.len()))
+            .collect::<Vec<_>>()
+    };
+    let before = vrfs(&configs(&env.client).await);
+    assert!(before.iter().all(|(_, n)| *n > 0), "{before:?}");
+
+    // The labels go while no configurator runs (a label-sync job during a configurator restart), so
+    // that the next leader sees the four at once: kubectl relabels node by node, and a leader that
+    // saw fewer than half of them first would re-render those (the measure is per rendering, against
+    // what the nodes run: README "What the hold measures").
+    c.stop().await;
+    let label = "node-restriction.kubernetes.io/netwave-pool";
+    kubectl(&env, &["label", "node", "--all", &format!("{label}-")]);
+    let (a, port) = args_with_metrics(&["--max-unavailable", "4"]);
+    let c = Configurator::start(env.client.clone(), a);
+    let r = revision_where(&env, "the revision held", |r| {
+        r.name_any() == first && held(r)
+    })
+    .await;
+    let message = paused_message(&r);
+    eprintln!("{message}");
+    assert!(
+        message.contains("takes 36 of the 48 items the nodes run off 4 node(s)")
+            && message.contains("node-00 loses vrf/cluster vni 2001000, vrf/storage vni 2002000"),
+        "{message}"
+    );
+    let event = eventually(T, "a DestructiveChange Event", || async {
+        let notes = event_notes(&env.client, &first, "DestructiveChange").await;
+        notes.into_iter().next().ok_or("none".to_string())
+    })
+    .await;
+    eprintln!("{event}");
+    reconciles_pass(port, 3.0).await;
+    assert_eq!(
+        vrfs(&configs(&env.client).await),
+        before,
+        "no node lost anything"
+    );
+
+    // The admin means it: resumed, the nodes are re-rendered without the pool's networks.
+    set_paused(&env, &first, false).await;
+    eventually(T, "the nodes re-rendered", || async {
+        let now = vrfs(&configs(&env.client).await);
+        now.iter()
+            .all(|(_, n)| *n == 0)
+            .then_some(())
+            .ok_or(format!("{now:?}"))
     })
     .await;
     c.stop().await;

@@ -122,6 +122,7 @@ pub mod cut;
 pub mod deadline;
 pub mod hold;
 mod input;
+pub mod loss;
 mod plan;
 mod policy;
 pub mod quarantine;

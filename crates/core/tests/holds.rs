@@ -15,10 +15,12 @@ use netwave_core::Timestamp;
 use netwave_core::render::NodeInfo;
 use netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION;
 use netwave_core::rollout::hold::{self, Footprint, destructive, hold_on_creation};
+use netwave_core::rollout::loss::MoveLoss;
 use netwave_core::rollout::{
     AgentPhase, AssignReason, EventReason, Plan, WaitingOn, is_in_flight, last_good, reasons,
 };
 use netwave_core::sim::Store;
+use netwave_core::sym::Sym;
 use netwave_core::types::Sequence;
 use support_inputs::*;
 use support_step::run;
@@ -413,5 +415,121 @@ fn an_approved_revision_once_complete_is_the_new_baseline() {
             .first()
             .map(|a| (a.revision.as_str(), a.reason)),
         Some(("r3", AssignReason::Rollout))
+    );
+}
+
+// ── What the nodes run (#48 item 3) ───────────────────────────────────────────────────────────────
+
+/// The completed r1 re-rendered for every node (a Node label dropped from all of them), with what the
+/// configurator measured that moving them takes off them.
+fn relabelled(store: &mut Store, lost: u64, items: u64) {
+    let names: Vec<String> = nodes().into_iter().map(|n| n.name).collect();
+    let hashes: std::collections::BTreeMap<Sym, Sym> = (names.iter())
+        .map(|n| {
+            (
+                Sym::from(n.as_str()),
+                Sym::from(format!("relabelled-{n}").as_str()),
+            )
+        })
+        .collect();
+    store.rendered.set_revision(Sym::from("r1"), hashes);
+    let loss = MoveLoss {
+        basis: "rendering 1f2e".into(),
+        nodes: names.len(),
+        lost,
+        items,
+        examples: vec![(names[0].clone(), vec!["vrf/blue vni 100".into()])],
+    };
+    store.move_losses.insert("r1".into(), Arc::new(loss));
+}
+
+/// A label change re-renders the completed last good revision and takes everything off the nodes: its
+/// inputs did not change, yet it is held like a destructive cut (the nodes keep what they run), and
+/// resuming it approves exactly this rendering, through every wave.
+#[test]
+fn a_label_change_that_takes_what_the_nodes_run_is_held_until_approved() {
+    let mut store = fleet_on(&samples());
+    relabelled(&mut store, 72, 72);
+    let plan = run(&mut store, at(1));
+    assert_eq!(
+        moved_to(&plan, "r1"),
+        Vec::<String>::new(),
+        "re-rendered unheld"
+    );
+    let r = &store.revisions["r1"];
+    assert!(r.paused, "spec.paused is set by the hold");
+    assert_eq!(r.hold_basis.as_deref(), Some("rendering 1f2e"));
+    let (status, reason, message) = paused_condition(&store, "r1");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        (ConditionStatus::True.as_str(), reasons::DESTRUCTIVE_CHANGE)
+    );
+    assert!(
+        message.contains("held: it takes 72 of the 72 items the nodes run off")
+            && message.contains("loses vrf/blue vni 100"),
+        "{message}"
+    );
+    assert!(
+        plan.events
+            .iter()
+            .any(|e| e.reason == EventReason::DestructiveChange)
+    );
+    assert_eq!(run(&mut store, at(3600)).assignments, vec![]);
+
+    store.revision("r1").paused = false;
+    let plan = run(&mut store, at(3601));
+    let moved = moved_to(&plan, "r1");
+    assert!(
+        !moved.is_empty() && moved.iter().all(|m| m.ends_with("(Rerender)")),
+        "{moved:?}"
+    );
+    // Later waves of the same rendering stay approved (the measure shrinks as nodes move).
+    relabelled(&mut store, 40, 72);
+    let plan = run(&mut store, at(3602));
+    assert_eq!(
+        paused_condition(&store, "r1").1,
+        revision_reasons::NOT_PAUSED
+    );
+    assert!(!store.revisions["r1"].paused, "{plan:#?}");
+}
+
+/// A re-rendering that takes less than the threshold's share goes on unheld, as any small edit does.
+#[test]
+fn a_label_change_that_takes_a_little_is_not_held() {
+    let mut store = fleet_on(&samples());
+    relabelled(&mut store, 4, 72);
+    let plan = run(&mut store, at(1));
+    assert!(!moved_to(&plan, "r1").is_empty());
+    assert!(!store.revisions["r1"].paused);
+}
+
+/// The measure on the samples, as rendered: four compute nodes lose the pool label. Their VRFs and
+/// most segments select the pool; the routing table selects every node and stays. 9 of the 12 items
+/// each runs go: held at the default threshold.
+#[test]
+fn dropping_the_pool_label_takes_everything_the_samples_put_on_pooled_nodes() {
+    use netwave_core::rollout::loss::{Move, config_items};
+    let pool = [("node-restriction.kubernetes.io/netwave-pool", "compute")];
+    let pooled: Vec<NodeInfo> = (0..4).map(|i| node(&format!("n{i}"), &pool)).collect();
+    let bare: Vec<NodeInfo> = (0..4).map(|i| node(&format!("n{i}"), &[])).collect();
+    let before = netwave_core::render::render(&samples(), &pooled).unwrap();
+    let after = netwave_core::render::render(&samples(), &bare).unwrap();
+    let items = |r: &std::collections::BTreeMap<String, netwave_core::render::RenderedNode>,
+                 n: &str| { config_items(&r[n].config()) };
+    let runs: Vec<_> = (0..4).map(|i| items(&before, &format!("n{i}"))).collect();
+    let gets: Vec<_> = (0..4).map(|i| items(&after, &format!("n{i}"))).collect();
+    let total: u64 = runs.iter().map(|s| s.len() as u64).sum();
+    let names: Vec<String> = (0..4).map(|i| format!("n{i}")).collect();
+    let moves = (0..4).map(|i| Move {
+        node: &names[i],
+        runs: &runs[i],
+        gets: &gets[i],
+    });
+    let loss = MoveLoss::measure("r".into(), total, moves);
+    assert_eq!((loss.nodes, loss.lost, loss.items), (4, 36, 48), "{loss}");
+    assert!(loss.exceeds(hold::DEFAULT_DESTRUCTIVE_THRESHOLD), "{loss}");
+    assert!(
+        loss.to_string().contains("n0 loses vrf/cluster vni 2001000"),
+        "{loss}"
     );
 }

@@ -355,6 +355,7 @@ fn settled_fleet(
         rendered,
         // No footprints: the waves show the rollout as it goes once any hold is approved.
         footprints: Default::default(),
+        move_losses: Default::default(),
     }
 }
 

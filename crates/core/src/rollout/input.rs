@@ -50,6 +50,10 @@ pub struct RolloutInput {
     /// good revision's are given: a tool that leaves them out (`kubectl netwave plan`'s waves) plans
     /// as if every hold were approved.
     pub footprints: super::hold::Footprints,
+    /// What moving nodes to each of those revisions' renderings takes off them, by revision name
+    /// ([`super::loss`]): only where some node would move. Left out, the target is held only on its
+    /// footprint.
+    pub move_losses: BTreeMap<String, Arc<super::loss::MoveLoss>>,
 }
 
 /// One `NetworkConfigRevision`: identity, admin knobs, current status and this step's fleet validation.

@@ -246,7 +246,7 @@ impl<'c> Draft<'c> {
                 reasons::DESTRUCTIVE_CHANGE,
                 format!(
                     "held: it {}; resume it to approve (spec.paused: false), else restore the inputs",
-                    h.removal
+                    h.summary
                 ),
             ),
             (true, None, Some(what)) => cond(

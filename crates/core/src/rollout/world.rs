@@ -16,7 +16,7 @@ use netwave_api::FailedNode;
 use netwave_api::features::FeatureSet;
 
 use super::deadline::{Attempt, Deadline, deadline};
-use super::hold::Removal;
+
 use super::input::{
     AgentPhase, AgentReport, AssignedSpec, NodeConfigState, NodeState, RevisionState, RolloutInput,
 };
@@ -300,10 +300,13 @@ pub(super) struct Rev<'a> {
     pub hold: Option<Hold>,
 }
 
-/// A target that is destructive against the last good revision.
+/// A target that is destructive: against the last good revision ([`super::hold`]), or in what moving
+/// the nodes to its rendering takes off them ([`super::loss`]).
 pub(super) struct Hold {
-    pub removal: Removal,
-    /// [`super::hold::basis`] of this target and last good revision.
+    /// What it removes, for people ([`super::hold::Removal`]'s or [`super::loss::MoveLoss`]'s text).
+    pub summary: String,
+    /// [`super::hold::basis`] of this target and last good revision, or the rendering's
+    /// ([`super::loss::MoveLoss::basis`]).
     pub basis: String,
     /// The hold with this basis is on record (`spec.paused` set with it, annotations written).
     pub recorded: bool,

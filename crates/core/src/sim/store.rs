@@ -43,6 +43,9 @@ pub struct Store {
     /// What each revision puts on the nodes (the stand-in for `Footprint::of`); a revision without one
     /// is not measured for the destructive-change hold.
     pub footprints: Footprints,
+    /// What moving the nodes to a revision's rendering takes off them (the stand-in for the
+    /// configurator's measure, [`crate::rollout::loss`]); given to the step as it is.
+    pub move_losses: BTreeMap<String, Arc<crate::rollout::loss::MoveLoss>>,
     /// Revisions that were complete at some point (a reactivation resets the status, not the proof).
     pub proven: BTreeSet<String>,
 }
@@ -243,6 +246,7 @@ impl Store {
             unassigned_agents: self.unassigned_agents.clone(),
             rendered: RenderedHashes::default(),
             footprints: Footprints::default(),
+            move_losses: self.move_losses.clone(),
         };
         for rev in revisions_to_render(&input) {
             if let Some(f) = self.footprints.get(&rev) {

@@ -194,7 +194,7 @@ fn target_waits(w: &mut World, t: usize, tally: Tally) -> Vec<WaitingOn> {
     let mut waits = Vec::new();
     if let Some(h) = target.held() {
         waits.push(WaitingOn::Held {
-            removal: h.removal.to_string(),
+            removal: h.summary.clone(),
         });
     } else if target.state.paused {
         let since = target
@@ -325,7 +325,7 @@ fn hold_records(w: &World) -> (Vec<HoldRecord>, Vec<Event>) {
     };
     let record = HoldRecord {
         revision: r.name().to_string(),
-        summary: h.removal.to_string(),
+        summary: h.summary.clone(),
         basis: h.basis.clone(),
     };
     let event = Event {

@@ -87,33 +87,39 @@ pub(super) fn evaluate_revisions<'a>(w: &mut World<'a>, revisions: &'a [Revision
 /// DESIGN.md §6 **A held change stays held**: the target is measured against the last good revision
 /// — whatever made it the target (cut, reactivated, re-armed) — and held unless an admin approved a
 /// hold with exactly this basis ([`hold`](super::super::hold)). Not measured without both footprints.
+/// A target not destructive on its inputs is measured on what moving the nodes to its rendering takes
+/// off them ([`loss`](super::super::loss)): a Node label change that re-renders it is held the same way.
 fn judge_hold(w: &mut World) {
-    let (Some(t), Some(lg)) = (w.target, w.last_good) else {
+    let Some(t) = w.target else {
         return;
     };
-    if t == lg {
-        return;
-    }
+    let target = w.revs[t].state;
+    let hold = input_hold(w, t).or_else(|| {
+        let loss = w.input.move_losses.get(target.name.as_str())?;
+        loss.exceeds(w.input.defaults.destructive_threshold)
+            .then(|| (loss.to_string(), loss.basis.clone()))
+    });
+    w.revs[t].hold = hold.map(|(summary, basis)| {
+        let recorded = target.hold_basis.as_deref() == Some(basis.as_str());
+        Hold {
+            summary,
+            basis,
+            recorded,
+            approved: recorded && !target.paused,
+        }
+    });
+}
+
+/// The target's removal against the last good revision, when destructive: (summary, basis).
+fn input_hold(w: &World, t: usize) -> Option<(String, String)> {
+    let lg = w.last_good.filter(|lg| *lg != t)?;
     let footprints = &w.input.footprints;
     let (lg_name, target) = (w.revs[lg].name(), w.revs[t].state);
-    let (Some(baseline), Some(candidate)) = (
-        footprints.get(lg_name.as_str()),
-        footprints.get(target.name.as_str()),
-    ) else {
-        return;
-    };
+    let baseline = footprints.get(lg_name.as_str())?;
+    let candidate = footprints.get(target.name.as_str())?;
     let threshold = w.input.defaults.destructive_threshold;
-    let Some(removal) = hold::destructive(lg_name, baseline, candidate, threshold) else {
-        return;
-    };
-    let basis = hold::basis(target.sequence, lg_name);
-    let recorded = target.hold_basis.as_deref() == Some(basis.as_str());
-    w.revs[t].hold = Some(Hold {
-        removal,
-        basis,
-        recorded,
-        approved: recorded && !target.paused,
-    });
+    let removal = hold::destructive(lg_name, baseline, candidate, threshold)?;
+    Some((removal.to_string(), hold::basis(target.sequence, lg_name)))
 }
 
 /// The fate of the newest revision not `Failed` on record: the target, unless fleet validation or
