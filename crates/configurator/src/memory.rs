@@ -79,6 +79,8 @@ pub struct Rendered {
     /// (`netwave_api::features`).
     pub needs: Arc<BTreeMap<Sym, FeatureSet>>,
     pub validation: ValidationResult,
+    /// The basis of a hold on this rendering (`loss::rendering_basis` of `hashes`), once asked for.
+    pub basis: std::sync::OnceLock<String>,
 }
 
 impl Memory {
@@ -115,6 +117,7 @@ impl Memory {
             needs: Arc::new(needs),
             nodes: checked.nodes,
             validation: checked.validation.to_status(),
+            basis: Default::default(),
         });
         self.rendered.insert(key, r.clone());
         r

@@ -79,7 +79,7 @@ impl ItemMemo {
                 (c.metadata.name.as_deref().unwrap_or_default(), runs, gets)
             })
             .collect();
-        let basis = loss::rendering_basis(&r.hashes);
+        let basis = (r.basis.get_or_init(|| loss::rendering_basis(&r.hashes))).clone();
         let moves = moves
             .iter()
             .map(|(node, runs, gets)| Move { node, runs, gets });

@@ -529,7 +529,8 @@ fn dropping_the_pool_label_takes_everything_the_samples_put_on_pooled_nodes() {
     assert_eq!((loss.nodes, loss.lost, loss.items), (4, 36, 48), "{loss}");
     assert!(loss.exceeds(hold::DEFAULT_DESTRUCTIVE_THRESHOLD), "{loss}");
     assert!(
-        loss.to_string().contains("n0 loses vrf/cluster vni 2001000"),
+        loss.to_string()
+            .contains("n0 loses vrf/cluster vni 2001000"),
         "{loss}"
     );
 }
