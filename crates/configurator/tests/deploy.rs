@@ -376,32 +376,10 @@ fn the_agent_policy_owns_every_taint_the_health_config_removes() {
 #[test]
 fn the_agent_policy_matches_the_agent_by_its_role_binding_not_by_name() {
     let objects = base_objects();
-    let policy = object(
-        &objects,
-        "ValidatingAdmissionPolicy",
-        "netwave-agent-own-node",
-    );
-    let text = policy.to_string();
-    assert!(
-        !text.contains("system:serviceaccount:netwave-system"),
-        "a literal user in the policy"
-    );
-    assert_eq!(policy["spec"]["paramKind"]["kind"], "ClusterRoleBinding");
-    let binding = object(
-        &objects,
-        "ValidatingAdmissionPolicyBinding",
-        "netwave-agent-own-node",
-    );
-    let selector = binding["spec"]["paramRef"]["selector"]["matchLabels"]
-        .as_object()
-        .expect("a label selector");
     let role_binding = objects
         .iter()
         .find(|o| o["kind"] == "ClusterRoleBinding" && o["roleRef"]["name"] == "netwave-agent")
         .unwrap();
-    for (k, v) in selector {
-        assert_eq!(&role_binding["metadata"]["labels"][k], v, "{role_binding}");
-    }
     assert!(
         role_binding["subjects"]
             .as_array()
@@ -409,6 +387,23 @@ fn the_agent_policy_matches_the_agent_by_its_role_binding_not_by_name() {
             .iter()
             .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "netwave-agent")
     );
+    // Both policies: what the agent writes to its node, and the Events it reports.
+    for name in ["netwave-agent-own-node", "netwave-agent-own-events"] {
+        let policy = object(&objects, "ValidatingAdmissionPolicy", name);
+        let text = policy.to_string();
+        assert!(
+            !text.contains("system:serviceaccount:netwave-system"),
+            "a literal user in {name}"
+        );
+        assert_eq!(policy["spec"]["paramKind"]["kind"], "ClusterRoleBinding");
+        let binding = object(&objects, "ValidatingAdmissionPolicyBinding", name);
+        let selector = binding["spec"]["paramRef"]["selector"]["matchLabels"]
+            .as_object()
+            .expect("a label selector");
+        for (k, v) in selector {
+            assert_eq!(&role_binding["metadata"]["labels"][k], v, "{name}");
+        }
+    }
 }
 
 /// The verbs `role` grants on `resource` in netwave's group.

@@ -442,6 +442,79 @@ async fn an_agent_writes_only_its_own_node() {
     );
 }
 
+/// An agent may create Events in `default` (its Role), and RBAC cannot say about what: with node-a's
+/// pod-bound token, an Event about its own NodeNetworkConfig or Node is accepted; one about node-b's, a
+/// revision ("rollout complete", forged), or related to another object is refused (#48).
+#[tokio::test]
+async fn an_agent_reports_events_only_about_its_own_node() {
+    let env = env().await;
+    let agent = installed_agent(&env).await;
+    let events: Api<KubeEvent> = Api::namespaced(agent, "default");
+    let event = |kind: &str, name: &str, related: Option<(&str, &str)>| -> KubeEvent {
+        let mut e = json!({
+            "metadata": {"generateName": "netwave-agent-"},
+            "eventTime": "2026-11-28T10:00:00.000000Z",
+            "reportingController": "netwave.dev/agent", "reportingInstance": "node-a",
+            "action": "Report", "reason": "RolloutComplete", "type": "Normal",
+            "note": "all 4 eligible node(s) updated",
+            "regarding": {"apiVersion": "netwave.dev/v1alpha1", "kind": kind, "name": name},
+        });
+        if let Some((kind, name)) = related {
+            e["related"] =
+                json!({"apiVersion": "netwave.dev/v1alpha1", "kind": kind, "name": name});
+        }
+        serde_json::from_value(e).unwrap()
+    };
+    let pp = PostParams::default();
+    // The events policy loads on its own (about a second after the install).
+    let forged = event("NetworkConfigRevision", "rev-1", None);
+    let msg = eventually(T, "the events policy to be in force", || async {
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        match events.create(&dry, &forged).await {
+            Err(kube::Error::Api(e)) if e.code == 403 => Ok(e.message),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        msg.contains(
+            "netwave-agent on node node-a may report Events only about its own NodeNetworkConfig or \
+             Node, not NetworkConfigRevision rev-1"
+        ),
+        "{msg}"
+    );
+    for (what, e) in [
+        (
+            "about node-b's config",
+            event("NodeNetworkConfig", "node-b", None),
+        ),
+        ("about node-b", event("Node", "node-b", None)),
+        (
+            "related to a revision",
+            event(
+                "NodeNetworkConfig",
+                "node-a",
+                Some(("NetworkConfigRevision", "rev-1")),
+            ),
+        ),
+    ] {
+        let msg = refused(events.create(&pp, &e).await, what);
+        assert!(
+            msg.contains("may report Events only about its own"),
+            "{what}: {msg}"
+        );
+    }
+    for (kind, what) in [("NodeNetworkConfig", "its config"), ("Node", "its Node")] {
+        events
+            .create(&pp, &event(kind, "node-a", None))
+            .await
+            .unwrap_or_else(|e| panic!("an Event about {what}: {e}"));
+    }
+}
+
 /// Labels decide which VRFs, segments and routing tables a node gets: an agent may not move its own
 /// Node into other tenants' networks, through the Node or through its status subresource (which the
 /// API server lets change labels).
