@@ -172,7 +172,7 @@ pub fn compute(
     }
 
     let mut input = step_input(s, settings, &holds, &fleet, &mut cache.observed);
-    let mut renders = render_for_step(s, settings, cache, &fleet, &tampered, &mut input);
+    let mut renders = render_for_step(s, settings, cache, &fleet, &tampered, &mut input, now);
     let current = Current {
         inputs: &inputs,
         hash: &hash,
@@ -364,6 +364,7 @@ fn render_for_step(
     fleet: &Nodes,
     tampered: &Findings,
     input: &mut RolloutInput,
+    now: Timestamp,
 ) -> Renders {
     let mut out = Renders {
         rendered: BTreeMap::new(),
@@ -405,7 +406,7 @@ fn render_for_step(
         input.rendered.set_revision(name.clone(), r.hashes.clone());
         input.rendered.set_needs(name.clone(), r.needs.clone());
         input.footprints.insert(name.clone(), r.footprint.clone());
-        if let Some(loss) = cache.items.move_loss(&r, &s.node_configs) {
+        if let Some(loss) = cache.items.move_loss(rev, &r, &s.node_configs, now) {
             input.move_losses.insert(name.clone(), loss);
         }
         out.rendered.insert(name, r);
