@@ -24,6 +24,7 @@ use netwave_core::render::{self, InputRef};
 use netwave_core::revision::{self, ExistingRevision, InputSettle};
 use netwave_core::rollout::cut::{self, Cut, Rolling};
 use netwave_core::rollout::hold::{self};
+use netwave_core::rollout::loss;
 use netwave_core::rollout::quarantine;
 use netwave_core::rollout::{
     self, InputVerdicts, NodeConfigState, ObjectVerdict, Plan, PolicyDefaults, RenderedHashes,
@@ -406,7 +407,9 @@ fn render_for_step(
         input.rendered.set_revision(name.clone(), r.hashes.clone());
         input.rendered.set_needs(name.clone(), r.needs.clone());
         input.footprints.insert(name.clone(), r.footprint.clone());
-        if let Some(loss) = cache.items.move_loss(rev, &r, &s.node_configs, now) {
+        let basis = r.basis.get_or_init(|| loss::rendering_basis(&r.hashes));
+        let rendering = (&r.nodes, basis.as_str());
+        if let Some(loss) = cache.items.move_loss(rev, rendering, &s.node_configs, now) {
             input.move_losses.insert(name.clone(), loss);
         }
         out.rendered.insert(name, r);

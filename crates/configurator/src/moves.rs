@@ -10,16 +10,16 @@
 //! (the approval covered what came before), or when this configurator stops leading (a new leader
 //! starts a new walk: the README says so).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
 use netwave_core::Timestamp;
+use netwave_core::render::RenderedNode;
 use netwave_core::revision::DESTRUCTIVE_CHANGE_BASIS_ANNOTATION;
 use netwave_core::rollout::loss::{self, Move, MoveLoss};
 
-use crate::memory::Rendered;
 use crate::watch::CONFIG_ITEMS;
 
 type Items = Arc<BTreeSet<String>>;
@@ -78,29 +78,29 @@ impl ItemMemo {
         self.walks.retain(|r, _| walked.contains(r));
     }
 
-    /// What moving every node whose config differs from its rendering in `r` takes off it, over the
-    /// revision's walk, against everything the fleet ran before it (`configs`, sorted by name). `None`
-    /// when no node moves now and none moved in the walk.
+    /// What moving every node whose config differs from its rendering (`rendered`, whose hold basis
+    /// is `basis`: `loss::rendering_basis`) takes off it, over the revision's walk, against everything
+    /// the fleet ran before it (`configs`, sorted by name). `None` when no node moves now and none
+    /// moved in the walk.
     pub(crate) fn move_loss(
         &mut self,
         rev: &NetworkConfigRevision,
-        r: &Rendered,
+        (rendered, basis): (&BTreeMap<String, RenderedNode>, &str),
         configs: &[Arc<NodeNetworkConfig>],
         now: Timestamp,
     ) -> Option<Arc<MoveLoss>> {
         let name = rev.metadata.name.clone().unwrap_or_default();
         self.walked.insert(name.clone());
         let running = || configs.iter().filter(|c| !c.spec.is_placeholder());
-        let moving: HashMap<&str, &netwave_core::render::RenderedNode> = running()
+        let moving: HashMap<&str, &RenderedNode> = running()
             .filter_map(|c| {
                 let node = c.metadata.name.as_deref()?;
-                let rn = r.nodes.get(node)?;
+                let rn = rendered.get(node)?;
                 (rn.config_hash != c.spec.config_hash).then_some((node, rn))
             })
             .collect();
-        let basis = (r.basis.get_or_init(|| loss::rendering_basis(&r.hashes))).clone();
         let mut walk = self.walks.remove(&name).unwrap_or_default();
-        walk.advance(rev, &basis, !moving.is_empty(), now);
+        walk.advance(rev, basis, !moving.is_empty(), now);
         if moving.is_empty() && walk.before.is_empty() {
             return None;
         }
@@ -131,7 +131,7 @@ impl ItemMemo {
         let moves = moves
             .iter()
             .map(|(node, runs, gets)| Move { node, runs, gets });
-        Some(Arc::new(MoveLoss::measure(basis, items, moves)))
+        Some(Arc::new(MoveLoss::measure(basis.to_string(), items, moves)))
     }
 }
 
