@@ -680,12 +680,7 @@ async fn dropping_the_pool_label_from_every_node_is_held_until_an_admin_resumes_
     kubectl(&env, &["label", "node", "--all", &format!("{label}-")]);
     let (a, port) = args_with_metrics(&["--max-unavailable", "4"]);
     let c = Configurator::start(env.client.clone(), a);
-    let r = revision_where(&env, "the revision held", |r| {
-        r.name_any() == first && held(r)
-    })
-    .await;
-    let message = paused_message(&r);
-    eprintln!("{message}");
+    let message = held_message(&env, &first).await;
     assert!(
         message.contains("takes 36 of the 48 items the nodes run off 4 node(s)")
             && message.contains("node-00 loses vrf/cluster vni 2001000, vrf/storage vni 2002000"),
@@ -749,12 +744,7 @@ async fn dropping_the_pool_label_node_by_node_is_held_once_the_walk_takes_too_mu
         .await;
     }
     kubectl(&env, &["label", "node", &names[2], label]);
-    let r = revision_where(&env, "the revision held", |r| {
-        r.name_any() == first && held(r)
-    })
-    .await;
-    let message = paused_message(&r);
-    eprintln!("{message}");
+    let message = held_message(&env, &first).await;
     assert!(
         message.contains("takes 27 of the 48 items the nodes run off 3 node(s)"),
         "{message}"
@@ -871,6 +861,17 @@ async fn revision_where(
         revs.into_iter().find(|r| check(r)).ok_or(seen)
     })
     .await
+}
+
+/// The Paused message of revision `name` once it is held.
+async fn held_message(env: &Env, name: &str) -> String {
+    let r = revision_where(env, "the revision held", |r| {
+        r.name_any() == name && held(r)
+    })
+    .await;
+    let message = paused_message(&r);
+    eprintln!("{message}");
+    message
 }
 
 fn paused_message(r: &NetworkConfigRevision) -> String {

@@ -165,10 +165,15 @@ impl Removal {
     /// The rule: every placement of the baseline lost, or more than `threshold_percent` of them. A
     /// baseline with nothing on any node has nothing to lose.
     pub fn exceeds(&self, threshold_percent: u32) -> bool {
-        let all = self.lost == self.placements;
-        let share = self.lost as u128 * 100 > threshold_percent as u128 * self.placements as u128;
-        self.placements > 0 && self.lost > 0 && (all || share)
+        exceeds(self.lost, self.placements, threshold_percent)
     }
+}
+
+/// The rule for `lost` of `of`, whoever measures (inputs here, moves in [`super::loss`]): all of it, or
+/// more than `threshold_percent`. Nothing to lose is never destructive.
+pub(super) fn exceeds(lost: u64, of: u64, threshold_percent: u32) -> bool {
+    let share = lost as u128 * 100 > threshold_percent as u128 * of as u128;
+    of > 0 && lost > 0 && (lost == of || share)
 }
 
 /// `removes 18 of the 18 objects the last good revision rev-ab12 has (from 4 nodes: 72 of 72 node

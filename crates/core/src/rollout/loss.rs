@@ -95,9 +95,7 @@ impl MoveLoss {
     /// The rule of [`super::hold::Removal::exceeds`]: everything the fleet runs, or more than
     /// `threshold_percent` of it.
     pub fn exceeds(&self, threshold_percent: u32) -> bool {
-        let all = self.lost == self.items;
-        let share = self.lost as u128 * 100 > threshold_percent as u128 * self.items as u128;
-        self.items > 0 && self.lost > 0 && (all || share)
+        super::hold::exceeds(self.lost, self.items, threshold_percent)
     }
 }
 
