@@ -91,6 +91,7 @@ fn agent_args(
         protected: vec![],
         name_prefixes: vec![],
         kubeconfig: None,
+        api_stale_after: Duration::from_secs(1),
         metrics_addr: ([127, 0, 0, 1], metrics_port).into(),
         health_addr: ([127, 0, 0, 1], metrics_port + 1).into(),
         log_format: shell::args::LogFormat::Text,
@@ -704,6 +705,17 @@ fn api_cut_by_a_new_config_rolls_back_locally_repairs_drift_and_reports_after_a_
                 s.phase.as_deref() != Some(NodePhase::Invalid.as_str()),
                 "reported while cut off?! {s:?}"
             );
+
+            // Cut off for longer than --api-stale-after: not ready, saying why (an agent rollout
+            // stops here), but alive.
+            let not_ready = until("/readyz to name the failing watch", WAIT, async || {
+                Ok(match http_get(19094, "/readyz").await? {
+                    (503, why) if why.contains("NodeNetworkConfig watch has failed") => Ok(why),
+                    other => Err(format!("{other:?}")),
+                })
+            })
+            .await?;
+            ensure!(http_get(19094, "/healthz").await?.0 == 200, "{not_ready}");
 
             // Still cut off, with the Invalid report undelivered: drift is repaired all the same.
             ip(&["link", "del", "vx.10"])?;

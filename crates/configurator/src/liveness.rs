@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use kube::runtime::watcher;
 use netwave_core::leadership::{self, Bounds, Fitness, Loop, View, WatchErrors, WatchView};
+use netwave_runtime::Unable;
 use tokio::time::Instant;
 
 /// Shared by the watches, the reconcile loop, the elector and the health endpoints.
@@ -135,10 +136,13 @@ impl Liveness {
         leadership::fitness(&self.view(), &self.bounds)
     }
 
-    /// `Err(why)` when the replica cannot work: the answer of `/healthz`.
-    pub fn alive(&self) -> Result<(), String> {
+    /// `Err(why)` when the replica cannot work: what `/healthz` and `/readyz` answer. Only a dead or
+    /// hung loop fails `/healthz` ([`leadership::Unfit::restart_repairs`]); a replica whose watches
+    /// cannot reach the API server is not ready but is not restarted.
+    pub fn check(&self) -> Result<(), Unable> {
         match self.judge() {
-            Fitness::Unfit(why) => Err(why.to_string()),
+            Fitness::Unfit(why) if why.restart_repairs() => Err(Unable::Restart(why.to_string())),
+            Fitness::Unfit(why) => Err(Unable::Wait(why.to_string())),
             Fitness::Starting | Fitness::Working => Ok(()),
         }
     }
@@ -266,13 +270,13 @@ mod tests {
         nodes.ok(true);
         tables.error("403 forbidden");
         assert_eq!(l.judge(), Fitness::Starting);
-        assert!(l.alive().is_ok(), "starting is not a failure");
+        assert!(l.check().is_ok(), "starting is not a failure");
         for _ in 0..5 {
             tokio::time::advance(Duration::from_secs(2)).await;
             tables.error("403 forbidden");
         }
-        let Err(why) = l.alive() else {
-            panic!("unfit after 10 s without a list")
+        let Err(Unable::Wait(why)) = l.check() else {
+            panic!("unfit after 10 s without a list, and a restart would not help")
         };
         assert!(
             why.contains("RoutingTable watch failing: 403 forbidden"),
@@ -296,6 +300,10 @@ mod tests {
             l.judge(),
             Fitness::Unfit(Unfit::WatchFailing { .. })
         ));
+        assert!(
+            matches!(l.check(), Err(Unable::Wait(_))),
+            "an API server that keeps failing restarts nothing"
+        );
         tables.ok(false);
 
         let pass = l.pass();
@@ -304,6 +312,10 @@ mod tests {
             l.judge(),
             Fitness::Unfit(Unfit::ReconcileStalled { .. })
         ));
+        assert!(
+            matches!(l.check(), Err(Unable::Restart(_))),
+            "a hung loop is restarted"
+        );
         drop(pass);
         assert_eq!(l.judge(), Fitness::Working);
 
@@ -316,6 +328,7 @@ mod tests {
         });
         assert!(task.await.is_err());
         assert_eq!(l.judge(), Fitness::Unfit(Unfit::ReconcileEnded));
+        assert!(matches!(l.check(), Err(Unable::Restart(_))));
     }
 
     /// A forbidden list reads as one line naming the request, the server's words and what to grant.

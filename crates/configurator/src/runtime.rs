@@ -161,7 +161,7 @@ async fn serve(
         .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
     let alive = {
         let l = liveness.clone();
-        move || l.alive()
+        move || l.check()
     };
     let health_addr = http::serve(
         args.health_addr,

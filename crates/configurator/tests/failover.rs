@@ -5,7 +5,8 @@
 //! And a replica that cannot work lets go of the Lease (DESIGN §6): one whose service account cannot list
 //! a kind it watches, and a leader whose reconcile task dies (the test-only `--fault-reconcile` hook of
 //! the `fault-hooks` feature, which only this crate's tests build). The healthy replica takes over and
-//! finishes the rollout; the broken one fails /healthz and says why in one log line.
+//! finishes the rollout; the broken one says why in one log line and in /readyz (and, when a restart
+//! repairs it, in /healthz). An API server outage restarts no replica.
 
 mod common;
 
@@ -169,7 +170,9 @@ async fn sigkill_the_leader_at_any_point_and_the_standby_finishes() {
 
 /// The API server itself goes away mid-rollout (stopped, as a control-plane upgrade does, and started again
 /// on the same etcd): an interruption, never a failure. The configurator process and the agents reconnect,
-/// the rollout completes with no node failed and the budget held.
+/// the rollout completes with no node failed and the budget held. The outage outlasts the replicas'
+/// `--cache-sync-timeout`: they say so in /readyz, but /healthz stays OK (a restart would only relist
+/// everything into the same outage, both replicas at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure() {
     use netwave_control_plane::{ControlPlane, Options};
@@ -181,9 +184,18 @@ async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure(
     // Slow agents, so the outage lands in the middle of the rollout.
     let _agents = spawn_agents(client.clone(), always_ok(), Duration::from_millis(700));
     apply_samples(&client).await;
-    let _procs = [
-        spawn(cp.kubeconfig(), "restart-a"),
-        spawn(cp.kubeconfig(), "restart-b"),
+    // A short sync bound, so the outage outlasts it: the replicas must stay alive through it anyway.
+    let procs = [
+        Watched::start(
+            cp.kubeconfig(),
+            "restart-a",
+            &["--cache-sync-timeout", "2s"],
+        ),
+        Watched::start(
+            cp.kubeconfig(),
+            "restart-b",
+            &["--cache-sync-timeout", "2s"],
+        ),
     ];
 
     let provisioned = |cs: &std::collections::BTreeMap<String, netwave_api::NodeNetworkConfig>| {
@@ -204,8 +216,28 @@ async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure(
     .await;
     let before = provisioned(&configs(&client).await);
     cp.stop_apiserver();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (mut alive, mut not_ready) = (Vec::new(), Vec::new());
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_secs(7) {
+        for p in &procs {
+            alive.push(http_get(p.health_port, "/healthz").await);
+            match http_get(p.health_port, "/readyz").await {
+                (200, _) => {}
+                (_, why) => not_ready.push(why),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     cp.restart_apiserver().await.unwrap();
+    assert!(
+        alive.iter().all(|a| a.0 == 200),
+        "an API server outage longer than --cache-sync-timeout restarts no replica: {:?}",
+        alive.iter().filter(|a| a.0 != 200).collect::<Vec<_>>()
+    );
+    assert!(
+        not_ready.iter().any(|w| w.contains("watch")),
+        "while it lasts, /readyz says which watch fails: {not_ready:?}"
+    );
 
     let client = cp.client().await.unwrap();
     let rev = eventually(
@@ -273,12 +305,12 @@ impl Watched {
         std::fs::read_to_string(self.log.path()).unwrap()
     }
 
-    /// Waits until /healthz fails; returns its answer.
-    async fn unhealthy(&self) -> String {
-        eventually(Duration::from_secs(30), "/healthz to fail", || async {
-            match http_get(self.health_port, "/healthz").await {
+    /// Waits until `path` (/healthz or /readyz) fails; returns its answer.
+    async fn failing(&self, path: &str) -> String {
+        eventually(Duration::from_secs(30), "the probe to fail", || async {
+            match http_get(self.health_port, path).await {
                 (503, why) => Ok(why),
-                other => Err(format!("{other:?}; log: {}", self.log())),
+                other => Err(format!("{path}: {other:?}; log: {}", self.log())),
             }
         })
         .await
@@ -372,7 +404,8 @@ async fn blind_kubeconfig(env: &Env, dir: &std::path::Path) -> std::path::PathBu
 
 /// A replica whose service account cannot list RoutingTables never syncs its caches. It held the Lease
 /// (it led before its RBAC lost a rule, and restarted): it lets go instead of renewing a Lease it cannot
-/// use, fails /healthz naming the kind, and the healthy replica takes over and completes the rollout.
+/// use, fails /readyz naming the kind (not /healthz: a restart cannot grant the rule), and the healthy
+/// replica takes over and completes the rollout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_whose_caches_cannot_sync_lets_go_and_the_healthy_one_completes_the_rollout() {
     let env = env().await;
@@ -399,10 +432,15 @@ async fn a_replica_whose_caches_cannot_sync_lets_go_and_the_healthy_one_complete
     let _healthy = spawn(&env.kubeconfig(), "healthy");
     rollout_completes(&env, 4).await;
     assert_eq!(holder(&env).await.as_deref(), Some("healthy"));
-    let why = blind.unhealthy().await;
+    let why = blind.failing("/readyz").await;
     assert!(
         why.contains("caches not synced") && why.contains("RoutingTable"),
         "{why}"
+    );
+    assert_eq!(
+        http_get(blind.health_port, "/healthz").await,
+        (200, "ok".to_string()),
+        "a restart cannot grant a missing rule: the blind replica is not ready, but not restarted"
     );
     let lines = eventually(
         Duration::from_secs(10),
@@ -423,7 +461,7 @@ async fn a_replica_whose_caches_cannot_sync_lets_go_and_the_healthy_one_complete
     )
     .await;
     assert!(lines[0].contains("RoutingTable"), "{lines:?}");
-    eprintln!("/healthz: {why}\nlog: {}", lines[0]);
+    eprintln!("/readyz: {why}\nlog: {}", lines[0]);
     assert_eq!(
         holder(&env).await.as_deref(),
         Some("healthy"),
@@ -463,7 +501,7 @@ async fn a_leader_whose_reconcile_task_dies_lets_go_and_the_standby_completes_th
         let _standby = spawn(&kubeconfig, "standby");
         rollout_completes(&env, 4).await;
         assert_eq!(holder(&env).await.as_deref(), Some("standby"), "{fault}");
-        let why = dying.unhealthy().await;
+        let why = dying.failing("/healthz").await;
         assert!(why.contains("reconcile loop ended"), "{fault}: {why}");
         let log = dying.log();
         let lines: Vec<&str> = log.lines().filter(|l| l.contains(LET_GO)).collect();

@@ -8,7 +8,8 @@
 //!         reconcile loop: idle|busy for|ended }
 //!        ──fitness(view, bounds)──► Starting  (caches still syncing: take no Lease yet)
 //!                                   Working   (acquire and renew)
-//!                                   Unfit(why) (let go of the Lease, fail /healthz, one log line)
+//!                                   Unfit(why) (let go of the Lease, fail /readyz, one log line;
+//!                                               /healthz too only if a restart repairs it)
 //! ```
 //!
 //! Pure: the shell measures how long each thing has been as it is and passes durations in.
@@ -84,7 +85,8 @@ pub enum Fitness {
     Starting,
     /// Able to work: acquire and renew the Lease.
     Working,
-    /// Unable to work: let go of the Lease, fail the health probe, say why.
+    /// Unable to work: let go of the Lease, fail the readiness probe (and the liveness probe if
+    /// [`Unfit::restart_repairs`]), say why.
     Unfit(Unfit),
 }
 
@@ -109,6 +111,18 @@ pub enum Unfit {
 }
 
 impl Unfit {
+    /// Whether restarting the process repairs it: a dead or hung reconcile loop. A watch that cannot
+    /// list or keeps failing waits on something outside the process (the API server, the network, its
+    /// RBAC): a restart would only relist everything into the same answer, and an API outage of a few
+    /// minutes would restart every replica at once, into CrashLoopBackOff. Such a replica lets go of the
+    /// Lease and is not ready, but stays alive and recovers as soon as its watches do.
+    pub fn restart_repairs(&self) -> bool {
+        match self {
+            Unfit::ReconcileEnded | Unfit::ReconcileStalled { .. } => true,
+            Unfit::NeverSynced { .. } | Unfit::WatchFailing { .. } => false,
+        }
+    }
+
     /// Whether `other` is the same problem (told once), not a new one: the durations in the message
     /// grow every time it is judged.
     pub fn same_problem(&self, other: &Unfit) -> bool {

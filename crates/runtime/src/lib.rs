@@ -16,6 +16,7 @@ use kube::Client;
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
 
 pub mod apply;
+pub mod deadline;
 pub mod decoded;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -52,7 +53,15 @@ pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<Client> {
                 .context("no in-cluster config and no usable kubeconfig")?,
         },
     };
-    Ok(Client::try_from(config)?)
+    client_with_deadline(config, deadline::API_READ_IDLE)
+}
+
+/// A client for `config` whose requests, watches excepted, fail once the API server sent nothing for
+/// `idle` ([`deadline`]).
+pub fn client_with_deadline(config: Config, idle: std::time::Duration) -> anyhow::Result<Client> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&deadline::ReadDeadline::new(idle))
+        .build())
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -66,9 +75,12 @@ pub async fn shutdown_signal() {
 }
 
 /// Set once the process is ready to serve (caches synced, start-up recovery done), unless something
-/// holds it back ([`Readiness::block`]: `/readyz` then answers 503 with the reason).
+/// holds it back ([`Readiness::block`]: `/readyz` then answers 503 with the reasons).
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>, Arc<std::sync::Mutex<Option<String>>>);
+pub struct Readiness(
+    Arc<AtomicBool>,
+    Arc<std::sync::Mutex<std::collections::BTreeMap<&'static str, String>>>,
+);
 
 impl Readiness {
     pub fn set_ready(&self) {
@@ -78,15 +90,27 @@ impl Readiness {
     pub fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire) && self.blocked().is_none()
     }
-    /// Not ready whatever else is, for `why` (said by `/readyz`), until [`Readiness::unblock`].
-    pub fn block(&self, why: String) {
-        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    fn blocks(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<&'static str, String>> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner())
     }
-    pub fn unblock(&self) {
-        *self.1.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    /// Not ready whatever else is, for `why` (said by `/readyz`), until [`Readiness::unblock`] of the
+    /// same `cause`; each cause blocks on its own.
+    pub fn block(&self, cause: &'static str, why: String) {
+        self.blocks().insert(cause, why);
     }
+    pub fn unblock(&self, cause: &'static str) {
+        self.blocks().remove(cause);
+    }
+    /// What `cause` blocks readiness for, if it does.
+    pub fn blocked_by(&self, cause: &'static str) -> Option<String> {
+        self.blocks().get(cause).cloned()
+    }
+    /// Every reason readiness is blocked for, joined, if any.
     pub fn blocked(&self) -> Option<String> {
-        self.1.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let blocks = self.blocks();
+        (!blocks.is_empty()).then(|| blocks.values().cloned().collect::<Vec<_>>().join("; "))
     }
 }
 
@@ -100,25 +124,35 @@ pub fn health_router(ready: Readiness) -> Router {
     health_router_checked(ready, || Ok(()))
 }
 
-/// [`health_router`] for a process that can be alive but unable to work: while `alive` answers
-/// `Err(why)`, `/healthz` and `/readyz` answer 503 with `why` (so Kubernetes restarts it and sends it
-/// no traffic).
+/// Why a process cannot work, as its health endpoints tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unable {
+    /// Something inside the process is dead or hung; a restart repairs it: `/healthz` and `/readyz`
+    /// answer 503 with the reason (Kubernetes restarts it).
+    Restart(String),
+    /// It waits on something outside (the API server, the network, its RBAC); a restart would not
+    /// help: only `/readyz` answers 503 with the reason, `/healthz` stays 200.
+    Wait(String),
+}
+
+/// [`health_router`] for a process that can be alive but unable to work: while `check` answers
+/// `Err(why)`, `/readyz` answers 503 with the reason, and `/healthz` too for [`Unable::Restart`].
 pub fn health_router_checked(
     ready: Readiness,
-    alive: impl Fn() -> Result<(), String> + Clone + Send + Sync + 'static,
+    check: impl Fn() -> Result<(), Unable> + Clone + Send + Sync + 'static,
 ) -> Router {
     let healthz = {
-        let alive = alive.clone();
+        let check = check.clone();
         move || async move {
-            match alive() {
-                Ok(()) => (StatusCode::OK, "ok".to_string()),
-                Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+            match check() {
+                Err(Unable::Restart(why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
+                Ok(()) | Err(Unable::Wait(_)) => (StatusCode::OK, "ok".to_string()),
             }
         }
     };
     let readyz = move |State(r): State<Readiness>| async move {
-        match alive() {
-            Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+        match check() {
+            Err(Unable::Restart(why) | Unable::Wait(why)) => (StatusCode::SERVICE_UNAVAILABLE, why),
             Ok(()) if r.is_ready() => (StatusCode::OK, "ok".to_string()),
             Ok(()) => (
                 StatusCode::SERVICE_UNAVAILABLE,

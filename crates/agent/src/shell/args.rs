@@ -56,6 +56,11 @@ pub struct Args {
     /// Kubeconfig file. Without it: in-cluster service account, then $KUBECONFIG / ~/.kube/config.
     #[arg(long, env = "NETWAVE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// A watch of its NodeNetworkConfig or Node that keeps failing this long makes the agent not ready
+    /// (`/readyz` says which and why), so an agent rollout stops at a node that cannot see its
+    /// assignment. The node keeps running what it runs.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    pub api_stale_after: Duration,
     /// Address of /metrics (`IP:port`; an IPv6 address may go without brackets).
     #[arg(long, env = "NETWAVE_METRICS_ADDR", default_value = "0.0.0.0:9091", value_parser = listen_addr)]
     pub metrics_addr: SocketAddr,

@@ -46,6 +46,9 @@ use args::Args;
 use metrics::{ApplyLabels, Metrics};
 use report::Reporter as ApiReporter;
 
+/// What blocks `/readyz` while this agent's own rendering is refused ([`gate_upgrade`]).
+const UPGRADE: &str = "upgrade";
+
 /// On shutdown, how long undelivered reports may still take.
 const REPORT_GRACE: Duration = Duration::from_secs(5);
 
@@ -117,11 +120,21 @@ pub async fn run_with(
     let upgrade_event = gate_upgrade(&agent, &metrics, &ready).await;
 
     let selector = format!("metadata.name={}", args.node_name);
-    let nnc_rx = watch_one::<NodeNetworkConfig>(Api::all(client.clone()), &selector, ready.clone());
+    let report = |cause, sets_ready| WatchReadiness {
+        ready: ready.clone(),
+        sets_ready,
+        cause,
+        stale_after: args.api_stale_after,
+    };
+    let nnc_rx = watch_one::<NodeNetworkConfig>(
+        Api::all(client.clone()),
+        &selector,
+        report("NodeNetworkConfig watch", true),
+    );
     let node_rx = watch_one::<Node>(
         Api::all(client.clone()),
         &selector,
-        http::Readiness::default(),
+        report("Node watch", false),
     );
 
     let recorder = Recorder::new(
@@ -234,7 +247,7 @@ async fn gate_upgrade(agent: &Agent, metrics: &Metrics, ready: &http::Readiness)
         );
         error!("{why}");
         metrics.upgrade_refused.set(1);
-        ready.block(format!("upgrade refused: {}", r.message));
+        ready.block(UPGRADE, format!("upgrade refused: {}", r.message));
         Some(warning_event("AgentUpgradeRefused", why))
     };
     match agent.upgrade_gate(status::AGENT_VERSION).await {
@@ -361,13 +374,58 @@ impl Shell {
     }
 }
 
+/// How one of the agent's watches reports to `/readyz`.
+#[derive(Clone)]
+struct WatchReadiness {
+    ready: http::Readiness,
+    /// Its first list makes the agent ready.
+    sets_ready: bool,
+    /// What blocks readiness while it keeps failing (`"NodeNetworkConfig watch"`).
+    cause: &'static str,
+    /// How long it may keep failing before it blocks readiness (`--api-stale-after`).
+    stale_after: Duration,
+}
+
+impl WatchReadiness {
+    /// A good event after `failing`: readiness is no longer blocked by this watch.
+    fn recovered(&self, failing: &mut Option<std::time::Instant>) {
+        if failing.take().is_some() && self.ready.blocked_by(self.cause).is_some() {
+            info!(watch = self.cause, "the watch works again: ready");
+            self.ready.unblock(self.cause);
+        }
+    }
+
+    /// An error of a run that began at `failing` (now if none): logged once, and readiness blocked once
+    /// the run is longer than the bound, with the latest error.
+    fn failed(&self, failing: &mut Option<std::time::Instant>, e: &watcher::Error) {
+        let since = *failing.get_or_insert_with(|| {
+            warn!(watch = self.cause, error = %e, "watch failing (retrying with backoff)");
+            std::time::Instant::now()
+        });
+        if since.elapsed() < self.stale_after {
+            return;
+        }
+        let why = format!(
+            "the {} has failed for {}s, so this agent may not see its assignment: {e}",
+            self.cause,
+            since.elapsed().as_secs()
+        );
+        if self.ready.blocked_by(self.cause).is_none() {
+            error!("{why}; not ready until it works again");
+        }
+        self.ready.block(self.cause, why);
+    }
+}
+
 /// A watch on the single object `selector` names; the latest object (or `None` once deleted) is published
 /// on the returned channel, also when it does not decode (the loop reports that instead of the watch
-/// failing on every relist). `ready` is set after the initial list.
+/// failing on every relist). Readiness is set after the initial list (if `report.sets_ready`) and
+/// blocked while the watch keeps failing. A watch that hangs silently is restarted by the watcher (its
+/// idle timeout), then fails or recovers like any other.
 fn watch_one<K>(
     api: Api<Decoded<K>>,
     selector: &str,
-    ready: http::Readiness,
+    report: WatchReadiness,
 ) -> channel::Receiver<Option<Decoded<K>>>
 where
     K: Resource<DynamicType = ()>
@@ -384,7 +442,11 @@ where
     tokio::spawn(
         async move {
             futures::pin_mut!(stream);
+            let mut failing = None;
             while let Some(ev) = stream.next().await {
+                if ev.is_ok() {
+                    report.recovered(&mut failing);
+                }
                 match ev {
                     Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                         tx.send_replace(Some(o));
@@ -392,9 +454,9 @@ where
                     Ok(watcher::Event::Delete(_)) => {
                         tx.send_replace(None);
                     }
-                    Ok(watcher::Event::InitDone) => ready.set_ready(),
-                    Ok(watcher::Event::Init) => {}
-                    Err(e) => warn!(error = %e, "watch error (retrying with backoff)"),
+                    Ok(watcher::Event::InitDone) if report.sets_ready => report.ready.set_ready(),
+                    Ok(watcher::Event::InitDone | watcher::Event::Init) => {}
+                    Err(e) => report.failed(&mut failing, &e),
                 }
             }
         }
@@ -507,7 +569,7 @@ impl Shell {
                     // The rendering of this agent already failed the node's probes at start: a
                     // failure now may be the agent's, not the revision's. Said where the admin looks.
                     if outcome.reason.is_some()
-                        && let Some(why) = self.ready.blocked()
+                        && let Some(why) = self.ready.blocked_by(UPGRADE)
                     {
                         outcome.message = format!(
                             "{}; note: agent {} is not ready, its own rendering of the running \
@@ -659,10 +721,10 @@ impl Shell {
     /// A refused upgrade is over once this agent's rendering of a config passed the gate (an apply
     /// that succeeded holds nothing any more): ready again.
     fn upgrade_settled(&mut self) {
-        if self.ready.blocked().is_some() && matches!(self.agent.state.held(), Ok(None)) {
+        if self.ready.blocked_by(UPGRADE).is_some() && matches!(self.agent.state.held(), Ok(None)) {
             info!("this agent's rendering passed the health gate: the refused upgrade is over");
             self.metrics.upgrade_refused.set(0);
-            self.ready.unblock();
+            self.ready.unblock(UPGRADE);
         }
     }
 
