@@ -90,6 +90,9 @@ pub struct Metrics {
     /// Plans decided again because the cache was behind on a node about to fail by a timeout
     /// (`crate::recheck`): each one is a node failure API latency would have caused.
     pub timeout_rechecks_behind: Counter,
+    /// Revision cuts put off because a quorum read of the inputs disagreed with the cache
+    /// (`crate::recheck`): each one is a revision that a lagging watch would have cut from a stale view.
+    pub cut_rechecks_behind: Counter,
     pub leader: Gauge,
     /// 1 while changed inputs settle before a revision is cut from them (`--input-settle`).
     pub inputs_pending: Gauge,
@@ -120,6 +123,7 @@ impl Default for Metrics {
             api_errors: Family::default(),
             writes_dropped: Counter::default(),
             timeout_rechecks_behind: Counter::default(),
+            cut_rechecks_behind: Counter::default(),
             leader: Gauge::default(),
             inputs_pending: Gauge::default(),
             tampered_specs: Family::default(),
@@ -214,6 +218,11 @@ impl Metrics {
             "timeout_rechecks_behind",
             "Plans decided again on a fresh read because the cache was behind on a node about to fail by a timeout",
             m.timeout_rechecks_behind.clone(),
+        );
+        registry.register(
+            "cut_rechecks_behind",
+            "Revision cuts put off because a quorum read of the inputs disagreed with the cache",
+            m.cut_rechecks_behind.clone(),
         );
         registry.register(
             "leader",

@@ -36,12 +36,32 @@
 //! and the two watches may deliver the deletions in either order: the same false verdict for an
 //! instant. The inputs are read first: a revision and its inputs deleted between the two reads read as
 //! both gone, never as a revision without inputs.
+//!
+//! And a revision is cut (or an older one reactivated) only from inputs the API server confirms:
+//!
+//! ```text
+//!   the plan cuts or reactivates a revision for inputs hash H (the cache's view)
+//!     ▼ LIST every input kind (quorum reads: no resourceVersion), fold and hash them
+//!     ├─ H ───────────────► the cache was current: cut
+//!     ├─ another hash ────► some watch is behind (or an edit just landed): no cut; the watches
+//!     │                     catch up, the settle window starts again on what they bring
+//!     └─ a read fails ────► no cut, asked again in a second
+//! ```
+//!
+//! Each kind has its own watch, and after an API server restart each relists on its own backoff: one
+//! kind's cache can be seconds older than another's. Cut from such a view, a revision brings back an
+//! object deleted seconds before (a routing table removed for its bad blackhole, back with the next VNI
+//! change), or drops one just created. A cut is rare (once per settled change), so its reads cost
+//! nothing a rollout notices.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::{Api, Client};
+use kube::api::ListParams;
+use kube::core::{DynamicObject, TypeMeta};
+use kube::{Api, Client, ResourceExt};
+use netwave_api::kinds::{AnyInput, ByKind, InputKind, Objects};
 use netwave_api::vocab::node_reasons::{APPLY_TIMEOUT, PICKUP_TIMEOUT};
 use netwave_api::{NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig};
 use netwave_core::revision::Tampered;
@@ -145,4 +165,53 @@ pub async fn read_revisions(
         });
     }
     Ok(out)
+}
+
+/// Every input kind as the API server has it now (a quorum LIST per kind: no resourceVersion), to
+/// confirm the view a revision is cut from. An object that does not decode fails the read (a cut
+/// waits for such an object anyway).
+pub async fn read_inputs(client: &Client) -> Result<ByKind<Objects>, String> {
+    let mut fresh = ByKind::<Objects>::default();
+    for &kind in InputKind::ALL {
+        let resource = kind.api_resource();
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let list =
+            (api.list(&ListParams::default()).await).map_err(|e| format!("listing {kind}: {e}"))?;
+        // What is being deleted is folded into nothing (`snapshot::live`).
+        let live = list.items.into_iter();
+        for mut o in live.filter(|o| o.metadata.deletion_timestamp.is_none()) {
+            o.types.get_or_insert_with(|| TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            });
+            let name = o.name_any();
+            let value = serde_json::to_value(o).map_err(|e| format!("{kind} {name}: {e}"))?;
+            fresh.push(AnyInput::from_api(kind, value).map_err(|e| format!("{kind} {name}: {e}"))?);
+        }
+    }
+    Ok(fresh)
+}
+
+/// The kinds whose live objects (by name and resourceVersion) differ between `cached` and `fresh`,
+/// with how many objects differ: what the message names.
+pub fn lagging_kinds(cached: &ByKind<Objects>, fresh: &ByKind<Objects>) -> BTreeMap<String, usize> {
+    let versions = |table: &ByKind<Objects>| -> BTreeSet<(String, String, String)> {
+        (table.views().into_iter())
+            .filter(|v| v.meta.deletion_timestamp.is_none())
+            .map(|v| {
+                let name = v.meta.name.clone().unwrap_or_default();
+                let rv = v.meta.resource_version.clone().unwrap_or_default();
+                (v.kind.to_string(), name, rv)
+            })
+            .collect()
+    };
+    let (cached, fresh) = (versions(cached), versions(fresh));
+    let differ: BTreeSet<(&String, &String)> = (cached.symmetric_difference(&fresh))
+        .map(|(kind, name, _)| (kind, name))
+        .collect();
+    let mut kinds = BTreeMap::new();
+    for (kind, _) in differ {
+        *kinds.entry(kind.clone()).or_insert(0) += 1;
+    }
+    kinds
 }

@@ -28,6 +28,7 @@ use crate::pace::Pace;
 use crate::recheck;
 use crate::record::{ApplyTimes, record};
 pub use crate::snapshot::Snapshot;
+use crate::snapshot::fold_objects;
 use crate::watch::{Stores, Wakeups};
 use crate::writer::{Intent, Outcome as WriteOutcome, Writer};
 
@@ -85,6 +86,8 @@ pub struct Reconciler {
     pub changed: Arc<Wakeups>,
     cache: Memory,
     settle: InputSettle,
+    /// Why the last cut was put off ([`Self::confirm_cut`]), as last logged.
+    cut_put_off: Option<String>,
     apply_times: ApplyTimes,
     /// The Failed revision the inputs were last reported to equal (one Event per occurrence).
     reported_equals_failed: Option<String>,
@@ -136,6 +139,7 @@ impl Reconciler {
             changed,
             cache: Memory::default(),
             settle: InputSettle::default(),
+            cut_put_off: None,
             apply_times: ApplyTimes::default(),
             reported_equals_failed: None,
             status_written: BTreeMap::new(),
@@ -428,7 +432,59 @@ impl Reconciler {
             now,
         );
         let (snapshot, outcome) = self.recheck_inputs_gone(snapshot, outcome, now).await;
-        self.recheck_timeouts(snapshot, outcome, now).await
+        let (snapshot, outcome) = self.recheck_timeouts(snapshot, outcome, now).await;
+        self.confirm_cut(snapshot, outcome, now).await
+    }
+
+    /// A revision is cut or reactivated only from inputs a quorum read confirms ([`recheck`]): when
+    /// the API server has other inputs than the cache, nothing is written and the loop asks again in
+    /// a second, once the watches have caught up. Said once per problem.
+    async fn confirm_cut(
+        &mut self,
+        snapshot: Snapshot,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> (Snapshot, Outcome) {
+        let cuts = outcome.intents.iter().any(|i| {
+            matches!(
+                i,
+                Intent::CreateRevision { .. } | Intent::ReactivateRevision { .. }
+            )
+        });
+        if !cuts || !self.writer.is_leader() {
+            return (snapshot, outcome);
+        }
+        let (_, cached) = self.cache.folded.of(&snapshot);
+        let problem = match recheck::read_inputs(self.writer.client()).await {
+            Ok(fresh) if revision::inputs_hash(&fold_objects(&fresh)) == cached => {
+                self.cut_put_off = None;
+                return (snapshot, outcome);
+            }
+            Ok(fresh) => {
+                self.metrics.cut_rechecks_behind.inc();
+                let kinds = recheck::lagging_kinds(&snapshot.inputs, &fresh);
+                let kinds: Vec<String> = (kinds.iter())
+                    .map(|(kind, n)| format!("{kind} ({n} object(s))"))
+                    .collect();
+                format!(
+                    "the API server has other inputs than this configurator's cache ({}): no \
+                     revision is cut until the watches catch up",
+                    kinds.join(", ")
+                )
+            }
+            Err(e) => {
+                format!("could not read the inputs to confirm a cut ({e}): no revision is cut")
+            }
+        };
+        if self.cut_put_off.as_ref() != Some(&problem) {
+            warn!("{problem}");
+            self.cut_put_off = Some(problem);
+        }
+        let outcome = Outcome {
+            requeue_at: Some(Timestamp(now.0 + 1000)),
+            ..Outcome::only(Vec::new(), outcome.tampered)
+        };
+        (snapshot, outcome)
     }
 
     /// What the outcome tells the metrics (a leader's plan; every replica's gauges).

@@ -354,16 +354,21 @@ fn decoded<K>(
 /// The admin inputs folded into one snapshot, canonically sorted, cut for this build's render version
 /// (`render::RENDER_VERSION`).
 pub fn fold_inputs(s: &Snapshot) -> RevisionInputs {
-    struct Fold<'a>(&'a Snapshot, RevisionInputs);
+    fold_objects(&s.inputs)
+}
+
+/// [`fold_inputs`] of these objects.
+pub fn fold_objects(inputs: &ByKind<Objects>) -> RevisionInputs {
+    struct Fold<'a>(&'a ByKind<Objects>, RevisionInputs);
     impl Visit for Fold<'_> {
         fn visit<K: Input>(&mut self) {
-            let live = self.0.inputs.get::<K>().iter().filter(|o| live(o.as_ref()));
+            let live = self.0.get::<K>().iter().filter(|o| live(o.as_ref()));
             *K::named_mut(&mut self.1) = live
                 .map(|o| Named::new(o.meta().name.clone().unwrap_or_default(), o.spec().clone()))
                 .collect();
         }
     }
-    let mut fold = Fold(s, RevisionInputs::default());
+    let mut fold = Fold(inputs, RevisionInputs::default());
     each_kind(&mut fold);
     netwave_core::render::stamp_render_version(&mut fold.1, netwave_core::render::RENDER_VERSION);
     revision::canonical_inputs(&fold.1)

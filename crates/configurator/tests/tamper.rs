@@ -354,3 +354,83 @@ async fn a_node_spec_edit_cannot_mark_itself_verified() {
     node_spec_edit_is_put_back(&env.client, &before, forged).await;
     c.stop().await;
 }
+
+/// A revision is never cut from a cache that is behind (#48): the RoutingTables' watch is down (every
+/// re-watch refused, as after an API server restart while that watch waits out its backoff) when an
+/// admin deletes a table and then changes a segment. The cache still holds the table: a cut from it
+/// would bring the deleted table back to every node. The configurator confirms the inputs on a quorum
+/// read first: it cuts nothing while the watch is behind, says which kind is, and cuts the revision
+/// without the table once the watch is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_is_never_cut_from_a_watch_that_is_behind() {
+    const TABLE: &str = "edge-uplink";
+    let env = testbed_env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(50));
+    apply_samples(&env.client).await;
+    let (a, metrics_port) = args_with_metrics(&[]);
+    let c = Configurator::start(env.client.clone(), a);
+    let completed = || async {
+        let revs = revisions(&env.client).await;
+        let done: Vec<String> = (revs.iter())
+            .filter(|r| phase(r) == RevisionPhase::Complete.as_str())
+            .filter_map(|r| r.metadata.name.clone())
+            .collect();
+        let names: Vec<String> = revs
+            .iter()
+            .filter_map(|r| r.metadata.name.clone())
+            .collect();
+        (done, names)
+    };
+    let r1 = eventually(T, "the first revision to complete", || async {
+        match completed().await {
+            (done, _) if done.len() == 1 => Ok(done[0].clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let faults = env.tb().faults();
+    faults.fail_fraction(Match::verb("watch").resource("routingtables"), 1.0, 503);
+    faults.cut_watches();
+    Api::<netwave_api::RoutingTable>::all(env.client.clone())
+        .delete(TABLE, &DeleteParams::default())
+        .await
+        .unwrap();
+    change_inputs(&env.client, 8000).await;
+    // Well past the settle window (300 ms): many reconciles asked to cut.
+    reconciles_pass(metrics_port, 6.0).await;
+    let (_, names) = completed().await;
+    assert_eq!(
+        names,
+        vec![r1.clone()],
+        "no revision is cut while the RoutingTables' cache is behind"
+    );
+    let behind = "netwave_cut_rechecks_behind_total ";
+    assert!(
+        metric(metrics_port, behind).await.unwrap_or_default() >= 1.0,
+        "the put-off cuts are counted"
+    );
+
+    faults.clear();
+    // (Removing a table from every node may be held for approval: cut is enough here.)
+    let r2 = eventually(T, "a revision once the watch is back", || async {
+        match completed().await {
+            (_, names) if names.len() == 2 => Ok(names.into_iter().find(|n| *n != r1).unwrap()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let inputs = Api::<NetworkConfigInputs>::all(env.client.clone())
+        .get(&r2)
+        .await
+        .unwrap();
+    let tables: Vec<&str> = (inputs.spec.routing_tables.iter())
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(
+        !tables.contains(&TABLE),
+        "the deleted table stays deleted: {tables:?}"
+    );
+    c.stop().await;
+}
