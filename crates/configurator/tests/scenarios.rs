@@ -9,7 +9,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use netwave_api::{Layer2NetworkConfiguration, NetworkConfigRevision};
+use netwave_api::{Layer2NetworkConfiguration, NetworkConfigInputs, NetworkConfigRevision};
 use netwave_testbed::Match;
 use serde_json::json;
 
@@ -1136,5 +1136,51 @@ async fn api_faults_slow_the_rollout_but_fail_nothing() {
     assert!(st.failed_nodes.is_empty());
     let failed_writes = env.tb().counters();
     assert!(failed_writes.writes() > 0);
+    c.stop().await;
+}
+
+/// The hold cannot be switched off by deleting its baseline (#48): with the configurator down, someone
+/// deletes the last good revision's NetworkConfigInputs (so nothing can put them back from the current
+/// inputs), then every input. The new revision has no last good inputs to be measured against, but the
+/// hold also measures what the nodes run: it is held, naming what they would lose, and no node moves
+/// until an admin resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_last_good_inputs_first_does_not_switch_the_hold_off() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    let history = History::record(&env.client);
+    apply_samples(&env.client).await;
+    let c = Configurator::start(env.client.clone(), args(&["--max-unavailable", "3"]));
+    let first = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .metadata
+        .name
+        .unwrap();
+    c.stop().await;
+
+    Api::<NetworkConfigInputs>::all(env.client.clone())
+        .delete(&first, &DeleteParams::default())
+        .await
+        .unwrap();
+    delete_every_input(&env.client).await;
+    let (a, port) = args_with_metrics(&["--max-unavailable", "3"]);
+    let c = Configurator::start(env.client.clone(), a);
+    let held_rev = revision_where(&env, "a revision held", |r| {
+        r.metadata.name.as_deref() != Some(first.as_str()) && held(r)
+    })
+    .await;
+    let name = held_rev.metadata.name.clone().unwrap();
+    let message = held_message(&env, &name).await;
+    assert!(
+        message.contains("vrf/"),
+        "names what the nodes lose: {message}"
+    );
+    reconciles_pass(port, 3.0).await;
+    assert_eq!(
+        assigned_any(&history, &[name.as_str()]),
+        Vec::<String>::new(),
+        "no node gets the held revision"
+    );
     c.stop().await;
 }
