@@ -389,6 +389,9 @@ pub struct NetworkConfigRevisionStatus {
     /// (an agent older than the configurator, `netwave_api::features`); also counted in `skipped`.
     #[serde(skip_serializing_if = "is_zero")]
     pub waiting_for_agent: u32,
+    /// The nodes that failed this attempt, in order. Past the first 50 an entry's `message` is left
+    /// empty (the node's own status and its `NodeFailed` Event keep it), so a wave of thousands of
+    /// failures still fits one object.
     pub failed_nodes: Vec<FailedNode>,
     pub validation: ValidationResult,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -47,6 +47,34 @@ pub(super) fn deadline_at(ctx: &Context) -> Option<Timestamp> {
     p.deadline.filter(|_| !p.exceeded)
 }
 
+/// Failed nodes whose `message` the revision's status keeps; later ones keep the node, reason, time
+/// and flag, and their message stays in the node's own status and the `NodeFailed` Event. A message is
+/// up to 1 KiB, the rest of an entry about 150 bytes: a wave of 5,000 failures is then about 0.8 MB, and
+/// the status write never outgrows the 1.5 MiB etcd takes (#48: one that does fails for ever, and the
+/// revision is never marked `Failed`).
+pub const FAILED_DETAIL_LIMIT: usize = 50;
+
+/// `failed` as the status keeps it: the messages of entries past [`FAILED_DETAIL_LIMIT`] left out.
+fn kept_failure(i: usize, f: &FailedNode) -> FailedNode {
+    if i < FAILED_DETAIL_LIMIT || f.message.is_empty() {
+        return f.clone();
+    }
+    let FailedNode {
+        node,
+        reason,
+        message: _,
+        at,
+        quarantined,
+    } = f;
+    FailedNode {
+        node: node.clone(),
+        reason: reason.clone(),
+        message: String::new(),
+        at: at.clone(),
+        quarantined: *quarantined,
+    }
+}
+
 /// `old` with the failed nodes of this attempt instead of its own: a step copies a revision's failed
 /// nodes once, not twice (#28: the copies were 1 % of a leader's CPU). Every field is named, so a new
 /// one does not compile until it is copied.
@@ -88,7 +116,9 @@ fn copy_with_failures(
         failed: *failed,
         skipped: *skipped,
         waiting_for_agent: *waiting_for_agent,
-        failed_nodes: failed_nodes.to_vec(),
+        failed_nodes: (failed_nodes.iter().enumerate())
+            .map(|(i, f)| kept_failure(i, f))
+            .collect(),
         validation: validation.clone(),
         started_at: started_at.clone(),
         completed_at: completed_at.clone(),
@@ -714,5 +744,38 @@ fn paused_message(by: Option<&str>) -> String {
     match by {
         Some(who) => format!("spec.paused set by {who}: no new assignments"),
         None => "spec.paused is set: no new assignments".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    /// A bad revision failing a whole wave of a large fleet at once (5,000 nodes, each with a 1 KiB
+    /// message and a long name) still fits one object: every node and reason is kept, the first
+    /// messages too, and the status stays far below etcd's 1.5 MiB.
+    #[test]
+    fn a_wave_of_failures_never_outgrows_one_object() {
+        let failures: Vec<FailedNode> = (0..5000)
+            .map(|i| FailedNode {
+                node: format!("rack-{:03}-server-{i:05}.example.internal", i / 40),
+                reason: "HealthCheckFailed".into(),
+                message: "m".repeat(1024),
+                at: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+                quarantined: false,
+            })
+            .collect();
+        let status = copy_with_failures(&NetworkConfigRevisionStatus::default(), &failures);
+        let bytes = serde_json::to_vec(&status).unwrap().len();
+        assert!(bytes < 1_000_000, "{bytes} bytes");
+        assert_eq!(status.failed_nodes.len(), 5000);
+        let (detailed, brief) = status.failed_nodes.split_at(FAILED_DETAIL_LIMIT);
+        assert!(detailed.iter().all(|f| f.message.len() == 1024));
+        assert!(brief.iter().all(|f| f.message.is_empty()));
+        let names = |l: &[FailedNode]| l.iter().map(|f| f.node.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&status.failed_nodes), names(&failures));
+        eprintln!("5,000 failures: {bytes} bytes of status");
     }
 }
