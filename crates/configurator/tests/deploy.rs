@@ -370,40 +370,40 @@ fn the_agent_policy_owns_every_taint_the_health_config_removes() {
     }
 }
 
-/// The policy finds the agent through the agent's ClusterRoleBinding (by a label, which renames keep),
-/// never through a ServiceAccount name spelled out in it, which a kustomize `namespace:` or
-/// `namePrefix:` overlay would leave behind (the policy would then match nobody).
+/// The policies know the agent by what RBAC lets it do (write NodeNetworkConfig status, not their spec),
+/// asked of the authorizer: no name spelled out (a kustomize `namespace:` or `namePrefix:` overlay would
+/// leave it behind), no parameter whose absence lets everything through (#48). The agent's role has that
+/// shape; the configurator's does not (it writes specs), so the policies never restrict it.
 #[test]
-fn the_agent_policy_matches_the_agent_by_its_role_binding_not_by_name() {
+fn the_agent_policies_know_the_agent_by_its_rbac_not_by_name_or_parameter() {
     let objects = base_objects();
-    let role_binding = objects
-        .iter()
-        .find(|o| o["kind"] == "ClusterRoleBinding" && o["roleRef"]["name"] == "netwave-agent")
-        .unwrap();
-    assert!(
-        role_binding["subjects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "netwave-agent")
-    );
-    // Both policies: what the agent writes to its node, and the Events it reports.
     for name in ["netwave-agent-own-node", "netwave-agent-own-events"] {
         let policy = object(&objects, "ValidatingAdmissionPolicy", name);
         let text = policy.to_string();
         assert!(
-            !text.contains("system:serviceaccount:netwave-system"),
-            "a literal user in {name}"
+            !text.contains("system:serviceaccount:") && !text.contains("params"),
+            "a literal user or a parameter in {name}"
         );
-        assert_eq!(policy["spec"]["paramKind"]["kind"], "ClusterRoleBinding");
+        assert!(policy["spec"].get("paramKind").is_none(), "{name}");
+        let condition = policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(
+            condition.contains(r#"subresource("status")"#) && condition.contains("authorizer"),
+            "{name}: {condition}"
+        );
         let binding = object(&objects, "ValidatingAdmissionPolicyBinding", name);
-        let selector = binding["spec"]["paramRef"]["selector"]["matchLabels"]
-            .as_object()
-            .expect("a label selector");
-        for (k, v) in selector {
-            assert_eq!(&role_binding["metadata"]["labels"][k], v, "{name}");
-        }
+        assert!(binding["spec"].get("paramRef").is_none(), "{name}");
     }
+    let agent = object(&objects, "ClusterRole", "netwave-agent");
+    assert!(grants(agent, "nodenetworkconfigs/status").contains("patch"));
+    let spec_writes = |role| {
+        let g = grants(role, "nodenetworkconfigs");
+        g.contains("patch") || g.contains("update")
+    };
+    assert!(!spec_writes(agent), "the agent's role matches the policies");
+    let configurator = object(&objects, "ClusterRole", "netwave-configurator");
+    assert!(spec_writes(configurator), "the configurator's does not");
 }
 
 /// The verbs `role` grants on `resource` in netwave's group.

@@ -867,6 +867,84 @@ async fn the_agent_policy_stays_on_when_the_install_is_renamed() {
     );
 }
 
+/// The policy holds for every identity the agent's role is granted to (#48): a ServiceAccount of its own,
+/// bound to the agent's ClusterRole by a binding of its own (as a hurried admin or a second install
+/// would), with a pod-bound token on node-a, may write neither node-b's NodeNetworkConfig status nor
+/// node-a's labels. It used to be restricted only if the binding carried a label, and a missing label
+/// let everything through.
+#[tokio::test]
+async fn the_agent_policy_holds_for_any_binding_of_the_agent_role() {
+    let env = env().await;
+    let _agent = installed_agent(&env).await;
+    let ns = "rogue-tools";
+    env.cp().ensure_namespace(&env.client, ns).await.unwrap();
+    let apply = |v: serde_json::Value| {
+        let client = env.client.clone();
+        async move {
+            let o: kube::core::DynamicObject = serde_json::from_value(v).unwrap();
+            let types = o.types.clone().unwrap();
+            let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
+            let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+            let api: Api<kube::core::DynamicObject> = match caps.scope {
+                kube::discovery::Scope::Cluster => Api::all_with(client, &ar),
+                kube::discovery::Scope::Namespaced => Api::namespaced_with(client, ns, &ar),
+            };
+            let pp = PatchParams::apply("netwave-test").force();
+            api.patch(&o.name_any(), &pp, &Patch::Apply(&o))
+                .await
+                .unwrap();
+        }
+    };
+    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                 "metadata": {"name": "helper", "namespace": ns}}))
+    .await;
+    apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": "rogue-helper-as-agent"},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                             "name": "netwave-agent"},
+                 "subjects": [{"kind": "ServiceAccount", "name": "helper", "namespace": ns}]}),
+    )
+    .await;
+    let helper = agent_on(&env, "node-a", ns, "helper").await;
+    let pp = PatchParams::default();
+    let status = merge(json!({"status": {"phase": NodePhase::Provisioned.as_str(),
+                                         "observedRevision": "r1"}}));
+    let nncs: Api<NodeNetworkConfig> = Api::all(helper.clone());
+    // RBAC is cached for a moment after the binding: its first refusal may be RBAC's own.
+    let msg = eventually(T, "node-b's status refused by the policy", || async {
+        match nncs.patch_status("node-b", &pp, &status).await {
+            Err(kube::Error::Api(e)) if e.message.contains("netwave-agent-own-node") => {
+                Ok(e.message)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        msg.contains("may write only its own NodeNetworkConfig, not node-b"),
+        "{msg}"
+    );
+    let msg = refused(
+        Api::<Node>::all(helper)
+            .patch(
+                "node-a",
+                &pp,
+                &merge(json!({"metadata": {"labels": {"netwave.dev/pool": "storage"}}})),
+            )
+            .await,
+        "relabelling node-a",
+    );
+    assert!(
+        msg.contains("may not change metadata.labels of its Node"),
+        "{msg}"
+    );
+    kube::Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(env.client.clone())
+        .delete("rogue-helper-as-agent", &Default::default())
+        .await
+        .unwrap();
+}
+
 /// An agent's verdict is bounded by the CRD (#48): with node-a's pod-bound token, a status with a
 /// 400 KB reason, an oversized message or probe, a long kernel capability name or a time the
 /// configurator could not read is refused whole (naming the field), and nothing of it is stored; the same report cut by
