@@ -21,6 +21,11 @@ if [ -z "$version" ] || [ -z "$commit" ]; then
 fi
 base="${NETWAVE_CACHE:-$HOME/.cache/netwave}/releases"
 cache="$base/$version-${commit:0:12}"
+# Several tests may ask at once (the skew tests run side by side): one builds, the others wait for it and
+# then find it cached. Without the lock, two cold builds shared one temporary directory.
+mkdir -p "$base"
+exec 9>"$base/.build.lock"
+flock 9
 if [ -x "$cache/bin/netwave-agent" ] && [ -x "$cache/bin/netwave-configurator" ] && [ -f "$cache/build-info" ]; then
     echo "$cache"
     exit 0

@@ -1206,13 +1206,14 @@ async fn api_server_outage(
     let t = Instant::now();
     tokio::task::block_in_place(|| cluster.cp.stop_apiserver());
     let stopped = t.elapsed();
-    let errors = until(cluster, "the leader's write failing", T, || async {
+    // The leader's first request to fail is the quorum read that confirms the cut (or a write).
+    let errors = until(cluster, "the leader's requests failing", T, || async {
         let m = scrape(leader_addr).await?;
         Ok(metric_sum(&m, "netwave_api_errors_total").filter(|e| *e > errors_before))
     })
     .await?;
     eprintln!(
-        "API server stopped ({:.1} s) while the change settled: the leader's write failed {:.1} s later (netwave_api_errors_total {errors})",
+        "API server stopped ({:.1} s) while the change settled: the leader's request failed {:.1} s later (netwave_api_errors_total {errors})",
         stopped.as_secs_f64(),
         t.elapsed().as_secs_f64()
     );

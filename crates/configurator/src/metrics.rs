@@ -53,10 +53,12 @@ pub enum Verb {
     create,
     patch,
     delete,
+    /// The quorum read of the inputs that confirms a cut (`crate::recheck::read_inputs`).
+    list,
 }
 
 impl Verb {
-    pub const ALL: [Verb; 3] = [Verb::create, Verb::patch, Verb::delete];
+    pub const ALL: [Verb; 4] = [Verb::create, Verb::patch, Verb::delete, Verb::list];
 }
 
 /// `kind` label values of `netwave_tampered_specs`.
@@ -206,7 +208,7 @@ impl Metrics {
         );
         registry.register(
             "api_errors",
-            "Kubernetes API write errors by verb and category",
+            "Kubernetes API errors by verb and category: the writes, and the read that confirms a cut",
             m.api_errors.clone(),
         );
         registry.register(
@@ -341,7 +343,7 @@ mod tests {
     #[test]
     fn api_write_errors_start_at_zero_for_every_verb_and_category() {
         let text = Metrics::default().encode();
-        for verb in ["create", "patch", "delete"] {
+        for verb in ["create", "patch", "delete", "list"] {
             for category in CATEGORIES {
                 let line = format!(
                     "netwave_api_errors_total{{verb=\"{verb}\",category=\"{category}\"}} 0"

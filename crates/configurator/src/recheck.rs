@@ -167,16 +167,30 @@ pub async fn read_revisions(
     Ok(out)
 }
 
+/// Why [`read_inputs`] could not confirm the inputs.
+#[derive(Debug)]
+pub struct ReadFailed {
+    pub message: String,
+    /// The failed request's `netwave_api_errors_total` category, when a request failed.
+    pub category: Option<&'static str>,
+}
+
 /// Every input kind as the API server has it now (a quorum LIST per kind: no resourceVersion), to
 /// confirm the view a revision is cut from. An object that does not decode fails the read (a cut
 /// waits for such an object anyway).
-pub async fn read_inputs(client: &Client) -> Result<ByKind<Objects>, String> {
+pub async fn read_inputs(client: &Client) -> Result<ByKind<Objects>, ReadFailed> {
     let mut fresh = ByKind::<Objects>::default();
+    let undecodable = |message: String| ReadFailed {
+        message,
+        category: None,
+    };
     for &kind in InputKind::ALL {
         let resource = kind.api_resource();
         let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-        let list =
-            (api.list(&ListParams::default()).await).map_err(|e| format!("listing {kind}: {e}"))?;
+        let list = (api.list(&ListParams::default()).await).map_err(|e| ReadFailed {
+            message: format!("listing {kind}: {e}"),
+            category: Some(crate::writer::category(&e)),
+        })?;
         // What is being deleted is folded into nothing (`snapshot::live`).
         let live = list.items.into_iter();
         for mut o in live.filter(|o| o.metadata.deletion_timestamp.is_none()) {
@@ -185,8 +199,11 @@ pub async fn read_inputs(client: &Client) -> Result<ByKind<Objects>, String> {
                 kind: resource.kind.clone(),
             });
             let name = o.name_any();
-            let value = serde_json::to_value(o).map_err(|e| format!("{kind} {name}: {e}"))?;
-            fresh.push(AnyInput::from_api(kind, value).map_err(|e| format!("{kind} {name}: {e}"))?);
+            let value =
+                serde_json::to_value(o).map_err(|e| undecodable(format!("{kind} {name}: {e}")))?;
+            let any = AnyInput::from_api(kind, value)
+                .map_err(|e| undecodable(format!("{kind} {name}: {e}")))?;
+            fresh.push(any);
         }
     }
     Ok(fresh)

@@ -473,7 +473,17 @@ impl Reconciler {
                 )
             }
             Err(e) => {
-                format!("could not read the inputs to confirm a cut ({e}): no revision is cut")
+                if let Some(category) = e.category {
+                    let labels = crate::metrics::ApiErrorLabels {
+                        verb: crate::metrics::Verb::list,
+                        category,
+                    };
+                    self.metrics.api_errors.get_or_create(&labels).inc();
+                }
+                format!(
+                    "could not read the inputs to confirm a cut ({}): no revision is cut",
+                    e.message
+                )
             }
         };
         if self.cut_put_off.as_ref() != Some(&problem) {
