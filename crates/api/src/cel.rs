@@ -384,7 +384,7 @@ fn at<'v>(
         .unwrap_or_else(|| panic!("{kind}: no schema at spec.{}", path.join(".")))
 }
 
-/// Adds the input kinds' CEL rules to their CRD; other CRDs come back unchanged.
+/// Adds the input kinds' CEL rules, bounds and defaults to their CRD; other CRDs come back unchanged.
 pub fn with_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     let kind = crd.spec.names.kind.clone();
     let mut v = serde_json::to_value(crd).expect("a CRD always serializes");
@@ -395,6 +395,14 @@ pub fn with_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
         for (k, path, key, value) in bounds() {
             if k == kind {
                 at(version, &kind, path).insert(key.into(), value.into());
+            }
+        }
+        for (k, path, value) in crate::defaults::defaults() {
+            if k == kind {
+                let schema = at(version, &kind, path);
+                schema.insert("default".into(), value);
+                // An explicit null is pruned and defaulted too, not kept as "no limit".
+                schema.remove("nullable");
             }
         }
         for (k, path, rules) in rules() {
@@ -409,5 +417,5 @@ pub fn with_rules(crd: CustomResourceDefinition) -> CustomResourceDefinition {
                 .extend(rules);
         }
     }
-    serde_json::from_value(v).expect("only validation rules were added")
+    serde_json::from_value(v).expect("only validation rules and defaults were added")
 }

@@ -382,7 +382,9 @@ pub struct BGPPeeringSpec {
     /// the hold time.
     #[serde(rename = "enableBFD", default)]
     pub enable_bfd: bool,
-    /// Received prefixes allowed per address family; more tear the session down.
+    /// Prefixes accepted from the workload per address family (after the import list); more tear
+    /// the session down. 10,000 when omitted (the API server fills it in): a workload cannot fill the
+    /// node's bgpd; set 4294967295 for no practical limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 4294967295u32))]
     pub maximum_prefixes: Option<u32>,
@@ -404,6 +406,12 @@ pub struct BGPPeeringSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
 }
+
+/// The prefix limit of a BGPPeering that names none (#48): the `default` of `spec.maximumPrefixes` in
+/// its CRD, so the API server stores it and every reader (older configurators included) applies it.
+/// Chosen above what a workload announces in practice (a service address per LoadBalancer, a few pod
+/// blocks) and far below what fills bgpd: 10,000 accepted prefixes per family cost bgpd a few MiB.
+pub const DEFAULT_MAXIMUM_PREFIXES: u32 = 10_000;
 
 /// `spec.peeringVlan` of a BGPPeering.
 #[derive(

@@ -21,6 +21,7 @@
 pub mod bounds;
 pub mod cel;
 pub mod datetimes;
+pub mod defaults;
 pub mod features;
 pub mod input_status;
 pub mod inputs;

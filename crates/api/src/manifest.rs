@@ -90,7 +90,7 @@ impl fmt::Display for ManifestError {
 impl std::error::Error for ManifestError {}
 
 /// Parses every document of `yaml`. `source` (e.g. a file name) prefixes error locations. Empty
-/// documents are skipped. Fields the types do not know are errors (a misspelt field must not vanish
+/// documents are skipped; inputs get the defaults their CRD gives ([`crate::defaults`]). Fields the types do not know are errors (a misspelt field must not vanish
 /// silently), as with `kubectl apply`'s strict field validation.
 pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, ManifestError> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| ManifestError {
@@ -133,7 +133,12 @@ pub fn parse_manifests(source: &str, yaml: &str) -> Result<Vec<Manifest>, Manife
             }
             "NodeNetworkConfig" => Manifest::NodeConfig(typed(&doc).map_err(typed_err)?),
             other => match InputKind::from_kind(other) {
-                Some(k) => Manifest::Input(AnyInput::from_value(k, &doc).map_err(typed_err)?),
+                Some(k) => {
+                    // As the API server would store it.
+                    let mut doc = doc;
+                    crate::defaults::apply(other, &mut doc);
+                    Manifest::Input(AnyInput::from_value(k, &doc).map_err(typed_err)?)
+                }
                 None => return Err(err(&location, format!("unknown kind {other:?}"))),
             },
         };

@@ -533,8 +533,11 @@ async fn das_schiffs_bgpaas_peering_applies_with_only_the_api_version_changed() 
         let name = doc["metadata"]["name"].as_str().expect("name");
         let stored: serde_json::Value =
             serde_json::from_str(&ok(&cp, &["get", "bgpp", name, "-o", "json"])).expect("JSON");
+        // With the default prefix limit where the fixture has none.
+        let mut written = doc.clone();
+        netwave_api::defaults::apply("BGPPeering", &mut written);
         assert_eq!(
-            stored["spec"], doc["spec"],
+            stored["spec"], written["spec"],
             "{name}: every field kept as written"
         );
     }
@@ -563,6 +566,63 @@ async fn das_schiffs_bgpaas_peering_applies_with_only_the_api_version_changed() 
 /// both MirrorTargets, and MirrorSelectors as their e2e makes them, references to their API group
 /// kept), with only `apiVersion` rewritten, apply with every field kept (the fixture core's mirror
 /// tests render, crates/core/tests/golden/mirror/das-schiff-mirror.yaml).
+/// A workload session always has a prefix limit (#48): a BGPPeering that names none, or names null,
+/// is stored with the default, so a workload cannot fill the node's bgpd; `plan -f` folds the same
+/// value from the file, so it does not show the default as a change.
+#[tokio::test]
+async fn a_peering_without_a_prefix_limit_is_stored_with_the_default() {
+    let cp = with_crds().await;
+    let yaml = r#"
+apiVersion: netwave.dev/v1alpha1
+kind: BGPPeering
+metadata: {name: no-limit}
+spec:
+  loopbackPeer: {ips: [198.18.0.10]}
+  remoteASN: 65511
+  import: [{cidr: 198.18.0.0/16, le: 32, action: permit}]
+  export: []
+---
+apiVersion: netwave.dev/v1alpha1
+kind: BGPPeering
+metadata: {name: null-limit}
+spec:
+  loopbackPeer: {ips: [198.18.0.11]}
+  remoteASN: 65512
+  maximumPrefixes: null
+  import: []
+  export: []
+"#;
+    let o = kubectl(&cp, &["apply", "-f", "-"], Some(yaml));
+    assert!(o.status.success(), "{:?}", text(&o));
+    for name in ["no-limit", "null-limit"] {
+        let stored = ok(
+            &cp,
+            &[
+                "get",
+                "bgpp",
+                name,
+                "-o",
+                "jsonpath={.spec.maximumPrefixes}",
+            ],
+        );
+        assert_eq!(
+            stored,
+            netwave_api::DEFAULT_MAXIMUM_PREFIXES.to_string(),
+            "{name}"
+        );
+    }
+    let parsed = netwave_api::manifest::parse_manifests("peerings.yaml", yaml).expect("parses");
+    for m in &parsed {
+        let p = m.input::<netwave_api::BGPPeering>().expect("a BGPPeering");
+        assert_eq!(
+            p.spec.maximum_prefixes,
+            Some(netwave_api::DEFAULT_MAXIMUM_PREFIXES),
+            "{}",
+            m.name()
+        );
+    }
+}
+
 #[tokio::test]
 async fn das_schiffs_mirror_manifests_apply_with_only_the_api_version_changed() {
     let cp = with_crds().await;

@@ -1184,3 +1184,65 @@ async fn deleting_the_last_good_inputs_first_does_not_switch_the_hold_off() {
     );
     c.stop().await;
 }
+
+/// A content change that takes a tenant's service away is held like a removal (#48 item 7): every
+/// route of the only routing table made a blackhole keeps the table, but the nodes would lose what it
+/// delivers. The revision is held naming the table, and no node gets it until an admin resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_every_route_becomes_a_blackhole_is_held() {
+    let env = env().await;
+    add_nodes(&env.client, &node_names(3)).await;
+    let _agents = spawn_agents(env.client.clone(), always_ok(), Duration::from_millis(30));
+    let history = History::record(&env.client);
+    let table = |delivers: bool| -> netwave_api::RoutingTable {
+        let route = |prefix: &str, via: &str| match delivers {
+            true => json!({"prefix": prefix, "via": via}),
+            false => json!({"prefix": prefix, "type": "blackhole"}),
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "netwave.dev/v1alpha1", "kind": "RoutingTable",
+            "metadata": {"name": "storage"},
+            "spec": {"tableId": 300, "routes": [
+                route("198.18.8.0/24", "198.18.0.1"),
+                route("fd00:300::/64", "fd00::1"),
+            ]}
+        }))
+        .unwrap()
+    };
+    let tables = Api::<netwave_api::RoutingTable>::all(env.client.clone());
+    tables
+        .create(&PostParams::default(), &table(true))
+        .await
+        .unwrap();
+    let (a, port) = args_with_metrics(&["--max-unavailable", "3"]);
+    let c = Configurator::start(env.client.clone(), a);
+    let first = only_revision(&env, RevisionPhase::Complete)
+        .await
+        .name_any();
+    let dropped = table(false);
+    tables
+        .patch(
+            "storage",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": dropped.spec})),
+        )
+        .await
+        .unwrap();
+    let held_rev = revision_where(&env, "the blackholing revision held", |r| {
+        r.name_any() != first && held(r)
+    })
+    .await;
+    let name = held_rev.name_any();
+    let message = held_message(&env, &name).await;
+    assert!(
+        message.contains("takes 3 of the 3 items") && message.contains("table/300"),
+        "names the table the nodes lose: {message}"
+    );
+    reconciles_pass(port, 3.0).await;
+    assert_eq!(
+        assigned_any(&history, &[name.as_str()]),
+        Vec::<String>::new(),
+        "no node gets the held revision"
+    );
+    c.stop().await;
+}

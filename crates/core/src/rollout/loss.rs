@@ -17,7 +17,8 @@
 //! segment with its VLAN and VNI, a routing table (its routes and rules together, as the input hold
 //! counts a RoutingTable as one object), a BGP session, a mirror and its tunnel. A VRF whose VNI
 //! changes loses the old item and gains a new one: an identity change counts as removing what it
-//! replaces.
+//! replaces. So does a table whose every route becomes a blackhole or unreachable: it delivers
+//! nothing any more (`table/5 (drops all)` is not `table/5`).
 //!
 //! The hold is the same as an input hold (`spec.paused` and the annotations, approved by resuming the
 //! revision), with the rendering's digest as its basis: an approval covers this rendering, through
@@ -26,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use netwave_api::NodeConfig;
+use netwave_api::{NodeConfig, RouteType};
 use sha2::{Digest, Sha256};
 
 use crate::sym::Sym;
@@ -159,13 +160,24 @@ pub fn config_items(config: &NodeConfig) -> BTreeSet<String> {
     for l in &config.layer2s {
         items.insert(format!("l2/vlan {} vni {}", l.vlan, l.vni));
     }
-    // A routing table is one item, as a RoutingTable is one object to the input hold: what it holds
-    // may change without counting as a loss (content changes are not measured).
-    for table in config.routes.iter().map(|r| r.table) {
-        items.insert(format!("table/{table}"));
+    // A routing table is one item, as a RoutingTable is one object to the input hold: a route added,
+    // removed or sent elsewhere is an edit, not a loss. What it delivers is part of its identity: a
+    // table whose every route became a blackhole or unreachable serves nothing any more, so it loses
+    // the table it replaces, like a VNI change.
+    let mut tables: BTreeMap<u32, bool> = BTreeMap::new();
+    for r in &config.routes {
+        *tables.entry(r.table).or_default() |= r.kind == RouteType::Unicast;
     }
-    for table in config.rules.iter().map(|r| r.table) {
-        items.insert(format!("table/{table}"));
+    for r in &config.rules {
+        tables.entry(r.table).or_default();
+    }
+    for (table, delivers) in tables {
+        let drops = config.routes.iter().any(|r| r.table == table) && !delivers;
+        items.insert(if drops {
+            format!("table/{table} (drops all)")
+        } else {
+            format!("table/{table}")
+        });
     }
     for p in &config.bgp_peers {
         items.insert(format!("bgp/{}", p.name));
@@ -231,5 +243,43 @@ mod tests {
             ..MoveLoss::default()
         };
         assert!(all.exceeds(100), "everything is always held");
+    }
+
+    #[test]
+    fn a_table_whose_every_route_drops_loses_the_table_but_an_edit_does_not() {
+        let route = |prefix: &str, kind| netwave_api::RouteConfig {
+            table: 5,
+            prefix: prefix.into(),
+            via: Some("198.18.0.1".into()),
+            dev: None,
+            kind,
+            metric: None,
+        };
+        let config = |routes| NodeConfig {
+            routes,
+            ..NodeConfig::default()
+        };
+        let serving = config(vec![
+            route("198.18.8.0/24", RouteType::Unicast),
+            route("198.18.9.0/24", RouteType::Unicast),
+        ]);
+        let edited = config(vec![
+            route("198.18.8.0/24", RouteType::Blackhole),
+            route("198.18.10.0/24", RouteType::Unicast),
+        ]);
+        let dropped = config(vec![
+            route("198.18.8.0/24", RouteType::Blackhole),
+            route("198.18.9.0/24", RouteType::Unreachable),
+        ]);
+        let (before, after) = (config_items(&serving), config_items(&edited));
+        assert_eq!(before, set(&["table/5"]));
+        assert_eq!(
+            before, after,
+            "a table that still delivers is the same item"
+        );
+        let drops = config_items(&dropped);
+        let lost: Vec<_> = before.difference(&drops).collect();
+        assert_eq!(lost, ["table/5"], "every route made a blackhole");
+        assert_eq!(drops, set(&["table/5 (drops all)"]));
     }
 }
