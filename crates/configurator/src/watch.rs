@@ -379,7 +379,7 @@ fn reflect_node_configs(
         let mut verified = Verified::default();
         let stream = watcher(
             Api::<Decoded<WireNodeConfig>>::all(client),
-            watcher::Config::default(),
+            netwave_runtime::watch_config(),
         )
         .default_backoff()
         .map_ok(move |event| map_event(event, &mut |w| cache_node_config(w, &mut verified)))
@@ -483,7 +483,7 @@ where
         + Sync
         + 'static,
 {
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, netwave_runtime::watch_config())
         .default_backoff()
         .modify(slim);
     reflect_stream(stream, changed, live, journal)

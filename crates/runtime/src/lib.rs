@@ -64,6 +64,16 @@ pub fn client_with_deadline(config: Config, idle: std::time::Duration) -> anyhow
         .build())
 }
 
+/// The watcher config of every netwave watch: a relist (at start, after a watch expired) is a quorum
+/// read (`ListSemantic::MostRecent`), never one served from an API server's cache with
+/// `resourceVersion=0`, which may be older than what the watch has already shown: a relist never goes
+/// back in time and brings back a deleted object (#48). kube-runtime 5's default, held here so a change
+/// of that default cannot change ours.
+pub fn watch_config() -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default()
+        .list_semantic(kube::runtime::watcher::ListSemantic::MostRecent)
+}
+
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};

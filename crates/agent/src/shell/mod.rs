@@ -438,7 +438,7 @@ where
 {
     let (tx, rx) = channel::channel(None);
     let kind = K::kind(&()).to_string();
-    let stream = watcher(api, watcher::Config::default().fields(selector)).default_backoff();
+    let stream = watcher(api, netwave_runtime::watch_config().fields(selector)).default_backoff();
     tokio::spawn(
         async move {
             futures::pin_mut!(stream);
