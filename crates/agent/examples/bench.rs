@@ -5,6 +5,8 @@
 //! - no-op reconcile (observe + diff, nothing to do): time and netlink write count (must be 0);
 //! - with a real zebra + bgpd in the namespace (FRR installed), the agent's whole apply of that config
 //!   split into its netlink part and its FRR part (render → check → write → reload → converged);
+//! - observation among 0, 100,000 and 1,000,000 foreign routes: time and peak RSS, with the kernel's
+//!   filter and without, beside `ip route show table all` (`foreign`, [`foreign`]);
 //! - idle RSS of the real `netwave-agent` binary running that config against the API testbed, split into
 //!   binary code and data, libraries, malloc heap and arenas, against the 16 MiB target (#14); and of the
 //!   same code built with the plain `release` profile, in the same run, when that binary exists.
@@ -12,7 +14,7 @@
 //! ```sh
 //! cargo build --release -p netwave-agent --bins     # the comparison build (optional)
 //! cargo build --profile agent-release -p netwave-agent --bins --examples
-//! sudo target/agent-release/examples/bench [dataplane] [frr] [rss]   # default: all
+//! sudo target/agent-release/examples/bench [dataplane] [frr] [rss] [foreign]   # default: all
 //! ```
 
 use netwave_api::vocab::NodePhase;
@@ -32,6 +34,9 @@ use netwave_api::{
     Layer2Config, NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec, RouteConfig, RouteType,
 };
 use netwave_core::dataplane::{NodeSettings, desired};
+
+#[path = "bench/foreign.rs"]
+mod foreign;
 
 /// The FRR harness of the root tests (zebra + bgpd in this thread's namespace, killed by pid on drop).
 #[path = "../tests/common/frr.rs"]
@@ -544,14 +549,17 @@ fn main() -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         bail!("the benchmark needs root (it creates network namespaces)");
     }
-    // `bench [dataplane] [frr] [rss]`: only those parts (default: all).
+    // `bench [dataplane] [frr] [rss] [foreign]`: only those parts (default: all).
     let parts: Vec<String> = std::env::args().skip(1).collect();
+    if parts.first().map(String::as_str) == Some("observe-child") {
+        return foreign::child(parts.get(1).map(String::as_str) != Some("unfiltered"));
+    }
     let run = |p: &str| parts.is_empty() || parts.iter().any(|a| a == p);
     if let Some(bad) = parts
         .iter()
-        .find(|a| !["dataplane", "frr", "rss"].contains(&a.as_str()))
+        .find(|a| !["dataplane", "frr", "rss", "foreign"].contains(&a.as_str()))
     {
-        bail!("unknown part {bad:?} (dataplane, frr, rss)");
+        bail!("unknown part {bad:?} (dataplane, frr, rss, foreign)");
     }
     if run("dataplane") {
         in_netns(dataplane)?;
@@ -561,6 +569,9 @@ fn main() -> Result<()> {
     }
     if run("rss") {
         idle_rss()?;
+    }
+    if run("foreign") {
+        foreign::run()?;
     }
     Ok(())
 }

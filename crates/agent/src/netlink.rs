@@ -17,6 +17,13 @@
 //!   recreated (a stale ifindex) reads as another kind and is recreated with it;
 //! - mirror filters live in a `clsact` qdisc (see [`tc`]); deleting the qdisc deletes its filters, and
 //!   deleting a link deletes its qdisc.
+//!
+//! What it reads does not grow with what it does not own (#49): an edge node may hold a million BGP
+//! routes in its tables. The socket asks for strict checking of dump requests (`NETLINK_GET_STRICT_CHK`,
+//! as iproute2 does), so a route dump names the agent's protocol and the kernel sends only those
+//! routes; every dump is parsed one message at a time as it arrives, never collected whole. On a kernel
+//! without strict checking (before 4.20) the same dump returns every route and the agent drops the
+//! foreign ones as they arrive.
 
 mod tc;
 
@@ -126,6 +133,10 @@ pub struct Netlink {
     /// anything and passes it down (#30).
     observations: Arc<AtomicU64>,
     settings: NodeSettings,
+    /// The kernel filters route dumps by protocol on this socket (strict checking is on).
+    filtered: bool,
+    /// Route messages the kernel sent in observations, the agent's and (unfiltered) foreign ones.
+    route_messages: Arc<AtomicU64>,
 }
 
 /// Observed state plus the interface indexes needed to address links.
@@ -154,14 +165,47 @@ impl Netlink {
     /// Opens a socket and spawns its connection task on the current tokio runtime. The socket lives in
     /// the network namespace of the calling thread.
     pub fn connect(settings: NodeSettings) -> Result<Netlink, NetlinkError> {
-        let (conn, handle, _) = rtnetlink::new_connection().map_err(NetlinkError::Connect)?;
+        Self::connect_with(settings, true)
+    }
+
+    /// [`Netlink::connect`], with the kernel's filtering of route dumps only if `kernel_filter` (the
+    /// benchmark's baseline turns it off).
+    pub fn connect_with(
+        settings: NodeSettings,
+        kernel_filter: bool,
+    ) -> Result<Netlink, NetlinkError> {
+        let strict = match kernel_filter {
+            true => rtnetlink::new_connection_with_strict_check(),
+            false => Err(io::ErrorKind::Unsupported.into()),
+        };
+        let (conn, handle, filtered) = match strict {
+            Ok((conn, handle, _)) => (conn, handle, true),
+            // ENOPROTOOPT before Linux 4.20: every dump is whole, filtered here.
+            Err(_) => {
+                let (conn, handle, _) =
+                    rtnetlink::new_connection().map_err(NetlinkError::Connect)?;
+                (conn, handle, false)
+            }
+        };
         tokio::spawn(conn);
         Ok(Netlink {
             handle,
             writes: Arc::new(AtomicU64::new(0)),
             observations: Arc::new(AtomicU64::new(0)),
             settings,
+            filtered,
+            route_messages: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Whether the kernel sends this socket only the agent's routes (see the module doc).
+    pub fn kernel_filters_routes(&self) -> bool {
+        self.filtered
+    }
+
+    /// Route messages the kernel has sent to observations on this socket.
+    pub fn route_messages(&self) -> u64 {
+        self.route_messages.load(Ordering::Relaxed)
     }
 
     pub fn settings(&self) -> &NodeSettings {
@@ -183,6 +227,19 @@ impl Netlink {
         msg: RouteNetlinkMessage,
         what: &'static str,
     ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
+        let mut out = Vec::new();
+        self.dump_each(msg, what, |m| out.push(m)).await?;
+        Ok(out)
+    }
+
+    /// A dump handed to `each` one message at a time, as the kernel sends them: nothing of it is
+    /// kept but what `each` keeps.
+    async fn dump_each(
+        &self,
+        msg: RouteNetlinkMessage,
+        what: &'static str,
+        mut each: impl FnMut(RouteNetlinkMessage),
+    ) -> Result<(), NetlinkError> {
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
         let mut handle = self.handle.clone();
@@ -190,10 +247,9 @@ impl Netlink {
             what,
             source: io_err(e),
         })?;
-        let mut out = Vec::new();
         while let Some(m) = resp.next().await {
             match m.payload {
-                NetlinkPayload::InnerMessage(inner) => out.push(inner),
+                NetlinkPayload::InnerMessage(inner) => each(inner),
                 NetlinkPayload::Error(e) if e.code.is_some() => {
                     return Err(NetlinkError::Dump {
                         what,
@@ -203,7 +259,7 @@ impl Netlink {
                 _ => {}
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// One write request; `Err` carries the kernel's errno.
@@ -309,16 +365,19 @@ impl Netlink {
             }
         }
 
-        let addrs = self
-            .dump(
-                RouteNetlinkMessage::GetAddress(AddressMessage::default()),
-                "addresses",
-            )
-            .await?;
-        for m in addrs {
-            let RouteNetlinkMessage::NewAddress(a) = m else {
-                continue;
-            };
+        let mut addrs = Vec::new();
+        self.dump_each(
+            RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+            "addresses",
+            |m| match m {
+                RouteNetlinkMessage::NewAddress(a) if managed_idx.contains_key(&a.header.index) => {
+                    addrs.push(a)
+                }
+                _ => {}
+            },
+        )
+        .await?;
+        for a in addrs {
             let Some(dev) = managed_idx.get(&a.header.index) else {
                 continue;
             };
@@ -345,23 +404,26 @@ impl Netlink {
             }
         }
 
+        let managed = &mut snap.observed.managed;
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut q = RouteMessage::default();
             q.header.address_family = family;
-            for m in self
-                .dump(RouteNetlinkMessage::GetRoute(q), "routes")
-                .await?
-            {
+            // The kernel's filter under strict checking; ignored without it (checked below).
+            q.header.protocol = RouteProtocol::Other(RTPROT_NETWAVE);
+            self.dump_each(RouteNetlinkMessage::GetRoute(q), "routes", |m| {
+                self.route_messages.fetch_add(1, Ordering::Relaxed);
                 if let RouteNetlinkMessage::NewRoute(r) = m
                     && r.header.protocol == RouteProtocol::Other(RTPROT_NETWAVE)
                     && let Some((key, action)) = parse_route(&r, &names)
                 {
-                    snap.observed.managed.routes.insert(key, action);
+                    managed.routes.insert(key, action);
                 }
-            }
+            })
+            .await?;
+            // Rules are not filtered by the kernel; a node has few.
             let mut q = RuleMessage::default();
             q.header.family = family;
-            for m in self.dump(RouteNetlinkMessage::GetRule(q), "rules").await? {
+            self.dump_each(RouteNetlinkMessage::GetRule(q), "rules", |m| {
                 if let RouteNetlinkMessage::NewRule(r) = m
                     && r.attributes
                         .contains(&RuleAttribute::Protocol(RouteProtocol::Other(
@@ -369,9 +431,10 @@ impl Netlink {
                         )))
                     && let Some(rule) = parse_rule(&r)
                 {
-                    snap.observed.managed.rules.insert(rule);
+                    managed.rules.insert(rule);
                 }
-            }
+            })
+            .await?;
         }
         self.observe_mirrors(&mut snap, &managed_idx, &names)
             .await?;

@@ -422,3 +422,67 @@ fn capabilities_match_what_the_kernel_accepts() {
         Ok(())
     });
 }
+
+/// Lines for `ip -batch`: `count` blackhole routes of protocol bgp, IPv4 /32s from 198.18.128.0/17 and
+/// IPv6 /64s from fd00:f000::/32, alternating between the main table and table 100 (the agent's).
+pub fn foreign_routes(count: u32) -> String {
+    let mut out = String::new();
+    for i in 0..count {
+        let table = if i % 2 == 0 { "main" } else { "100" };
+        let line = if i % 3 == 0 && i / 3 < 32_768 {
+            let n = i / 3;
+            format!("198.18.{}.{}/32", 128 + n / 256, n % 256)
+        } else {
+            format!("fd00:f000:{:x}:{:x}::/64", i >> 16, i & 0xffff)
+        };
+        out.push_str(&format!(
+            "route add blackhole {line} table {table} proto bgp\n"
+        ));
+    }
+    out
+}
+
+/// An edge node learns a large table by BGP (#49): among 100,000 foreign routes, some in the agent's
+/// own table, the agent reads exactly its own, the kernel sends it nothing else, a no-op reconcile
+/// writes nothing, and no foreign route is touched.
+#[test]
+fn the_agent_reads_only_its_own_routes_among_100000_foreign_ones() {
+    in_netns(
+        "the_agent_reads_only_its_own_routes_among_100000_foreign_ones",
+        || async {
+            let nl = Netlink::connect(settings())?;
+            let want = desired(&config(), nl.settings())?;
+            nl.reconcile(&want).await?;
+            common::ip_batch(&foreign_routes(100_000))?;
+            let count = |args: &[&str]| -> Result<usize> { Ok(ip(args)?.lines().count()) };
+            let bgp = count(&["-4", "route", "show", "table", "all", "proto", "bgp"])?
+                + count(&["-6", "route", "show", "table", "all", "proto", "bgp"])?;
+            ensure!(bgp == 100_000, "{bgp} foreign routes in the kernel");
+
+            ensure!(
+                nl.kernel_filters_routes(),
+                "this kernel has strict dump checking"
+            );
+            let (messages, writes) = (nl.route_messages(), nl.writes());
+            let snap = nl.observe().await?;
+            let sent = nl.route_messages() - messages;
+            let seen: Vec<_> = snap.observed.managed.routes.keys().collect();
+            ensure!(
+                seen == want.routes.keys().collect::<Vec<_>>()
+                    && diff(&want, &snap.observed)?.is_empty(),
+                "the agent sees exactly its own routes: {seen:?}"
+            );
+            ensure!(
+                sent == want.routes.len() as u64,
+                "the kernel sent {sent} route messages for {} routes of the agent",
+                want.routes.len()
+            );
+            let again = nl.reconcile(&want).await?;
+            ensure!(again.applied.is_empty() && nl.writes() == writes);
+            let after = count(&["-4", "route", "show", "table", "all", "proto", "bgp"])?
+                + count(&["-6", "route", "show", "table", "all", "proto", "bgp"])?;
+            ensure!(after == 100_000, "foreign routes left alone: {after}");
+            Ok(())
+        },
+    );
+}
