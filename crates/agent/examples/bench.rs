@@ -7,6 +7,7 @@
 //!   split into its netlink part and its FRR part (render → check → write → reload → converged);
 //! - observation among 0, 100,000 and 1,000,000 foreign routes: time and peak RSS, with the kernel's
 //!   filter and without, beside `ip route show table all` (`foreign`, [`foreign`]);
+//! - bgpd and zebra memory with 0, 100,000 and 250,000 routes learnt from a peer (`bgpd`, [`bgpd`]);
 //! - idle RSS of the real `netwave-agent` binary running that config against the API testbed, split into
 //!   binary code and data, libraries, malloc heap and arenas, against the 16 MiB target (#14); and of the
 //!   same code built with the plain `release` profile, in the same run, when that binary exists.
@@ -14,7 +15,7 @@
 //! ```sh
 //! cargo build --release -p netwave-agent --bins     # the comparison build (optional)
 //! cargo build --profile agent-release -p netwave-agent --bins --examples
-//! sudo target/agent-release/examples/bench [dataplane] [frr] [rss] [foreign]   # default: all
+//! sudo target/agent-release/examples/bench [dataplane] [frr] [rss] [foreign] [bgpd]   # default: all
 //! ```
 
 use netwave_api::vocab::NodePhase;
@@ -35,6 +36,8 @@ use netwave_api::{
 };
 use netwave_core::dataplane::{NodeSettings, desired};
 
+#[path = "bench/bgpd.rs"]
+mod bgpd;
 #[path = "bench/foreign.rs"]
 mod foreign;
 
@@ -557,9 +560,9 @@ fn main() -> Result<()> {
     let run = |p: &str| parts.is_empty() || parts.iter().any(|a| a == p);
     if let Some(bad) = parts
         .iter()
-        .find(|a| !["dataplane", "frr", "rss", "foreign"].contains(&a.as_str()))
+        .find(|a| !["dataplane", "frr", "rss", "foreign", "bgpd"].contains(&a.as_str()))
     {
-        bail!("unknown part {bad:?} (dataplane, frr, rss, foreign)");
+        bail!("unknown part {bad:?} (dataplane, frr, rss, foreign, bgpd)");
     }
     if run("dataplane") {
         in_netns(dataplane)?;
@@ -572,6 +575,9 @@ fn main() -> Result<()> {
     }
     if run("foreign") {
         foreign::run()?;
+    }
+    if run("bgpd") {
+        bgpd::run()?;
     }
     Ok(())
 }
