@@ -466,6 +466,92 @@ async fn wait_session(frr: &Frr, peer: &str, up: bool, within: Duration) -> Resu
     .await
 }
 
+/// Node A (this namespace, FRR applied by the agent) ══ veth ══ node B (a peer namespace with its own
+/// FRR, configured by hand): iBGP over 198.18.8.0/24, keepalive 1 s, hold 3 s. `b_kernel` runs in B's
+/// namespace before its FRR starts (zebra reads what it made at start: 100,000 routes added while it
+/// runs overflow its netlink socket and some are never seen), `b_config` are more lines for B's
+/// `router bgp`. A's agent gates on the session (settle 4 s: a broken session stays
+/// Established until its hold time runs out).
+struct Pair {
+    peer: PeerNs,
+    b: FrrDaemons,
+    fr: FrrDaemons,
+    frr: Frr,
+    a: Agent,
+    _state: tempfile::TempDir,
+}
+
+async fn pair(
+    b_kernel: impl FnOnce() -> Result<()> + Send + 'static,
+    b_config: &'static [&'static str],
+) -> Result<Pair> {
+    let peer = PeerNs::wired("198.18.8.1/24", "198.18.8.2/24")?;
+    ip(&["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])?;
+    for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+        std::fs::write(format!("/proc/sys/{key}"), "1").with_context(|| key.to_string())?;
+    }
+    let b = peer.run(|| {
+        b_kernel()?;
+        // Forked from this thread: B's daemons live in B's namespace.
+        let b = FrrDaemons::start()?;
+        let mut args = vec![
+            "-c",
+            "configure terminal",
+            "-c",
+            "router bgp 65000",
+            "-c",
+            "bgp router-id 198.18.8.2",
+            "-c",
+            "timers bgp 1 3",
+            "-c",
+            "neighbor 198.18.8.1 remote-as internal",
+        ];
+        args.extend(b_config.iter().flat_map(|l| ["-c", l]));
+        b.vtysh(&args)?;
+        Ok(b)
+    })?;
+
+    let fr = FrrDaemons::start()?;
+    let mut settings = fr.settings();
+    settings.underlay.neighbors = vec![NeighborSettings {
+        address: Some("198.18.8.2".into()),
+        interface: None,
+        remote_as: RemoteAsSetting::Keyword("internal".into()),
+    }];
+    settings.underlay.timers = Some(TimerSettings {
+        keepalive: 1,
+        hold: 3,
+    });
+    let frr = Frr::new(settings, &hostname()?)?;
+    let state = tempfile::tempdir()?;
+    let mut a = agent(Some(frr.clone()), state.path()).await?;
+    let probe_frr = frr.clone();
+    let summary: BgpSummary = std::sync::Arc::new(move || {
+        let f = probe_frr.clone();
+        Box::pin(async move { f.bgp_summary().await.map_err(|e| e.to_string()) })
+    });
+    let cfg = HealthConfig {
+        bgp_peers: vec!["198.18.8.2".into()],
+        api_server: false,
+        attempt_timeout_seconds: 2.0,
+        deadline_seconds: 15.0,
+        // A broken session stays Established until its hold time (3 s) runs out.
+        settle_seconds: 4.0,
+        backoff_initial_seconds: 0.2,
+        backoff_max_seconds: 1.0,
+        ..HealthConfig::default()
+    };
+    a.prober = Prober::new(cfg, a.netlink.clone(), None).with_bgp(summary);
+    Ok(Pair {
+        peer,
+        b,
+        fr,
+        frr,
+        a,
+        _state: state,
+    })
+}
+
 #[test]
 fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns() {
     let test = "a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns";
@@ -473,62 +559,14 @@ fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns
         return;
     }
     in_netns(test, || async {
-        // Node A (this namespace, FRR applied by the agent) ══ veth ══ node B (a peer namespace with
-        // its own FRR, configured by hand): iBGP over 198.18.8.0/24, keepalive 1 s, hold 3 s.
-        let peer = PeerNs::wired("198.18.8.1/24", "198.18.8.2/24")?;
-        ip(&["addr", "add", &format!("{VTEP}/32"), "dev", "lo"])?;
-        for key in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
-            std::fs::write(format!("/proc/sys/{key}"), "1").with_context(|| key.to_string())?;
-        }
-        let b = peer.run(|| {
-            // Forked from this thread: B's daemons live in B's namespace.
-            let b = FrrDaemons::start()?;
-            b.vtysh(&[
-                "-c",
-                "configure terminal",
-                "-c",
-                "router bgp 65000",
-                "-c",
-                "bgp router-id 198.18.8.2",
-                "-c",
-                "timers bgp 1 3",
-                "-c",
-                "neighbor 198.18.8.1 remote-as internal",
-            ])?;
-            Ok(b)
-        })?;
-
-        let fr = FrrDaemons::start()?;
-        let mut settings = fr.settings();
-        settings.underlay.neighbors = vec![NeighborSettings {
-            address: Some("198.18.8.2".into()),
-            interface: None,
-            remote_as: RemoteAsSetting::Keyword("internal".into()),
-        }];
-        settings.underlay.timers = Some(TimerSettings {
-            keepalive: 1,
-            hold: 3,
-        });
-        let frr = Frr::new(settings, &hostname()?)?;
-        let state = tempfile::tempdir()?;
-        let mut a = agent(Some(frr.clone()), state.path()).await?;
-        let probe_frr = frr.clone();
-        let summary: BgpSummary = std::sync::Arc::new(move || {
-            let f = probe_frr.clone();
-            Box::pin(async move { f.bgp_summary().await.map_err(|e| e.to_string()) })
-        });
-        let cfg = HealthConfig {
-            bgp_peers: vec!["198.18.8.2".into()],
-            api_server: false,
-            attempt_timeout_seconds: 2.0,
-            deadline_seconds: 15.0,
-            // A broken session stays Established until its hold time (3 s) runs out.
-            settle_seconds: 4.0,
-            backoff_initial_seconds: 0.2,
-            backoff_max_seconds: 1.0,
-            ..HealthConfig::default()
-        };
-        a.prober = Prober::new(cfg, a.netlink.clone(), None).with_bgp(summary);
+        let Pair {
+            peer: _peer,
+            b,
+            fr,
+            frr,
+            a,
+            _state,
+        } = pair(|| Ok(()), &[]).await?;
 
         // r1: the first FRR config. The session was not up before (FRR had no BGP at all), so its
         // probe does not gate: Provisioned even though the session is still connecting.
@@ -722,6 +760,159 @@ fn a_bgp_peering_that_does_not_come_up_within_its_hold_time_is_rolled_back() {
             back.elapsed().as_secs_f64()
         );
         drop(workload);
+        Ok(())
+    });
+}
+
+/// `ip -batch` lines: `count` blackhole routes, /32s then /31s then /30s of 198.18.16.0 – 198.18.255.255
+/// (clear of the link, the VTEP and the segments), at most 107,520.
+fn peer_table(count: usize) -> String {
+    let mut out = String::new();
+    let (start, end) = (
+        u32::from(std::net::Ipv4Addr::new(198, 18, 16, 0)),
+        u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)),
+    );
+    let mut n = 0;
+    for len in [32u32, 31, 30] {
+        let mut a = start;
+        while a < end && n < count {
+            let ip = std::net::Ipv4Addr::from(a);
+            out.push_str(&format!("route add blackhole {ip}/{len}\n"));
+            a += 1 << (32 - len);
+            n += 1;
+        }
+    }
+    out
+}
+
+/// BGP routes in this namespace's kernel (IPv4, every table).
+fn bgp_routes() -> Result<usize> {
+    Ok(
+        ip(&["-4", "route", "show", "table", "all", "proto", "bgp"])?
+            .lines()
+            .count(),
+    )
+}
+
+fn kib(pid: u32, field: &str) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("{field} of {pid}"))
+}
+
+/// An edge node learns a large table from its peer (#49): with 100,000 BGP routes in its kernel the
+/// agent applies a revision, repairs drift and rolls a bad revision back as on any node, the kernel
+/// sends its observations only the agent's routes, and the agent (this whole test process) and FRR stay
+/// within their containers' memory limits (128 MiB, 256 MiB).
+#[test]
+fn with_a_large_table_from_a_peer_the_agent_applies_repairs_drift_and_rolls_back() {
+    const ROUTES: usize = 100_000;
+    let test = "with_a_large_table_from_a_peer_the_agent_applies_repairs_drift_and_rolls_back";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let Pair {
+            peer: _peer,
+            b: _b,
+            fr,
+            frr,
+            a,
+            _state,
+        } = pair(
+            || common::ip_batch(&peer_table(ROUTES)),
+            &["address-family ipv4 unicast", "redistribute kernel"],
+        )
+        .await?;
+        let learn = async |what: &str| -> Result<()> {
+            let start = Instant::now();
+            netwave_control_plane::poll::until(what, Duration::from_secs(180), async || {
+                let n = bgp_routes()?;
+                Ok(if n >= ROUTES {
+                    Ok(())
+                } else {
+                    Err(format!("{n} BGP routes"))
+                })
+            })
+            .await?;
+            eprintln!("{what} in {:.1} s", start.elapsed().as_secs_f64());
+            Ok(())
+        };
+
+        let r1 = segments(&[10]);
+        let out = a.apply(&target("r1", r1.clone())).await;
+        ensure!(out.reason.is_none(), "r1: {}", out.message);
+        wait_session(&frr, "198.18.8.2", true, Duration::from_secs(30)).await?;
+        learn("the peer's 100,000 routes in the kernel").await?;
+
+        // r2: a table of the agent's own beside the learnt ones.
+        let mut r2 = r1.clone();
+        r2.routes = (0..20)
+            .map(|i| RouteConfig {
+                table: 100,
+                prefix: format!("198.19.200.{i}/32"),
+                via: None,
+                dev: None,
+                kind: RouteType::Blackhole,
+                metric: None,
+            })
+            .collect();
+        let sent = a.netlink.route_messages();
+        let out = a.apply(&target("r2", r2.clone())).await;
+        ensure!(out.reason.is_none(), "r2: {}", out.message);
+        ensure!(runs(&a, &r2).await?, "the kernel runs r2");
+        let sent = a.netlink.route_messages() - sent;
+        ensure!(
+            sent < 200,
+            "the kernel sent {sent} route messages for an apply and a check among {ROUTES} routes"
+        );
+
+        // Drift: one of the agent's routes deleted by hand is put back, and only that.
+        ip(&[
+            "route",
+            "del",
+            "blackhole",
+            "198.19.200.7/32",
+            "table",
+            "100",
+        ])?;
+        let repaired = a.repair_drift().await?;
+        ensure!(!repaired.is_empty(), "the deleted route is drift");
+        ensure!(runs(&a, &r2).await?, "drift repaired");
+        ensure!(a.repair_drift().await?.is_empty(), "nothing left to repair");
+
+        // r3 blackholes the peer's address: the session drops, the probe fails, r2 comes back and
+        // with it the session and the table.
+        let mut r3 = r2.clone();
+        r3.routes.push(RouteConfig {
+            table: 254,
+            prefix: "198.18.8.2/32".into(),
+            via: None,
+            dev: None,
+            kind: RouteType::Blackhole,
+            metric: None,
+        });
+        let out = a.apply(&target("r3", r3)).await;
+        ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
+        ensure!(out.rolled_back, "{out:?}");
+        ensure!(runs(&a, &r2).await?, "kernel back on r2");
+        wait_session(&frr, "198.18.8.2", true, Duration::from_secs(60)).await?;
+        learn("the table back after the rollback").await?;
+
+        let agent_peak = kib(std::process::id(), "VmHWM:")?;
+        let frr_rss: u64 = (fr.pids().iter())
+            .map(|(_, pid)| kib(*pid, "VmRSS:"))
+            .sum::<Result<u64>>()?;
+        eprintln!(
+            "peak RSS of this test process (the agent and the test): {:.1} MiB; zebra + bgpd: {:.1} MiB",
+            agent_peak as f64 / 1024.0,
+            frr_rss as f64 / 1024.0
+        );
+        ensure!(agent_peak < 128 * 1024, "over the agent's limit");
+        ensure!(frr_rss < 256 * 1024, "over the FRR container's limit");
         Ok(())
     });
 }

@@ -444,7 +444,17 @@ where
     tokio::spawn(async move {
         let s = watcher(api, watcher::Config::default()).default_backoff();
         futures::pin_mut!(s);
-        while let Some(Ok(ev)) = s.next().await {
+        // An error is retried (the watcher resumes from the last version it saw): a loaded API
+        // server answers a watch with a transient error now and then ("Too large resource version"
+        // while its cache catches up), and a recorder that stopped there recorded nothing more.
+        while let Some(ev) = s.next().await {
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(e) => {
+                    eprintln!("history: {} watch error, retrying: {e}", K::kind(&()));
+                    continue;
+                }
+            };
             if let watcher::Event::Apply(o) | watcher::Event::InitApply(o) = ev {
                 let rv = o
                     .resource_version()
