@@ -38,6 +38,9 @@ use netwave_core::dataplane::{NodeSettings, desired};
 
 #[path = "bench/bgpd.rs"]
 mod bgpd;
+#[path = "bench/util.rs"]
+mod util;
+use util::{in_netns, median, ms};
 #[path = "bench/foreign.rs"]
 mod foreign;
 
@@ -124,29 +127,6 @@ fn ip_batch(cfg: &NodeConfig) -> String {
         );
     }
     s
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn in_netns<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    std::thread::spawn(move || {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-            .context("unshare(CLONE_NEWNET)")?;
-        let lo = Command::new("ip")
-            .args(["link", "set", "lo", "up"])
-            .status()?;
-        ensure!(lo.success(), "ip link set lo up failed");
-        f()
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("benchmark thread panicked"))?
 }
 
 fn dataplane() -> Result<()> {

@@ -13,7 +13,7 @@ pub(crate) fn defaults() -> Vec<(&'static str, &'static [&'static str], Value)> 
     vec![(
         "BGPPeering",
         &["maximumPrefixes"],
-        crate::DEFAULT_MAXIMUM_PREFIXES.into(),
+        crate::inputs::DEFAULT_MAXIMUM_PREFIXES.into(),
     )]
 }
 

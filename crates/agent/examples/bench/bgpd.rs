@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use super::frr_harness::{FRR_LIB, FrrInstance, INSTALL};
+use netwave_control_plane::frr::{FRR_LIB, FrrInstance, INSTALL};
 
 const SIZES: [u32; 3] = [0, 100_000, 250_000];
 

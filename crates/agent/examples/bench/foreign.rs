@@ -103,7 +103,10 @@ pub fn child(kernel_filter: bool) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let nl = Netlink::connect_with(super::settings(), kernel_filter)?;
+        let nl = Netlink::connect_with(
+            netwave_core::dataplane::NodeSettings::default(),
+            kernel_filter,
+        )?;
         let want = desired(&agent_config(), nl.settings())?;
         let mut times = Vec::new();
         let mut messages = 0;
@@ -121,7 +124,10 @@ pub fn child(kernel_filter: bool) -> Result<()> {
             .find_map(|l| l.strip_prefix("VmHWM:"))
             .and_then(|v| v.split_whitespace().next())
             .context("VmHWM")?;
-        println!("{} {hwm} {messages}", super::median(times).as_micros());
+        println!(
+            "{} {hwm} {messages}",
+            super::util::median(times).as_micros()
+        );
         Ok(())
     })
 }
@@ -165,7 +171,7 @@ fn one_size(foreign: u32) -> Result<String> {
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let nl = Netlink::connect(super::settings())?;
+        let nl = Netlink::connect(netwave_core::dataplane::NodeSettings::default())?;
         nl.reconcile(&desired(&agent_config(), nl.settings())?)
             .await?;
         anyhow::Ok(())
@@ -181,16 +187,16 @@ fn one_size(foreign: u32) -> Result<String> {
     let whole = observe_in_child(false)?;
     Ok(format!(
         "{foreign:>9} | {:>7.1} ms {:>6.1} MiB {:>5} msgs | {:>7.1} ms {:>6.1} MiB {:>7} msgs | {:>7} lines {:>7.1} ms | {:>3} lines {:>6.1} ms | loaded in {:.1} s",
-        super::ms(filtered.median),
+        super::util::ms(filtered.median),
         filtered.peak_kib as f64 / 1024.0,
         filtered.messages,
-        super::ms(whole.median),
+        super::util::ms(whole.median),
         whole.peak_kib as f64 / 1024.0,
         whole.messages,
         v4 + v6,
-        super::ms(t4 + t6),
+        super::util::ms(t4 + t6),
         own4 + own6,
-        super::ms(o4 + o6),
+        super::util::ms(o4 + o6),
         loaded.as_secs_f64(),
     ))
 }
@@ -203,7 +209,7 @@ pub fn run() -> Result<()> {
         "  foreign |   agent (kernel filters)         |   baseline (kernel sends all)     | ip route show table all | … proto 242 (kernel-filtered walk)"
     );
     for foreign in SIZES {
-        let row = super::in_netns(move || one_size(foreign))?;
+        let row = super::util::in_netns(move || one_size(foreign))?;
         println!("  {row}");
     }
     Ok(())
