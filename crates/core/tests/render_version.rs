@@ -5,6 +5,11 @@
 //! one that exists. A configurator whose rendering differs then cuts a new revision, which rolls out in
 //! waves under the gate, instead of rewriting the node configs of the running revision on every node
 //! at once.
+//!
+//! The fixtures are read as the API server stores them, with their CRDs' defaults
+//! (`netwave_api::defaults`): a new default changes the inputs, so their lines change in every
+//! version's file (0.2.0's `maximumPrefixes` default changed das-schiff-bgpaas's), not the render
+//! version.
 
 mod support_inputs;
 
