@@ -41,7 +41,7 @@ kernel-tier:
 
 # The whole fleet (API server, configurators, agents, FRR per node) inside Debian's cloud kernel under
 # qemu: VRFs, L3 VNIs, leaking, a VLAN trunk, a bad VRF rolled back, BGP as a service (tests/tests/fleet_vm.rs).
-# Makes the guest root filesystem with mmdebstrap on first use (~2 min, cached a week); the run takes 7-21 min under TCG (measured 395 s, 894 s and 1,279 s on three machines).
+# Makes the guest root filesystem with mmdebstrap on first use (~2 min, cached a week); the run takes 6-21 min under TCG (measured 395 s, 894 s and 1,279 s on three machines).
 fleet-vm:
 	@bash tests/kernel-tier/fleet-vm.sh; rc=$$?; \
 	if [ $$rc = 77 ]; then echo "== full-kernel fleet SKIPPED: its packages could not be installed (banner above)"; \
