@@ -404,7 +404,19 @@ impl Netlink {
             }
         }
 
-        let managed = &mut snap.observed.managed;
+        self.observe_routes(&mut snap.observed.managed, &names)
+            .await?;
+        self.observe_mirrors(&mut snap, &managed_idx, &names)
+            .await?;
+        Ok(snap)
+    }
+
+    /// The agent's routes and rules (protocol 242), the routes filtered by the kernel (module doc).
+    async fn observe_routes(
+        &self,
+        managed: &mut Dataplane,
+        names: &BTreeMap<u32, String>,
+    ) -> Result<(), NetlinkError> {
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut q = RouteMessage::default();
             q.header.address_family = family;
@@ -414,7 +426,7 @@ impl Netlink {
                 self.route_messages.fetch_add(1, Ordering::Relaxed);
                 if let RouteNetlinkMessage::NewRoute(r) = m
                     && r.header.protocol == RouteProtocol::Other(RTPROT_NETWAVE)
-                    && let Some((key, action)) = parse_route(&r, &names)
+                    && let Some((key, action)) = parse_route(&r, names)
                 {
                     managed.routes.insert(key, action);
                 }
@@ -436,9 +448,7 @@ impl Netlink {
             })
             .await?;
         }
-        self.observe_mirrors(&mut snap, &managed_idx, &names)
-            .await?;
-        Ok(snap)
+        Ok(())
     }
 
     /// The clsact qdiscs of managed links, and the agent's mirror filters in them.

@@ -466,6 +466,18 @@ async fn wait_session(frr: &Frr, peer: &str, up: bool, within: Duration) -> Resu
     .await
 }
 
+/// A blackhole route in `table` (254: main).
+fn blackhole(table: u32, prefix: &str) -> RouteConfig {
+    RouteConfig {
+        table,
+        prefix: prefix.into(),
+        via: None,
+        dev: None,
+        kind: RouteType::Blackhole,
+        metric: None,
+    }
+}
+
 /// Node A (this namespace, FRR applied by the agent) ══ veth ══ node B (a peer namespace with its own
 /// FRR, configured by hand): iBGP over 198.18.8.0/24, keepalive 1 s, hold 3 s. `b_kernel` runs in B's
 /// namespace before its FRR starts (zebra reads what it made at start: 100,000 routes added while it
@@ -581,14 +593,7 @@ fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns
         // r2 also blackholes B's address in the main table: B stops hearing A's keepalives, drops
         // the session after its 3 s hold time, and A cannot reconnect. Its gating probe fails.
         let mut r2 = r1.clone();
-        r2.routes.push(RouteConfig {
-            table: 254,
-            prefix: "198.18.8.2/32".into(),
-            via: None,
-            dev: None,
-            kind: RouteType::Blackhole,
-            metric: None,
-        });
+        r2.routes.push(blackhole(254, "198.18.8.2/32"));
         let start = Instant::now();
         let out = a.apply(&target("r2", r2)).await;
         let took = start.elapsed();
@@ -794,15 +799,6 @@ fn bgp_routes() -> Result<usize> {
     )
 }
 
-fn kib(pid: u32, field: &str) -> Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("{field} of {pid}"))
-}
-
 /// An edge node learns a large table from its peer (#49): with 100,000 BGP routes in its kernel the
 /// agent applies a revision, repairs drift and rolls a bad revision back as on any node, the kernel
 /// sends its observations only the agent's routes, and the agent (this whole test process) and FRR stay
@@ -851,14 +847,7 @@ fn with_a_large_table_from_a_peer_the_agent_applies_repairs_drift_and_rolls_back
         // r2: a table of the agent's own beside the learnt ones.
         let mut r2 = r1.clone();
         r2.routes = (0..20)
-            .map(|i| RouteConfig {
-                table: 100,
-                prefix: format!("198.19.200.{i}/32"),
-                via: None,
-                dev: None,
-                kind: RouteType::Blackhole,
-                metric: None,
-            })
+            .map(|i| blackhole(100, &format!("198.19.200.{i}/32")))
             .collect();
         let sent = a.netlink.route_messages();
         let out = a.apply(&target("r2", r2.clone())).await;
@@ -887,14 +876,7 @@ fn with_a_large_table_from_a_peer_the_agent_applies_repairs_drift_and_rolls_back
         // r3 blackholes the peer's address: the session drops, the probe fails, r2 comes back and
         // with it the session and the table.
         let mut r3 = r2.clone();
-        r3.routes.push(RouteConfig {
-            table: 254,
-            prefix: "198.18.8.2/32".into(),
-            via: None,
-            dev: None,
-            kind: RouteType::Blackhole,
-            metric: None,
-        });
+        r3.routes.push(blackhole(254, "198.18.8.2/32"));
         let out = a.apply(&target("r3", r3)).await;
         ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
         ensure!(out.rolled_back, "{out:?}");
@@ -902,9 +884,9 @@ fn with_a_large_table_from_a_peer_the_agent_applies_repairs_drift_and_rolls_back
         wait_session(&frr, "198.18.8.2", true, Duration::from_secs(60)).await?;
         learn("the table back after the rollback").await?;
 
-        let agent_peak = kib(std::process::id(), "VmHWM:")?;
+        let agent_peak = netwave_control_plane::host::status_kib(std::process::id(), "VmHWM:")?;
         let frr_rss: u64 = (fr.pids().iter())
-            .map(|(_, pid)| kib(*pid, "VmRSS:"))
+            .map(|(_, pid)| netwave_control_plane::host::status_kib(*pid, "VmRSS:"))
             .sum::<Result<u64>>()?;
         eprintln!(
             "peak RSS of this test process (the agent and the test): {:.1} MiB; zebra + bgpd: {:.1} MiB",

@@ -22,6 +22,7 @@
 //! it, for the install tier.
 
 pub mod frr;
+pub mod host;
 pub mod node;
 pub mod poll;
 

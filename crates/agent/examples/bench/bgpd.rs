@@ -7,9 +7,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 
 use netwave_control_plane::frr::{FRR_LIB, FrrInstance, INSTALL};
+use netwave_control_plane::host::{ip_batch, status_kib};
 
 const SIZES: [u32; 3] = [0, 100_000, 250_000];
 
@@ -89,15 +90,6 @@ fn peer_routes(count: u32) -> String {
     out
 }
 
-fn status_kib(pid: u32, field: &str) -> Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("{field} of {pid}"))
-}
-
 fn vty(f: &FrrInstance, lines: &[&str]) -> Result<()> {
     let mut args = vec!["-c", "configure terminal"];
     for l in lines {
@@ -121,12 +113,7 @@ fn one_size(count: u32) -> Result<Row> {
         "only {} prefixes",
         batch.lines().count()
     );
-    let mut child = Command::new("ip")
-        .args(["-n", &ns.peer, "-batch", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()?;
-    std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, batch.as_bytes())?;
-    ensure!(child.wait()?.success(), "ip -batch in the peer failed");
+    ip_batch(Some(&ns.peer), &batch)?;
     let peer = FrrInstance::start_in(&ns.peer)?;
     let node = FrrInstance::start_in(&ns.node)?;
     vty(

@@ -6,7 +6,7 @@
 //! kernel's own dump of everything (`ip route show table all`) and of the agent's protocol only.
 
 use std::fmt::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -69,22 +69,6 @@ fn foreign_batch(count: u32) -> String {
         n += 1;
     }
     out
-}
-
-fn ip_batch(lines: &str) -> Result<()> {
-    use std::io::Write as _;
-    let mut child = Command::new("ip")
-        .args(["-batch", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .context("running ip -batch")?;
-    child
-        .stdin
-        .take()
-        .context("ip's stdin")?
-        .write_all(lines.as_bytes())?;
-    ensure!(child.wait()?.success(), "ip -batch failed");
-    Ok(())
 }
 
 /// Lines `ip` prints for `args` and how long it took (its output read and counted, not kept).
@@ -177,7 +161,7 @@ fn one_size(foreign: u32) -> Result<String> {
         anyhow::Ok(())
     })?;
     let start = Instant::now();
-    ip_batch(&foreign_batch(foreign))?;
+    netwave_control_plane::host::ip_batch(None, &foreign_batch(foreign))?;
     let loaded = start.elapsed();
     let (v4, t4) = ip_dump(&["-4", "route", "show", "table", "all"])?;
     let (v6, t6) = ip_dump(&["-6", "route", "show", "table", "all"])?;

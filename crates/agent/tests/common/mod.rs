@@ -76,28 +76,9 @@ pub fn ip(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `ip -batch -` with `lines` on its standard input (fails with ip's message).
+/// `ip -batch -` in this thread's namespace.
 pub fn ip_batch(lines: &str) -> Result<()> {
-    use std::io::Write as _;
-    let mut child = Command::new("ip")
-        .args(["-batch", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("running ip -batch")?;
-    child
-        .stdin
-        .take()
-        .context("ip's stdin")?
-        .write_all(lines.as_bytes())?;
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "ip -batch failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    netwave_control_plane::host::ip_batch(None, lines)
 }
 
 /// Whether `ip link add … type <kind> …` works here (the independent oracle for capability tests).
