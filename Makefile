@@ -1,7 +1,7 @@
 # Thin wrappers around cargo; the README's two commands are the truth.
 CARGO ?= cargo
 
-.PHONY: build deps test unit kernel-tier fleet-vm control-plane lint fmt crds demo cluster bench explore images
+.PHONY: build deps test unit kernel-tier fleet-vm control-plane lint fmt crds demo cluster bench explore images previous-release
 
 build:
 	$(CARGO) build --workspace --all-targets
@@ -14,11 +14,11 @@ deps:
 	@bash tools/deps.sh $(DEPS)
 
 # Everything CI runs after lint: the tools (make deps), the real control plane (built from Go modules on
-# first use), the workspace tests against it, then the kernel tier (VRF/VLAN netlink tests in a Debian
-# kernel under qemu; downloads the kernel package on first use).
+# first use), the images, the previous release, the workspace tests against them, then the kernel tier
+# (VRF/VLAN netlink tests in a Debian kernel under qemu; downloads the kernel package on first use).
 test:
 	@bash tools/deps.sh test
-	$(MAKE) --no-print-directory control-plane images unit kernel-tier fleet-vm
+	$(MAKE) --no-print-directory control-plane images previous-release unit kernel-tier fleet-vm
 
 # kube-apiserver, etcd and kubectl from Go modules, cached in ~/.cache/netwave/control-plane/ (cold:
 # ~10 min on 2 cores; nothing when cached). Prints the versions and how long the build took.
@@ -31,6 +31,12 @@ control-plane:
 # ~15 s. tests/tests/images.rs checks them.
 images:
 	CARGO="$(CARGO)" bash images/build.sh
+
+# The previous release (releases.toml's newest entry): its binaries, CRDs and manifests built from its
+# commit, and its images, in ~/.cache/netwave/releases/ (cold: ~8-11 min on 2 cores; nothing when cached).
+# The skew tests and the real node's upgrade test install it beside this tree.
+previous-release:
+	@dir=$$(bash tests/previous-release/images.sh) && echo "previous release: $$(cat $$dir/build-info)"
 
 # The workspace tests, several test binaries at once (tests/run-suites.sh says why and how).
 unit:

@@ -49,7 +49,8 @@ export NETWAVE_BIN_DIR=$target_dir/debug
 # One job runs these binaries one after another: each builds fleets of network namespaces wired to the
 # same host address in the root namespace (tests/src/fleet.rs serialises them anyway, across processes,
 # with Fleet::lock; as one job they do not hold lanes while they wait for it). The real-node suites
-# (tests/tests/real_node*.rs: real_node, real_node_monitoring) are netwave-e2e binaries too and run here:
+# (tests/tests/real_node*.rs: real_node, real_node_monitoring, real_node_upgrade) are netwave-e2e binaries
+# too and run here:
 # one kubelet per machine (netwave_control_plane::machine_lock).
 fleet_group=netwave-e2e:test:
 # Slowest first (longest-processing-time order keeps the lanes even). Measured on 2 cores: the fleet

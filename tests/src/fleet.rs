@@ -70,6 +70,9 @@ impl Bins {
     /// Builds the three binaries with cargo (debug profile, the caller's `CARGO_TARGET_DIR`) and returns
     /// their paths. With `NETWAVE_BIN_DIR` set, the binaries already built in that directory: the
     /// full-kernel VM has no cargo, and `tests/run-suites.sh` built them with the workspace's tests.
+    /// The agent has the `rendering-drill` feature either way (the workspace's tests turn it on), so
+    /// the two builds never relink each other's binary. (`--features rendering-drill` with several
+    /// `-p`: the packages that have it; `netwave-agent/rendering-drill` is ignored here.)
     pub fn build() -> Result<Bins> {
         if let Some(dir) = std::env::var_os("NETWAVE_BIN_DIR") {
             return Self::in_dir(Path::new(&dir));
@@ -86,6 +89,8 @@ impl Bins {
                 "netwave-configurator",
                 "-p",
                 "netwave-agent",
+                "--features",
+                "rendering-drill",
                 "--bins",
             ])
             .status()
@@ -512,6 +517,12 @@ impl Fleet {
 
     /// Starts (or restarts) the agent of `node` inside its namespace.
     pub fn start_agent(&mut self, node: &str) -> Result<u32> {
+        self.start_agent_with(node, &[])
+    }
+
+    /// As [`Fleet::start_agent`], with more environment (`NETWAVE_RENDERING_DRILL`: another agent
+    /// release's rendering).
+    pub fn start_agent_with(&mut self, node: &str, env: &[(&str, &str)]) -> Result<u32> {
         let n = self.net.node(node).context("no such node")?.clone();
         let state = self.dir.join("state").join(node);
         fs::create_dir_all(&state)?;
@@ -539,7 +550,8 @@ impl Fleet {
                 "--protect",
                 "eth0,wl0",
             ])
-            .env("RUST_LOG", "info");
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied());
         if self.frr.contains_key(node) {
             cmd.arg("--frr-config").arg(self.frr_config(node));
         }

@@ -17,6 +17,8 @@ use crate::fleet::workspace_root;
 
 pub const NS: &str = "netwave-system";
 pub const TAINT: &str = "netwave.dev/network-unavailable";
+/// The taint of [`SimNodes`]' nodes, which have no kubelet.
+pub const SIM_TAINT: &str = "netwave.test/no-kubelet";
 
 /// Where images/build.sh writes the layouts (always the repository's target/, like tests/images.rs).
 pub fn images_dir() -> PathBuf {
@@ -46,6 +48,27 @@ pub fn images_of(names: &[&str]) -> Result<Vec<OciImage>> {
             })
         })
         .collect()
+}
+
+/// The previous release's directory (`bin/`, `crds/`, `deploy/`, `build-info`; with `images.sh` also
+/// `images/`), built on first use by `tests/previous-release/<script>` (`build.sh` or `images.sh`).
+pub fn previous_release(script: &str) -> Result<PathBuf> {
+    let out = std::process::Command::new("bash")
+        .arg(workspace_root().join("tests/previous-release").join(script))
+        .output()
+        .with_context(|| format!("running tests/previous-release/{script}"))?;
+    if !out.status.success() {
+        bail!(
+            "building the previous release failed (tests/previous-release/{script}):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    eprintln!(
+        "previous release: {}",
+        std::fs::read_to_string(dir.join("build-info"))?.trim()
+    );
+    Ok(dir)
 }
 
 /// The test overlay over deploy/base, written where kustomize may load deploy/base from (a relative
@@ -334,13 +357,62 @@ pub struct SimNodes {
 
 impl SimNodes {
     /// Registers `names` as Ready Nodes, waits for the agent DaemonSet's pod on each, and starts each
-    /// node's simulated agent with `behaviour` (answers after `delay`).
+    /// node's simulated agent with `behaviour` (answers after `delay`) under that pod's token. The pods
+    /// stay as the DaemonSet made them (never Ready, never replaced).
     pub async fn start(
         cluster: &Cluster,
         names: &[&str],
         behaviour: netwave_agent::sim::Behaviour,
         delay: Duration,
     ) -> Result<SimNodes> {
+        let (admin, mut me) = Self::register(cluster, names).await?;
+        for name in names {
+            let pod = Self::agent_pod(cluster, &admin, name).await?;
+            let token = netwave_control_plane::service_account_token(
+                &admin,
+                NS,
+                "netwave-agent",
+                Some(&pod),
+            )
+            .await?;
+            let client = cluster.cp.client_with_token(&token).await?;
+            me.tasks.push(netwave_agent::sim::spawn_node(
+                client,
+                name,
+                behaviour.clone(),
+                delay,
+            ));
+        }
+        Ok(me)
+    }
+
+    /// As [`SimNodes::start`] (each spec answered after `pace` of it), and the harness plays each node's kubelet for the agent DaemonSet's pod:
+    /// it reports the pod Ready (so the DaemonSet's rolling update counts it available and moves on), it
+    /// confirms a deleted pod's end (the DaemonSet then makes the new one), and it restarts the simulated
+    /// agent under the new pod's token, as the new pod's agent would start. An upgrade of the DaemonSet
+    /// then rolls over these nodes too.
+    pub async fn start_with_kubelet(
+        cluster: &Cluster,
+        names: &[&str],
+        behaviour: netwave_agent::sim::Behaviour,
+        pace: netwave_agent::sim::Pace,
+    ) -> Result<SimNodes> {
+        let (admin, mut me) = Self::register(cluster, names).await?;
+        for name in names {
+            Self::agent_pod(cluster, &admin, name).await?;
+            me.tasks.push(tokio::spawn(sim_kubelet(
+                admin.clone(),
+                cluster.cp.endpoint(),
+                name.to_string(),
+                behaviour.clone(),
+                pace.clone(),
+            )));
+        }
+        Ok(me)
+    }
+
+    /// Creates the Nodes and starts their heartbeats.
+    async fn register(cluster: &Cluster, names: &[&str]) -> Result<(Client, SimNodes)> {
         use k8s_openapi::api::core::v1::Node;
         use kube::api::PostParams;
         let admin = cluster.admin().await?;
@@ -350,8 +422,11 @@ impl SimNodes {
             tasks: Vec::new(),
         };
         for name in names {
+            // No kubelet runs there: only the agent DaemonSet (it tolerates every taint) may have pods
+            // on it, so a configurator pod the Deployment replaces never waits for ever on such a node.
             let node: Node = serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "spec": {"taints": [{"key": SIM_TAINT, "effect": "NoSchedule"}]},
             }))?;
             nodes.create(&PostParams::default(), &node).await?;
         }
@@ -370,40 +445,18 @@ impl SimNodes {
         for name in names {
             heartbeat(&admin, name).await?;
         }
-        for name in names {
-            let pod = until(
-                cluster,
-                &format!("the agent DaemonSet's pod on {name}"),
-                Duration::from_secs(60),
-                || {
-                    let admin = admin.clone();
-                    let name = name.to_string();
-                    async move {
-                        let pods = Api::<Pod>::namespaced(admin, NS)
-                            .list(
-                                &ListParams::default()
-                                    .labels("app.kubernetes.io/name=netwave-agent")
-                                    .fields(&format!("spec.nodeName={name}")),
-                            )
-                            .await?;
-                        Ok(pods.items.into_iter().next())
-                    }
-                },
-            )
-            .await?;
-            let token = cluster
-                .cp
-                .service_account_token(&admin, NS, "netwave-agent", Some(&pod))
-                .await?;
-            let client = cluster.cp.client_with_token(&token).await?;
-            me.tasks.push(netwave_agent::sim::spawn_node(
-                client,
-                name,
-                behaviour.clone(),
-                delay,
-            ));
-        }
-        Ok(me)
+        Ok((admin, me))
+    }
+
+    /// Waits for the agent DaemonSet's pod on `node`.
+    async fn agent_pod(cluster: &Cluster, admin: &Client, node: &str) -> Result<Pod> {
+        until(
+            cluster,
+            &format!("the agent DaemonSet's pod on {node}"),
+            Duration::from_secs(60),
+            || async move { Ok(agent_pods(admin, node).await?.into_iter().next()) },
+        )
+        .await
     }
 
     /// Stops the simulated agents and heartbeats, deletes the Nodes and their pods (no kubelet would ever
@@ -477,6 +530,105 @@ async fn heartbeat(admin: &Client, node: &str) -> Result<()> {
         .patch_status(node, &apply, &Patch::Apply(&status))
         .await?;
     Ok(())
+}
+
+/// The agent DaemonSet's pods on `node`, the ones being deleted included.
+async fn agent_pods(admin: &Client, node: &str) -> Result<Vec<Pod>> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), NS)
+        .list(
+            &ListParams::default()
+                .labels("app.kubernetes.io/name=netwave-agent")
+                .fields(&format!("spec.nodeName={node}")),
+        )
+        .await?;
+    Ok(pods.items)
+}
+
+/// A simulated node's kubelet for the agent DaemonSet's pod ([`SimNodes::start_with_kubelet`]), once a
+/// second until aborted; the simulated agent it started ends with it.
+async fn sim_kubelet(
+    admin: Client,
+    endpoint: netwave_control_plane::Endpoint,
+    node: String,
+    behaviour: netwave_agent::sim::Behaviour,
+    pace: netwave_agent::sim::Pace,
+) {
+    /// Aborts the simulated agent when the kubelet replaces it or ends.
+    struct Running(String, tokio::task::JoinHandle<()>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.1.abort();
+        }
+    }
+    let mut running: Option<Running> = None;
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let Ok(pods) = agent_pods(&admin, &node).await else {
+            continue;
+        };
+        let api = Api::<Pod>::namespaced(admin.clone(), NS);
+        for gone in pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+        {
+            let _ = api
+                .delete(
+                    &gone.name_any(),
+                    &kube::api::DeleteParams::default().grace_period(0),
+                )
+                .await;
+        }
+        let Some(pod) = pods
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+        else {
+            running = None;
+            continue;
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if running.as_ref().is_some_and(|r| r.0 == uid) {
+            continue;
+        }
+        running = None;
+        let started = async {
+            let token = netwave_control_plane::service_account_token(
+                &admin,
+                NS,
+                "netwave-agent",
+                Some(&pod),
+            )
+            .await?;
+            let client = endpoint.client_with_token(&token).await?;
+            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            );
+            let status = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "status": {"phase": "Running", "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                ]},
+            });
+            let apply = kube::api::PatchParams::apply("netwave-test-kubelet").force();
+            api.patch_status(&pod.name_any(), &apply, &kube::api::Patch::Apply(&status))
+                .await?;
+            anyhow::Ok(client)
+        };
+        match started.await {
+            Ok(client) => {
+                let agent = netwave_agent::sim::spawn_node_paced(
+                    client,
+                    &node,
+                    behaviour.clone(),
+                    pace.clone(),
+                );
+                running = Some(Running(uid, agent));
+            }
+            Err(e) => eprintln!("simulated kubelet of {node}: pod {}: {e:#}", pod.name_any()),
+        }
+    }
 }
 
 #[cfg(test)]

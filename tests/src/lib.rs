@@ -8,6 +8,7 @@
 //!   configure, and EVPN (not the harness) installs the VXLAN flood entries.
 //! - [`install`]: netwave installed with `kubectl apply -k` on a real cluster (`netwave_control_plane::node`):
 //!   the test overlay, polling with the cluster's logs, what the real-node tests read back.
+//! - [`peer`]: the real node's BGP neighbour (FRR in a namespace) and the EVPN checks made through it.
 //! - [`probe`]: continuous UDP flows between workloads with sequence numbers: lost and reordered
 //!   packets and the longest gap per flow over a window (what a change does to traffic).
 //! - [`prometheus`]: the PrometheusRule's alert rules as a plain rule file, and a real Prometheus (Debian's)
@@ -22,5 +23,6 @@ pub mod grafana;
 pub mod install;
 pub mod kubernetes_sd;
 pub mod netns;
+pub mod peer;
 pub mod probe;
 pub mod prometheus;

@@ -13,7 +13,11 @@
 //! - **BGP.** The peers' UPDATE counters and every type-3/type-5 path's last-update time: a change that
 //!   leaves the EVPN config as it is (an agent restart, an FRR reload) sends no UPDATE at all, and no
 //!   change withdraws and re-advertises a path that stays.
+//!
+//! The last scenario is a new agent release whose rendering differs (#46's benign upgrade): the agents
+//! are replaced one by one, each applies its difference under the health gate, no flow loses a packet.
 
+use anyhow::Context;
 use netwave_api::vocab::RevisionPhase;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -446,8 +450,55 @@ async fn run(f: &mut Fleet) -> anyhow::Result<Vec<Row>> {
         )
         .await?,
     );
+
+    // 10. A new agent release whose rendering differs, benignly (#46): the test-only rendering drill adds
+    // one blackhole route no flow or probe uses. Agents are replaced one node after another, as the
+    // DaemonSet does; each applies the difference under the health gate before it is ready.
+    let t = Instant::now();
+    let drill = format!("blackhole:{BENIGN}/32");
+    for node in f.node_names() {
+        f.kill_agent(&node);
+        f.start_agent_with(&node, &[("NETWAVE_RENDERING_DRILL", drill.as_str())])?;
+        let addr = f.agent_metrics_addr(&node).context("no metrics address")?;
+        let netns = f.net.node(&node).context("no such node")?.netns.clone();
+        f.eventually(
+            T,
+            &format!("{node}'s new agent passed the gate"),
+            || async {
+                let applied = metric_at(addr, "netwave_agent_upgrade_applies_total")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let routes = netwave_e2e::netns::ip(&[
+                    "-n",
+                    &netns,
+                    "route",
+                    "show",
+                    &format!("{BENIGN}/32"),
+                ])
+                .map_err(|e| e.to_string())?;
+                (applied == 1.0 && routes.contains("blackhole"))
+                    .then_some(())
+                    .ok_or_else(|| format!("upgrade applies {applied}, route: {routes:?}"))
+            },
+        )
+        .await?;
+    }
+    rows.push(
+        w.close(
+            f,
+            "agent release with a benign rendering change",
+            t,
+            |_| false,
+            Evpn::Unchanged,
+            &[],
+        )
+        .await?,
+    );
     Ok(rows)
 }
+
+/// The route the benign rendering drill adds: in the test range, used by no node, flow or probe.
+const BENIGN: &str = "198.19.254.1";
 
 /// Waits until the newest revision after `seq` is in `phase` and every node runs it; returns its
 /// sequence.

@@ -15,33 +15,13 @@ use kube::api::{Api, PostParams};
 use netwave_api::NodeNetworkConfig;
 use netwave_api::manifest::samples;
 use netwave_api::vocab::RevisionPhase;
-use netwave_e2e::fleet::{ApiServer, Bins, Fleet, FleetOptions, workspace_root};
-use netwave_e2e::install::metric_at;
+use netwave_e2e::fleet::{ApiServer, Bins, Fleet, FleetOptions};
+use netwave_e2e::install::{metric_at, previous_release};
 use netwave_e2e::netns::is_root;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(180);
 const THIS: &str = env!("CARGO_PKG_VERSION");
-
-/// The previous release's directory (bin/, crds/, build-info), built on first use.
-fn previous_release() -> Result<PathBuf> {
-    let out = std::process::Command::new("bash")
-        .arg(workspace_root().join("tests/previous-release/build.sh"))
-        .output()
-        .context("running tests/previous-release/build.sh")?;
-    if !out.status.success() {
-        bail!(
-            "building the previous release failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
-    eprintln!(
-        "previous release: {}",
-        std::fs::read_to_string(dir.join("build-info"))?.trim()
-    );
-    Ok(dir)
-}
 
 /// The previous release's binaries, this tree's, and the previous release's directory (its CRDs);
 /// `None` (the test skips, saying so) without root.
@@ -50,7 +30,7 @@ fn releases() -> Option<(Bins, Bins, PathBuf)> {
         eprintln!("SKIPPED: end-to-end tests need root (network namespaces, netlink)");
         return None;
     }
-    let prev = previous_release().expect("the previous release builds");
+    let prev = previous_release("build.sh").expect("the previous release builds");
     let this = Bins::build().expect("netwave binaries build");
     let old = Bins {
         agent: prev.join("bin/netwave-agent"),

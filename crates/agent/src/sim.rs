@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
@@ -41,6 +41,9 @@ pub enum Answer {
 
 /// Decides the answer for a spec (the node is `nnc.name_any()`).
 pub type Behaviour = Arc<dyn Fn(&NodeNetworkConfig) -> Answer + Send + Sync>;
+
+/// How long the agent takes to answer a spec (the apply), by spec.
+pub type Pace = Arc<dyn Fn(&NodeNetworkConfig) -> Duration + Send + Sync>;
 
 /// Every node's agent answers `Provisioned`.
 pub fn always_ok() -> Behaviour {
@@ -124,8 +127,9 @@ pub fn status_apply(st: &NodeNetworkConfigStatus) -> serde_json::Value {
 }
 
 /// Writes `body` to `name`'s status as the agent does (server-side apply, field manager
-/// `netwave-agent`, forced), retrying failures up to `tries` times 100 ms apart: the stored object, or
-/// `None` when it is gone or every try failed.
+/// `netwave-agent`, forced; under an older CRD without the fields it does not declare), retrying
+/// failures up to `tries` times 100 ms apart: the stored object, or `None` when it is gone or every try
+/// failed.
 pub async fn write_status(
     api: &Api<NodeNetworkConfig>,
     name: &str,
@@ -134,8 +138,8 @@ pub async fn write_status(
 ) -> Option<NodeNetworkConfig> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for _ in 0..tries {
-        match api.patch_status(name, &params, &Patch::Apply(body)).await {
-            Ok(o) => return Some(o),
+        match netwave_runtime::apply::apply_status(api, name, &params, body.clone()).await {
+            Ok((o, _)) => return Some(o),
             Err(kube::Error::Api(ae)) if ae.code == 404 => return None,
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
@@ -209,7 +213,7 @@ fn already_reported(nnc: &NodeNetworkConfig) -> bool {
 /// answers it ([`report`]): `Provisioning` when it is seen, the answer `delay` later. Write errors are
 /// retried like a real agent's (an API server restart is outlasted), never turned into a verdict.
 pub fn spawn(client: Client, behaviour: Behaviour, delay: Duration) -> tokio::task::JoinHandle<()> {
-    spawn_watching(client, None, behaviour, delay)
+    spawn_watching(client, None, behaviour, Arc::new(move |_| delay))
 }
 
 /// The simulated agent of one node, as its real agent runs: it watches only that node's config (a
@@ -221,14 +225,24 @@ pub fn spawn_node(
     behaviour: Behaviour,
     delay: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    spawn_watching(client, Some(node.to_string()), behaviour, delay)
+    spawn_node_paced(client, node, behaviour, Arc::new(move |_| delay))
+}
+
+/// As [`spawn_node`], answering each spec after `pace` of it (a test that needs one rollout slow).
+pub fn spawn_node_paced(
+    client: Client,
+    node: &str,
+    behaviour: Behaviour,
+    pace: Pace,
+) -> tokio::task::JoinHandle<()> {
+    spawn_watching(client, Some(node.to_string()), behaviour, pace)
 }
 
 fn spawn_watching(
     client: Client,
     node: Option<String>,
     behaviour: Behaviour,
-    delay: Duration,
+    pace: Pace,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<NodeNetworkConfig> = Api::all(client.clone());
@@ -261,6 +275,7 @@ fn spawn_watching(
             }
             handled.lock().unwrap().insert(name, key);
             let answer = behaviour(&nnc);
+            let delay = pace(&nnc);
             let api = api.clone();
             // A minute of tries: an API server restart is outlasted.
             answers.spawn(async move { drop(report(&api, &nnc, &answer, delay, 600).await) });

@@ -411,19 +411,18 @@ impl ControlPlane {
 
     /// Writes a kubeconfig for this server that authenticates with `token`.
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> Result<()> {
-        let kc = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "netwave", "cluster": {
-                "server": format!("https://{}", self.addr),
-                "certificate-authority": self.ca_path(),
-            }}],
-            "users": [{"name": "user", "user": {"token": token}}],
-            "contexts": [{"name": "netwave", "context": {"cluster": "netwave", "user": "user"}}],
-            "current-context": "netwave",
-        });
+        let kc = self.endpoint().kubeconfig(token);
         std::fs::write(path, serde_json::to_vec_pretty(&kc)?)
             .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Where this server is and the CA it is checked against: what a task that outlives a borrow of
+    /// the control plane needs to make clients (a simulated kubelet minting tokens for new pods).
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            addr: self.addr,
+            ca: self.ca_path(),
+        }
     }
 
     /// An admin client (bound to the calling test's runtime).
@@ -433,12 +432,7 @@ impl ControlPlane {
 
     /// A client that authenticates with `token` (a service-account token from TokenRequest, say).
     pub async fn client_with_token(&self, token: &str) -> Result<Client> {
-        let path = self
-            .dir
-            .path()
-            .join(format!("kubeconfig-{}", short_hash(token)));
-        self.write_kubeconfig(&path, token)?;
-        self.client_from(&path).await
+        self.endpoint().client_with_token(token).await
     }
 
     async fn client_from(&self, path: &Path) -> Result<Client> {
@@ -563,9 +557,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// A token for a ServiceAccount from the TokenRequest API, valid for an hour. Bound to `pod` when given,
-    /// as the kubelet mounts it into the pod: the API server then records the pod's node in the requests
-    /// the token makes (`authentication.kubernetes.io/node-name`).
+    /// [`service_account_token`] on this server.
     pub async fn service_account_token(
         &self,
         client: &Client,
@@ -573,30 +565,7 @@ impl ControlPlane {
         name: &str,
         pod: Option<&k8s_openapi::api::core::v1::Pod>,
     ) -> Result<String> {
-        use k8s_openapi::api::authentication::v1::{
-            BoundObjectReference, TokenRequest, TokenRequestSpec,
-        };
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                bound_object_ref: pod.map(|p| BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: Some(p.name_any()),
-                    uid: p.metadata.uid.clone(),
-                }),
-                expiration_seconds: Some(3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer: TokenRequest = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
-            client.clone(),
-            namespace,
-        )
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("TokenRequest for ServiceAccount {namespace}/{name}"))?;
-        Ok(answer.status.context("TokenRequest without status")?.token)
+        service_account_token(client, namespace, name, pod).await
     }
 
     /// An admin client on this server with `crds` installed and `namespace` created: what every suite
@@ -736,6 +705,72 @@ fn port_taken(e: &anyhow::Error) -> bool {
     format!("{e:#}").contains("address already in use")
 }
 
+/// A server's address and CA ([`ControlPlane::endpoint`]): clients for any token, with no borrow of the
+/// control plane.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub ca: PathBuf,
+}
+
+impl Endpoint {
+    /// A kubeconfig for this server that authenticates with `token`.
+    pub fn kubeconfig(&self, token: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "netwave", "cluster": {
+                "server": format!("https://{}", self.addr),
+                "certificate-authority": self.ca,
+            }}],
+            "users": [{"name": "user", "user": {"token": token}}],
+            "contexts": [{"name": "netwave", "context": {"cluster": "netwave", "user": "user"}}],
+            "current-context": "netwave",
+        })
+    }
+
+    /// A client that authenticates with `token`.
+    pub async fn client_with_token(&self, token: &str) -> Result<Client> {
+        let kc: Kubeconfig = serde_json::from_value(self.kubeconfig(token))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+}
+
+/// A token for a ServiceAccount from the TokenRequest API, valid for an hour. Bound to `pod` when given,
+/// as the kubelet mounts it into the pod: the API server then records the pod's node in the requests
+/// the token makes (`authentication.kubernetes.io/node-name`).
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pod: Option<&k8s_openapi::api::core::v1::Pod>,
+) -> Result<String> {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            bound_object_ref: pod.map(|p| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(p.name_any()),
+                uid: p.metadata.uid.clone(),
+            }),
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer: TokenRequest =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
+            .create_subresource("token", name, &PostParams::default(), &request)
+            .await
+            .with_context(|| format!("TokenRequest for ServiceAccount {namespace}/{name}"))?;
+    Ok(answer.status.context("TokenRequest without status")?.token)
+}
+
 /// An exclusive lock on `$TMPDIR/<file>`, shared by every process of this machine and released by the
 /// kernel when the returned file is dropped or the process ends, however it ends. Waits (saying so, as
 /// `who`) while another process holds it.
@@ -807,13 +842,6 @@ fn write_pki(dir: &Path, bind: IpAddr) -> Result<()> {
     // The verifying side reads public keys only.
     std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
     Ok(())
-}
-
-fn short_hash(s: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    s.hash(&mut h);
-    format!("{:016x}", h.finish())
 }
 
 /// The last 40 lines of a log file.
