@@ -366,11 +366,14 @@ pub struct DriftReport {
     pub netlink: ReconcileReport,
     /// `frr-reload.py --test`'s "Lines To Delete/Add" that were repaired.
     pub frr: Option<String>,
+    /// The same, when this node has no last good config yet (its first start): FRR was set up with the
+    /// underlay, which is no drift (#51: a fresh node used to report it as a repair).
+    pub frr_baseline: Option<String>,
 }
 
 impl DriftReport {
     pub fn is_empty(&self) -> bool {
-        self.netlink.applied.is_empty() && self.frr.is_none()
+        self.netlink.applied.is_empty() && self.frr.is_none() && self.frr_baseline.is_none()
     }
 }
 
@@ -1104,26 +1107,33 @@ impl Agent {
     /// has not passed the gate), the held kernel objects and FRR text.
     pub async fn repair_drift(&self) -> Result<DriftReport, DriftError> {
         let lg = self.last_good().map_err(DriftError::Backup)?;
+        let first_start = lg.is_none();
         let (cfg, rev, hash) = lg
             .map(|l| (l.config, l.revision, l.config_hash))
             .unwrap_or_default();
         let (dp, text) = self
             .running_rendering(&cfg, &rev, &hash)
             .map_err(DriftError::Config)?;
-        let netlink = self.netlink.reconcile(&dp).await?;
+        let mut report = DriftReport {
+            netlink: self.netlink.reconcile(&dp).await?,
+            frr: None,
+            frr_baseline: None,
+        };
         let (Some(frr), Some(text)) = (&self.frr, text) else {
-            return Ok(DriftReport { netlink, frr: None });
+            return Ok(report);
         };
         let Some(diff) = frr.drifted(&text).await.map_err(DriftError::Frr)? else {
-            return Ok(DriftReport { netlink, frr: None });
+            return Ok(report);
         };
         frr.reapply(&text, &self.netlink)
             .await
             .map_err(DriftError::Frr)?;
-        Ok(DriftReport {
-            netlink,
-            frr: Some(diff),
-        })
+        if first_start {
+            report.frr_baseline = Some(diff);
+        } else {
+            report.frr = Some(diff);
+        }
+        Ok(report)
     }
 
     /// Records `t` as last good without touching the kernel (the fast path: same configHash).

@@ -295,6 +295,41 @@ fn a_config_frr_rejects_touches_neither_kernel_nor_frr() {
     });
 }
 
+/// #51: on a node's first start (no last good config) the drift check gives a fresh FRR its underlay;
+/// that is no drift, so it is reported apart (logged as a set-up, no `DriftCorrected` Event, not
+/// counted). Once a config was applied, the same difference is drift.
+#[test]
+fn a_fresh_frr_gets_its_underlay_on_the_first_start_and_that_is_no_drift() {
+    let test = "a_fresh_frr_gets_its_underlay_on_the_first_start_and_that_is_no_drift";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let mut n = node().await?;
+        let first = n.agent.repair_drift().await?;
+        ensure!(first.frr.is_none(), "reported as drift: {first:?}");
+        ensure!(
+            first
+                .frr_baseline
+                .as_deref()
+                .is_some_and(|d| d.contains("router bgp 65000")),
+            "{first:?}"
+        );
+        ensure!(n.agent.repair_drift().await?.is_empty(), "set up again");
+
+        // With a config applied, an FRR that lost it (bgpd restarted empty) has drifted.
+        apply_ok(&n, &target("r1", segments(&[10]))).await?;
+        n.fr.stop_daemon("bgpd");
+        n.fr.start_daemon("bgpd")?;
+        let later = n.agent.repair_drift().await?;
+        ensure!(
+            later.frr.is_some() && later.frr_baseline.is_none(),
+            "{later:?}"
+        );
+        Ok(())
+    });
+}
+
 #[test]
 fn frr_failing_mid_apply_restores_the_kernel_and_drift_repair_restores_frr() {
     let test = "frr_failing_mid_apply_restores_the_kernel_and_drift_repair_restores_frr";

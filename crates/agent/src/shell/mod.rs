@@ -753,10 +753,16 @@ impl Shell {
         match self.agent.repair_drift().await {
             Ok(r) if r.is_empty() => {}
             Ok(r) => {
+                if let Some(diff) = &r.frr_baseline {
+                    info!(frr = %diff, "FRR set up with the underlay: no config applied on this node yet");
+                }
                 let mut ops: Vec<String> =
                     r.netlink.applied.iter().map(ToString::to_string).collect();
                 if let Some(diff) = &r.frr {
                     ops.push(format!("FRR re-applied: {diff}"));
+                }
+                if ops.is_empty() {
+                    return self.count_writes(before).await;
                 }
                 warn!(ops = ?ops, "repaired drift from the running config");
                 self.metrics.drift_corrections.inc_by(ops.len() as u64);
@@ -773,6 +779,11 @@ impl Shell {
             }
             Err(e) => error!(error = %e, category = e.category(), "drift repair failed"),
         }
+        self.count_writes(before).await;
+    }
+
+    /// After a drift check: the netlink writes it made (since `before`) and the objects managed now.
+    async fn count_writes(&mut self, before: u64) {
         self.metrics
             .netlink_writes
             .inc_by(self.agent.netlink.writes() - before);
