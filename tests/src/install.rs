@@ -368,14 +368,7 @@ impl SimNodes {
         let (admin, mut me) = Self::register(cluster, names).await?;
         for name in names {
             let pod = Self::agent_pod(cluster, &admin, name).await?;
-            let token = netwave_control_plane::service_account_token(
-                &admin,
-                NS,
-                "netwave-agent",
-                Some(&pod),
-            )
-            .await?;
-            let client = cluster.cp.client_with_token(&token).await?;
+            let client = agent_client(&admin, &cluster.cp.endpoint(), &pod).await?;
             me.tasks.push(netwave_agent::sim::spawn_node(
                 client,
                 name,
@@ -532,6 +525,36 @@ async fn heartbeat(admin: &Client, node: &str) -> Result<()> {
     Ok(())
 }
 
+/// A client with the agent's credentials on `pod`'s node: a token bound to that pod, as the kubelet
+/// mounts it.
+async fn agent_client(
+    admin: &Client,
+    endpoint: &netwave_control_plane::Endpoint,
+    pod: &Pod,
+) -> Result<Client> {
+    let token =
+        netwave_control_plane::service_account_token(admin, NS, "netwave-agent", Some(pod)).await?;
+    endpoint.client_with_token(&token).await
+}
+
+/// No netwave component was refused anything: none of `pods` logged a 403, and the API server's audit
+/// log shows no 403 for any netwave-system service account (a component that swallowed the error
+/// would still show there).
+pub fn assert_nothing_refused(cluster: &Cluster, pods: &[String]) {
+    let refused = refusals(cluster, pods);
+    assert!(
+        refused.is_empty(),
+        "netwave's components were refused:\n{}",
+        refused.join("\n")
+    );
+    let refused = cluster.refused(NS);
+    assert!(
+        refused.is_empty(),
+        "the audit log shows refused requests of netwave's service accounts:\n{}",
+        refused.join("\n")
+    );
+}
+
 /// The agent DaemonSet's pods on `node`, the ones being deleted included.
 async fn agent_pods(admin: &Client, node: &str) -> Result<Vec<Pod>> {
     let pods = Api::<Pod>::namespaced(admin.clone(), NS)
@@ -592,14 +615,7 @@ async fn sim_kubelet(
         }
         running = None;
         let started = async {
-            let token = netwave_control_plane::service_account_token(
-                &admin,
-                NS,
-                "netwave-agent",
-                Some(&pod),
-            )
-            .await?;
-            let client = endpoint.client_with_token(&token).await?;
+            let client = agent_client(&admin, &endpoint, &pod).await?;
             let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::now(),
             );

@@ -35,8 +35,8 @@ use netwave_control_plane::node::{Cluster, ClusterOptions, NETNS};
 use netwave_e2e::fleet::workspace_root;
 use netwave_e2e::install::SimNodes;
 use netwave_e2e::install::{
-    NS, TAINT, agent_metric, evpn_patches, images_of, kubectl, leader, node_links, pathdiff,
-    ready_pods, refusals, until, write_overlay_on,
+    NS, TAINT, agent_metric, assert_nothing_refused, evpn_patches, images_of, kubectl, leader,
+    node_links, pathdiff, ready_pods, until, write_overlay_on,
 };
 use netwave_e2e::netns::is_root;
 use netwave_e2e::peer::{Peer, UNDERLAY, check_frr_conf};
@@ -432,20 +432,7 @@ async fn run(cluster: &Cluster, state: &Path, peer: &Peer) -> Result<()> {
     pods.extend(agents.iter().cloned());
     pods.push(second);
     pods.push(new_agent);
-    let refused = refusals(cluster, &pods);
-    assert!(
-        refused.is_empty(),
-        "netwave's components were refused:\n{}",
-        refused.join("\n")
-    );
-    // And the API server's own record agrees: no request of any netwave-system service account got a
-    // 403 (a component that swallowed the error would still show here).
-    let refused = cluster.refused(NS);
-    assert!(
-        refused.is_empty(),
-        "the audit log shows refused requests of netwave's service accounts:\n{}",
-        refused.join("\n")
-    );
+    assert_nothing_refused(cluster, &pods);
     let ds = Api::<DaemonSet>::namespaced(admin.clone(), NS)
         .get("netwave-agent")
         .await?;

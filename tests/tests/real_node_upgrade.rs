@@ -39,8 +39,8 @@ use netwave_api::{NetworkConfigRevision, NodeNetworkConfig};
 use netwave_control_plane::node::{Cluster, ClusterOptions, NETNS, OciImage};
 use netwave_e2e::fleet::workspace_root;
 use netwave_e2e::install::{
-    NS, SimNodes, agent_metric, evpn_patches, images_of, kubectl, leader, node_links, pathdiff,
-    previous_release, refusals, until, write_overlay_on,
+    NS, SimNodes, agent_metric, assert_nothing_refused, evpn_patches, images_of, kubectl, leader,
+    node_links, pathdiff, previous_release, until, write_overlay_on,
 };
 use netwave_e2e::netns::{ip, is_root};
 use netwave_e2e::peer::{Peer, UNDERLAY, check_frr_conf};
@@ -754,18 +754,7 @@ async fn run(
     r?;
 
     // Nothing any netwave component of either version did was refused.
-    let refused = refusals(cluster, &pods_seen);
-    assert!(
-        refused.is_empty(),
-        "netwave's components were refused:\n{}",
-        refused.join("\n")
-    );
-    let refused = cluster.refused(NS);
-    assert!(
-        refused.is_empty(),
-        "the audit log shows refused requests of netwave's service accounts:\n{}",
-        refused.join("\n")
-    );
+    assert_nothing_refused(cluster, &pods_seen);
     drop(installs);
     Ok(())
 }
