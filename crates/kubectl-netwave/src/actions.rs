@@ -346,18 +346,19 @@ pub struct UndoView {
     pub to_sequence: u64,
     pub changes: InputChanges,
     /// The revision brought back would be held as a destructive change (the configurator's rule,
-    /// [`undo_hold`]): what it removes from the last good revision.
+    /// [`hold_of`]): what it removes from the last good revision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<String>,
     /// `dry run`, `not applied: pass --yes`, or `applied`.
     pub outcome: String,
 }
 
-/// Whether bringing back `to` (inputs `to_inputs`) makes a target the configurator holds: it is
+/// Whether the revision `to` (inputs `to_inputs`), as the target, is one the configurator holds: it is
 /// measured against the last good revision on the current nodes by core's rule
-/// (`rollout::hold::destructive`), exactly as the configurator measures the revision it makes the
-/// target again. `None` when it is the last good revision, there is none, or it is not destructive.
-pub fn undo_hold(
+/// (`rollout::hold::destructive`), exactly as the configurator measures a revision it cuts or makes
+/// the target again (`undo` brings one back, `plan` cuts one). `None` when it is the last good
+/// revision, there is none, or it is not destructive.
+pub fn hold_of(
     last_good: Option<(&str, &RevisionInputs)>,
     to: &str,
     to_inputs: &RevisionInputs,
@@ -428,7 +429,7 @@ async fn undo_to(
         Some(lg) => {
             let lg_inputs = cluster::inputs_of(client, name(lg)).await?;
             let nodes = cluster::node_infos(&cluster::nodes(client).await?);
-            undo_hold(
+            hold_of(
                 Some((name(lg), &lg_inputs)),
                 name(to),
                 &to_inputs,

@@ -164,7 +164,10 @@ Layer2NetworkConfiguration and RoutingTable), render them against the live Nodes
   - fleet validation errors and warnings, with the object and field they are about;
   - per-node changes against the current target (grouped as in `diff`);
   - the waves a rollout would take: the configurator's own rollout step, run with every agent answering \
-at once, under --max-unavailable (the configurator's default, 10%, unless the flag says otherwise).
+at once, under --max-unavailable (the configurator's default, 10%, unless the flag says otherwise);
+  - whether the configurator would hold the revision as a destructive change (it takes more than \
+--destructive-threshold of what the last good revision puts on the nodes off them): then no node gets it \
+until an admin resumes it, and the waves are what follows that approval.
 The directory stands for the whole desired input set: objects on the cluster that it lacks would be \
 removed. Nothing is written to the cluster.";
 
@@ -251,6 +254,11 @@ pub struct DiffArgs {
     /// Node groups shown in full before the rest are counted.
     #[arg(long, default_value_t = 20)]
     pub max_groups: usize,
+    /// The configurator's --destructive-threshold (percent), to say whether it will hold the revision
+    /// these manifests make.
+    #[arg(long, value_name = "PERCENT", default_value_t = netwave_core::rollout::hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub destructive_threshold: u32,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
 }
@@ -275,6 +283,11 @@ pub struct PlanArgs {
     /// Node groups shown in full before the rest are counted.
     #[arg(long, default_value_t = 20)]
     pub max_groups: usize,
+    /// The configurator's --destructive-threshold (percent), to say whether it will hold the revision
+    /// these manifests make.
+    #[arg(long, value_name = "PERCENT", default_value_t = netwave_core::rollout::hold::DEFAULT_DESTRUCTIVE_THRESHOLD,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub destructive_threshold: u32,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
 }

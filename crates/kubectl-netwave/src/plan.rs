@@ -32,7 +32,7 @@ use netwave_core::rollout::{
 use netwave_core::{Sequence, Sym, Timestamp};
 use serde::Serialize;
 
-use crate::actions::{InputChanges, input_changes};
+use crate::actions::{InputChanges, hold_of, input_changes};
 use crate::changes::{NodeChanges, node_changes, render_changes};
 use crate::cli::PlanArgs;
 use crate::cluster::{self, name};
@@ -353,7 +353,8 @@ fn settled_fleet(
         unreadable_configs: Default::default(),
         unassigned_agents: Default::default(),
         rendered,
-        // No footprints: the waves show the rollout as it goes once any hold is approved.
+        // No footprints: the waves show the rollout as it goes once any hold is approved (`run`
+        // says whether there is one).
         footprints: Default::default(),
         move_losses: Default::default(),
     }
@@ -440,6 +441,10 @@ pub struct PlanView {
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
     pub changes: NodeChanges,
+    /// The configurator would hold this revision as a destructive change: what it removes from the
+    /// last good revision. No node gets it until an admin resumes it; `rollout` is what follows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Waves>,
 }
@@ -491,8 +496,22 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
         s.push_str(&format!("  warning: {w}\n"));
     }
     render_changes(&v.changes, &mut s);
+    if let Some(what) = &v.held {
+        s.push_str(&format!(
+            "held: {} {what}: the configurator holds it as a destructive change, and no node gets it \
+             until an admin resumes it (`kubectl netwave resume`)\n",
+            v.revision
+        ));
+    }
     if let Some(r) = &v.rollout {
-        s.push_str(&format!("rollout (maxUnavailable {max_unavailable}):\n"));
+        let when = if v.held.is_some() {
+            " once resumed"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "rollout{when} (maxUnavailable {max_unavailable}):\n"
+        ));
         if r.waves.is_empty() {
             s.push_str("  no node would be assigned anything\n");
         }
@@ -635,6 +654,17 @@ pub async fn run(
     let new_name = same
         .map(|s| name(s).to_string())
         .unwrap_or_else(|| revision_name(&hash));
+    // Measured as the configurator measures the target: against the last good revision.
+    let held = match (client, cluster::last_good(&revs, None)) {
+        (Some(c), Some(lg)) if name(lg) != new_name => hold_of(
+            Some((name(lg), &cluster::inputs_of(c, name(lg)).await?)),
+            &new_name,
+            &inputs,
+            &infos,
+            args.destructive_threshold,
+        ),
+        _ => None,
+    };
     // Each node's agent as its NodeNetworkConfig reports it (without a cluster: this build's).
     let agents = Agents {
         features: match client {
@@ -673,6 +703,7 @@ pub async fn run(
         errors: validation.errors,
         warnings: validation.warnings,
         changes,
+        held,
         rollout,
     };
     let mu = match args.max_unavailable {

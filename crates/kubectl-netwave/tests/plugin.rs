@@ -603,12 +603,54 @@ async fn plan_shows_changes_validation_and_waves_and_writes_nothing() {
         "{out}"
     );
 
+    // Without the segment, rack a loses it: held when that is more than the threshold of what the
+    // last good revision puts on the nodes, and the waves are what follows the approval.
+    let vrf_only = manifest_dir(&[("vrf.yaml", VRF_YAML)]);
+    let v = vrf_only.to_str().unwrap();
+    let (_, out) = kn(c, &["plan", "-f", v]).await;
+    println!("{out}");
+    assert!(!out.contains("held:"), "under the default threshold: {out}");
+    assert!(out.contains("rollout (maxUnavailable 10%):"), "{out}");
+    let (_, out) = kn(c, &["plan", "-f", v, "--destructive-threshold", "10"]).await;
+    println!("{out}");
+    let held = "removes 1 of the 2 objects the last good revision";
+    assert!(
+        out.contains(&format!("held: rev-")) && out.contains(held),
+        "{out}"
+    );
+    assert!(
+        out.contains("no node gets it until an admin resumes it (`kubectl netwave resume`)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rollout once resumed (maxUnavailable 10%):"),
+        "{out}"
+    );
+    let (_, j) = kn(
+        c,
+        &[
+            "plan",
+            "-f",
+            v,
+            "--destructive-threshold",
+            "10",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let j: Value = serde_json::from_str(&j).unwrap();
+    assert!(
+        j["held"].as_str().is_some_and(|h| h.starts_with(held)),
+        "{j}"
+    );
+
     assert_eq!(live_inputs(c).await, before, "plan writes nothing");
     assert_eq!(
         kubectl_netwave::cluster::revisions(c).await.unwrap().len(),
         1
     );
-    for d in [dir, bad, typo] {
+    for d in [dir, bad, typo, vrf_only] {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
