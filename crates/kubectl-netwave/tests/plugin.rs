@@ -614,10 +614,7 @@ async fn plan_shows_changes_validation_and_waves_and_writes_nothing() {
     let (_, out) = kn(c, &["plan", "-f", v, "--destructive-threshold", "10"]).await;
     println!("{out}");
     let held = "removes 1 of the 2 objects the last good revision";
-    assert!(
-        out.contains(&format!("held: rev-")) && out.contains(held),
-        "{out}"
-    );
+    assert!(out.contains("held: rev-") && out.contains(held), "{out}");
     assert!(
         out.contains("no node gets it until an admin resumes it (`kubectl netwave resume`)"),
         "{out}"
