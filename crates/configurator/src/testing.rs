@@ -26,6 +26,30 @@ pub const LOCAL_ENDPOINTS: [&str; 6] = [
     "text",
 ];
 
+/// netwave's CRDs with the `maximum` of some fields taken out (each a `pointer` into the schema of the
+/// CRD committed as `file`): the schemas before those bounds existed, under which a test stores objects
+/// the Rust types cannot decode (DESIGN.md §6, "One bad object never blinds the fleet").
+pub fn crds_without_bound(
+    fields: &[(&str, &str)],
+) -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    netwave_api::crds()
+        .into_iter()
+        .map(|(f, crd)| {
+            let mut v = serde_json::to_value(crd).expect("a CRD is JSON");
+            for (_, pointer) in fields.iter().filter(|(file, _)| *file == f) {
+                let schema = &mut v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+                let field = schema
+                    .pointer_mut(pointer)
+                    .expect("the field is in the schema");
+                let bound = field.as_object_mut().and_then(|o| o.remove("maximum"));
+                assert!(bound.is_some(), "{f}: {pointer} has no maximum");
+            }
+            serde_json::from_value(v).expect("still a CRD")
+        })
+        .collect()
+}
+
 /// The arguments of an in-process configurator in a test: [`LEASE_TIMINGS`], [`LOOP_TIMINGS`],
 /// [`LOCAL_ENDPOINTS`], then `extra` (a later value of an option replaces an earlier one). Checked as
 /// the binary checks them.

@@ -16,34 +16,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use netwave_api::{NetworkConfigRevision, NodeNetworkConfig, RoutingTable};
+use netwave_configurator::testing::crds_without_bound as without_bound;
 use netwave_runtime::decoded::Decoded;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
 
-/// netwave's CRDs with the `maximum` of one field (`pointer` into the schema of the CRD committed as
-/// `file`) taken out: the schema before that bound existed.
-fn without_bound(file: &str, pointer: &str) -> Vec<CustomResourceDefinition> {
-    netwave_api::crds()
-        .into_iter()
-        .map(|(f, crd)| {
-            if f != file {
-                return crd;
-            }
-            let mut v = serde_json::to_value(crd).unwrap();
-            let schema = &mut v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-            let field = schema
-                .pointer_mut(pointer)
-                .expect("the field is in the schema");
-            assert!(field.as_object_mut().unwrap().remove("maximum").is_some());
-            serde_json::from_value(v).unwrap()
-        })
-        .collect()
-}
-
-/// Installs `crds` and waits until the API server validates with them: `dry_run` (a dry run of the
-/// write that tells the two schemas apart) succeeds when `accepted`, else it is refused with a 422,
-/// whose message is returned.
+/// Installs `crds` and waits until the API server validates with them (see
+/// `install_crds_validating`).
 async fn install<F, Fut>(
     env: &Env,
     crds: Vec<CustomResourceDefinition>,
@@ -54,19 +34,10 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<(), kube::Error>>,
 {
-    env.cp().install_crds(&env.client, crds).await.unwrap();
-    eventually(
-        T,
-        "the API server to validate with the installed CRD",
-        || async {
-            match (dry_run().await, accepted) {
-                (Ok(()), true) => Ok(String::new()),
-                (Err(kube::Error::Api(e)), false) if e.code == 422 => Ok(e.message),
-                (other, _) => Err(format!("{other:?}")),
-            }
-        },
-    )
+    (env.cp()
+        .install_crds_validating(&env.client, crds, accepted, dry_run))
     .await
+    .unwrap()
 }
 
 /// The kind `K` as untyped JSON, for values `K` cannot hold.
@@ -294,10 +265,10 @@ async fn a_node_config_that_cannot_be_decoded_is_reported_and_skipped_and_the_fl
     let bad = Patch::Merge(json!({"status": {"observedRetry": 4294967296u64}}));
     install(
         &env,
-        without_bound(
+        without_bound(&[(
             "nodenetworkconfigs.yaml",
             "/properties/status/properties/observedRetry",
-        ),
+        )]),
         true,
         || async { agent.patch_status("node-01", &dry(), &bad).await.map(drop) },
     )
@@ -453,10 +424,10 @@ async fn an_input_that_cannot_be_decoded_holds_revision_cutting_instead_of_vanis
     let bad = metric_of(4294967296);
     install(
         &env,
-        without_bound(
+        without_bound(&[(
             "routingtables.yaml",
             "/properties/spec/properties/routes/items/properties/metric",
-        ),
+        )]),
         true,
         || async { rts.patch("oob", &dry(), &bad).await.map(drop) },
     )

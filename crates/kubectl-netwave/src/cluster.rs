@@ -5,6 +5,7 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
+use netwave_api::kinds::{Input, Visit};
 use netwave_api::vocab::RevisionPhase;
 use netwave_api::{
     AnyInput, InputKind, NetworkConfigInputs, NetworkConfigRevision, NodeNetworkConfig,
@@ -12,21 +13,108 @@ use netwave_api::{
 };
 use netwave_core::render::NodeInfo;
 use netwave_core::revision::{ExistingRevision, canonical_inputs};
+use netwave_core::undecodable::{Kind, Undecodable};
+use netwave_runtime::decoded::Decoded;
+use std::sync::Arc;
 
 /// Field manager of every write the plugin makes (what `status` shows as "paused by").
 pub const FIELD_MANAGER: &str = "kubectl-netwave";
 
-/// Every revision, oldest (lowest sequence) first.
-pub async fn revisions(client: &Client) -> anyhow::Result<Vec<NetworkConfigRevision>> {
-    let mut list = Api::<NetworkConfigRevision>::all(client.clone())
+/// Objects of a kind as far as they decode as netwave's types, and those that do not (stored before a
+/// schema bound existed, or under an older CRD). The configurator reads around such an object and says
+/// so in an `Undecodable` Event on it; the views (`status`, `history`, `plan`) do the same and say what
+/// it holds ([`unreadable_notes`]), so they work exactly when an admin needs them. Commands that write
+/// refuse with [`Listed::strict`]: what they would write depends on what cannot be read.
+#[derive(Debug)]
+pub struct Listed<K> {
+    pub items: Vec<K>,
+    pub unreadable: Vec<Undecodable>,
+}
+
+impl<K> Listed<K> {
+    /// The objects, or an error naming every object that cannot be read.
+    pub fn strict(self) -> anyhow::Result<Vec<K>> {
+        if self.unreadable.is_empty() {
+            return Ok(self.items);
+        }
+        bail!(
+            "{}; fix or delete {} first (`kubectl netwave status` shows what the configurator holds \
+             meanwhile)",
+            self.unreadable
+                .iter()
+                .map(|u| format!("{} {} cannot be decoded ({})", u.kind, u.name, u.error))
+                .collect::<Vec<_>>()
+                .join("; "),
+            if self.unreadable.len() == 1 {
+                "it"
+            } else {
+                "them"
+            }
+        )
+    }
+}
+
+/// What is known of `d` when it does not decode as `K`.
+pub fn unreadable<K>(kind: Kind, d: &Decoded<K>) -> Option<Undecodable> {
+    d.undecodable().map(|u| Undecodable {
+        kind,
+        name: u.metadata.name.clone().unwrap_or_default(),
+        error: u.error.clone(),
+    })
+}
+
+/// The objects among `all` that decode (cloned), and what is known of those that do not.
+pub fn split<'a, K: Clone + 'a>(
+    kind: Kind,
+    all: impl Iterator<Item = &'a Arc<Decoded<K>>>,
+) -> (Vec<K>, Vec<Undecodable>) {
+    let mut out = (Vec::new(), Vec::new());
+    for d in all {
+        match unreadable(kind, d) {
+            Some(u) => out.1.push(u),
+            None => out.0.extend(d.object().map(|k| (**k).clone())),
+        }
+    }
+    out
+}
+
+/// Every object of `K`, each decoded on its own (one that does not decode fails only itself).
+async fn list<K>(client: &Client, kind: Kind, context: &'static str) -> anyhow::Result<Listed<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = Api::<Decoded<K>>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .context(
-            "listing NetworkConfigRevisions (are netwave's CRDs installed, and may you list them?)",
-        )?
-        .items;
-    sort_revisions(&mut list);
-    Ok(list)
+        .context(context)?;
+    let mut out = Listed {
+        items: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for d in list.items {
+        match unreadable(kind, &d) {
+            Some(u) => out.unreadable.push(u),
+            None => out.items.extend(d.object().map(|k| (**k).clone())),
+        }
+    }
+    Ok(out)
+}
+
+/// Every revision that decodes, oldest (lowest sequence) first, and those that do not.
+pub async fn read_revisions(client: &Client) -> anyhow::Result<Listed<NetworkConfigRevision>> {
+    let mut l = list(
+        client,
+        Kind::Revision,
+        "listing NetworkConfigRevisions (are netwave's CRDs installed, and may you list them?)",
+    )
+    .await?;
+    sort_revisions(&mut l.items);
+    Ok(l)
+}
+
+/// Every revision, oldest (lowest sequence) first; an error naming any that cannot be decoded.
+pub async fn revisions(client: &Client) -> anyhow::Result<Vec<NetworkConfigRevision>> {
+    read_revisions(client).await?.strict()
 }
 
 /// The inputs of the revision `name` (its `NetworkConfigInputs`).
@@ -38,18 +126,22 @@ pub async fn inputs_of(client: &Client, name: &str) -> anyhow::Result<RevisionIn
         .with_context(|| format!("reading the inputs of {name} (NetworkConfigInputs {name})"))
 }
 
-/// The inputs of every revision, by revision name.
-pub async fn all_inputs(
-    client: &Client,
-) -> anyhow::Result<std::collections::BTreeMap<String, RevisionInputs>> {
-    Ok(Api::<NetworkConfigInputs>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing NetworkConfigInputs (may you list them?)")?
-        .items
-        .into_iter()
-        .map(|i| (i.name_any(), i.spec))
-        .collect())
+/// The inputs of every revision that decode, by revision name, and those that do not.
+pub async fn read_all_inputs(client: &Client) -> anyhow::Result<Listed<(String, RevisionInputs)>> {
+    let l = list::<NetworkConfigInputs>(
+        client,
+        Kind::RevisionInputs,
+        "listing NetworkConfigInputs (may you list them?)",
+    )
+    .await?;
+    Ok(Listed {
+        items: l
+            .items
+            .into_iter()
+            .map(|i| (i.name_any(), i.spec))
+            .collect(),
+        unreadable: l.unreadable,
+    })
 }
 
 /// Oldest first; ties (which one writer never makes) by name.
@@ -66,12 +158,14 @@ pub fn sort_revisions(list: &mut [NetworkConfigRevision]) {
     });
 }
 
+/// Every node config that decodes, and those that do not.
+pub async fn read_configs(client: &Client) -> anyhow::Result<Listed<NodeNetworkConfig>> {
+    list(client, Kind::NodeConfig, "listing NodeNetworkConfigs").await
+}
+
+/// Every node config; an error naming any that cannot be decoded.
 pub async fn configs(client: &Client) -> anyhow::Result<Vec<NodeNetworkConfig>> {
-    Ok(Api::<NodeNetworkConfig>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .context("listing NodeNetworkConfigs")?
-        .items)
+    read_configs(client).await?.strict()
 }
 
 pub async fn nodes(client: &Client) -> anyhow::Result<Vec<Node>> {
@@ -97,9 +191,13 @@ pub fn node_infos(nodes: &[Node]) -> Vec<NodeInfo> {
 }
 
 /// The input objects on the cluster now, as the configurator folds them (objects being deleted are
-/// already gone), canonically sorted.
-pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
+/// already gone), canonically sorted; and those that cannot be decoded (while one exists the
+/// configurator cuts no revision).
+pub async fn read_live_inputs(
+    client: &Client,
+) -> anyhow::Result<(RevisionInputs, Vec<Undecodable>)> {
     let mut inputs = RevisionInputs::default();
+    let mut unreadable = Vec::new();
     for kind in InputKind::ALL {
         let api = Api::<DynamicObject>::all_with(client.clone(), &kind.api_resource());
         let list =
@@ -110,14 +208,69 @@ pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
             }
             let name = o.name_any();
             let value = serde_json::to_value(o).context("an object is JSON")?;
-            let o = AnyInput::from_api(*kind, value)
-                .with_context(|| format!("reading {kind}/{name}"))?;
-            o.add_to(&mut inputs);
+            match AnyInput::from_api(*kind, value.clone()) {
+                Ok(o) => o.add_to(&mut inputs),
+                Err(_) => unreadable.push(Undecodable {
+                    kind: Kind::Input(*kind),
+                    name,
+                    error: input_decode_error(*kind, &value),
+                }),
+            }
         }
     }
     // As the configurator folds them: cut for this build's render version.
     netwave_core::render::stamp_render_version(&mut inputs, netwave_core::render::RENDER_VERSION);
-    Ok(canonical_inputs(&inputs))
+    Ok((canonical_inputs(&inputs), unreadable))
+}
+
+/// Why `value` does not decode as an object of `kind`, with the field path (as the configurator's
+/// Event says it).
+fn input_decode_error(kind: InputKind, value: &serde_json::Value) -> String {
+    struct PathOf<'a>(&'a str, String);
+    impl Visit for PathOf<'_> {
+        fn visit<K: Input>(&mut self) {
+            self.1 = netwave_runtime::decoded::decode_error::<K>(self.0);
+        }
+    }
+    let json = value.to_string();
+    let mut p = PathOf(&json, String::new());
+    kind.visit(&mut p);
+    p.1
+}
+
+/// The input objects on the cluster now (see [`read_live_inputs`]); an error naming any that cannot
+/// be decoded.
+pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
+    let (inputs, unreadable) = read_live_inputs(client).await?;
+    Listed {
+        items: vec![inputs],
+        unreadable,
+    }
+    .strict()
+    .map(|mut v| v.remove(0))
+}
+
+/// One line per object that cannot be read: what does not decode and what the configurator holds
+/// meanwhile (the words of its `Undecodable` Event).
+pub fn unreadable_notes(objects: &[Undecodable]) -> Vec<String> {
+    let mut sorted = objects.to_vec();
+    sorted.sort();
+    sorted.iter().map(netwave_core::undecodable::note).collect()
+}
+
+/// The text block of [`unreadable_notes`] (empty when there are none).
+pub fn render_unreadable(notes: &[String]) -> String {
+    if notes.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "cannot read {} object(s); left out here as the configurator leaves them out:\n",
+        notes.len()
+    );
+    for n in notes {
+        s.push_str(&format!("  {n}\n"));
+    }
+    s
 }
 
 pub fn name(r: &NetworkConfigRevision) -> &str {

@@ -149,9 +149,19 @@ pub fn render(rows: &[Row]) -> String {
 }
 
 pub async fn run(client: &Client, args: HistoryArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
-    let revs = cluster::revisions(client).await?;
-    let inputs = cluster::all_inputs(client).await?;
-    let rows = rows(&revs, &inputs, crate::shared::now());
-    emit(term.out, args.output, &rows, |r| render(r))?;
+    let revs = cluster::read_revisions(client).await?;
+    let inputs = cluster::read_all_inputs(client).await?;
+    let rows = rows(
+        &revs.items,
+        &inputs.items.into_iter().collect(),
+        crate::shared::now(),
+    );
+    let unreadable = cluster::unreadable_notes(&[revs.unreadable, inputs.unreadable].concat());
+    let block = cluster::render_unreadable(&unreadable);
+    // The rows stay one list in JSON and YAML: the objects that cannot be read go to stderr there.
+    if args.output != crate::cli::Output::Text {
+        eprint!("{block}");
+    }
+    emit(term.out, args.output, &rows, |r| render(r) + &block)?;
     Ok(Exit::Success)
 }

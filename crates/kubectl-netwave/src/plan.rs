@@ -29,6 +29,7 @@ use netwave_core::rollout::{
     AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, NodeState, Phase, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput, step,
 };
+use netwave_core::undecodable::Undecodable;
 use netwave_core::{Sequence, Sym, Timestamp};
 use serde::Serialize;
 
@@ -447,6 +448,26 @@ pub struct PlanView {
     pub held: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Waves>,
+    /// Objects on the cluster that cannot be decoded, each with what the configurator holds
+    /// meanwhile (an input: no revision is cut at all).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// An input object on the cluster that cannot be decoded is not missing: applying the directory
+/// replaces it when the directory has it, and deletes it when not.
+fn unreadable_inputs(objects: &mut InputChanges, bad: &[Undecodable]) {
+    for u in bad {
+        let id = format!("{}/{}", u.kind, u.name);
+        if let Some(i) = objects.create.iter().position(|c| *c == id) {
+            objects.create.remove(i);
+            objects.update.push(format!(
+                "{id}: replaces the object on the cluster, which cannot be read"
+            ));
+        } else {
+            objects.delete.push(format!("{id}, which cannot be read"));
+        }
+    }
 }
 
 fn render(v: &PlanView, max_unavailable: &str) -> String {
@@ -462,6 +483,7 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
     if let Some(n) = &v.note {
         s.push_str(&format!("note: {n}\n"));
     }
+    s.push_str(&cluster::render_unreadable(&v.unreadable));
     if let Some(o) = &v.objects {
         if o.is_empty() {
             s.push_str("objects: the manifests equal what is on the cluster\n");
@@ -612,11 +634,17 @@ pub async fn run(
         validation.errors.insert(0, too_large.to_string());
     }
 
+    let mut unreadable = Vec::new();
     let (revs, objects) = match client {
-        Some(c) => (
-            cluster::revisions(c).await?,
-            Some(input_changes(&cluster::live_inputs(c).await?, &inputs)),
-        ),
+        Some(c) => {
+            let revs = cluster::read_revisions(c).await?;
+            let (live, bad_inputs) = cluster::read_live_inputs(c).await?;
+            let mut objects = input_changes(&live, &inputs);
+            unreadable_inputs(&mut objects, &bad_inputs);
+            unreadable.extend(revs.unreadable);
+            unreadable.extend(bad_inputs);
+            (revs.items, Some(objects))
+        }
         None => (Vec::new(), None),
     };
     let target = cluster::target(&revs);
@@ -668,14 +696,19 @@ pub async fn run(
     // Each node's agent as its NodeNetworkConfig reports it (without a cluster: this build's).
     let agents = Agents {
         features: match client {
-            Some(c) => (cluster::configs(c).await?.iter())
-                .filter_map(|c| {
-                    let n = c.metadata.name.clone()?;
-                    Some((n, FeatureSet::of_agent(c.status.as_ref())))
-                })
-                .collect(),
-            None => BTreeMap::new(),
-        },
+            Some(c) => {
+                let configs = cluster::read_configs(c).await?;
+                unreadable.extend(configs.unreadable);
+                configs.items
+            }
+            None => Vec::new(),
+        }
+        .iter()
+        .filter_map(|c| {
+            let n = c.metadata.name.clone()?;
+            Some((n, FeatureSet::of_agent(c.status.as_ref())))
+        })
+        .collect(),
         needs: (checked.nodes.iter())
             .map(|(n, r)| (n.clone(), r.needs()))
             .collect(),
@@ -705,6 +738,7 @@ pub async fn run(
         changes,
         held,
         rollout,
+        unreadable: cluster::unreadable_notes(&unreadable),
     };
     let mu = match args.max_unavailable {
         netwave_api::CountOrPercent::Count(n) => n.to_string(),

@@ -24,6 +24,8 @@ use netwave_api::vocab::{
 use netwave_api::{ASSIGNED_AT_ANNOTATION, FailedNode, NetworkConfigRevision, NodeNetworkConfig};
 use netwave_core::Timestamp;
 use netwave_core::rollout::{NodeConfigState, is_updated};
+use netwave_core::undecodable::Kind;
+use netwave_runtime::decoded::Decoded;
 use serde::Serialize;
 
 use crate::cli::{Output, StatusArgs};
@@ -92,6 +94,10 @@ pub struct StatusView {
     /// The agent versions the nodes report (`status.agentVersion`), newest count first: an agent
     /// upgrade's progress. Nodes whose agent has not reported are counted under `""`.
     pub agents: Vec<AgentCount>,
+    /// Objects that cannot be decoded, each with what the configurator holds meanwhile: left out of
+    /// this view as the configurator leaves them out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -248,6 +254,7 @@ pub fn build<'a>(
         nodes: seen.groups,
         node_lines: seen.lines,
         agents: seen.agents,
+        unreadable: Vec::new(),
     }
 }
 
@@ -464,6 +471,7 @@ pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
     for n in &v.notices {
         s.push_str(&format!("{n}\n"));
     }
+    s.push_str(&cluster::render_unreadable(&v.unreadable));
     if !v.validation_errors.is_empty() {
         s.push_str(&format!(
             "validation errors ({}):\n",
@@ -519,12 +527,14 @@ pub fn render(v: &StatusView, now: Timestamp, color: bool) -> String {
     s
 }
 
-/// The revision `status` shows: the one named, else the newest.
+/// The revision `status` shows: the one named, else the newest. `unreadable`: the notes on objects
+/// that cannot be decoded, said with the error when no revision can be shown.
 fn pick<'a>(
     revs: &'a [NetworkConfigRevision],
     arg: Option<&str>,
+    unreadable: &[String],
 ) -> anyhow::Result<&'a NetworkConfigRevision> {
-    match arg {
+    let picked = match arg {
         Some(a) => cluster::resolve(revs, a),
         None => revs.last().ok_or_else(|| {
             anyhow::anyhow!(
@@ -532,17 +542,27 @@ fn pick<'a>(
                  routing-table objects exist)"
             )
         }),
-    }
+    };
+    picked.map_err(|e| match unreadable {
+        [] => e,
+        _ => anyhow::anyhow!("{e}\n{}", cluster::render_unreadable(unreadable).trim_end()),
+    })
 }
 
 pub async fn run(client: &Client, args: StatusArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
     if args.watch {
         return watch(client, &args, term).await;
     }
-    let revs = cluster::revisions(client).await?;
-    let rev = pick(&revs, args.revision.as_deref())?;
-    let configs = cluster::configs(client).await?;
-    let view = build(rev, &revs, &configs, args.all_nodes);
+    let revs = cluster::read_revisions(client).await?;
+    let configs = cluster::read_configs(client).await?;
+    // An input that cannot be read is why no revision is cut for a change: say so here too.
+    let (_, inputs_unreadable) = cluster::read_live_inputs(client).await?;
+    let unreadable = cluster::unreadable_notes(
+        &[revs.unreadable, configs.unreadable, inputs_unreadable].concat(),
+    );
+    let rev = pick(&revs.items, args.revision.as_deref(), &unreadable)?;
+    let mut view = build(rev, &revs.items, &configs.items, args.all_nodes);
+    view.unreadable = unreadable;
     let now = crate::shared::now();
     let color = term.tty;
     emit(term.out, args.output, &view, |v| render(v, now, color))?;
@@ -576,13 +596,14 @@ fn done(phase: &str) -> Option<Exit> {
 /// every 200 ms, so a 5,000-node rollout does not redraw 5,000 times) and drawn when it changed (on a
 /// terminal also once a second, for the ages).
 async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyhow::Result<Exit> {
-    let (revs_r, revs_w) = reflector::store::<NetworkConfigRevision>();
-    let (nncs_r, nncs_w) = reflector::store::<NodeNetworkConfig>();
+    // As the configurator watches: one object that does not decode does not fail the watch.
+    let (revs_r, revs_w) = reflector::store::<Decoded<NetworkConfigRevision>>();
+    let (nncs_r, nncs_w) = reflector::store::<Decoded<NodeNetworkConfig>>();
     let cfg = watcher::Config::default();
     let revs_s = reflector(
         revs_w,
         watcher(
-            Api::<NetworkConfigRevision>::all(client.clone()),
+            Api::<Decoded<NetworkConfigRevision>>::all(client.clone()),
             cfg.clone(),
         )
         .default_backoff(),
@@ -593,7 +614,7 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
     });
     let nncs_s = reflector(
         nncs_w,
-        watcher(Api::<NodeNetworkConfig>::all(client.clone()), cfg).default_backoff(),
+        watcher(Api::<Decoded<NodeNetworkConfig>>::all(client.clone()), cfg).default_backoff(),
     )
     .map(|e| e.err().map(|e| format!("watching NodeNetworkConfigs: {e}")));
     let mut events = futures::stream::select(revs_s.boxed(), nncs_s.boxed());
@@ -631,15 +652,18 @@ async fn watch(client: &Client, args: &StatusArgs, term: &mut Term<'_>) -> anyho
     let mut drawn_lines = 0usize;
     let mut waiting_drawn = false;
     loop {
-        let mut revs: Vec<NetworkConfigRevision> =
-            revs_r.state().iter().map(|r| (**r).clone()).collect();
+        let (mut revs, mut bad) = cluster::split(Kind::Revision, revs_r.state().iter());
         cluster::sort_revisions(&mut revs);
+        // The store's objects, not copies: a 5,000-node fleet is re-read every burst.
+        let configs = nncs_r.state();
+        bad.extend((configs.iter()).filter_map(|c| cluster::unreadable(Kind::NodeConfig, c)));
+        let unreadable = cluster::unreadable_notes(&bad);
         let now = crate::shared::now();
-        match pick(&revs, args.revision.as_deref()) {
+        match pick(&revs, args.revision.as_deref(), &unreadable) {
             Ok(rev) => {
-                // The store's objects, not copies: a 5,000-node fleet is re-read every burst.
-                let configs = nncs_r.state();
-                let view = build(rev, &revs, configs.iter().map(|c| &**c), args.all_nodes);
+                let objects = configs.iter().filter_map(|c| c.object().map(|c| &**c));
+                let mut view = build(rev, &revs, objects, args.all_nodes);
+                view.unreadable = unreadable;
                 let changed = shown.as_ref() != Some(&view);
                 if changed || term.tty {
                     let text = match args.output {

@@ -4,8 +4,10 @@
 mod common;
 
 use common::*;
+use kube::api::{Api, Patch, PatchParams};
 use kubectl_netwave::Exit;
 use netwave_api::vocab::{NodePhase, NodeReason, RevisionPhase};
+use netwave_api::{NetworkConfigRevision, NodeNetworkConfig, RoutingTable};
 use serde_json::{Value, json};
 
 /// rev 1 Complete; rev 2 rolling out on 5 nodes: 3 updated, node-3 failed (rolled back), node-4
@@ -909,4 +911,157 @@ async fn release_lifts_a_quarantine_and_nothing_else() {
     assert_eq!(out.trim(), "node-3 is not quarantined: nothing to do");
     let e = kn_err(c, &["release", "node-9"]).await;
     assert!(e.contains("reading NodeNetworkConfig node-9"), "{e}");
+}
+
+/// DESIGN.md §6, "One bad object never blinds the fleet", for the admin's own views: a revision, a
+/// node config and a routing table stored before their schema bounds existed cannot be decoded.
+/// `status`, `history` and `plan` still work, leave them out as the configurator does and say what
+/// each one holds; `undo`, which writes, refuses and names them.
+#[tokio::test]
+async fn the_views_work_and_say_what_is_wrong_while_objects_cannot_be_decoded() {
+    use kube::api::{ApiResource, DynamicObject};
+    let env = env().await;
+    let c = &env.client;
+    for i in 0..3 {
+        create_node(c, &format!("node-{i}"), json!({"rack": "a"})).await;
+    }
+    let old = create_revision(
+        c,
+        &inputs(1500, false),
+        1,
+        json!({"phase": RevisionPhase::Superseded.as_str()}),
+    )
+    .await;
+    let good = create_revision(
+        c,
+        &inputs(9000, true),
+        2,
+        json!({"phase": RevisionPhase::Complete.as_str(), "total": 3, "updated": 3}),
+    )
+    .await;
+    create_inputs(c, &inputs(9000, true)).await;
+    for i in 0..3 {
+        let ok = json!({"phase": "Provisioned", "observedRevision": good, "observedRetry": 0});
+        create_config(
+            c,
+            &format!("node-{i}"),
+            &good,
+            2,
+            "2026-01-01T00:00:00Z",
+            ok,
+        )
+        .await;
+    }
+
+    // As objects from before the bounds were stored: untyped writes under the schemas without them.
+    let dynamic = |ar: ApiResource| Api::<DynamicObject>::all_with(c.clone(), &ar);
+    let (ncrs, nncs, rts) = (
+        dynamic(ApiResource::erase::<NetworkConfigRevision>(&())),
+        dynamic(ApiResource::erase::<NodeNetworkConfig>(&())),
+        dynamic(ApiResource::erase::<RoutingTable>(&())),
+    );
+    let retry = |n: u64| Patch::Merge(json!({"status": {"observedRetry": n}}));
+    let metric = |n: u64| {
+        Patch::<()>::Json(
+            serde_json::from_value(json!([
+                {"op": "add", "path": "/spec/routes/0/metric", "value": n}
+            ]))
+            .unwrap(),
+        )
+    };
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let status_retry = "/properties/status/properties/observedRetry";
+    let relaxed = netwave_configurator::testing::crds_without_bound(&[
+        ("networkconfigrevisions.yaml", status_retry),
+        ("nodenetworkconfigs.yaml", status_retry),
+        (
+            "routingtables.yaml",
+            "/properties/spec/properties/routes/items/properties/metric",
+        ),
+    ]);
+    let probe = |n: u64| {
+        let (ncrs, nncs, rts) = (&ncrs, &nncs, &rts);
+        let (retry, metric, dry, old) = (&retry, &metric, &dry, &old);
+        async move {
+            ncrs.patch_status(old, dry, &retry(n)).await?;
+            nncs.patch_status("node-1", dry, &retry(n)).await?;
+            rts.patch("extra", dry, &metric(n)).await.map(drop)
+        }
+    };
+    let cp = &env.cp;
+    (cp.install_crds_validating(c, relaxed, true, || probe(1 << 32)))
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+    ncrs.patch_status(&old, &pp, &retry(1 << 32)).await.unwrap();
+    nncs.patch_status("node-1", &pp, &retry(1 << 32))
+        .await
+        .unwrap();
+    rts.patch("extra", &pp, &metric(1 << 32)).await.unwrap();
+    let strict = netwave_api::crds().into_iter().map(|(_, c)| c);
+    (cp.install_crds_validating(c, strict, false, || probe((1 << 32) + 1)))
+        .await
+        .unwrap();
+    let e = kubectl_netwave::cluster::revisions(c).await.unwrap_err();
+    assert!(format!("{e:#}").contains("fix or delete it first"), "{e:#}");
+
+    let (exit, out) = kn(c, &["status"]).await;
+    println!("{out}");
+    assert_eq!(exit, Exit::Success);
+    assert!(
+        out.contains(&format!("revision {good} (seq 2)  phase Complete")),
+        "{out}"
+    );
+    assert!(out.contains("cannot read 3 object(s)"), "{out}");
+    for says in [
+        "RoutingTable extra cannot be decoded (spec.routes[0].metric: ".into(),
+        "no revision is cut from the inputs until it is fixed".into(),
+        format!("NetworkConfigRevision {old} cannot be decoded (status.observedRetry: "),
+        "the rollout is held".into(),
+        "NodeNetworkConfig node-1 cannot be decoded (status.observedRetry: ".into(),
+        "node node-1's state is unknown".into(),
+    ] {
+        assert!(out.contains(&says), "{says}: {out}");
+    }
+    let (_, j) = kn(c, &["status", "-o", "json"]).await;
+    let j: Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(j["unreadable"].as_array().map(Vec::len), Some(3), "{j}");
+    // A revision that cannot be read is not one `status` can show.
+    let e = kn_err(c, &["status", &old]).await;
+    assert!(
+        e.contains("not found") && e.contains("cannot read 3 object(s)"),
+        "{e}"
+    );
+
+    let (_, out) = kn(c, &["history"]).await;
+    println!("{out}");
+    assert!(
+        out.contains(&good) && !out.contains(&format!("   {old}   ")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("NetworkConfigRevision {old} cannot be decoded")),
+        "{out}"
+    );
+
+    let dir = manifest_dir(&[("vrf.yaml", VRF_YAML), ("l2.yaml", &l2_yaml(9000))]);
+    let (_, out) = kn(c, &["plan", "-f", dir.to_str().unwrap()]).await;
+    println!("{out}");
+    assert!(out.contains("cannot read 3 object(s)"), "{out}");
+    assert!(
+        out.contains("  - delete RoutingTable/extra, which cannot be read (not in the directory)"),
+        "{out}"
+    );
+    assert!(out.contains("rollout (maxUnavailable"), "{out}");
+    std::fs::remove_dir_all(dir).unwrap();
+
+    let e = kn_err(c, &["undo", "--to", "1"]).await;
+    assert!(
+        e.contains(&format!("NetworkConfigRevision {old} cannot be decoded"))
+            && e.contains("fix or delete"),
+        "{e}"
+    );
 }

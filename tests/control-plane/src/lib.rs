@@ -504,6 +504,35 @@ impl ControlPlane {
         .await
     }
 
+    /// Installs `crds` and waits until the API server validates with them (it does so a moment after
+    /// they are Established): `dry_run`, a dry run of a write the old and new schemas tell apart,
+    /// succeeds when `accepted`, else it is refused with a 422, whose message is returned.
+    pub async fn install_crds_validating<F, Fut>(
+        &self,
+        client: &Client,
+        crds: impl IntoIterator<Item = CustomResourceDefinition>,
+        accepted: bool,
+        dry_run: F,
+    ) -> Result<String>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), kube::Error>>,
+    {
+        self.install_crds(client, crds).await?;
+        poll::eventually(
+            "the API server to validate with the installed CRDs",
+            Duration::from_secs(60),
+            || async {
+                match (dry_run().await, accepted) {
+                    (Ok(()), true) => Ok(String::new()),
+                    (Err(kube::Error::Api(e)), false) if e.code == 422 => Ok(e.message),
+                    (other, _) => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await
+    }
+
     /// Deletes what tests create, so the next test starts from an empty cluster: every object of the
     /// `netwave.dev` kinds, Nodes, Leases and Events in every namespace but `kube-*`, and admission
     /// policies.
