@@ -74,8 +74,18 @@ pub const REASON_CONFIG_TAMPERED: &str = crate::vocab::node_reasons::CONFIG_TAMP
     doc = "An immutable, content-addressed snapshot of all netwave inputs and the state of its rollout. The inputs themselves are in the NetworkConfigInputs object of the same name (kubectl get nci NAME -o yaml).",
     printcolumn(name = "Seq", type_ = "integer", json_path = ".spec.sequence"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Updated", type_ = "integer", json_path = ".status.updated"),
-    printcolumn(name = "Total", type_ = "integer", json_path = ".status.total"),
+    printcolumn(
+        name = "Updated",
+        type_ = "integer",
+        json_path = ".status.reached.updated"
+    ),
+    printcolumn(name = "Total", type_ = "integer", json_path = ".status.reached.total"),
+    printcolumn(
+        name = "Running",
+        type_ = "integer",
+        json_path = ".status.updated",
+        priority = 1
+    ),
     printcolumn(
         name = "In-Progress",
         type_ = "integer",
@@ -428,6 +438,23 @@ pub struct NetworkConfigRevisionStatus {
     /// When it was made the target again (see `activeSequence`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reactivated_at: Option<Time>,
+    /// How far its rollout got while it was the target: the counts follow `updated` and `total`
+    /// while it is, and stay as they were once it no longer is (superseded by a newer revision, or
+    /// failed), so history says what happened. `updated` then says how many nodes still run it.
+    /// Absent on a revision that was never the target under a configurator that records it
+    /// (0.2.0 on), or was failed by validation before any node moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<Reached>,
+}
+
+/// `status.reached`: a revision's rollout counts as of its last step as the target.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Reached {
+    /// Nodes whose agent reported `Provisioned` for it.
+    pub updated: u32,
+    /// Nodes in the fleet then.
+    pub total: u32,
 }
 
 /// The sequence a revision is ordered by: `status.activeSequence` once it was reactivated, else

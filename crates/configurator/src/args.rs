@@ -77,6 +77,13 @@ pub struct Args {
     /// revision made the target again, or the sum of small steps. 100 only catches removing everything.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub destructive_threshold: u32,
+    /// How new revisions are named. `hash`: `rev-3f9a0c12de`, the name's only form before 0.2.0.
+    /// `sequence`: `rev-00000007-3f9a0c12de`, so `kubectl get ncr` lists revisions in creation order
+    /// (the API server lists by name). Every configurator since 0.2.0 reads both; a 0.1.0
+    /// configurator takes a sequence name for a tampered revision and never renders it again, so turn
+    /// it on only once you will not go back to 0.1.0. Existing revisions keep their names.
+    #[arg(long, env = "NETWAVE_REVISION_NAMES", value_enum, default_value_t = RevisionNames::Hash)]
+    pub revision_names: RevisionNames,
     /// Default for `spec.rollout.quarantine.afterConsecutiveFailures`; off when not given. A node that
     /// failed this many revisions in a row, each provisioned by other nodes and failed by no other, is
     /// quarantined: its failures stop counting against maxFailures, it keeps its last good config and
@@ -142,6 +149,22 @@ pub struct Args {
 }
 
 pub use netwave_runtime::LogFormat;
+
+/// `--revision-names` (core's [`Naming`](netwave_core::revision::Naming)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RevisionNames {
+    Hash,
+    Sequence,
+}
+
+impl From<RevisionNames> for netwave_core::revision::Naming {
+    fn from(r: RevisionNames) -> Self {
+        match r {
+            RevisionNames::Hash => netwave_core::revision::Naming::Hash,
+            RevisionNames::Sequence => netwave_core::revision::Naming::Sequence,
+        }
+    }
+}
 
 /// How the reconcile task dies under `--fault-reconcile` (tests only).
 #[cfg(feature = "fault-hooks")]

@@ -55,6 +55,8 @@ pub struct Settings {
     pub coalesce: Duration,
     /// What a leader's wait plus the reconcile after it aim at (`--reaction-target`, [`Pace`]).
     pub reaction_target: Duration,
+    /// How new revisions are named (`--revision-names`).
+    pub naming: revision::Naming,
 }
 
 /// What one reconcile wants written, plus what it found.
@@ -134,7 +136,7 @@ pub fn compute(
     let existing: Vec<ExistingRevision> = live_revisions(s)
         .map(|r| ExistingRevision::from_object(r))
         .collect();
-    let decision = revision::decide(&hash, &existing, sequence_floor(s));
+    let decision = revision::decide_named(&hash, &existing, sequence_floor(s), settings.naming);
     let max_bytes = settings.fleet.max_object_bytes;
     let rolling = match cut::cut(
         &hash,
@@ -867,6 +869,7 @@ mod tests {
                 input_settle: settle,
                 coalesce: Duration::from_millis(15),
                 reaction_target: Duration::from_millis(15),
+                naming: Default::default(),
             }
         }
 

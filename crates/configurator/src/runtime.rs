@@ -43,6 +43,7 @@ pub fn settings(args: &Args) -> Settings {
         input_settle: args.input_settle,
         coalesce: args.coalesce_window,
         reaction_target: args.reaction_target,
+        naming: args.revision_names.into(),
     }
 }
 

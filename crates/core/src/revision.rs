@@ -96,20 +96,63 @@ pub fn inputs_hash(inputs: &RevisionInputs) -> String {
     hex::encode(hasher.finalize())
 }
 
+/// Digits of the zero-padded sequence in a [`Naming::Sequence`] name: names sort by sequence up to
+/// 99,999,999 revisions.
+pub const SEQUENCE_DIGITS: usize = 8;
+
+/// How the configurator names the revisions it creates (`--revision-names`). Either way a name is
+/// `rev-`, then at least [`REVISION_NAME_HEX`] leading hex digits of the hash, and every configurator
+/// since 0.2.0 reads both forms ([`name_matches`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Naming {
+    /// `rev-3f9a0c12de`: what 0.1.0 names, and the only form it reads. The API server lists objects by
+    /// name, so `kubectl get ncr` lists these in hash order.
+    #[default]
+    Hash,
+    /// `rev-00000007-3f9a0c12de`: the sequence, zero-padded to [`SEQUENCE_DIGITS`], before the hash,
+    /// so `kubectl get ncr` lists revisions in creation order. A 0.1.0 configurator takes such a name
+    /// for a tampered revision and never renders it again: use this once no 0.1.0 configurator can
+    /// lead (after an upgrade that will not be rolled back).
+    Sequence,
+}
+
 /// The revision object name for a hash: `rev-` and the first [`REVISION_NAME_HEX`] hex digits. A valid
 /// DNS-1123 name. [`decide`] may lengthen it if another hash already holds that name.
 pub fn revision_name(hash: &str) -> String {
-    name_with_len(hash, REVISION_NAME_HEX)
+    name_with_len(hash, REVISION_NAME_HEX, Naming::Hash, 0)
 }
 
-fn name_with_len(hash: &str, len: usize) -> String {
+/// The name a revision with this hash and sequence gets under `naming`, before any lengthening.
+pub fn revision_name_as(hash: &str, naming: Naming, sequence: u64) -> String {
+    name_with_len(hash, REVISION_NAME_HEX, naming, sequence)
+}
+
+/// How `name` was named: [`Naming::Sequence`] when it has the sequence before the hash digits.
+pub fn naming_of(name: &str) -> Naming {
+    let sequenced = (name.strip_prefix(REVISION_NAME_PREFIX))
+        .and_then(|r| r.split_once('-'))
+        .is_some_and(|(seq, _)| !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit()));
+    if sequenced {
+        Naming::Sequence
+    } else {
+        Naming::Hash
+    }
+}
+
+fn name_with_len(hash: &str, len: usize, naming: Naming, sequence: u64) -> String {
     let hex: String = hash
         .chars()
         .filter(char::is_ascii_hexdigit)
         .map(|c| c.to_ascii_lowercase())
         .take(len)
         .collect();
-    format!("{REVISION_NAME_PREFIX}{hex}")
+    match naming {
+        Naming::Hash => format!("{REVISION_NAME_PREFIX}{hex}"),
+        Naming::Sequence => format!(
+            "{REVISION_NAME_PREFIX}{sequence:0width$}-{hex}",
+            width = SEQUENCE_DIGITS
+        ),
+    }
 }
 
 /// Why a revision is not what its creator wrote: its inputs (the `NetworkConfigInputs` object of its name)
@@ -134,8 +177,9 @@ pub enum Tampered {
     )]
     InputsGone { name: String },
     #[error(
-        "spec.hash: {hash} does not belong to the name {name} (a revision is named rev- and the first \
-         hex digits of its hash): spec.hash was edited after the revision was created"
+        "spec.hash: {hash} does not belong to the name {name} (a revision is named rev-, its sequence \
+         and - or not, then the first hex digits of its hash): spec.hash was edited after the revision \
+         was created"
     )]
     Name { name: String, hash: String },
 }
@@ -161,9 +205,16 @@ pub fn verify(name: &str, hash: &str, inputs: &RevisionInputs) -> Result<(), Tam
     Ok(())
 }
 
-/// `name` is a name [`decide`] could have given a revision with this hash.
+/// `name` is a name [`decide`] could have given a revision with this hash, under either [`Naming`]:
+/// `rev-` (then, in [`Naming::Sequence`], decimal digits and `-`) and at least [`REVISION_NAME_HEX`]
+/// leading hex digits of the hash.
 pub fn name_matches(name: &str, hash: &str) -> bool {
-    name.strip_prefix(REVISION_NAME_PREFIX).is_some_and(|hex| {
+    let rest = name.strip_prefix(REVISION_NAME_PREFIX);
+    let hex = rest.map(|r| match (naming_of(name), r.split_once('-')) {
+        (Naming::Sequence, Some((_, hex))) => hex,
+        _ => r,
+    });
+    hex.is_some_and(|hex| {
         hex.len() >= REVISION_NAME_HEX
             && hex.bytes().all(|b| b.is_ascii_hexdigit())
             && hash
@@ -248,6 +299,16 @@ pub enum Decision {
 /// 4. otherwise → [`Decision::Create`] with the next sequence and [`revision_name`] (lengthened to 16,
 ///    24, 32 then 59 hex digits if an existing revision with another hash holds that name).
 pub fn decide(hash: &str, existing: &[ExistingRevision], sequence_floor: u64) -> Decision {
+    decide_named(hash, existing, sequence_floor, Naming::Hash)
+}
+
+/// [`decide`], naming a created revision by `naming`.
+pub fn decide_named(
+    hash: &str,
+    existing: &[ExistingRevision],
+    sequence_floor: u64,
+    naming: Naming,
+) -> Decision {
     let next = existing
         .iter()
         .map(|r| r.sequence)
@@ -284,11 +345,11 @@ pub fn decide(hash: &str, existing: &[ExistingRevision], sequence_floor: u64) ->
     }
     let name = [REVISION_NAME_HEX, 16, 24, 32, 59]
         .into_iter()
-        .map(|len| name_with_len(hash, len))
+        .map(|len| name_with_len(hash, len, naming, next))
         .find(|n| !existing.iter().any(|r| &r.name == n))
         // 59 hex digits of sha256 clashing with a different hash does not happen; fall back to the
         // longest name rather than panic.
-        .unwrap_or_else(|| name_with_len(hash, 59));
+        .unwrap_or_else(|| name_with_len(hash, 59, naming, next));
     Decision::Create {
         name,
         sequence: next,

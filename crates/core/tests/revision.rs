@@ -6,8 +6,8 @@ mod support_props;
 use netwave_api::RevisionInputs;
 use netwave_api::vocab::RevisionPhase;
 use netwave_core::revision::{
-    Decision, ExistingRevision, Tampered, canonical_inputs, decide, inputs_hash, name_matches,
-    revision_name, verify,
+    Decision, ExistingRevision, Naming, Tampered, canonical_inputs, decide, decide_named,
+    inputs_hash, name_matches, revision_name, verify,
 };
 use proptest::prelude::*;
 use sha2::Digest;
@@ -361,4 +361,46 @@ fn a_hash_edited_to_match_edited_inputs_no_longer_matches_the_name() {
     assert!(!name_matches("rev-12345", "12345aaaaaaaaaaa"), "too short");
     assert!(!name_matches("vrf-1234567890", "1234567890aaaa"), "prefix");
     assert!(name_matches("rev-ABCDEF0123", "abcdef0123ffff"));
+    // The sequenced form (`--revision-names=sequence`) carries the same hash digits.
+    assert!(name_matches("rev-00000007-abcdef0123", "abcdef0123ffff"));
+    assert!(!name_matches("rev-00000007-abcdef0124", "abcdef0123ffff"));
+    assert!(!name_matches("rev-0000x007-abcdef0123", "abcdef0123ffff"));
+    assert!(!name_matches("rev--abcdef0123", "abcdef0123ffff"));
+    assert!(
+        !name_matches("rev-00000007-abcde", "abcde00000ffff"),
+        "too short"
+    );
+}
+
+/// Sequenced names sort as the sequences do, so the API server (which lists by name) and `kubectl get
+/// ncr` list revisions in creation order; a clash lengthens the hash digits as for hash names.
+#[test]
+fn sequenced_names_sort_by_sequence() {
+    let hashes = [
+        "f0", "0a", "9c", "33", "e1", "01", "77", "b5", "4d", "c2", "5e",
+    ]
+    .map(|h| format!("{h}{}", "0".repeat(62)));
+    let mut existing = Vec::new();
+    for (i, hash) in hashes.iter().enumerate() {
+        let Decision::Create { name, sequence, .. } =
+            decide_named(hash, &existing, 0, Naming::Sequence)
+        else {
+            panic!("new inputs create a revision")
+        };
+        assert_eq!(sequence, i as u64 + 1);
+        assert!(name_matches(&name, hash), "{name}");
+        existing.push(rev(&name, sequence, hash, false));
+    }
+    let names: Vec<&str> = existing.iter().map(|r| r.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert_eq!(names[10], "rev-00000011-5e00000000");
+    // Another hash with the same leading digits and the same sequence (an older leader's cut).
+    let clash = format!("5e{}", "1".repeat(62));
+    let existing = [rev("rev-00000001-5e11111111", 0, &hashes[0], false)];
+    let Decision::Create { name, .. } = decide_named(&clash, &existing, 0, Naming::Sequence) else {
+        panic!()
+    };
+    assert_eq!(name, "rev-00000001-5e11111111111111");
 }

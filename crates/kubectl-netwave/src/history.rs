@@ -1,5 +1,5 @@
-//! `history`: every revision, oldest first, with its phase, counts, age and which one is the target and
-//! which the last good one.
+//! `history`: every revision, oldest first, with its phase, how far its rollout got, its age and which
+//! one is the target and which the last good one.
 
 use std::collections::BTreeMap;
 
@@ -24,8 +24,12 @@ pub struct Row {
     pub target: bool,
     /// The newest Complete revision: where failed nodes go back to.
     pub last_good: bool,
+    /// Nodes updated of the fleet as far as its rollout got while it was the target (`status.reached`;
+    /// the live counts for a revision a configurator before 0.2.0 left).
     pub updated: u32,
     pub total: u32,
+    /// Nodes that run it now.
+    pub running: u32,
     pub failed: u32,
     pub paused: bool,
     pub retry: u32,
@@ -47,14 +51,19 @@ pub fn rows(
     revs.iter()
         .map(|r| {
             let st = r.status.clone().unwrap_or_default();
+            let reached = (st.reached.clone()).unwrap_or(netwave_api::Reached {
+                updated: st.updated,
+                total: st.total,
+            });
             Row {
                 name: name(r).to_string(),
                 sequence: netwave_api::effective_sequence(r),
                 phase: cluster::phase_str(r),
                 target: target == Some(name(r)),
                 last_good: last_good == Some(name(r)),
-                updated: st.updated,
-                total: st.total,
+                updated: reached.updated,
+                total: reached.total,
+                running: st.updated,
                 failed: st.failed,
                 paused: r.spec.paused,
                 retry: r.spec.retry,

@@ -24,7 +24,7 @@ use netwave_api::manifest::{Manifest, parse_manifests};
 use netwave_api::{NetworkConfigRevisionStatus, RevisionInputs, RolloutPolicy, ValidationResult};
 use netwave_core::fleet::{FleetParams, render_and_validate};
 use netwave_core::render::RenderedNode;
-use netwave_core::revision::{canonical_inputs, inputs_hash, revision_name};
+use netwave_core::revision::{canonical_inputs, inputs_hash, naming_of, revision_name_as};
 use netwave_core::rollout::{
     AgentPhase, AgentReport, AssignReason, AssignedSpec, NodeConfigState, NodeState, Phase, Plan,
     PolicyDefaults, RenderedHashes, RevisionState, RolloutInput, step,
@@ -679,9 +679,12 @@ pub async fn run(
             .map(|(n, r)| (n.clone(), r.config_hash.clone()))
             .collect()
     };
-    let new_name = same
-        .map(|s| name(s).to_string())
-        .unwrap_or_else(|| revision_name(&hash));
+    // Named as the configurator named the newest revision (`--revision-names`).
+    let new_name = same.map(|s| name(s).to_string()).unwrap_or_else(|| {
+        let naming = revs.last().map(|r| naming_of(name(r))).unwrap_or_default();
+        let next = revs.iter().map(netwave_api::effective_sequence).max();
+        revision_name_as(&hash, naming, next.unwrap_or(0) + 1)
+    });
     // Measured as the configurator measures the target: against the last good revision.
     let held = match (client, cluster::last_good(&revs, None)) {
         (Some(c), Some(lg)) if name(lg) != new_name => hold_of(

@@ -219,6 +219,7 @@ pub fn build<'a>(
         message,
         active_sequence: _,
         reactivated_at: _,
+        reached: _,
     } = rev.status.clone().unwrap_or_default();
     let last_good = cluster::last_good(revs, Some(netwave_api::effective_sequence(rev)))
         .map(|r| name(r).to_string());

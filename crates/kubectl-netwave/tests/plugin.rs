@@ -1065,3 +1065,114 @@ async fn the_views_work_and_say_what_is_wrong_while_objects_cannot_be_decoded() 
         "{e}"
     );
 }
+
+/// The real configurator (in-process, `--revision-names=sequence`) and simulated agents roll out two
+/// revisions on 3 nodes: the first, superseded, keeps what its rollout reached (`status.reached`: 3 of
+/// 3) while its live `updated` drops to the 0 nodes that still run it, and `kubectl get ncr` and
+/// `history` say 3/3. `kubectl get ncr` lists the revisions in creation order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_and_get_keep_what_a_superseded_rollout_reached() {
+    let env = env().await;
+    let c = &env.client;
+    for i in 0..3 {
+        create_node(c, &format!("node-{i}"), json!({"rack": "a"})).await;
+    }
+    let _agents = Task(netwave_agent::sim::spawn(
+        c.clone(),
+        std::sync::Arc::new(|_: &NodeNetworkConfig| netwave_agent::sim::Answer::Provisioned),
+        std::time::Duration::from_millis(100),
+    ));
+    let args = netwave_configurator::testing::args(&[
+        "--max-unavailable",
+        "1",
+        "--revision-names",
+        "sequence",
+    ]);
+    let _configurator = Task(tokio::spawn({
+        let c = c.clone();
+        async move {
+            let _ = netwave_configurator::runtime::run_with(args, c, std::future::pending()).await;
+        }
+    }));
+    let complete = |mtu: u32| {
+        let hash = netwave_core::revision::inputs_hash(&inputs(mtu, false));
+        async move {
+            eventually(60, "the rollout to complete", || async {
+                let revs = kubectl_netwave::cluster::revisions(c).await.ok()?;
+                let r = revs.iter().find(|r| r.spec.hash == hash)?;
+                (r.status.as_ref()?.phase.as_deref() == Some(RevisionPhase::Complete.as_str()))
+                    .then(|| r.metadata.name.clone().unwrap())
+            })
+            .await
+        }
+    };
+    create_inputs(c, &inputs(9000, false)).await;
+    let first = complete(9000).await;
+    Api::<netwave_api::Layer2NetworkConfiguration>::all(c.clone())
+        .patch(
+            "vlan100",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"mtu": 1500}})),
+        )
+        .await
+        .unwrap();
+    let second = complete(1500).await;
+
+    let st = eventually(30, "the first revision superseded", || async {
+        let st = revision(c, &first).await.status?;
+        (st.phase.as_deref() == Some(RevisionPhase::Superseded.as_str())).then_some(st)
+    })
+    .await;
+    assert_eq!(
+        (st.updated, st.total),
+        (0, 3),
+        "no node runs it now: {st:?}"
+    );
+    assert_eq!(
+        st.reached,
+        Some(netwave_api::Reached {
+            updated: 3,
+            total: 3
+        }),
+        "{st:?}"
+    );
+
+    let out = env
+        .cp
+        .kubectl()
+        .args(["get", "ncr", "-o", "wide", "--no-headers"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{table}");
+    let row = |name: &str| -> Vec<String> {
+        let line = table.lines().find(|l| l.starts_with(name)).unwrap_or("");
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    // NAME SEQ PHASE UPDATED TOTAL RUNNING IN-PROGRESS FAILED …
+    assert_eq!(row(&first)[2..6], ["Superseded", "3", "3", "0"], "{table}");
+    assert_eq!(row(&second)[2..6], ["Complete", "3", "3", "3"], "{table}");
+    // Listed by name, which is by sequence: the API server's order is the creation order.
+    let seqs: Vec<u64> = (table.lines())
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(seqs.len() >= 2 && seqs.is_sorted(), "{table}");
+    for name in [&first, &second] {
+        let seq = revision(c, name).await.spec.sequence;
+        assert!(name.starts_with(&format!("rev-{seq:08}-")), "{name}");
+    }
+
+    let (_, out) = kn(c, &["history"]).await;
+    println!("{out}");
+    let line = out.lines().find(|l| l.contains(&first)).unwrap();
+    assert!(line.contains("Superseded   3/3"), "{out}");
+    let (_, j) = kn(c, &["history", "-o", "json"]).await;
+    let j: Value = serde_json::from_str(&j).unwrap();
+    let rows = j.as_array().unwrap();
+    let first_row = rows.iter().find(|r| r["name"] == first.as_str()).unwrap();
+    assert_eq!(
+        (&first_row["updated"], &first_row["running"]),
+        (&json!(3), &json!(0)),
+        "{j}"
+    );
+}

@@ -105,6 +105,7 @@ fn copy_with_failures(
         message,
         active_sequence,
         reactivated_at,
+        reached,
     } = old;
     NetworkConfigRevisionStatus {
         phase: phase.clone(),
@@ -131,6 +132,7 @@ fn copy_with_failures(
         message: message.clone(),
         active_sequence: *active_sequence,
         reactivated_at: reactivated_at.clone(),
+        reached: reached.clone(),
     }
 }
 
@@ -365,6 +367,11 @@ fn target(d: &mut Draft, tv: &TargetView) {
     d.s.validation = r.state.validation.clone();
     d.s.total = tv.total;
     d.s.updated = tv.updated;
+    // Kept as it is once the revision is no longer the target: what its rollout reached.
+    d.s.reached = Some(netwave_api::Reached {
+        updated: tv.updated,
+        total: tv.total,
+    });
     d.s.in_progress = tv.in_progress;
     d.s.queued = tv.queued;
     d.s.skipped = tv.skipped;

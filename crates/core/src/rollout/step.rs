@@ -172,6 +172,7 @@ pub fn counters_only(
         message: _,
         active_sequence,
         reactivated_at,
+        reached: _,
     } = stored;
     let same_condition = |a: &Condition, b: &Condition| {
         let Condition {
