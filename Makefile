@@ -24,6 +24,7 @@ test:
 # ~10 min on 2 cores; nothing when cached). Prints the versions and how long the build took.
 control-plane:
 	@dir=$$(bash tests/control-plane/build.sh) && echo "control plane: $$(cat $$dir/build-info)"
+	@echo "gitops-health: $$(bash tests/gitops-health/build.sh)"
 
 # OCI images of the configurator, the agent (static release binaries on an empty base) and the agent with
 # FRR (Debian bookworm via mmdebstrap) in target/images/<name>/, built with buildah (no Docker engine),

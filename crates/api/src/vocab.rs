@@ -135,16 +135,25 @@ pub enum RevisionCondition {
     Available,
     Degraded,
     Paused,
+    /// kstatus ([`kstatus`]): the rollout is complete.
+    Ready,
+    /// kstatus: the rollout is moving.
+    Reconciling,
+    /// kstatus: the rollout cannot go on without someone (failed, held, paused, past its deadline).
+    Stalled,
 }
 
 impl RevisionCondition {
     /// Every type, in the order status keeps them.
-    pub const ALL: [RevisionCondition; 5] = [
+    pub const ALL: [RevisionCondition; 8] = [
         RevisionCondition::Validated,
         RevisionCondition::Progressing,
         RevisionCondition::Available,
         RevisionCondition::Degraded,
         RevisionCondition::Paused,
+        RevisionCondition::Ready,
+        RevisionCondition::Reconciling,
+        RevisionCondition::Stalled,
     ];
 
     /// `None` for a condition type netwave does not write.
@@ -159,8 +168,37 @@ impl RevisionCondition {
             RevisionCondition::Available => "Available",
             RevisionCondition::Degraded => "Degraded",
             RevisionCondition::Paused => "Paused",
+            RevisionCondition::Ready => kstatus::READY,
+            RevisionCondition::Reconciling => kstatus::RECONCILING,
+            RevisionCondition::Stalled => kstatus::STALLED,
         }
     }
+}
+
+/// The condition types generic tools compute an object's health from — kstatus, the convention of
+/// `sigs.k8s.io/cli-utils` that `kubectl wait`, Flux's health checks and cli-utils read — on every
+/// netwave kind the configurator writes status for (revisions and input objects). With
+/// `status.observedGeneration`: an object whose spec was not judged yet is in progress.
+///
+/// | the rollout (of the revision that carries an input) | Ready | Reconciling | Stalled | kstatus |
+/// |---|---|---|---|---|
+/// | no status yet, `Pending`, `Progressing` (also baking canaries) | False | True | False | InProgress |
+/// | `Complete` | True | False | False | Current |
+/// | `Failed`, held as a destructive change, paused, past its progress deadline, invalid policy | False | False | True | Failed |
+/// | `Superseded` (revisions only) | — | — | — | Current |
+///
+/// A superseded revision carries none of the three: kstatus reads `Ready=False` as in progress, and
+/// nothing is left to do for it. A held or paused rollout is `Stalled`: it does not go on until an admin acts, so a tool waiting
+/// for it (a GitOps engine's health check before its next wave or cluster) must not see it healthy
+/// and must not wait for ever either. An input object fleet validation refuses is `Stalled` too.
+pub mod kstatus {
+    pub const READY: &str = "Ready";
+    pub const RECONCILING: &str = "Reconciling";
+    pub const STALLED: &str = "Stalled";
+    /// Reason on an input object while its inputs cannot become a revision (too large).
+    pub const INPUTS_NOT_CUT: &str = "InputsNotCut";
+    /// Reason while there is no status yet.
+    pub const PENDING: &str = "Pending";
 }
 
 /// `NetworkConfigRevision.status.conditions[].reason` values (and the Event reasons that share them).

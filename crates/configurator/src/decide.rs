@@ -464,9 +464,16 @@ fn judge_inputs(
                 .map(|st| st.validation.errors.clone())
         })
         .unwrap_or_default();
+    // The rollout of the revision that carries the inputs, as stored (a phase it reaches in this
+    // reconcile's plan shows on the inputs at the next one, which the status write wakes).
+    let health = rollout::health::of_revision(
+        live_revisions(s)
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .and_then(|r| r.status.as_ref()),
+    );
     let verdicts = verdicts();
     input_statuses(s, &verdicts, |verdict, generation, old| {
-        rollout::input_status(verdict, name, &errors, generation, old, now)
+        rollout::input_status(verdict, name, &errors, &health, generation, old, now)
     })
 }
 

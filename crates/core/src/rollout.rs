@@ -120,6 +120,7 @@
 mod accepted;
 pub mod cut;
 pub mod deadline;
+pub mod health;
 pub mod hold;
 mod input;
 pub mod loss;

@@ -65,6 +65,27 @@ pub fn binaries() -> Result<&'static Binaries> {
         .map_err(|e| anyhow::anyhow!("the real control plane is not available: {e}"))
 }
 
+/// The kstatus and Argo CD health checker (`tests/gitops-health`: cli-utils' kstatus and health.lua in
+/// gopher-lua), built or reused once per process by its `build.sh`.
+pub fn gitops_health() -> Result<&'static Path> {
+    static BINARY: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gitops-health/build.sh");
+            let out = Command::new("bash")
+                .arg(&script)
+                .stderr(Stdio::inherit())
+                .output()
+                .map_err(|e| format!("running {}: {e}", script.display()))?;
+            if !out.status.success() {
+                return Err(format!("{} failed ({})", script.display(), out.status));
+            }
+            Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        })
+        .as_deref()
+        .map_err(|e| anyhow::anyhow!("the gitops-health checker is not available: {e}"))
+}
+
 fn find_or_build() -> Result<Binaries> {
     let dir = match std::env::var_os("NETWAVE_CONTROL_PLANE") {
         Some(d) => PathBuf::from(d),

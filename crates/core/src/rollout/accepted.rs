@@ -18,11 +18,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use netwave_api::RevisionInputs;
 use netwave_api::input_status::{ACCEPTED, InputStatus, accepted_reasons};
 
+use super::health::{self, Health, Verdict};
 use super::vocab::ConditionStatus;
 use crate::fleet::{self, FleetParams};
 use crate::render::index::Index;
 use crate::render::{InputKind, InputRef, NodeInfo};
 use crate::types::Timestamp;
+use netwave_api::vocab::kstatus;
 
 /// Findings listed in a condition message before "and N more": a status must stay small.
 const MESSAGE_FINDINGS: usize = 5;
@@ -188,10 +190,15 @@ fn listed(items: &[String]) -> String {
 /// `revision` was cut from and whose fleet validation reported `revision_errors` (all of them, also the
 /// ones that name no object). `old` is the stored status: its `lastTransitionTime` is kept while
 /// `Accepted` keeps its status.
+///
+/// `health` is that revision's rollout ([`health::of_revision`] of its status as stored): the object
+/// is `Ready` once the revision that carries it is `Complete`, `Reconciling` while it rolls out,
+/// `Stalled` when it failed or is held (and whenever the object is not accepted).
 pub fn input_status(
     verdict: &ObjectVerdict,
     revision: &str,
     revision_errors: &[String],
+    health: &Verdict,
     generation: Option<i64>,
     old: Option<&InputStatus>,
     now: Timestamp,
@@ -236,7 +243,7 @@ pub fn input_status(
     accepted(
         (status, reason, message),
         verdict,
-        Some(revision),
+        (Some(revision), &health::for_input(health, revision)),
         generation,
         old,
         now,
@@ -269,22 +276,27 @@ pub fn input_status_uncut(
             ),
         )
     };
+    let stalled = Verdict {
+        health: Health::Stalled,
+        reason: kstatus::INPUTS_NOT_CUT,
+        message: problem.to_string(),
+    };
     accepted(
         (ConditionStatus::False, reason, message),
         verdict,
-        None,
+        (None, &stalled),
         generation,
         old,
         now,
     )
 }
 
-/// The status with this `Accepted` condition; `lastTransitionTime` stays `old`'s while the condition's
-/// status does.
+/// The status with this `Accepted` condition and the kstatus ones of `health` (of the object itself
+/// when it is not accepted); `lastTransitionTime` stays `old`'s while a condition's status does.
 fn accepted(
-    (status, reason, message): (ConditionStatus, &str, String),
+    (status, reason, message): (ConditionStatus, &'static str, String),
     verdict: &ObjectVerdict,
-    revision: Option<&str>,
+    (revision, health): (Option<&str>, &Verdict),
     generation: Option<i64>,
     old: Option<&InputStatus>,
     now: Timestamp,
@@ -294,15 +306,29 @@ fn accepted(
         Some(c) if c.status == status.as_str() => c.last_transition_time.clone(),
         _ => now.truncate_to_secs().to_time(),
     };
+    let refused;
+    let health = if status == ConditionStatus::False && health.health != Health::Stalled {
+        refused = Verdict {
+            health: Health::Stalled,
+            reason,
+            message: message.clone(),
+        };
+        &refused
+    } else {
+        health
+    };
+    let old_conditions = old.map_or(&[][..], |o| &o.conditions[..]);
+    let mut conditions = vec![Condition {
+        last_transition_time,
+        message,
+        observed_generation: generation,
+        reason: reason.to_string(),
+        status: status.as_str().to_string(),
+        type_: ACCEPTED.to_string(),
+    }];
+    conditions.extend(health::conditions(health, old_conditions, generation, now));
     InputStatus {
-        conditions: vec![Condition {
-            last_transition_time,
-            message,
-            observed_generation: generation,
-            reason: reason.to_string(),
-            status: status.as_str().to_string(),
-            type_: ACCEPTED.to_string(),
-        }],
+        conditions,
         selected_nodes: Some(verdict.selected_nodes),
         table_id: verdict.table_id,
         active_selectors: verdict.active_selectors,
@@ -414,7 +440,12 @@ mod tests {
         let t1 = Timestamp::from_secs(2_000);
         let errors = vec!["Layer2NetworkConfiguration/orphan-101 …".to_string()];
         let bad = v.get(InputKind::Vrf, "tenant-b").unwrap();
-        let s = input_status(bad, "rev-1", &errors, Some(3), None, t0);
+        let rolling = Verdict {
+            health: Health::Reconciling,
+            reason: "RolloutProgressing",
+            message: "1 of 5 node(s) updated".into(),
+        };
+        let s = input_status(bad, "rev-1", &errors, &rolling, Some(3), None, t0);
         let c = s.accepted().unwrap();
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
@@ -426,10 +457,26 @@ mod tests {
         assert_eq!(s.table_id, Some(200));
         assert_eq!(s.selected_nodes, Some(5));
         assert_eq!(s.revision.as_deref(), Some("rev-1"));
+        // Not accepted: stalled whatever its revision does, with the same reason.
+        let kstatus = |s: &InputStatus| -> Vec<(String, String, String)> {
+            (s.conditions.iter().skip(1))
+                .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+                .collect()
+        };
+        let row = |t: &str, st: &str, r: &str| (t.to_string(), st.to_string(), r.to_string());
+        let invalid = accepted_reasons::INVALID;
+        assert_eq!(
+            kstatus(&s),
+            [
+                row("Ready", "False", invalid),
+                row("Reconciling", "False", invalid),
+                row("Stalled", "True", invalid)
+            ]
+        );
 
         // Fine itself, but the revision fails elsewhere: not accepted, and it says where.
         let good = v.get(InputKind::Vrf, "tenant-a").unwrap();
-        let s = input_status(good, "rev-1", &errors, Some(1), None, t0);
+        let s = input_status(good, "rev-1", &errors, &rolling, Some(1), None, t0);
         let c = s.accepted().unwrap();
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
@@ -441,14 +488,42 @@ mod tests {
         assert!(c.message.contains("orphan-101"), "{}", c.message);
 
         // Valid: True. The same verdict later is the same status (no write); a change moves the time.
-        let s1 = input_status(good, "rev-2", &[], Some(1), None, t0);
+        let s1 = input_status(good, "rev-2", &[], &rolling, Some(1), None, t0);
         assert_eq!(
             s1.accepted().unwrap().status,
             ConditionStatus::True.as_str()
         );
-        let again = input_status(good, "rev-2", &[], Some(1), Some(&s1), t1);
+        let again = input_status(good, "rev-2", &[], &rolling, Some(1), Some(&s1), t1);
         assert_eq!(again, s1, "nothing changed: nothing to write");
-        let flipped = input_status(bad, "rev-3", &[], Some(2), Some(&s1), t1);
+        // Accepted: its revision's rollout.
+        let progressing = "RolloutProgressing";
+        assert_eq!(
+            kstatus(&s1),
+            [
+                row("Ready", "False", progressing),
+                row("Reconciling", "True", progressing),
+                row("Stalled", "False", progressing)
+            ]
+        );
+        let done = Verdict {
+            health: Health::Ready,
+            reason: "RolloutComplete",
+            message: "all 5 eligible node(s) updated".into(),
+        };
+        let ready = input_status(good, "rev-2", &[], &done, Some(1), Some(&s1), t1);
+        assert_eq!(kstatus(&ready)[0].1, "True");
+        assert_eq!(
+            ready.conditions[1].message,
+            "rev-2 runs on every eligible node"
+        );
+        // The rollout's progress does not rewrite every input's status.
+        let further = Verdict {
+            message: "3 of 5 node(s) updated".into(),
+            ..rolling.clone()
+        };
+        let later = input_status(good, "rev-2", &[], &further, Some(1), Some(&s1), t1);
+        assert_eq!(later, s1);
+        let flipped = input_status(bad, "rev-3", &[], &rolling, Some(2), Some(&s1), t1);
         assert_eq!(
             flipped.accepted().unwrap().last_transition_time,
             t1.to_time()

@@ -10,11 +10,13 @@
 //!        ├─ Fate::Failed ─► failed   by validation, or by maxFailures (rollback or nowhere to go)
 //!        └─ Fate::Older  ─► older    Complete (the last good one, or earlier) or Superseded
 //!                               each sets Validated (one builder), Progressing, Available, Degraded
+//!        └─ then Ready, Reconciling, Stalled from the phase and those conditions (`health`, kstatus)
 //! ```
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use netwave_api::{FailedNode, NetworkConfigRevisionStatus, ValidationResult};
 
+use super::health;
 use super::plan::{Event, EventReason, ObjectRef, WaitingOn};
 use super::vocab::ConditionStatus::{self, False, True, Unknown};
 use super::vocab::{CONDITION_TYPES, ConditionType, Phase, REASON_PROTOCOL_VIOLATION, reasons};
@@ -30,6 +32,16 @@ pub(super) fn build(ctx: &Context, i: usize) -> (NetworkConfigRevisionStatus, Ve
         Fate::Target => target(&mut d, ctx.target.expect("the target has a view")),
         Fate::Failed(cause) => failed(&mut d, cause),
         Fate::Older => older(&mut d),
+    }
+    // Ready, Reconciling, Stalled: the phase and conditions above in the words generic tools read.
+    let v = health::of_revision(Some(&d.s));
+    d.s.conditions
+        .retain(|c| !health::TYPES.contains(&c.type_.as_str()));
+    for c in health::conditions(&v, &d.old.conditions, d.generation, ctx.now) {
+        match d.s.conditions.iter_mut().find(|x| x.type_ == c.type_) {
+            Some(x) => *x = c,
+            None => d.s.conditions.push(c),
+        }
     }
     d.s.conditions.sort_by_key(|c| {
         CONDITION_TYPES

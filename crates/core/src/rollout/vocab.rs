@@ -10,12 +10,15 @@ pub use netwave_api::vocab::RevisionPhase as Phase;
 pub use netwave_api::vocab::RevisionCondition as ConditionType;
 
 /// Condition types, in the order they are kept in status.
-pub const CONDITION_TYPES: [&str; 5] = [
+pub const CONDITION_TYPES: [&str; 8] = [
     ConditionType::ALL[0].as_str(),
     ConditionType::ALL[1].as_str(),
     ConditionType::ALL[2].as_str(),
     ConditionType::ALL[3].as_str(),
     ConditionType::ALL[4].as_str(),
+    ConditionType::ALL[5].as_str(),
+    ConditionType::ALL[6].as_str(),
+    ConditionType::ALL[7].as_str(),
 ];
 
 /// The `Node` condition type the rollout reads (a node is eligible only while it is `True`).
