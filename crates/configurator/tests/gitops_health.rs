@@ -337,11 +337,11 @@ async fn kstatus_and_argo_cd_see_every_phase_of_a_rollout_as_netwave_does() {
         .await
         .unwrap();
     let held = until_inputs_judged(c, ("Failed", "Suspended")).await;
-    let (held_key, held_rev) = held
-        .iter()
+    let held_key = (held.iter())
         .find(|(k, x)| {
             k.starts_with("NetworkConfigRevision/") && x.object["spec"]["paused"] == true
         })
+        .map(|(k, _)| k)
         .expect("a held revision");
     assert_eq!(judged(&held, held_key), pair("Failed", "Suspended"));
     assert!(
