@@ -21,7 +21,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use netwave_api::features::FeatureSet;
 use netwave_api::manifest::{Manifest, parse_manifests};
-use netwave_api::{NetworkConfigRevisionStatus, RevisionInputs, RolloutPolicy, ValidationResult};
+use netwave_api::{
+    NetworkConfigRevision, NetworkConfigRevisionStatus, RevisionInputs, RolloutPolicy,
+    ValidationResult,
+};
 use netwave_core::fleet::{FleetParams, render_and_validate};
 use netwave_core::render::RenderedNode;
 use netwave_core::revision::{canonical_inputs, inputs_hash, naming_of, revision_name_as};
@@ -470,6 +473,98 @@ fn unreadable_inputs(objects: &mut InputChanges, bad: &[Undecodable]) {
     }
 }
 
+/// What applying the directory changes on the cluster.
+fn render_objects(o: &InputChanges, s: &mut String) {
+    if o.is_empty() {
+        s.push_str("objects: the manifests equal what is on the cluster\n");
+    } else {
+        s.push_str("objects (what applying the directory changes on the cluster):\n");
+        for x in &o.create {
+            s.push_str(&format!("  + create {x}\n"));
+        }
+        for x in &o.update {
+            s.push_str(&format!("  ~ update {x}\n"));
+        }
+        for x in &o.delete {
+            s.push_str(&format!("  - delete {x} (not in the directory)\n"));
+        }
+    }
+}
+
+/// The waves, runs of equal ones in one line; `when` qualifies the heading (" once resumed").
+fn render_rollout(r: &Waves, when: &str, max_unavailable: &str, s: &mut String) {
+    s.push_str(&format!(
+        "rollout{when} (maxUnavailable {max_unavailable}):\n"
+    ));
+    if r.waves.is_empty() {
+        s.push_str("  no node would be assigned anything\n");
+    }
+    // Runs of equal waves in one line.
+    let mut i = 0;
+    while i < r.waves.len() {
+        let w = &r.waves[i];
+        let mut j = i;
+        while j + 1 < r.waves.len()
+            && r.waves[j + 1].count == w.count
+            && r.waves[j + 1].fast_path == 0
+            && !r.waves[j + 1].canary
+            && w.fast_path == 0
+            && !w.canary
+        {
+            j += 1;
+        }
+        let what = |w: &Wave, names_too: bool| {
+            let mut parts = Vec::new();
+            if w.count > 0 {
+                let mut p = format!(
+                    "{} node{}{}",
+                    w.count,
+                    if w.count == 1 { "" } else { "s" },
+                    if w.canary { " (canary)" } else { "" }
+                );
+                if names_too {
+                    p.push_str(&format!(": {}", names(&w.first, w.count)));
+                }
+                parts.push(p);
+            }
+            if w.fast_path > 0 {
+                parts.push(format!(
+                    "{} unchanged node(s) moved without applying",
+                    w.fast_path
+                ));
+            }
+            parts.join("; ")
+        };
+        if j == i {
+            s.push_str(&format!("  wave {}: {}\n", i + 1, what(w, true)));
+        } else {
+            s.push_str(&format!(
+                "  waves {}–{}: {} each\n",
+                i + 1,
+                j + 1,
+                what(w, false)
+            ));
+        }
+        i = j + 1;
+    }
+    if r.skipped > 0 {
+        s.push_str(&format!(
+            "  {} node(s) not Ready or cordoned: skipped, they get it when they come back\n",
+            r.skipped
+        ));
+    }
+    if r.waiting_for_agent > 0 {
+        s.push_str(&format!(
+            "  {} node(s) wait for their agent: their config needs {}, which their agent does \
+             not declare (upgrade it; they keep what they run meanwhile)\n",
+            r.waiting_for_agent, r.agents_lack
+        ));
+    }
+    if let Some(why) = &r.incomplete {
+        s.push_str(&format!("  the rollout would not complete: {why}\n"));
+    }
+}
+
 fn render(v: &PlanView, max_unavailable: &str) -> String {
     let mut s = format!(
         "plan for {} ({} nodes){}\n",
@@ -485,20 +580,7 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
     }
     s.push_str(&cluster::render_unreadable(&v.unreadable));
     if let Some(o) = &v.objects {
-        if o.is_empty() {
-            s.push_str("objects: the manifests equal what is on the cluster\n");
-        } else {
-            s.push_str("objects (what applying the directory changes on the cluster):\n");
-            for x in &o.create {
-                s.push_str(&format!("  + create {x}\n"));
-            }
-            for x in &o.update {
-                s.push_str(&format!("  ~ update {x}\n"));
-            }
-            for x in &o.delete {
-                s.push_str(&format!("  - delete {x} (not in the directory)\n"));
-            }
-        }
+        render_objects(o, &mut s);
     }
     if v.errors.is_empty() {
         s.push_str("validation: ok");
@@ -531,78 +613,60 @@ fn render(v: &PlanView, max_unavailable: &str) -> String {
         } else {
             ""
         };
-        s.push_str(&format!(
-            "rollout{when} (maxUnavailable {max_unavailable}):\n"
-        ));
-        if r.waves.is_empty() {
-            s.push_str("  no node would be assigned anything\n");
-        }
-        // Runs of equal waves in one line.
-        let mut i = 0;
-        while i < r.waves.len() {
-            let w = &r.waves[i];
-            let mut j = i;
-            while j + 1 < r.waves.len()
-                && r.waves[j + 1].count == w.count
-                && r.waves[j + 1].fast_path == 0
-                && !r.waves[j + 1].canary
-                && w.fast_path == 0
-                && !w.canary
-            {
-                j += 1;
-            }
-            let what = |w: &Wave, names_too: bool| {
-                let mut parts = Vec::new();
-                if w.count > 0 {
-                    let mut p = format!(
-                        "{} node{}{}",
-                        w.count,
-                        if w.count == 1 { "" } else { "s" },
-                        if w.canary { " (canary)" } else { "" }
-                    );
-                    if names_too {
-                        p.push_str(&format!(": {}", names(&w.first, w.count)));
-                    }
-                    parts.push(p);
-                }
-                if w.fast_path > 0 {
-                    parts.push(format!(
-                        "{} unchanged node(s) moved without applying",
-                        w.fast_path
-                    ));
-                }
-                parts.join("; ")
-            };
-            if j == i {
-                s.push_str(&format!("  wave {}: {}\n", i + 1, what(w, true)));
-            } else {
-                s.push_str(&format!(
-                    "  waves {}–{}: {} each\n",
-                    i + 1,
-                    j + 1,
-                    what(w, false)
-                ));
-            }
-            i = j + 1;
-        }
-        if r.skipped > 0 {
-            s.push_str(&format!(
-                "  {} node(s) not Ready or cordoned: skipped, they get it when they come back\n",
-                r.skipped
-            ));
-        }
-        if r.waiting_for_agent > 0 {
-            s.push_str(&format!(
-                "  {} node(s) wait for their agent: their config needs {}, which their agent does \
-                 not declare (upgrade it; they keep what they run meanwhile)\n",
-                r.waiting_for_agent, r.agents_lack
-            ));
-        }
-        if let Some(why) = &r.incomplete {
-            s.push_str(&format!("  the rollout would not complete: {why}\n"));
-        }
+        render_rollout(r, when, max_unavailable, &mut s);
     }
     s
+}
+
+/// The revisions on the cluster, what applying `inputs` changes there, and the objects that cannot
+/// be read.
+async fn read_cluster(
+    c: &Client,
+    inputs: &RevisionInputs,
+) -> anyhow::Result<(
+    Vec<NetworkConfigRevision>,
+    Option<InputChanges>,
+    Vec<Undecodable>,
+)> {
+    let revs = cluster::read_revisions(c).await?;
+    let (live, bad_inputs) = cluster::read_live_inputs(c).await?;
+    let mut objects = input_changes(&live, inputs);
+    unreadable_inputs(&mut objects, &bad_inputs);
+    let unreadable = [revs.unreadable, bad_inputs].concat();
+    Ok((revs.items, Some(objects), unreadable))
+}
+
+/// What these manifests are to the existing revisions: the current target, a failed one, an earlier
+/// good one, or new (`None`).
+fn note(
+    same: Option<&NetworkConfigRevision>,
+    target: Option<&NetworkConfigRevision>,
+) -> Option<String> {
+    match (same, target) {
+        (Some(s), Some(t)) if cluster::name(s) == cluster::name(t) => Some(format!(
+            "these manifests are the current target {}: nothing new to roll out",
+            name(t)
+        )),
+        (Some(s), _) if cluster::is_failed(s) => Some(format!(
+            "these manifests equal {}, which failed: the configurator creates nothing for them \
+             (`kubectl netwave retry {}` re-arms it)",
+            name(s),
+            netwave_api::effective_sequence(s)
+        )),
+        (Some(s), _) => Some(format!(
+            "these manifests equal the earlier revision {}: the configurator makes it the target again",
+            name(s)
+        )),
+        _ => None,
+    }
+}
+
+/// The name the configurator gives a new revision with this hash: as it named the newest revision
+/// (`--revision-names`), under the next sequence.
+fn new_name(revs: &[NetworkConfigRevision], hash: &str) -> String {
+    let naming = revs.last().map(|r| naming_of(name(r))).unwrap_or_default();
+    let next = revs.iter().map(netwave_api::effective_sequence).max();
+    revision_name_as(hash, naming, next.unwrap_or(0) + 1)
 }
 
 pub async fn run(
@@ -634,38 +698,13 @@ pub async fn run(
         validation.errors.insert(0, too_large.to_string());
     }
 
-    let mut unreadable = Vec::new();
-    let (revs, objects) = match client {
-        Some(c) => {
-            let revs = cluster::read_revisions(c).await?;
-            let (live, bad_inputs) = cluster::read_live_inputs(c).await?;
-            let mut objects = input_changes(&live, &inputs);
-            unreadable_inputs(&mut objects, &bad_inputs);
-            unreadable.extend(revs.unreadable);
-            unreadable.extend(bad_inputs);
-            (revs.items, Some(objects))
-        }
-        None => (Vec::new(), None),
+    let (revs, objects, mut unreadable) = match client {
+        Some(c) => read_cluster(c, &inputs).await?,
+        None => (Vec::new(), None, Vec::new()),
     };
     let target = cluster::target(&revs);
     let same = revs.iter().rev().find(|r| r.spec.hash == hash);
-    let note = match (same, target) {
-        (Some(s), Some(t)) if cluster::name(s) == cluster::name(t) => Some(format!(
-            "these manifests are the current target {}: nothing new to roll out",
-            name(t)
-        )),
-        (Some(s), _) if cluster::is_failed(s) => Some(format!(
-            "these manifests equal {}, which failed: the configurator creates nothing for them \
-             (`kubectl netwave retry {}` re-arms it)",
-            name(s),
-            netwave_api::effective_sequence(s)
-        )),
-        (Some(s), _) => Some(format!(
-            "these manifests equal the earlier revision {}: the configurator makes it the target again",
-            name(s)
-        )),
-        _ => None,
-    };
+    let note = note(same, target);
     let before: BTreeMap<String, RenderedNode> = match target {
         Some(t) => {
             let c = client.context("a target revision without a cluster")?;
@@ -679,12 +718,7 @@ pub async fn run(
             .map(|(n, r)| (n.clone(), r.config_hash.clone()))
             .collect()
     };
-    // Named as the configurator named the newest revision (`--revision-names`).
-    let new_name = same.map(|s| name(s).to_string()).unwrap_or_else(|| {
-        let naming = revs.last().map(|r| naming_of(name(r))).unwrap_or_default();
-        let next = revs.iter().map(netwave_api::effective_sequence).max();
-        revision_name_as(&hash, naming, next.unwrap_or(0) + 1)
-    });
+    let new_name = same.map_or_else(|| new_name(&revs, &hash), |s| name(s).to_string());
     // Measured as the configurator measures the target: against the last good revision.
     let held = match (client, cluster::last_good(&revs, None)) {
         (Some(c), Some(lg)) if name(lg) != new_name => hold_of(
@@ -697,21 +731,21 @@ pub async fn run(
         _ => None,
     };
     // Each node's agent as its NodeNetworkConfig reports it (without a cluster: this build's).
+    let configs = match client {
+        Some(c) => cluster::read_configs(c).await?,
+        None => cluster::Listed {
+            items: Vec::new(),
+            unreadable: Vec::new(),
+        },
+    };
+    unreadable.extend(configs.unreadable);
     let agents = Agents {
-        features: match client {
-            Some(c) => {
-                let configs = cluster::read_configs(c).await?;
-                unreadable.extend(configs.unreadable);
-                configs.items
-            }
-            None => Vec::new(),
-        }
-        .iter()
-        .filter_map(|c| {
-            let n = c.metadata.name.clone()?;
-            Some((n, FeatureSet::of_agent(c.status.as_ref())))
-        })
-        .collect(),
+        features: (configs.items.iter())
+            .filter_map(|c| {
+                let n = c.metadata.name.clone()?;
+                Some((n, FeatureSet::of_agent(c.status.as_ref())))
+            })
+            .collect(),
         needs: (checked.nodes.iter())
             .map(|(n, r)| (n.clone(), r.needs()))
             .collect(),
