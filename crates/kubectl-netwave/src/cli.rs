@@ -26,6 +26,7 @@ Typical session:
   kubectl netwave undo --to 6        bring revision 6's inputs back (asks for --yes)
   kubectl netwave plan -f ./network  what applying a directory of manifests would do (writes nothing)
   kubectl netwave release node-7     give a quarantined node new revisions again
+  kubectl netwave clusters           every kubeconfig context's target, phase and last good revision
 
 Listings take -o json or -o yaml. Exit codes: 0 done; 1 an error (said on stderr), or `status -w \
 --until-done` saw the revision fail; 2 a usage error, or undo/abort stopped for want of --yes; 130 \
@@ -80,6 +81,34 @@ pub enum Command {
     /// Release a quarantined node (spec.rollout.quarantine): it gets new revisions again.
     #[command(long_about = RELEASE_HELP)]
     Release(ReleaseArgs),
+    /// Every kubeconfig context's target revision, phase and last good revision: one change across
+    /// many clusters.
+    #[command(long_about = CLUSTERS_HELP)]
+    Clusters(ClustersArgs),
+}
+
+const CLUSTERS_HELP: &str = "\
+One line per cluster: every context of the kubeconfig (or those --contexts names), asked at once.
+
+  CONTEXT   TARGET           SEQ   PHASE       UPDATED   LAST GOOD        NOTE
+  canary    rev-5c1e2a9d0b   8     Complete    4/4       rev-5c1e2a9d0b   rev-77e0c1d2aa failed
+  eu-1      rev-5c1e2a9d0b   8     Progressing 12/40     rev-0a67fa6548
+
+TARGET is the newest revision that has not failed; PHASE is its phase, or Held (a destructive change \
+waiting for an admin) or Paused; UPDATED how far its rollout got. NOTE names a newer revision that failed \
+there (that cluster stopped the change and its nodes went back to LAST GOOD) and says why a cluster could \
+not be read (each gets --timeout; the others are shown).";
+
+#[derive(Debug, Args)]
+pub struct ClustersArgs {
+    /// Contexts to ask, comma-separated (default: every context of the kubeconfig, in its order).
+    #[arg(long, value_delimiter = ',', value_name = "CONTEXT,...")]
+    pub contexts: Option<Vec<String>>,
+    /// Seconds each cluster gets to answer.
+    #[arg(long, default_value_t = 10)]
+    pub timeout: u64,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 const RELEASE_HELP: &str = "\

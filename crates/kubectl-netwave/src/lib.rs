@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Imports flow one way: this root dispatches to the commands (status, history, actions, changes,
-//! plan), and the commands use what they share from below them (`shared`: exit codes, the terminal,
+//! plan, clusters), and the commands use what they share from below them (`shared`: exit codes, the terminal,
 //! the clock; `output`; `cluster`), never from the root.
 //!
 //! Everything that decides what a revision renders to, whether it validates and how it would roll out
@@ -24,6 +24,7 @@ pub mod actions;
 pub mod changes;
 pub mod cli;
 pub mod cluster;
+pub mod clusters;
 pub mod history;
 pub mod output;
 pub mod plan;
@@ -46,6 +47,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<Exit> {
         out: &mut stdout,
         tty,
     };
+    // `clusters` reads every context itself.
+    if let cli::Command::Clusters(a) = cli.command {
+        return clusters::run(cli.kubeconfig.as_deref(), a, &mut term).await;
+    }
     let client = client(&cli).await;
     match (client, &cli.command) {
         // `plan --nodes` needs no cluster: without one it plans against the snapshot alone.
@@ -99,5 +104,7 @@ pub async fn run(cli: Cli, client: Client, term: &mut Term<'_>) -> anyhow::Resul
         Command::Diff(a) => changes::run(&client, a, term).await,
         Command::Plan(a) => plan::run(Some(&client), a, term).await,
         Command::Release(a) => actions::release(&client, a, term).await,
+        // Every context of the kubeconfig, not this client's cluster alone.
+        Command::Clusters(a) => clusters::run(cli.kubeconfig.as_deref(), a, term).await,
     }
 }

@@ -1176,3 +1176,115 @@ async fn history_and_get_keep_what_a_superseded_rollout_reached() {
         "{j}"
     );
 }
+
+/// One change across clusters (#50): `clusters` asks every context of a kubeconfig at once — a canary
+/// whose netwave failed the change (its nodes back on the last good revision), another cluster that
+/// completed the previous change, a third that cannot be reached — and says each one's state on its
+/// own line, the unreachable one included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_shows_every_contexts_revision_and_phase() {
+    use kube::config::Kubeconfig;
+    let canary = env().await;
+    let rest = env().await;
+    let good = inputs(9000, false);
+    for e in [&canary, &rest] {
+        create_revision(
+            &e.client,
+            &good,
+            1,
+            json!({"phase": RevisionPhase::Complete.as_str(), "reached": {"updated": 4, "total": 4}}),
+        )
+        .await;
+    }
+    let failed = create_revision(
+        &canary.client,
+        &inputs(1500, false),
+        2,
+        json!({"phase": RevisionPhase::Failed.as_str(), "observedRetry": 0}),
+    )
+    .await;
+    let good_name = netwave_core::revision::revision_name(&netwave_core::revision::inputs_hash(
+        &netwave_core::revision::canonical_inputs(&good),
+    ));
+
+    // One kubeconfig, three contexts: the two clusters, and one whose server does not answer.
+    let renamed = |path: &std::path::Path, to: &str, server: Option<&str>| {
+        let mut kc = Kubeconfig::read_from(path).unwrap();
+        for c in &mut kc.contexts {
+            c.name = to.into();
+            let ctx = c.context.as_mut().unwrap();
+            ctx.cluster = to.into();
+            ctx.user = Some(to.into());
+        }
+        for c in &mut kc.clusters {
+            c.name = to.into();
+            if let Some(s) = server {
+                c.cluster.as_mut().unwrap().server = Some(s.into());
+            }
+        }
+        for u in &mut kc.auth_infos {
+            u.name = to.into();
+        }
+        kc.current_context = Some(to.into());
+        kc
+    };
+    let kc = renamed(canary.cp.kubeconfig(), "canary", None)
+        .merge(renamed(rest.cp.kubeconfig(), "eu-1", None))
+        .unwrap()
+        .merge(renamed(
+            rest.cp.kubeconfig(),
+            "gone",
+            Some("https://127.0.0.1:9"),
+        ))
+        .unwrap();
+    let path =
+        std::env::temp_dir().join(format!("kubectl-netwave-clusters-{}", std::process::id()));
+    std::fs::write(&path, serde_saphyr::to_string(&kc).unwrap()).unwrap();
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-netwave"))
+        .args([
+            "--kubeconfig",
+            path.to_str().unwrap(),
+            "clusters",
+            "--timeout",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success());
+    let line = |ctx: &str| -> String {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{ctx} ")))
+            .unwrap_or_else(|| panic!("no line for {ctx}: {text}"))
+            .to_string()
+    };
+    let words = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(
+        words(&line("canary"))[1..6],
+        [&good_name, "1", "Complete", "4/4", &good_name].map(String::from)
+    );
+    assert!(
+        line("canary").ends_with(&format!("{failed} failed")),
+        "{text}"
+    );
+    assert_eq!(
+        words(&line("eu-1"))[1..6],
+        [&good_name, "1", "Complete", "4/4", &good_name].map(String::from)
+    );
+    assert!(!line("eu-1").contains("failed"), "{text}");
+    assert!(line("gone").contains("127.0.0.1:9"), "{text}");
+
+    // JSON for scripts, and only the contexts asked for.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-netwave"))
+        .args(["--kubeconfig", path.to_str().unwrap(), "clusters"])
+        .args(["--contexts", "canary,eu-1", "-o", "json"])
+        .output()
+        .unwrap();
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.as_array().map(Vec::len), Some(2), "{rows}");
+    assert_eq!(rows[0]["failed"], json!(failed));
+    assert_eq!(rows[1]["phase"], json!("Complete"));
+    std::fs::remove_file(path).unwrap();
+}
