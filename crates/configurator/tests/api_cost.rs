@@ -26,14 +26,17 @@ async fn cost(
 ) -> (f64, String) {
     newest_completes(&env.client, revisions_expected, Duration::from_secs(120)).await;
     let counts = env.tb().counters();
-    // Input objects' status is one write per object (the samples: 18), not per node: counted apart.
+    // Input objects' status is two writes per object (the samples: 18), not per node: accepted and
+    // rolling out, then ready (the kstatus conditions of #50). A reconcile that runs before the watch
+    // brought back the second write still sees the first and writes the same status again (measured:
+    // 37 for 18 objects), so up to three. Counted apart.
     let input_status_writes: u64 = netwave_api::InputKind::ALL
         .iter()
         .map(|k| counts.get("patch", &format!("{}/status", k.api_resource().plural)))
         .sum();
     assert!(
-        input_status_writes <= 18,
-        "at most one status write per input object: {input_status_writes}; requests: {}",
+        input_status_writes <= 3 * 18,
+        "at most three status requests per input object: {input_status_writes}; requests: {}",
         counts.to_json()
     );
     // Each answer of a simulated agent is two status writes, as a real agent's: `Provisioning` when
