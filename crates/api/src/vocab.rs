@@ -391,7 +391,7 @@ mod tests {
         assert_eq!(NodePhase::parse(node_phases::PENDING), None);
         assert_eq!(NodePhase::parse(node_phases::QUEUED), None);
         assert_eq!(ConditionStatus::parse("true"), None);
-        assert_eq!(RevisionCondition::parse("Ready"), None);
+        assert_eq!(RevisionCondition::parse("Healthy"), None);
         assert_eq!(NodeReason::parse(node_reasons::APPLY_TIMEOUT), None);
     }
 
