@@ -34,24 +34,36 @@ pub struct Listed<K> {
 impl<K> Listed<K> {
     /// The objects, or an error naming every object that cannot be read.
     pub fn strict(self) -> anyhow::Result<Vec<K>> {
-        if self.unreadable.is_empty() {
-            return Ok(self.items);
-        }
-        bail!(
-            "{}; fix or delete {} first (`kubectl netwave status` shows what the configurator holds \
-             meanwhile)",
-            self.unreadable
-                .iter()
-                .map(|u| format!("{} {} cannot be decoded ({})", u.kind, u.name, u.error))
-                .collect::<Vec<_>>()
-                .join("; "),
-            if self.unreadable.len() == 1 {
-                "it"
-            } else {
-                "them"
-            }
-        )
+        refuse_unreadable(&self.unreadable)?;
+        Ok(self.items)
     }
+}
+
+/// An error naming every object in `unreadable`, if there is one: a command that writes stops there.
+fn refuse_unreadable(unreadable: &[Undecodable]) -> anyhow::Result<()> {
+    if unreadable.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}; fix or delete {} first (`kubectl netwave status` shows what the configurator holds \
+         meanwhile)",
+        unreadable
+            .iter()
+            .map(|u| format!("{} {} cannot be decoded ({})", u.kind, u.name, u.error))
+            .collect::<Vec<_>>()
+            .join("; "),
+        if unreadable.len() == 1 { "it" } else { "them" }
+    )
+}
+
+/// How far a revision's rollout got while it was the target (`status.reached`), else, for one a
+/// configurator before 0.2.0 left, its live counts.
+pub fn reached(r: &NetworkConfigRevision) -> Option<netwave_api::Reached> {
+    let st = r.status.as_ref()?;
+    Some(st.reached.clone().unwrap_or(netwave_api::Reached {
+        updated: st.updated,
+        total: st.total,
+    }))
 }
 
 /// What is known of `d` when it does not decode as `K`.
@@ -242,12 +254,8 @@ fn input_decode_error(kind: InputKind, value: &serde_json::Value) -> String {
 /// be decoded.
 pub async fn live_inputs(client: &Client) -> anyhow::Result<RevisionInputs> {
     let (inputs, unreadable) = read_live_inputs(client).await?;
-    Listed {
-        items: vec![inputs],
-        unreadable,
-    }
-    .strict()
-    .map(|mut v| v.remove(0))
+    refuse_unreadable(&unreadable)?;
+    Ok(inputs)
 }
 
 /// One line per object that cannot be read: what does not decode and what the configurator holds

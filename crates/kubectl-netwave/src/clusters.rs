@@ -65,13 +65,7 @@ pub fn row(context: &str, revs: &[NetworkConfigRevision], unreadable: usize) -> 
                 netwave_api::effective_sequence(f) > netwave_api::effective_sequence(t)
             })
         });
-    let reached = target.and_then(|t| {
-        let st = t.status.as_ref()?;
-        Some(st.reached.clone().unwrap_or(netwave_api::Reached {
-            updated: st.updated,
-            total: st.total,
-        }))
-    });
+    let reached = target.and_then(cluster::reached);
     let phase = target.map(|t| {
         let held = (t.metadata.annotations.as_ref())
             .is_some_and(|a| a.contains_key(netwave_core::revision::DESTRUCTIVE_CHANGE_ANNOTATION));

@@ -51,10 +51,7 @@ pub fn rows(
     revs.iter()
         .map(|r| {
             let st = r.status.clone().unwrap_or_default();
-            let reached = (st.reached.clone()).unwrap_or(netwave_api::Reached {
-                updated: st.updated,
-                total: st.total,
-            });
+            let reached = cluster::reached(r).unwrap_or_default();
             Row {
                 name: name(r).to_string(),
                 sequence: netwave_api::effective_sequence(r),
