@@ -21,10 +21,13 @@ test:
 	$(MAKE) --no-print-directory control-plane images previous-release unit kernel-tier fleet-vm
 
 # kube-apiserver, etcd and kubectl from Go modules, cached in ~/.cache/netwave/control-plane/ (cold:
-# ~10 min on 2 cores; nothing when cached). Prints the versions and how long the build took.
+# ~10 min on 2 cores; nothing when cached). Prints the versions and how long the build took. Then the
+# GitOps tools of #50's tests, cached beside it: kstatus and Argo CD's Lua VM (~40 s cold), and Flux's
+# source-controller and kustomize-controller (~8 min cold).
 control-plane:
 	@dir=$$(bash tests/control-plane/build.sh) && echo "control plane: $$(cat $$dir/build-info)"
 	@echo "gitops-health: $$(bash tests/gitops-health/build.sh)"
+	@echo "flux: $$(bash tests/flux/build.sh)"
 
 # OCI images of the configurator, the agent (static release binaries on an empty base) and the agent with
 # FRR (Debian bookworm via mmdebstrap) in target/images/<name>/, built with buildah (no Docker engine),

@@ -31,17 +31,19 @@ declare -A PACKAGE_OF=(
     [xz]=xz-utils [zstd]=zstd [lz4]=lz4
     [containerd]=containerd [ctr]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
     [nft]=nftables [iptables]=iptables [nsenter]=util-linux
+    [git]=git
 )
 # What each profile needs, and why (the why is printed when a tool cannot be installed).
 demo_tools=(make ip bridge ping /usr/lib/frr/zebra /usr/lib/frr/bgpd vtysh /usr/lib/frr/frr-reload.py)
 vm_tools=(make ip bridge python3 qemu-system-x86_64 /bin/busybox mmdebstrap mkfs.ext4 xz zstd lz4)
 cluster_tools=(ip nsenter containerd ctr runc /usr/lib/cni/bridge nft iptables /bin/busybox)
-test_tools=("${demo_tools[@]}" "${vm_tools[@]}" "${cluster_tools[@]}" bash update-ca-certificates buildah prometheus promtool)
+test_tools=("${demo_tools[@]}" "${vm_tools[@]}" "${cluster_tools[@]}" bash update-ca-certificates buildah prometheus promtool git)
 declare -A WHY=(
     [ping]="the demo's and the e2e tests' data-plane checks"
     [/usr/lib/frr/zebra]="BGP EVPN per node (FRR)" [/usr/lib/frr/bgpd]="BGP EVPN per node (FRR)"
     [vtysh]="BGP EVPN per node (FRR)" [/usr/lib/frr/frr-reload.py]="the agent's FRR reloads"
     [buildah]="make images" [mmdebstrap]="the FRR image and the full-kernel guest's root filesystem"
+    [git]="the many-clusters test's Git repository (Flux fetches it; git-http-backend serves it)"
     [prometheus]="the alert and dashboard tests" [promtool]="the alert rule tests"
     [qemu-system-x86_64]="the full-kernel tier" [/bin/busybox]="the full-kernel tier's initramfs, the real node's sandbox image"
     [containerd]="the real node's container runtime" [ctr]="importing images into the real node"

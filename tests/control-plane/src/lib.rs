@@ -21,6 +21,7 @@
 //! [`node`]: a real node (containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler) beside
 //! it, for the install tier.
 
+pub mod flux;
 pub mod frr;
 pub mod host;
 pub mod node;
@@ -70,20 +71,23 @@ pub fn binaries() -> Result<&'static Binaries> {
 pub fn gitops_health() -> Result<&'static Path> {
     static BINARY: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
     BINARY
-        .get_or_init(|| {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gitops-health/build.sh");
-            let out = Command::new("bash")
-                .arg(&script)
-                .stderr(Stdio::inherit())
-                .output()
-                .map_err(|e| format!("running {}: {e}", script.display()))?;
-            if !out.status.success() {
-                return Err(format!("{} failed ({})", script.display(), out.status));
-            }
-            Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-        })
+        .get_or_init(|| built_by("../gitops-health/build.sh"))
         .as_deref()
         .map_err(|e| anyhow::anyhow!("the gitops-health checker is not available: {e}"))
+}
+
+/// Runs a build script (path relative to this crate) that prints the path of what it built or reused.
+fn built_by(script: &str) -> std::result::Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} failed ({})", script.display(), out.status));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 fn find_or_build() -> Result<Binaries> {
