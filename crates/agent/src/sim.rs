@@ -74,8 +74,9 @@ pub fn status_for(nnc: &NodeNetworkConfig, answer: &Answer) -> Option<serde_json
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let st = status::answering(
-        status::from_outcome(&o, Some(&prev), &Default::default(), now),
-        &nnc.spec,
+        status::from_outcome(&o, Some(&prev), &Default::default(), now.clone()),
+        nnc,
+        &now,
     );
     Some(json!({
         "apiVersion": "netwave.dev/v1alpha1",
@@ -96,12 +97,13 @@ pub fn provisioning_for(
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let target = Target::from(&nnc.spec);
-    Some(status::provisioning(
+    let st = status::provisioning(
         &target,
         nnc.status.as_ref(),
         &Default::default(),
-        now,
-    ))
+        now.clone(),
+    );
+    Some(status::judged(st, nnc, &now))
 }
 
 /// The answer a real agent writes once the apply it reported `Provisioning` for (`provisioning`, from
@@ -138,7 +140,15 @@ pub async fn write_status(
 ) -> Option<NodeNetworkConfig> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for _ in 0..tries {
-        match netwave_runtime::apply::apply_status(api, name, &params, body.clone()).await {
+        match netwave_runtime::apply::apply_status(
+            api,
+            name,
+            &params,
+            body.clone(),
+            &netwave_api::NNC_STATUS_TOGETHER,
+        )
+        .await
+        {
             Ok((o, _)) => return Some(o),
             Err(kube::Error::Api(ae)) if ae.code == 404 => return None,
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,

@@ -34,6 +34,8 @@ pub const PROBE_MESSAGE_MAX: usize = 1024;
 /// `kernelCapabilities`: how many, and each name's length.
 pub const CAPABILITIES_MAX: usize = 64;
 pub const CAPABILITY_NAME_MAX: usize = 64;
+/// `conditions`: the agent's three kstatus conditions and the configurator's `Quarantined`, with room.
+pub const CONDITIONS_MAX: usize = 8;
 /// What the configurator copies of a node's `message` into the revision's `status.failedNodes`
 /// (and its Events and logs): enough to say what failed; the whole message stays on the node config.
 pub const FAILED_NODE_MESSAGE_MAX: usize = 1024;
@@ -99,6 +101,11 @@ impl NodeNetworkConfigStatus {
             .map(|(k, v)| (truncate(&k, CAPABILITY_NAME_MAX), v))
             .take(CAPABILITIES_MAX)
             .collect();
+        self.conditions.truncate(CONDITIONS_MAX);
+        for c in self.conditions.iter_mut() {
+            c.reason = truncate(&c.reason, REASON_MAX);
+            c.message = truncate(&c.message, MESSAGE_MAX);
+        }
         self
     }
 }

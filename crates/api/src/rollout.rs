@@ -900,12 +900,30 @@ pub struct NodeNetworkConfigStatus {
         }]
     ))]
     pub kernel_capabilities: BTreeMap<String, bool>,
-    /// Written by the configurator, never by the agent: `Quarantined` while the node is quarantined
+    /// `metadata.generation` of the config the agent's conditions judge: kstatus (`kubectl wait`, Flux,
+    /// cli-utils) takes the node config as in progress while it is older than the spec. Agents before
+    /// 0.2.0 leave it out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// A map keyed by `type`, so each writer applies its own: the agent's kstatus conditions `Ready`,
+    /// `Reconciling` and `Stalled` (#50: whether the node runs its config, is applying it, or refused
+    /// it), and the configurator's `Quarantined` while the node is quarantined
     /// (`spec.rollout.quarantine`; the record itself is the annotation `netwave.dev/quarantined`, which
-    /// the agent cannot write).
+    /// the agent cannot write). Before 0.2.0 the list was atomic and only the configurator wrote it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"],
+        "maxItems" = crate::bounds::CONDITIONS_MAX
+    ))]
     pub conditions: Vec<Condition>,
 }
+
+/// Status fields an agent leaves out together when the NodeNetworkConfig CRD is older than it
+/// (`netwave_runtime::apply::apply_status`'s `along`): a CRD without `status.observedGeneration` is
+/// one from before 0.2.0, whose `conditions` list is atomic and the configurator's alone.
+pub const NNC_STATUS_TOGETHER: [(&str, &str); 1] =
+    [(".status.observedGeneration", ".status.conditions")];
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -911,7 +911,7 @@ impl Writer {
                     "status": &**status,
                 });
                 // Under an older CRD (a downgrade in flight) the fields it lacks are left out.
-                netwave_runtime::apply::apply_status(&revisions, name, &apply, patch)
+                netwave_runtime::apply::apply_status(&revisions, name, &apply, patch, &[])
                     .await
                     .map(drop)
             }
@@ -993,7 +993,7 @@ impl Writer {
             "status": status,
         });
         let api = Api::<DynamicObject>::all_with(self.client.clone(), &kind.api_resource());
-        netwave_runtime::apply::apply_status(&api, name, &apply, patch)
+        netwave_runtime::apply::apply_status(&api, name, &apply, patch, &[])
             .await
             .map(drop)
     }

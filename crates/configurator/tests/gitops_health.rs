@@ -364,3 +364,227 @@ async fn kstatus_and_argo_cd_see_every_phase_of_a_rollout_as_netwave_does() {
     }
     committed_cases_pass();
 }
+
+/// The configurator's `Quarantined` condition on a node config, applied as its writer applies it
+/// (server-side, its own field manager, forced).
+async fn quarantine(nncs: &Api<NodeNetworkConfig>, name: &str) {
+    let patch = serde_json::json!({
+        "apiVersion": "netwave.dev/v1alpha1",
+        "kind": "NodeNetworkConfig",
+        "status": {"conditions": [{
+            "type": netwave_api::QUARANTINED_CONDITION,
+            "status": "True",
+            "reason": "Quarantined",
+            "message": "failed 3 revisions in a row that others provisioned",
+            "lastTransitionTime": "2026-12-02T00:00:00Z",
+        }]},
+    });
+    let apply = kube::api::PatchParams::apply(netwave_api::vocab::managers::CONFIGURATOR).force();
+    nncs.patch_status(name, &apply, &kube::api::Patch::Apply(&patch))
+        .await
+        .unwrap();
+}
+
+/// A node config on the server, with the spec of `revision`.
+async fn node_config(
+    nncs: &Api<NodeNetworkConfig>,
+    name: &str,
+    revision: &str,
+) -> NodeNetworkConfig {
+    let spec = netwave_api::NodeNetworkConfigSpec {
+        revision: revision.into(),
+        sequence: 1,
+        config_hash: format!("hash-of-{revision}"),
+        retry: 0,
+        config: Default::default(),
+    };
+    let nnc = NodeNetworkConfig::new(name, spec);
+    nncs.create(&kube::api::PostParams::default(), &nnc)
+        .await
+        .unwrap()
+}
+
+/// Writes what the agent writes: `Provisioning`, then `answer` (as `netwave_agent::sim` does, with the
+/// agent's own status code); returns the object after each write.
+async fn agent_reports(
+    nncs: &Api<NodeNetworkConfig>,
+    nnc: &NodeNetworkConfig,
+    answer: &Answer,
+) -> (NodeNetworkConfig, NodeNetworkConfig) {
+    use netwave_agent::sim;
+    let name = nnc.metadata.name.clone().unwrap();
+    let provisioning = sim::provisioning_for(nnc, answer).unwrap();
+    let during = sim::write_status(nncs, &name, &sim::status_apply(&provisioning), 3)
+        .await
+        .unwrap();
+    let body = sim::answer_after(&during, &provisioning, answer).unwrap();
+    let after = sim::write_status(nncs, &name, &body, 3).await.unwrap();
+    (during, after)
+}
+
+fn as_object(nnc: &NodeNetworkConfig) -> Value {
+    let mut v = serde_json::to_value(nnc).unwrap();
+    v["apiVersion"] = "netwave.dev/v1alpha1".into();
+    v["kind"] = "NodeNetworkConfig".into();
+    v
+}
+
+fn condition_types(nnc: &NodeNetworkConfig) -> Vec<String> {
+    let mut t: Vec<String> = (nnc.status.iter())
+        .flat_map(|s| s.conditions.iter().map(|c| c.type_.clone()))
+        .collect();
+    t.sort();
+    t
+}
+
+/// NodeNetworkConfigs (#50): kstatus and the Argo CD health check say whether the node runs the config
+/// it was given, from what the agent writes beside its verdict (on kube-apiserver): in progress while
+/// it applies it and again once the spec changes under it, current once it runs it, failed when it
+/// refused it. The agent's conditions and the configurator's `Quarantined` live side by side in one
+/// list (a map keyed by type): neither writer removes the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_configs_say_whether_their_node_runs_its_config() {
+    let env = env().await;
+    let nncs = Api::<NodeNetworkConfig>::all(env.client.clone());
+    let nnc = node_config(&nncs, "node-00", "rev-a").await;
+    quarantine(&nncs, "node-00").await;
+    let (during, done) = agent_reports(&nncs, &nnc, &Answer::Provisioned).await;
+    let j = |o: &NodeNetworkConfig| {
+        let judged = judge_objects(vec![as_object(o)]);
+        let x = &judged["NodeNetworkConfig/node-00"];
+        (x.kstatus.clone(), x.health.clone(), x.message.clone())
+    };
+    assert_eq!(j(&during).0, "InProgress", "{:?}", j(&during));
+    assert_eq!(j(&during).1, "Progressing");
+    assert_eq!(
+        (j(&done).0, j(&done).1),
+        ("Current".to_string(), "Healthy".to_string())
+    );
+    assert_eq!(
+        condition_types(&done),
+        ["Quarantined", "Ready", "Reconciling", "Stalled"],
+        "the agent's conditions beside the configurator's"
+    );
+    // The configurator lifts the quarantine (applies no condition): the agent's stay.
+    let lift = serde_json::json!({"apiVersion": "netwave.dev/v1alpha1", "kind": "NodeNetworkConfig",
+                                  "status": {"conditions": []}});
+    let apply = kube::api::PatchParams::apply(netwave_api::vocab::managers::CONFIGURATOR).force();
+    let lifted = nncs
+        .patch_status("node-00", &apply, &kube::api::Patch::Apply(&lift))
+        .await
+        .unwrap();
+    assert_eq!(
+        condition_types(&lifted),
+        ["Ready", "Reconciling", "Stalled"]
+    );
+
+    // A new config: in progress until the agent has judged it, whatever it said of the last one.
+    let moved = nncs
+        .patch(
+            "node-00",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"spec": {"revision": "rev-b", "configHash": "hash-of-rev-b"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let (kstatus, health, message) = j(&moved);
+    assert_eq!(
+        (kstatus.as_str(), health.as_str()),
+        ("InProgress", "Progressing"),
+        "{message}"
+    );
+    quarantine(&nncs, "node-00").await;
+    let refused = Answer::Invalid {
+        reason: Reason::HealthCheckFailed,
+        message: "probe gateway 10.250.0.1: no answer".into(),
+    };
+    let (_, failed) = agent_reports(&nncs, &moved, &refused).await;
+    let (kstatus, health, message) = j(&failed);
+    assert_eq!(
+        (kstatus.as_str(), health.as_str()),
+        ("Failed", "Degraded"),
+        "{message}"
+    );
+    assert!(message.contains("HealthCheckFailed"), "{message}");
+    assert_eq!(
+        condition_types(&failed),
+        ["Quarantined", "Ready", "Reconciling", "Stalled"]
+    );
+}
+
+/// A 0.2.0 agent under the 0.1.0 NodeNetworkConfig CRD (during a downgrade): that CRD has no
+/// `status.observedGeneration` and its `conditions` list is atomic and the configurator's, so the
+/// agent's forced apply of its conditions would take the whole list over and drop `Quarantined`. The
+/// agent leaves both out there, and its verdict still lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_older_crd_the_agent_leaves_the_configurators_conditions_alone() {
+    let env = env().await;
+    let older: Vec<_> = netwave_api::crds()
+        .into_iter()
+        .map(|(_, mut crd)| {
+            if crd.spec.names.kind == "NodeNetworkConfig" {
+                let mut v = serde_json::to_value(&crd).unwrap();
+                for version in v["spec"]["versions"].as_array_mut().unwrap() {
+                    let status = &mut version["schema"]["openAPIV3Schema"]["properties"]["status"];
+                    status["properties"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("observedGeneration");
+                    let conditions = status["properties"]["conditions"].as_object_mut().unwrap();
+                    for k in [
+                        "x-kubernetes-list-type",
+                        "x-kubernetes-list-map-keys",
+                        "maxItems",
+                    ] {
+                        conditions.remove(k);
+                    }
+                }
+                crd = serde_json::from_value(v).unwrap();
+            }
+            crd
+        })
+        .collect();
+    let nncs = Api::<NodeNetworkConfig>::all(env.client.clone());
+    let nnc = node_config(&nncs, "node-00", "rev-a").await;
+    // In effect once the server takes nine conditions, which this tree's CRD bounds at eight.
+    let probe = || async {
+        let nine: Vec<Value> = (0..9)
+            .map(|i| {
+                serde_json::json!({"type": format!("T{i}"), "status": "True", "reason": "R",
+                                   "message": "", "lastTransitionTime": "2026-12-02T00:00:00Z"})
+            })
+            .collect();
+        let body = serde_json::json!({"status": {"conditions": nine}});
+        let dry = kube::api::PatchParams::default().dry_run();
+        nncs.patch_status("node-00", &dry, &kube::api::Patch::Merge(&body))
+            .await
+            .map(drop)
+    };
+    env.cp()
+        .install_crds_validating(&env.client, older, true, probe)
+        .await
+        .unwrap();
+    quarantine(&nncs, "node-00").await;
+    let (_, done) = agent_reports(&nncs, &nnc, &Answer::Provisioned).await;
+    let st = done.status.clone().unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Provisioned"));
+    assert_eq!(
+        condition_types(&done),
+        ["Quarantined"],
+        "{:?}",
+        st.conditions
+    );
+    assert_eq!(st.observed_generation, None);
+    // Back to this tree's CRDs for the next test on this server.
+    env.cp()
+        .install_crds_validating(
+            &env.client,
+            netwave_api::crds().into_iter().map(|(_, c)| c),
+            false,
+            probe,
+        )
+        .await
+        .unwrap();
+}

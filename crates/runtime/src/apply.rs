@@ -19,12 +19,17 @@ const UNDECLARED: &str = ": field not declared in schema";
 
 /// Applies `patch` (a whole object: apiVersion, kind, status) to `name`'s status subresource. Fields
 /// the CRD does not declare are removed and the apply made again (at most a few times); the paths
-/// removed come back with the object, so the caller can say so once.
+/// removed come back with the object, so the caller can say so once. `along` pairs a field with one
+/// that must go with it: `(a, b)` removes `b` too when `a` is undeclared, for a field whose meaning
+/// changed in the same CRD release (the node config's `conditions`, atomic and the configurator's
+/// before `observedGeneration` came with its map of per-writer entries: applied under the older CRD,
+/// the agent's forced apply would take the whole list over).
 pub async fn apply_status<K>(
     api: &Api<K>,
     name: &str,
     params: &PatchParams,
     mut patch: Value,
+    along: &[(&str, &str)],
 ) -> Result<(K, Vec<String>), kube::Error>
 where
     K: Clone + DeserializeOwned + Debug,
@@ -34,7 +39,13 @@ where
         match api.patch_status(name, params, &Patch::Apply(&patch)).await {
             Ok(obj) => return Ok((obj, dropped)),
             Err(kube::Error::Api(ae)) => {
-                let removed: Vec<String> = undeclared_fields(&ae.message)
+                let mut undeclared = undeclared_fields(&ae.message);
+                let with: Vec<String> = (along.iter())
+                    .filter(|(a, _)| undeclared.iter().any(|u| u == a))
+                    .map(|(_, b)| b.to_string())
+                    .collect();
+                undeclared.extend(with);
+                let removed: Vec<String> = undeclared
                     .into_iter()
                     .filter(|p| remove_path(&mut patch, p))
                     .collect();

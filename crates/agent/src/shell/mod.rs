@@ -519,7 +519,7 @@ impl Shell {
         ) && !status.as_ref().is_some_and(status::announces_this_agent)
         {
             let prev = status.as_ref().filter(|_| decision != Decision::Unassigned);
-            let st = status::announcing(prev, &self.agent.caps);
+            let st = status::judged(status::announcing(prev, &self.agent.caps), nnc, &now());
             self.reported = Some(st.clone());
             self.reporter.status(&nnc.name_any(), st);
         }
@@ -560,7 +560,9 @@ impl Shell {
                 }
                 Decision::Apply => {
                     let prev = status.clone();
-                    let st = status::provisioning(&target, prev.as_ref(), &self.agent.caps, now());
+                    let at = now();
+                    let st = status::provisioning(&target, prev.as_ref(), &self.agent.caps, at.clone());
+                    let st = status::judged(st, nnc, &at);
                     self.reported = Some(st.clone());
                     self.reporter.status(&nnc.name_any(), st);
                     let start = std::time::Instant::now();
@@ -614,9 +616,11 @@ impl Shell {
             })
             .inc();
         let prev = self.reported.clone().or_else(|| nnc.status.clone());
+        let at = now();
         let st = status::answering(
-            status::from_outcome(o, prev.as_ref(), &self.agent.caps, now()),
-            &nnc.spec,
+            status::from_outcome(o, prev.as_ref(), &self.agent.caps, at.clone()),
+            nnc,
+            &at,
         );
         self.reported = Some(st.clone());
         self.reporter.status(&nnc.name_any(), st);

@@ -170,7 +170,13 @@ async fn deliver_status(
             });
             let attempt = tokio::time::timeout(
                 ATTEMPT_TIMEOUT,
-                netwave_runtime::apply::apply_status(&api, &name, &params, patch),
+                netwave_runtime::apply::apply_status(
+                    &api,
+                    &name,
+                    &params,
+                    patch,
+                    &netwave_api::NNC_STATUS_TOGETHER,
+                ),
             )
             .await;
             let error = match attempt {

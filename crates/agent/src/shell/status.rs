@@ -1,8 +1,10 @@
 //! NodeNetworkConfig status from an [`Outcome`] (pure). The agent is the only writer of NNC status.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use netwave_api::NodeNetworkConfigStatus;
 use netwave_api::features::FeatureSet;
+use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
+use netwave_core::rollout::health;
+use netwave_core::types::Timestamp;
 
 use crate::reconcile::{Outcome, PROVISIONING, Target};
 use netwave_core::dataplane::Capabilities;
@@ -54,8 +56,8 @@ pub fn from_outcome(
         agent_version: Some(AGENT_VERSION.to_string()),
         agent_features: Some(FeatureSet::all().names()),
         kernel_capabilities: caps_map(caps),
-        // The configurator's (Quarantined); empty is left out of the agent's apply, so it never
-        // takes them over.
+        // Set by `judged`; the configurator's (Quarantined) are never the agent's.
+        observed_generation: None,
         conditions: Vec::new(),
     }
 }
@@ -70,7 +72,7 @@ pub fn announcing(
         agent_version: Some(AGENT_VERSION.to_string()),
         agent_features: Some(FeatureSet::all().names()),
         kernel_capabilities: caps_map(caps),
-        // The configurator's (Quarantined); never taken over.
+        // Set by `judged`; the configurator's (Quarantined) are never the agent's.
         conditions: Vec::new(),
         ..prev.cloned().unwrap_or_default()
     }
@@ -82,16 +84,40 @@ pub fn announces_this_agent(st: &NodeNetworkConfigStatus) -> bool {
         && st.agent_features.as_deref() == Some(FeatureSet::all().names().as_slice())
 }
 
-/// `st`, saying which config it answers: `spec`'s, when `st` reports on `spec`'s revision and retry.
+/// `st`, saying which config it answers: `nnc`'s, when `st` reports on its spec's revision and retry;
+/// then [`judged`].
 pub fn answering(
     mut st: NodeNetworkConfigStatus,
-    spec: &netwave_api::NodeNetworkConfigSpec,
+    nnc: &NodeNetworkConfig,
+    now: &Time,
 ) -> NodeNetworkConfigStatus {
+    let spec = &nnc.spec;
     if st.observed_revision.as_deref() == Some(spec.revision.as_str())
         && st.observed_retry == Some(spec.retry)
     {
         st.observed_config_hash = Some(spec.config_hash.clone());
     }
+    judged(st, nnc, now)
+}
+
+/// `st` with what generic tools read (#50): `observedGeneration`, `nnc`'s generation, and the
+/// kstatus conditions `Ready`, `Reconciling`, `Stalled` of `st` for `nnc`'s spec
+/// (`netwave_core::rollout::health::of_node`; none on a placeholder). Never the configurator's
+/// `Quarantined`: the list is a map keyed by type, and the agent applies only its own entries.
+pub fn judged(
+    mut st: NodeNetworkConfigStatus,
+    nnc: &NodeNetworkConfig,
+    now: &Time,
+) -> NodeNetworkConfigStatus {
+    let verdict = health::of_node(&nnc.spec, &st);
+    let old = nnc.status.as_ref().map(|s| s.conditions.as_slice());
+    st.conditions = health::conditions(
+        &verdict,
+        old.unwrap_or_default(),
+        nnc.metadata.generation,
+        Timestamp(now.0.as_millisecond()),
+    );
+    st.observed_generation = nnc.metadata.generation;
     st
 }
 
@@ -119,8 +145,8 @@ pub fn provisioning(
         agent_version: Some(AGENT_VERSION.to_string()),
         agent_features: Some(FeatureSet::all().names()),
         kernel_capabilities: caps_map(caps),
-        // The configurator's (Quarantined); empty is left out of the agent's apply, so it never
-        // takes them over.
+        // Set by `judged`; the configurator's (Quarantined) are never the agent's.
+        observed_generation: None,
         conditions: Vec::new(),
     }
 }
@@ -222,5 +248,92 @@ mod tests {
         let bare = announcing(None, &caps);
         assert!(announces_this_agent(&bare));
         assert_eq!((bare.phase, bare.observed_revision), (None, None));
+    }
+
+    /// What generic tools read (#50): the agent's conditions say whether its node runs this very config
+    /// (by generation), is applying it, or refused it; a placeholder has none; the configurator's
+    /// `Quarantined` is never among them.
+    #[test]
+    fn the_agents_conditions_judge_the_config_it_was_given() {
+        use netwave_api::vocab::kstatus;
+        let mut nnc = NodeNetworkConfig::new(
+            "n1",
+            netwave_api::NodeNetworkConfigSpec {
+                revision: "r2".into(),
+                sequence: 2,
+                config_hash: "h2".into(),
+                retry: 0,
+                config: Default::default(),
+            },
+        );
+        nnc.metadata.generation = Some(7);
+        nnc.status = Some(NodeNetworkConfigStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: netwave_api::QUARANTINED_CONDITION.into(),
+                status: "True".into(),
+                reason: "Quarantined".into(),
+                message: "".into(),
+                last_transition_time: t(1),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        let caps = Capabilities::default();
+        let true_one = |st: &NodeNetworkConfigStatus| {
+            assert_eq!(st.observed_generation, Some(7));
+            assert!(
+                st.conditions
+                    .iter()
+                    .all(|c| c.observed_generation == Some(7))
+            );
+            let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+            assert_eq!(types, health::TYPES, "only the agent's own");
+            let on: Vec<_> = (st.conditions.iter())
+                .filter(|c| c.status == "True")
+                .collect();
+            assert_eq!(on.len(), 1);
+            (on[0].type_.clone(), on[0].reason.clone())
+        };
+        let target = Target::from(&nnc.spec);
+        let applying = judged(provisioning(&target, None, &caps, t(10)), &nnc, &t(10));
+        assert_eq!(
+            true_one(&applying),
+            (kstatus::RECONCILING.into(), "Provisioning".into())
+        );
+        let ok = Outcome::provisioned("r2", 0, "h2", "applied".into());
+        let done = answering(from_outcome(&ok, None, &caps, t(20)), &nnc, &t(20));
+        assert_eq!(
+            true_one(&done),
+            (kstatus::READY.into(), "Provisioned".into())
+        );
+        let bad = Outcome::invalid(
+            "r2",
+            0,
+            Reason::HealthCheckFailed,
+            "probe gateway: no answer".into(),
+            (Some("h1".into()), Some("r1".into())),
+        );
+        let refused = answering(from_outcome(&bad, None, &caps, t(30)), &nnc, &t(30));
+        assert_eq!(
+            true_one(&refused),
+            (kstatus::STALLED.into(), "Invalid".into())
+        );
+        let stalled = refused
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kstatus::STALLED);
+        assert!(stalled.unwrap().message.contains("HealthCheckFailed"));
+        // An answer about an earlier revision does not say the node runs this one.
+        let old = Outcome::provisioned("r1", 0, "h1", "applied".into());
+        let stale = answering(from_outcome(&old, None, &caps, t(40)), &nnc, &t(40));
+        assert_eq!(
+            true_one(&stale),
+            (kstatus::RECONCILING.into(), kstatus::PENDING.into())
+        );
+        // A placeholder: nothing to wait for, no conditions of the agent's.
+        let mut placeholder = nnc.clone();
+        placeholder.spec = netwave_api::NodeNetworkConfigSpec::placeholder();
+        let bare = judged(announcing(None, &caps), &placeholder, &t(50));
+        assert!(bare.conditions.is_empty());
     }
 }

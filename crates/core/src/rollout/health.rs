@@ -5,12 +5,13 @@
 //!
 //! ```text
 //!   revision status (phase, Paused, Progressing) ──of_revision──► Verdict { health, reason, message }
+//!   node config (spec, agent's status)     ──of_node─────► Verdict
 //!   Verdict + old conditions + generation ──conditions──► Ready, Reconciling, Stalled
 //! ```
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use netwave_api::NetworkConfigRevisionStatus;
-use netwave_api::vocab::kstatus;
+use netwave_api::vocab::{NodePhase, kstatus};
+use netwave_api::{NetworkConfigRevisionStatus, NodeNetworkConfigSpec, NodeNetworkConfigStatus};
 
 use super::vocab::{ConditionStatus, ConditionType, Phase, reasons};
 use crate::types::Timestamp;
@@ -99,6 +100,55 @@ pub fn of_revision(status: Option<&NetworkConfigRevisionStatus>) -> Verdict {
                 None => verdict(Health::Reconciling, reasons::ROLLOUT_PROGRESSING, message),
             }
         }
+    }
+}
+
+/// The health of one node config from its agent's status, as the agent writes it beside that status:
+/// ready once the agent reports `Provisioned` for this very config (revision, retry and config hash),
+/// reconciling while it applies it or has not reported on it yet, stalled when it refused it or
+/// rolled it back (`Invalid`: the node runs its last good config until the configurator assigns
+/// another). A placeholder holds no config: nothing to wait for.
+pub fn of_node(spec: &NodeNetworkConfigSpec, status: &NodeNetworkConfigStatus) -> Verdict {
+    let verdict = |health, reason, message: String| Verdict {
+        health,
+        reason,
+        message,
+    };
+    if spec.is_placeholder() {
+        return verdict(Health::Idle, kstatus::PENDING, String::new());
+    }
+    let answers = status.observed_revision.as_deref() == Some(spec.revision.as_str())
+        && status.observed_retry == Some(spec.retry)
+        && status.observed_config_hash.as_deref() == Some(spec.config_hash.as_str());
+    let revision = &spec.revision;
+    match NodePhase::parse(status.phase.as_deref().unwrap_or_default()).filter(|_| answers) {
+        Some(NodePhase::Provisioned) => verdict(
+            Health::Ready,
+            NodePhase::Provisioned.as_str(),
+            format!("runs revision {revision}"),
+        ),
+        Some(NodePhase::Invalid) => {
+            let why = status.reason.as_deref().unwrap_or("refused");
+            let what = status.message.as_deref().unwrap_or_default();
+            verdict(
+                Health::Stalled,
+                NodePhase::Invalid.as_str(),
+                netwave_api::bounds::truncate(
+                    &format!("revision {revision}: {why}: {what}"),
+                    netwave_api::bounds::FAILED_NODE_MESSAGE_MAX,
+                ),
+            )
+        }
+        Some(NodePhase::Provisioning) => verdict(
+            Health::Reconciling,
+            NodePhase::Provisioning.as_str(),
+            format!("applying revision {revision}"),
+        ),
+        None => verdict(
+            Health::Reconciling,
+            kstatus::PENDING,
+            format!("revision {revision} is assigned; its agent has not reported on it yet"),
+        ),
     }
 }
 

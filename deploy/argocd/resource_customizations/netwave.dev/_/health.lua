@@ -7,7 +7,9 @@
 -- revision failed (its nodes went back to the last good revision) or waits for an admin (held as a
 -- destructive change, or paused). A sync wave or a progressive sync therefore waits for the network
 -- change to reach the nodes, and stops at a failed or held one.
--- NodeNetworkConfigs report their agent's verdict in status.phase.
+-- NodeNetworkConfigs carry the same conditions, written by the node's agent (0.2.0 and later): Ready
+-- when the node runs the config it was given, Reconciling while it applies it, Stalled when the agent
+-- refused it or rolled it back.
 local hs = {}
 
 local function condition(conditions, type)
@@ -35,23 +37,33 @@ if status == nil then
   return hs
 end
 
-if obj.kind == "NodeNetworkConfig" then
-  if status.phase == "Provisioned" then
+-- A NodeNetworkConfig of an agent before 0.2.0 has no conditions: its phase, if it answers this spec.
+if obj.kind == "NodeNetworkConfig" and condition(status.conditions, "Ready") == nil then
+  local answers = obj.spec ~= nil and status.observedRevision == obj.spec.revision
+  if obj.spec ~= nil and (obj.spec.revision == nil or obj.spec.revision == "") then
     hs.status = "Healthy"
-  elseif status.phase == "Invalid" then
+    hs.message = "no config assigned"
+  elseif answers and status.phase == "Provisioned" then
+    hs.status = "Healthy"
+  elseif answers and status.phase == "Invalid" then
     hs.status = "Degraded"
   else
     hs.status = "Progressing"
   end
-  hs.message = status.message or status.reason or ""
+  hs.message = hs.message or status.message or status.reason or ""
   return hs
 end
 
--- A spec the configurator has not judged yet: whatever the conditions say is about an older one.
+-- A spec the configurator (for a node config: its agent) has not judged yet: whatever the conditions
+-- say is about an older one.
 if status.observedGeneration ~= nil and obj.metadata ~= nil and obj.metadata.generation ~= nil
     and status.observedGeneration < obj.metadata.generation then
   hs.status = "Progressing"
-  hs.message = "Waiting for netwave's configurator to judge generation " .. obj.metadata.generation
+  local who = "netwave's configurator"
+  if obj.kind == "NodeNetworkConfig" then
+    who = "the node's agent"
+  end
+  hs.message = "Waiting for " .. who .. " to judge generation " .. obj.metadata.generation
   return hs
 end
 
