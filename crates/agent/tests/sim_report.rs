@@ -105,18 +105,18 @@ async fn a_simulated_agent_reports_provisioning_at_pick_up_then_its_answer_as_th
         "two writes: Provisioning, then the answer"
     );
 
-    // The pick-up report is the real agent's (status::provisioning) at the time it carries.
+    // The pick-up report is the real agent's (status::provisioning, judged for r2's generation) at
+    // the time it carries.
     let picked = written[0].status.clone().expect("a status");
     let at = picked.last_transition_time.clone().expect("a start time");
-    assert_eq!(
-        picked,
-        status::provisioning(
-            &Target::from(&r2.spec),
-            Some(&prev),
-            &Default::default(),
-            at.clone()
-        )
+    let provisioning = status::provisioning(
+        &Target::from(&r2.spec),
+        Some(&prev),
+        &Default::default(),
+        at.clone(),
     );
+    assert_eq!(picked, status::judged(provisioning, &r2, &at));
+    assert_eq!(picked.observed_generation, r2.metadata.generation);
     assert_eq!(
         picked.phase.as_deref(),
         Some(NodePhase::Provisioning.as_str())
