@@ -82,25 +82,18 @@ async fn cluster(name: &'static str) -> Cluster {
 }
 
 /// The repository's `network/` directory: netwave's samples, as an admin keeps them in Git.
-fn samples() -> Vec<(&'static str, String)> {
+fn samples() -> Vec<(String, String)> {
     ["layer2.yaml", "routing-tables.yaml", "vrfs.yaml"]
         .iter()
         .map(|f| {
             let text = std::fs::read_to_string(repo().join("deploy/samples").join(f)).unwrap();
-            (
-                match *f {
-                    "layer2.yaml" => LAYER2,
-                    "routing-tables.yaml" => "network/routing-tables.yaml",
-                    _ => "network/vrfs.yaml",
-                },
-                text,
-            )
+            (format!("network/{f}"), text)
         })
         .collect()
 }
 
 /// `network/layer2.yaml` with the segment's MTU set to `mtu` (the samples' first `mtu:` is its own).
-fn layer2_with_mtu(mtu: u32) -> Vec<(&'static str, String)> {
+fn layer2_with_mtu(mtu: u32) -> Vec<(String, String)> {
     let text = std::fs::read_to_string(repo().join("deploy/samples/layer2.yaml")).unwrap();
     let at = text.find(&format!("name: {SEGMENT}")).unwrap();
     let line = at + text[at..].find("  mtu: 9000\n").unwrap();
@@ -109,7 +102,7 @@ fn layer2_with_mtu(mtu: u32) -> Vec<(&'static str, String)> {
         &text[..line],
         &text[line + "  mtu: 9000\n".len()..]
     );
-    vec![(LAYER2, changed)]
+    vec![(LAYER2.to_string(), changed)]
 }
 
 /// `deploy/flux/fleet.yaml` as the test runs it: the local repository, and intervals of seconds.
@@ -136,16 +129,21 @@ fn kustomizations() -> ApiResource {
     ))
 }
 
+/// A Flux object's `Ready` condition (null when it has none).
+fn ready_of(status: &Value) -> Value {
+    (status["conditions"].as_array().into_iter().flatten())
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
 /// A Kustomization's `(Ready status, reason, message, lastAppliedRevision)`.
 async fn kustomization(hub: &kube::Client, name: &str) -> (String, String, String, String) {
     let api =
         Api::<DynamicObject>::namespaced_with(hub.clone(), flux::NAMESPACE, &kustomizations());
     let k = api.get(name).await.unwrap();
     let status = &k.data["status"];
-    let ready = (status["conditions"].as_array().into_iter().flatten())
-        .find(|c| c["type"] == "Ready")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let ready = ready_of(status);
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     (
         s(&ready["status"]),
@@ -167,10 +165,8 @@ async fn fleet_state(hub: &kube::Client) -> String {
         let api = Api::<DynamicObject>::namespaced_with(hub.clone(), flux::NAMESPACE, &ar);
         for o in api.list(&Default::default()).await.unwrap().items {
             let st = &o.data["status"];
-            let ready = (st["conditions"].as_array().into_iter().flatten())
-                .find(|c| c["type"] == "Ready")
-                .map(|c| format!("{} {} {}", c["status"], c["reason"], c["message"]))
-                .unwrap_or_default();
+            let c = ready_of(st);
+            let ready = format!("{} {} {}", c["status"], c["reason"], c["message"]);
             let rev =
                 (st.get("artifact").map(|a| &a["revision"])).unwrap_or(&st["lastAppliedRevision"]);
             out.push(format!(
@@ -249,6 +245,15 @@ async fn until_all_on(hub: &kube::Client, clusters: &[Cluster], mtu: u32, commit
         },
     )
     .await;
+}
+
+/// How many times kustomize-controller found the Kustomization of cluster `name` waiting for its
+/// dependency, by its log (one line per check).
+fn dependency_checks(flux: &Flux, name: &str) -> usize {
+    let object = format!("\"name\":\"netwave-{name}\"");
+    (flux.log("kustomize-controller").lines())
+        .filter(|l| l.contains("Dependencies do not meet ready condition") && l.contains(&object))
+        .count()
 }
 
 /// Creates the Secrets with each cluster's kubeconfig and applies the fleet's Flux manifests on the hub
@@ -337,14 +342,14 @@ async fn a_change_halted_by_the_canary_clusters_netwave_never_reaches_the_other_
     let flux = Flux::start(&canary.cp, Duration::from_secs(1))
         .await
         .unwrap();
-    let first = flux.commit(&samples(), &[], "netwave inputs").unwrap();
+    let first = flux.commit(&samples(), "netwave inputs").unwrap();
     install_fleet(&clusters, &flux).await;
     until_all_on(hub, &clusters, 9000, &first).await;
 
     // A good change: the canary completes it before either other cluster is given it.
     let since = Instant::now();
     let good = flux
-        .commit(&layer2_with_mtu(8900), &[], "frontend mtu 8900")
+        .commit(&layer2_with_mtu(8900), "frontend mtu 8900")
         .unwrap();
     let times = arrivals(&clusters, 8900, since).await;
     for (c, (synced, complete)) in clusters.iter().zip(&times) {
@@ -371,7 +376,7 @@ async fn a_change_halted_by_the_canary_clusters_netwave_never_reaches_the_other_
         untouched.push(node_specs(&c.client).await);
     }
     let bad = flux
-        .commit(&layer2_with_mtu(BAD_MTU), &[], "frontend mtu 1400")
+        .commit(&layer2_with_mtu(BAD_MTU), "frontend mtu 1400")
         .unwrap();
     eventually(
         T,
@@ -418,8 +423,25 @@ async fn a_change_halted_by_the_canary_clusters_netwave_never_reaches_the_other_
         })
         .await;
     }
-    // Several of kustomize-controller's dependency checks (every second) and source fetches later:
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Not applied yet is not never applied: wait until kustomize-controller has checked each one's
+    // dependency five more times (its log says so at each check), with the bad commit fetched.
+    let checks = |name: &str| dependency_checks(&flux, name);
+    let seen: Vec<usize> = rest.iter().map(|c| checks(c.name)).collect();
+    for (c, n) in rest.iter().zip(seen) {
+        eventually(
+            T,
+            &format!("5 more dependency checks of {}", c.name),
+            || async {
+                let now = checks(c.name);
+                if now >= n + 5 {
+                    Ok(())
+                } else {
+                    Err(format!("{} since the canary failed", now - n))
+                }
+            },
+        )
+        .await;
+    }
     for (c, before) in rest.iter().zip(&untouched) {
         let k = kustomization(hub, &format!("netwave-{}", c.name)).await;
         println!("{}'s Kustomization: {k:?}", c.name);
@@ -444,7 +466,7 @@ async fn a_change_halted_by_the_canary_clusters_netwave_never_reaches_the_other_
 
     // Revert the commit: the canary is Ready again and the rest apply the revert: nothing moves there.
     let revert = flux
-        .commit(&layer2_with_mtu(8900), &[], "Revert \"frontend mtu 1400\"")
+        .commit(&layer2_with_mtu(8900), "Revert \"frontend mtu 1400\"")
         .unwrap();
     until_all_on(hub, &clusters, 8900, &revert).await;
     for (c, before) in rest.iter().zip(&untouched) {

@@ -174,14 +174,9 @@ impl Flux {
         &self.url
     }
 
-    /// Writes `files` (path in the repository, content), removes `remove`, commits everything as one
-    /// commit and pushes it; returns the commit's id.
-    pub fn commit(
-        &self,
-        files: &[(&str, String)],
-        remove: &[&str],
-        message: &str,
-    ) -> Result<String> {
+    /// Writes `files` (path in the repository, content), commits them as one commit and pushes it;
+    /// returns the commit's id.
+    pub fn commit(&self, files: &[(String, String)], message: &str) -> Result<String> {
         let work = self.dir.path().join("work");
         for (path, content) in files {
             let p = work.join(path);
@@ -190,20 +185,20 @@ impl Flux {
             }
             std::fs::write(&p, content).with_context(|| format!("writing {}", p.display()))?;
         }
-        for path in remove {
-            std::fs::remove_file(work.join(path))?;
-        }
         git(&work, &["add", "-A"])?;
         git(&work, &["commit", "-q", "-m", message])?;
         git(&work, &["push", "-q", "origin", BRANCH])?;
         Ok(git(&work, &["rev-parse", "HEAD"])?.trim().to_string())
     }
 
-    /// The last `lines` lines of one process's log (`git-http`, `source-controller`,
-    /// `kustomize-controller`).
+    /// One process's log (`git-http`, `source-controller`, `kustomize-controller`).
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of one process's log.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
-            .unwrap_or_default();
+        let text = self.log(name);
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
