@@ -22,10 +22,11 @@ use kube::{Client, ResourceExt};
 use netwave_api::{NodeNetworkConfig, NodeNetworkConfigStatus};
 use netwave_runtime::decoded::Decoded;
 use serde_json::json;
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::reconcile::{Outcome, Reason, Target};
 use crate::shell::FIELD_MANAGER;
+use crate::shell::report::ATTEMPT_TIMEOUT;
 use crate::shell::status;
 
 /// How a simulated agent answers one spec.
@@ -129,9 +130,10 @@ pub fn status_apply(st: &NodeNetworkConfigStatus) -> serde_json::Value {
 }
 
 /// Writes `body` to `name`'s status as the agent does (server-side apply, field manager
-/// `netwave-agent`, forced; under an older CRD without the fields it does not declare), retrying
-/// failures up to `tries` times 100 ms apart: the stored object, or `None` when it is gone or every try
-/// failed.
+/// `netwave-agent`, forced; under an older CRD without the fields it does not declare; each attempt
+/// given up after the agent's [`ATTEMPT_TIMEOUT`], so a request stuck across an API server restart
+/// is sent again), retrying failures up to `tries` times 100 ms apart: the stored object, or `None`
+/// when it is gone or every try failed.
 pub async fn write_status(
     api: &Api<NodeNetworkConfig>,
     name: &str,
@@ -140,18 +142,17 @@ pub async fn write_status(
 ) -> Option<NodeNetworkConfig> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for _ in 0..tries {
-        match netwave_runtime::apply::apply_status(
+        let attempt = netwave_runtime::apply::apply_status(
             api,
             name,
             &params,
             body.clone(),
             &netwave_api::NNC_STATUS_TOGETHER,
-        )
-        .await
-        {
-            Ok((o, _)) => return Some(o),
-            Err(kube::Error::Api(ae)) if ae.code == 404 => return None,
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        );
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, attempt).await {
+            Ok(Ok((o, _))) => return Some(o),
+            Ok(Err(kube::Error::Api(ae))) if ae.code == 404 => return None,
+            Ok(Err(_)) | Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
     None
@@ -266,6 +267,10 @@ fn spawn_watching(
         let stream = watcher(decoded, config).default_backoff();
         futures::pin_mut!(stream);
         let mut answers = JoinSet::new();
+        // Each node's answer in flight: a newer spec supersedes it, as the real agent's newest status
+        // replaces one not yet written (two writers of one node's status would race: an older answer
+        // retried across an API outage could land over the newer one).
+        let mut in_flight: BTreeMap<String, AbortHandle> = BTreeMap::new();
         while let Some(ev) = stream.next().await {
             while answers.try_join_next().is_some() {}
             let nnc = match ev {
@@ -283,12 +288,16 @@ fn spawn_watching(
             if reported || handled.lock().unwrap().get(&name) == Some(&key) {
                 continue;
             }
-            handled.lock().unwrap().insert(name, key);
+            handled.lock().unwrap().insert(name.clone(), key);
             let answer = behaviour(&nnc);
             let delay = pace(&nnc);
             let api = api.clone();
             // A minute of tries: an API server restart is outlasted.
-            answers.spawn(async move { drop(report(&api, &nnc, &answer, delay, 600).await) });
+            let task =
+                answers.spawn(async move { drop(report(&api, &nnc, &answer, delay, 600).await) });
+            if let Some(older) = in_flight.insert(name, task) {
+                older.abort();
+            }
         }
     })
 }

@@ -2,6 +2,7 @@
 //! configurator counts the apply timeout from its `lastTransitionTime` — then their answer, each written
 //! as the agent writes it. On the testbed: no root, no kernel.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,7 +14,7 @@ use netwave_agent::shell::status;
 use netwave_agent::sim::{self, Answer};
 use netwave_api::vocab::NodePhase;
 use netwave_api::{NodeConfig, NodeNetworkConfig, NodeNetworkConfigSpec};
-use netwave_testbed::{Testbed, TestbedOptions};
+use netwave_testbed::{Action, Budget, Match, Rule, Testbed, TestbedOptions};
 use serde_json::json;
 
 fn config(table: u32) -> NodeConfig {
@@ -199,4 +200,124 @@ async fn a_simulated_agent_reports_provisioning_at_pick_up_then_its_answer_as_th
         Some(r2.spec.config_hash.clone()),
         "rolled back to what ran before: r2"
     );
+}
+
+async fn testbed_with(
+    name: &str,
+    spec: NodeNetworkConfigSpec,
+) -> (Testbed, Api<NodeNetworkConfig>) {
+    let crds: Vec<_> = netwave_api::crds().into_iter().map(|(_, c)| c).collect();
+    let tb = Testbed::start(TestbedOptions::default().with_crds(crds))
+        .await
+        .expect("testbed");
+    let api: Api<NodeNetworkConfig> = Api::all(tb.client());
+    api.create(&PostParams::default(), &NodeNetworkConfig::new(name, spec))
+        .await
+        .expect("create the node config");
+    (tb, api)
+}
+
+/// Waits until `name`'s status reads `want` (observed revision and retry, phase).
+async fn reads(
+    api: &Api<NodeNetworkConfig>,
+    name: &str,
+    want: (&str, u32, NodePhase),
+    within: Duration,
+) {
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        let st = api.get(name).await.expect("get").status.unwrap_or_default();
+        let now = (
+            st.observed_revision.clone().unwrap_or_default(),
+            st.observed_retry.unwrap_or(0),
+            st.phase.clone().unwrap_or_default(),
+        );
+        if now == (want.0.to_string(), want.1, want.2.as_str().to_string()) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{name} reads {now:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A status write the API server never answers (a connection left half-open by an API server
+/// restart) is given up after the agent's attempt timeout and sent again: the answer still arrives.
+#[tokio::test]
+async fn a_simulated_agents_write_that_is_never_answered_is_sent_again() {
+    let (tb, api) = testbed_with("n1", spec("r1", config(100))).await;
+    // The first status write is held far longer than the test waits.
+    tb.faults().add(Rule {
+        matcher: Match::verb("patch").resource("nodenetworkconfigs/status"),
+        action: Action::Delay(Duration::from_secs(600)),
+        budget: Budget::Next(1),
+    });
+    let _agent = Aborted(sim::spawn_node(
+        tb.client(),
+        "n1",
+        sim::always_ok(),
+        Duration::from_millis(100),
+    ));
+    let within = netwave_agent::shell::report::ATTEMPT_TIMEOUT + Duration::from_secs(10);
+    reads(&api, "n1", ("r1", 0, NodePhase::Provisioned), within).await;
+}
+
+/// A newer spec supersedes the answer still on its way for the older one, as the real agent's newest
+/// status replaces one not yet written: the node's last word answers the spec it has now, never the
+/// one before (which would leave the configurator waiting for an answer that never comes).
+#[tokio::test]
+async fn a_simulated_agents_answer_to_a_superseded_spec_never_lands_over_the_newer_one() {
+    let (tb, api) = testbed_with("n1", spec("r1", config(100))).await;
+    // The first spec takes 3 s to apply, its retry 0.1 s.
+    let pace: sim::Pace = Arc::new(|nnc: &NodeNetworkConfig| match nnc.spec.retry {
+        0 => Duration::from_secs(3),
+        _ => Duration::from_millis(100),
+    });
+    let _agent = Aborted(sim::spawn_node_paced(
+        tb.client(),
+        "n1",
+        sim::always_ok(),
+        pace,
+    ));
+    reads(
+        &api,
+        "n1",
+        ("r1", 0, NodePhase::Provisioning),
+        Duration::from_secs(10),
+    )
+    .await;
+    api.patch(
+        "n1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"retry": 1}})),
+    )
+    .await
+    .expect("retry r1");
+    reads(
+        &api,
+        "n1",
+        ("r1", 1, NodePhase::Provisioned),
+        Duration::from_secs(10),
+    )
+    .await;
+    // Past the moment the first spec's answer was due.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    reads(
+        &api,
+        "n1",
+        ("r1", 1, NodePhase::Provisioned),
+        Duration::ZERO,
+    )
+    .await;
+}
+
+/// Aborts a spawned agent when the test ends.
+struct Aborted(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborted {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

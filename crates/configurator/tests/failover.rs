@@ -247,16 +247,23 @@ async fn the_api_server_restarting_mid_rollout_is_an_interruption_not_a_failure(
             match revisions(&client).await.as_slice() {
                 [r] if phase(r) == RevisionPhase::Complete.as_str() => Ok(r.clone()),
                 other => Err(format!(
-                    "{:?}; nodes (spec revision, status phase, observed revision): {:?}",
+                    "{:?}; nodes (spec revision and retry, status phase, observed revision and \
+                     retry): {:?}; the replicas' logs end:\n{}",
                     other.iter().map(phase).collect::<Vec<_>>(),
                     configs(&client)
                         .await
                         .values()
                         .map(|c| {
                             let st = c.status.clone().unwrap_or_default();
-                            (c.spec.revision.clone(), st.phase, st.observed_revision)
+                            let spec = (c.spec.revision.clone(), c.spec.retry);
+                            (spec, st.phase, st.observed_revision, st.observed_retry)
                         })
+                        .collect::<Vec<_>>(),
+                    procs
+                        .iter()
+                        .map(|p| p.log_tail(12))
                         .collect::<Vec<_>>()
+                        .join("\n")
                 )),
             }
         },
@@ -303,6 +310,13 @@ impl Watched {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap()
+    }
+
+    /// The last `n` lines of the log, for a failure message.
+    fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// Waits until `path` (/healthz or /readyz) fails; returns its answer.

@@ -34,7 +34,7 @@ pub use netwave_api::vocab::node_conditions::NETWORK_READY;
 
 /// One API request may take this long before it counts as failed (a black-holed server otherwise holds a
 /// request for minutes).
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_START: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Events waiting to be published; beyond this the newest are dropped (with a warning).
