@@ -63,6 +63,7 @@ fn vrf_config() -> NodeConfig {
         bgp_peers: Vec::new(),
         mirror_tunnels: Vec::new(),
         mirrors: Vec::new(),
+        underlay: None,
         vrfs: vec![
             VrfConfig::named("blue")
                 .with_table(100)

@@ -50,6 +50,7 @@ fn config() -> NodeConfig {
         bgp_peers: Vec::new(),
         mirror_tunnels: Vec::new(),
         mirrors: Vec::new(),
+        underlay: None,
         vrfs: vec![],
         layer2s: vec![l2(10, 1010), l2(20, 1020)],
         routes: vec![

@@ -152,6 +152,34 @@ fn one_peering_kind() -> Vec<Value> {
     })]
 }
 
+/// An underlay neighbour is numbered or unnumbered ([`crate::validate::validate_underlay`] says the
+/// same).
+fn one_underlay_peer() -> Vec<Value> {
+    vec![json!({
+        "rule": "has(self.address) != has(self.interface)",
+        "message": "exactly one of address (a numbered session) or interface (unnumbered) is required",
+        "reason": "FieldValueInvalid",
+    })]
+}
+
+/// An IPv4 address: the underlay sessions carry the IPv4 VTEP routes.
+fn ipv4_address() -> Vec<Value> {
+    vec![json!({
+        "rule": "isIP(self) && ip(self).family() == 4",
+        "message": "must be an IPv4 address (e.g. 198.18.0.254); use interface for a session over IPv6 link-local",
+        "reason": "FieldValueInvalid",
+    })]
+}
+
+/// A hold time is 0 (none) or at least 3 seconds, and no shorter than the keepalive.
+fn hold_time() -> Vec<Value> {
+    vec![json!({
+        "rule": "self.hold == 0 || (self.hold >= 3 && self.keepalive <= self.hold)",
+        "message": "hold must be 0 (no hold timer) or at least 3 seconds and at least keepalive",
+        "reason": "FieldValueInvalid",
+    })]
+}
+
 /// A mirror reference names an object of netwave's group (or das-schiff's, for their manifests) of
 /// one of `kinds`; [`crate::validate::validate_mirror_selector`] says the same.
 fn mirror_ref(kinds: &[&str]) -> Vec<Value> {
@@ -245,6 +273,9 @@ fn rules() -> Vec<(&'static str, &'static [&'static str], Vec<Value>)> {
         ("BGPPeering", &["export", "[]", "cidr"], network()),
         ("BGPPeering", &["loopbackPeer", "ips", "[]"], ip_address()),
         ("MirrorTarget", &["destinationIP"], ip_address()),
+        ("Underlay", &["neighbors", "[]"], one_underlay_peer()),
+        ("Underlay", &["neighbors", "[]", "address"], ipv4_address()),
+        ("Underlay", &["timers"], hold_time()),
         (
             "MirrorSelector",
             &["mirrorTarget"],
@@ -321,6 +352,12 @@ fn bounds() -> Vec<(&'static str, &'static [&'static str], &'static str, u32)> {
         ("BGPPeering", &["export", "[]", "cidr"], "maxLength", ADDR),
         ("BGPPeering", &["loopbackPeer", "ips"], "maxItems", 2),
         ("MirrorTarget", &["destinationIP"], "maxLength", ADDR),
+        (
+            "Underlay",
+            &["neighbors", "[]", "address"],
+            "maxLength",
+            ADDR,
+        ),
         (
             "MirrorSelector",
             &["trafficMatch", "srcPrefix"],

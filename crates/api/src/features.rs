@@ -28,11 +28,19 @@ pub struct Feature {
 }
 
 /// Every feature, oldest first. Never reorder or remove one: [`FeatureSet`] numbers them by position.
-pub const FEATURES: &[Feature] = &[Feature {
-    name: "ruleFwmark",
-    since: "0.2.0",
-    fields: &["rules[].fwmark", "rules[].fwmask"],
-}];
+pub const FEATURES: &[Feature] = &[
+    Feature {
+        name: "ruleFwmark",
+        since: "0.2.0",
+        fields: &["rules[].fwmark", "rules[].fwmask"],
+    },
+    // An older agent would keep its bootstrap underlay and report Provisioned (#47).
+    Feature {
+        name: "underlay",
+        since: "0.2.0",
+        fields: &["underlay"],
+    },
+];
 
 /// A set of [`FEATURES`], by position.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -205,7 +213,14 @@ mod tests {
         );
         let uncovered: Vec<&String> = fields
             .iter()
-            .filter(|f| !baseline.contains(f.as_str()) && !covered.contains(f.as_str()))
+            .filter(|f| !baseline.contains(f.as_str()))
+            // A feature's field covers everything under it (`underlay` covers `underlay.asn`).
+            .filter(|f| {
+                !covered.iter().any(|c| {
+                    f.strip_prefix(c)
+                        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+                })
+            })
             .collect();
         assert!(
             uncovered.is_empty(),
@@ -262,6 +277,6 @@ mod tests {
             ..Default::default()
         };
         assert!(needed.without(FeatureSet::of_agent(Some(&new))).is_empty());
-        assert_eq!(FeatureSet::all().names(), ["ruleFwmark"]);
+        assert_eq!(FeatureSet::all().names(), ["ruleFwmark", "underlay"]);
     }
 }

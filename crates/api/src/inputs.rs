@@ -618,3 +618,81 @@ pub struct MirrorSelectorSpec {
     /// `ingress` (to the source's workloads) or `egress` (from them).
     pub direction: MirrorDirection,
 }
+
+/// The EVPN underlay of the selected nodes: their BGP autonomous system, the fabric neighbours they
+/// peer with and the session timers (#47). It is an input like a VRF: folded into a revision, rendered
+/// into each selected node's config (`spec.config.underlay`), applied by the agent behind its health
+/// gate, rolled out in waves and rolled back with the revision. Each node keeps its own VTEP address
+/// and router id (the agent's `--vxlan-local`). A node no Underlay selects keeps the agent's bootstrap
+/// underlay (`--frr-config`); a node two select is a fleet validation error.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "netwave.dev",
+    version = "v1alpha1",
+    kind = "Underlay",
+    plural = "underlays",
+    shortname = "ul",
+    category = "netwave",
+    derive = "PartialEq",
+    status = "InputStatus",
+    doc = "The EVPN underlay of the selected nodes: their BGP ASN, fabric neighbours and timers, rolled out in waves like every input.",
+    printcolumn(name = "ASN", type_ = "integer", json_path = ".spec.asn"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UnderlaySpec {
+    /// The nodes' BGP autonomous system number.
+    #[schemars(range(min = 1, max = 4294967295u32))]
+    pub asn: u32,
+    /// Fabric BGP sessions; each carries IPv4 unicast (VTEP reachability) and L2VPN EVPN.
+    #[schemars(length(min = 1, max = 16))]
+    pub neighbors: Vec<UnderlayNeighborSpec>,
+    /// Keepalive and hold time of every session; FRR's datacenter defaults (3 s, 9 s) when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timers: Option<UnderlayTimersSpec>,
+    /// Nodes that get this underlay. All nodes when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+}
+
+/// One fabric neighbour: by `address` (numbered) or by `interface` (unnumbered), not both.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UnderlayNeighborSpec {
+    /// The neighbour's IPv4 address (a numbered session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The interface to peer over (an unnumbered session on IPv6 link-local addresses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), pattern(r"^[a-zA-Z0-9._-]{1,15}$"))]
+    pub interface: Option<String>,
+    /// `internal` (iBGP), `external` (eBGP: any ASN but the node's) or the neighbour's ASN.
+    #[schemars(pattern(r"^(internal|external|[1-9][0-9]{0,9})$"))]
+    pub remote_as: String,
+}
+
+/// BGP timers of the underlay sessions, in seconds.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UnderlayTimersSpec {
+    /// Seconds between keepalives.
+    #[schemars(range(min = 1, max = 3600))]
+    pub keepalive: u16,
+    /// Seconds without a message before a session is dropped: 0 (never) or at least 3.
+    #[schemars(range(min = 0, max = 65535))]
+    pub hold: u16,
+}

@@ -430,6 +430,7 @@ input_kinds! {
     BgpPeering: BGPPeering(BGPPeeringSpec) in bgp_peerings;
     MirrorTarget: MirrorTarget(MirrorTargetSpec) in mirror_targets;
     MirrorSelector: MirrorSelector(MirrorSelectorSpec) in mirror_selectors;
+    Underlay: Underlay(UnderlaySpec) in underlays;
 }
 
 #[cfg(test)]

@@ -11,6 +11,9 @@ use crate::strict::typed;
 use crate::{NetworkConfigRevision, NodeNetworkConfig, RevisionInputs};
 
 /// One netwave object read from a manifest.
+// An input and a node config are about the same size (a few hundred bytes each); a manifest holds
+// a handful of objects, read once: boxing one of them would save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Manifest {
     /// An admin input (any kind of [`InputKind`]).

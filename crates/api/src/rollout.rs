@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::inputs::{
     BGPPeeringSpec, Layer2NetworkConfigurationSpec, MirrorDirection, MirrorSelectorSpec,
     MirrorTargetSpec, MirrorTargetType, PrefixItem, RouteType, RoutingTableSpec, TrafficMatch,
-    VRFRouteConfigurationSpec,
+    UnderlayNeighborSpec, UnderlaySpec, UnderlayTimersSpec, VRFRouteConfigurationSpec,
 };
 
 /// Annotation on a NodeNetworkConfig: RFC 3339 time the configurator assigned `spec.revision`. The apply
@@ -182,6 +182,9 @@ pub struct RevisionInputs {
     /// Left out when empty, like `mirrorTargets`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirror_selectors: Vec<NamedMirrorSelector>,
+    /// Left out when empty, so revisions cut before Underlays existed keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub underlays: Vec<NamedUnderlay>,
     /// The configurator rendering this revision's node configs come from (`RENDER_VERSION` in
     /// netwave-core's render). A configurator renders only revisions of its own version: one that
     /// renders differently cuts a new revision, which rolls out in waves, instead of rewriting the
@@ -215,6 +218,7 @@ pub type NamedRoutingTable = Named<RoutingTableSpec>;
 pub type NamedBgpPeering = Named<BGPPeeringSpec>;
 pub type NamedMirrorTarget = Named<MirrorTargetSpec>;
 pub type NamedMirrorSelector = Named<MirrorSelectorSpec>;
+pub type NamedUnderlay = Named<UnderlaySpec>;
 
 /// The schema pattern of the string form of a count-or-percent: 1% to 100% (what
 /// [`CountOrPercent::parse`] accepts; 0% would never let a node move).
@@ -570,6 +574,23 @@ pub struct NodeConfig {
     /// Traffic mirrors (MirrorSelectors) on this node, by name. Left out when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<MirrorConfig>,
+    /// The EVPN underlay of the Underlay that selects this node. Left out when none does: the agent
+    /// keeps its bootstrap underlay (`--frr-config`), and configs without one keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub underlay: Option<UnderlayConfig>,
+}
+
+/// An Underlay on this node: what FRR's underlay sessions are rendered from, beside the node's own VTEP
+/// address and router id.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnderlayConfig {
+    /// The Underlay's name.
+    pub name: String,
+    pub asn: u32,
+    pub neighbors: Vec<UnderlayNeighborSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timers: Option<UnderlayTimersSpec>,
 }
 
 /// A MirrorTarget on this node: its GRE tunnel, resolved.

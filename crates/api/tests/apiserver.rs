@@ -77,7 +77,8 @@ async fn with_crds() -> Shared {
         !err.contains("Warning"),
         "the server warns about our CRDs:\n{err}"
     );
-    assert_eq!(out.lines().count(), 9, "nine CRDs: {out}");
+    let crds = netwave_api::crds().len();
+    assert_eq!(out.lines().count(), crds, "{crds} CRDs: {out}");
     ok(
         &cp,
         &[
@@ -225,6 +226,29 @@ spec:
             "ge must be from the prefix length of cidr to 32 (IPv4) or 128 (IPv6)",
             "spec.aggregate[0]",
             "must be a network address",
+        ],
+    );
+    refused(
+        r#"
+apiVersion: netwave.dev/v1alpha1
+kind: Underlay
+metadata: {name: fabric}
+spec:
+  asn: 65000
+  neighbors:
+  - {address: fd00::1, remoteAs: internal}
+  - {address: 198.18.0.254, interface: eth1, remoteAs: external}
+  - {interface: eth2, remoteAs: ibgp}
+  timers: {keepalive: 10, hold: 5}
+"#,
+        &[
+            "spec.neighbors[0].address",
+            "must be an IPv4 address",
+            "spec.neighbors[1]",
+            "exactly one of address (a numbered session) or interface (unnumbered) is required",
+            "spec.neighbors[2].remoteAs",
+            "spec.timers",
+            "hold must be 0 (no hold timer) or at least 3 seconds and at least keepalive",
         ],
     );
     refused(

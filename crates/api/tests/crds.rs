@@ -65,6 +65,7 @@ fn every_kind_is_cluster_scoped_with_short_name_and_columns() {
             "bgpp",
             "mirrortarget",
             "mirrorselector",
+            "ul",
             "ncr",
             "nci",
             "nnc"

@@ -435,6 +435,7 @@ fn inputs(n_nodes: usize, worst_case: bool) -> RevisionInputs {
         bgp_peerings: Vec::new(),
         mirror_targets: Vec::new(),
         mirror_selectors: Vec::new(),
+        underlays: Vec::new(),
         render_version: None,
         vrfs,
         layer2s,

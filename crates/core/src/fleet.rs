@@ -21,6 +21,7 @@
 //! rules are merged); a cluster with no nodes.
 
 mod mirror;
+mod underlay;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -142,6 +143,8 @@ pub enum Check {
     MissingMirrorReference,
     /// A MirrorSelector's source VRF has no VNI (no device to mirror on).
     MirrorSourceUnusable,
+    /// Two Underlays select one node: which one its FRR peers by would depend on their names.
+    UnderlayOverlap,
     /// The inputs were cut for another render version than this build's
     /// ([`crate::render::RENDER_VERSION`]): their node configs are not this build's to render.
     RenderVersion,
@@ -181,6 +184,7 @@ impl Check {
             Check::MirrorTargetVrf => "MirrorTargetVrf",
             Check::MissingMirrorReference => "MissingMirrorReference",
             Check::MirrorSourceUnusable => "MirrorSourceUnusable",
+            Check::UnderlayOverlap => "UnderlayOverlap",
             Check::RenderVersion => "RenderVersion",
         }
     }
@@ -381,6 +385,8 @@ fn oversized_configs(
                     .map(|i| ix.peering_sel[i]),
                 // Small, and on the nodes of the objects they name, which are listed.
                 InputKind::MirrorTarget | InputKind::MirrorSelector => None,
+                // At most 16 neighbours: never what makes a config large.
+                InputKind::Underlay => None,
             };
             group.is_some_and(|g| sel.is_some_and(|s| g.has(s)))
         };
@@ -492,6 +498,7 @@ pub fn validate(
     v.sbr_prefixes();
     v.bgp_peerings();
     v.mirrors();
+    v.underlays();
     v.out.errors.sort();
     v.out.errors.dedup();
     v.out.warnings.sort();
@@ -506,6 +513,7 @@ enum Obj {
     L2(usize),
     Rt(usize),
     Peer(usize),
+    Underlay(usize),
 }
 
 struct Validator<'a> {
@@ -521,6 +529,7 @@ impl Validator<'_> {
             Obj::L2(i) => InputRef::new(InputKind::Layer2, &self.ix.l2s[i].name),
             Obj::Rt(i) => InputRef::new(InputKind::RoutingTable, &self.ix.rts[i].name),
             Obj::Peer(i) => InputRef::new(InputKind::BgpPeering, &self.ix.peerings[i].name),
+            Obj::Underlay(i) => InputRef::new(InputKind::Underlay, &self.ix.underlays[i].name),
         }
     }
 
@@ -530,17 +539,19 @@ impl Validator<'_> {
             Obj::L2(i) => self.ix.l2_sel[i],
             Obj::Rt(i) => self.ix.rt_sel[i],
             Obj::Peer(i) => self.ix.peering_sel[i],
+            Obj::Underlay(i) => self.ix.underlay_sel[i],
         }
     }
 
     fn all_objects(&self) -> impl Iterator<Item = Obj> + use<> {
         let (v, l, r) = (self.ix.vrfs.len(), self.ix.l2s.len(), self.ix.rts.len());
-        let p = self.ix.peerings.len();
+        let (p, u) = (self.ix.peerings.len(), self.ix.underlays.len());
         (0..v)
             .map(Obj::Vrf)
             .chain((0..l).map(Obj::L2))
             .chain((0..r).map(Obj::Rt))
             .chain((0..p).map(Obj::Peer))
+            .chain((0..u).map(Obj::Underlay))
     }
 
     /// Nodes where any of `objs` is.

@@ -96,6 +96,14 @@ pub enum FrrError {
         field: String,
         message: String,
     },
+    /// The config's underlay (an Underlay input) is not usable on this node (a neighbour is the node's
+    /// own VTEP address, say); `field` is its path inside `spec.config.underlay`.
+    #[error("Underlay {underlay}: {field}: {message}")]
+    Underlay {
+        underlay: String,
+        field: String,
+        message: String,
+    },
 }
 
 impl FrrError {
@@ -106,6 +114,7 @@ impl FrrError {
             FrrError::Vni { .. } => "vni",
             FrrError::TooManyVrfs { .. } => "too_many_vrfs",
             FrrError::Peering { .. } => "peering",
+            FrrError::Underlay { .. } => "underlay",
         }
     }
 }
@@ -193,7 +202,26 @@ pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
 /// originates the aggregate only while a more specific route of it exists in the VRF, so a node
 /// with nothing inside the range does not attract traffic just to drop it. No `summary-only`: the
 /// more specific routes stay advertised, as with the reference.
-pub fn render(config: &NodeConfig, underlay: &Underlay) -> Result<FrrConfig, FrrError> {
+///
+/// `bootstrap` is the node's own underlay (the agent's `--frr-config`): its VTEP address, router id
+/// and host name always; its ASN, neighbours and timers unless the config carries an Underlay input's
+/// (`spec.config.underlay`), which then replaces them.
+pub fn render(config: &NodeConfig, bootstrap: &Underlay) -> Result<FrrConfig, FrrError> {
+    let from_input;
+    let underlay = match &config.underlay {
+        None => bootstrap,
+        Some(u) => {
+            let settings =
+                UnderlaySettings::of_input(u, bootstrap.vtep(), Some(bootstrap.router_id()));
+            let checked = Underlay::new(settings).map_err(|e| FrrError::Underlay {
+                underlay: u.name.clone(),
+                field: e.field,
+                message: e.message,
+            })?;
+            from_input = checked.with_hostname(bootstrap.hostname().unwrap_or_default());
+            &from_input
+        }
+    };
     check_vnis(config)?;
     let vrfs = checked_vrfs(config)?;
     let vnis = layer2_route_targets(config, underlay.asn())?;

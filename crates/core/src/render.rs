@@ -58,8 +58,8 @@ use netwave_api::features::FeatureSet;
 use netwave_api::validate::{parse_host_address, parse_network};
 use netwave_api::{
     BgpPeerConfig, Layer2Config, LoopbackConfig, MirrorConfig, MirrorTunnelConfig, NamedBgpPeering,
-    NamedLayer2, NamedRoutingTable, NamedVrf, NodeConfig, PrefixItem, RevisionInputs, RouteConfig,
-    RuleConfig, SbrConfig, VrfConfig, VrfLoopback,
+    NamedLayer2, NamedRoutingTable, NamedUnderlay, NamedVrf, NodeConfig, PrefixItem,
+    RevisionInputs, RouteConfig, RuleConfig, SbrConfig, UnderlayConfig, VrfConfig, VrfLoopback,
 };
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -146,6 +146,7 @@ impl RenderedNode {
                 .collect(),
             mirror_tunnels: self.mirrors.0.clone(),
             mirrors: self.mirrors.1.clone(),
+            underlay: s.underlay.map(|i| p.underlays[i as usize].clone()),
         }
     }
 }
@@ -163,6 +164,10 @@ pub const FEATURE_LISTS: [&str; 8] = [
     "mirrors",
 ];
 
+/// The fields of `spec.config` that are one object, not a list, whose features [`RenderedNode::needs`]
+/// asks about (a test holds every feature's field in one of these or of [`FEATURE_LISTS`]).
+pub const FEATURE_OBJECTS: [&str; 1] = ["underlay"];
+
 impl RenderedNode {
     /// The agent features [`RenderedNode::config`] needs (`netwave_api::features`), from each part's,
     /// worked out once per render, without building the config (the configurator asks this of every
@@ -176,7 +181,8 @@ impl RenderedNode {
             .union(of(&s.l2s, &p.l2_needs))
             .union(of(&s.routes, &p.route_needs))
             .union(of(&s.rules, &p.rule_needs))
-            .union(of(&s.peers, &p.peer_needs));
+            .union(of(&s.peers, &p.peer_needs))
+            .union(of(s.underlay.as_slice(), &p.underlay_needs));
         for (_, loopbacks) in &self.loopbacks {
             for l in loopbacks {
                 needs = needs.union(FeatureSet::needed_by_item("vrfs[].loopbacks", l));
@@ -225,22 +231,27 @@ struct Parts {
     rules: Vec<RuleConfig>,
     /// BGPPeerings, by name.
     peers: Vec<BgpPeerConfig>,
+    /// Underlays, by name.
+    underlays: Vec<UnderlayConfig>,
     /// The agent features each part needs ([`RenderedNode::needs`]).
     vrf_needs: Vec<FeatureSet>,
     l2_needs: Vec<FeatureSet>,
     route_needs: Vec<FeatureSet>,
     rule_needs: Vec<FeatureSet>,
     peer_needs: Vec<FeatureSet>,
+    underlay_needs: Vec<FeatureSet>,
     vrf_json: Vec<Vec<u8>>,
     l2_json: Vec<Vec<u8>>,
     route_json: Vec<Vec<u8>>,
     rule_json: Vec<Vec<u8>>,
     peer_json: Vec<Vec<u8>>,
+    underlay_json: Vec<Vec<u8>>,
     vrf_sel: Vec<Option<u32>>,
     l2_sel: Vec<Option<u32>>,
     route_sels: Vec<Vec<Option<u32>>>,
     rule_sels: Vec<Vec<Option<u32>>>,
     peer_sel: Vec<Option<u32>>,
+    underlay_sel: Vec<Option<u32>>,
 }
 
 /// Which parts one group of nodes has, as indices into [`Parts`] (ascending, so in output order).
@@ -250,6 +261,8 @@ struct Selection {
     routes: Vec<u32>,
     rules: Vec<u32>,
     peers: Vec<u32>,
+    /// The first Underlay (by name) that selects these nodes; two is a fleet validation error.
+    underlay: Option<u32>,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -322,6 +335,7 @@ pub fn render(
             routes: pick_any(&parts.route_sels),
             rules: pick_any(&parts.rule_sels),
             peers: pick(&parts.peer_sel),
+            underlay: pick(&parts.underlay_sel).first().copied(),
         });
         let config_hash = parts.hash(&selection);
         for &n in &group.nodes {
@@ -399,7 +413,20 @@ impl Parts {
             .zip(&index.peering_sel)
             .map(|(p, &sel)| (bgp_peer_config(p, &index.l2s), sel))
             .unzip();
+        let underlays: Vec<UnderlayConfig> =
+            index.underlays.iter().map(|u| underlay_config(u)).collect();
         Parts {
+            underlay_needs: (underlays.iter())
+                .map(|u| {
+                    FeatureSet::needed_by(&NodeConfig {
+                        underlay: Some(u.clone()),
+                        ..NodeConfig::default()
+                    })
+                })
+                .collect(),
+            underlay_json: underlays.iter().map(to_json).collect(),
+            underlay_sel: index.underlay_sel.clone(),
+            underlays,
             vrf_needs: item_needs("vrfs", &vrfs),
             l2_needs: item_needs("layer2s", &l2s),
             route_needs: item_needs("routes", &routes),
@@ -436,6 +463,12 @@ impl Parts {
         // `bgpPeers` is left out of the JSON when empty.
         if !s.peers.is_empty() {
             hash_list(&mut h, b",\"bgpPeers\":[", &s.peers, &self.peer_json);
+        }
+        // `mirrorTunnels` and `mirrors` are per node (a node with them is hashed from its config);
+        // `underlay` is left out when no Underlay selects the node.
+        if let Some(u) = s.underlay {
+            h.update(b",\"underlay\":");
+            h.update(&self.underlay_json[u as usize]);
         }
         h.update(b"}");
         hex::encode(h.finalize())
@@ -604,6 +637,16 @@ fn bgp_peer_config(p: &NamedBgpPeering, l2s: &[&NamedLayer2]) -> BgpPeerConfig {
         keepalive_time: timers.map(|t| t.1),
         import: canonical_prefix_list(&s.import),
         export: canonical_prefix_list(&s.export),
+    }
+}
+
+/// An Underlay as a node's config carries it: as written (fleet validation checked it).
+fn underlay_config(u: &NamedUnderlay) -> UnderlayConfig {
+    UnderlayConfig {
+        name: u.name.clone(),
+        asn: u.spec.asn,
+        neighbors: u.spec.neighbors.clone(),
+        timers: u.spec.timers,
     }
 }
 

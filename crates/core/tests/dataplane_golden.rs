@@ -34,6 +34,7 @@ fn base() -> NodeConfig {
         bgp_peers: Vec::new(),
         mirror_tunnels: Vec::new(),
         mirrors: Vec::new(),
+        underlay: None,
         vrfs: vec![VrfConfig::named("blue").with_table(100).with_l3_vni(5000)],
         layer2s: vec![l2(10, 1010, Some("vr.blue")), l2(20, 1020, None)],
         routes: vec![

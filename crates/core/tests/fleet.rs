@@ -707,6 +707,7 @@ proptest! {
             bgp_peerings: Vec::new(),
             mirror_targets: Vec::new(),
             mirror_selectors: Vec::new(),
+            underlays: Vec::new(),
             render_version: None,
             vrfs: shuffled(&inputs.vrfs, seed),
             layer2s: shuffled(&inputs.layer2s, seed ^ 1),

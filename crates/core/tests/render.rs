@@ -452,8 +452,9 @@ fn a_node_needs_the_features_of_the_parts_it_gets_and_no_others() {
         for p in f.fields {
             assert!(
                 (netwave_core::render::FEATURE_LISTS.iter())
-                    .any(|l| p.strip_prefix(l).is_some_and(|r| r.starts_with("[]."))),
-                "feature {}: {p} is in no list of render::FEATURE_LISTS; RenderedNode::needs \
+                    .any(|l| p.strip_prefix(l).is_some_and(|r| r.starts_with("[].")))
+                    || netwave_core::render::FEATURE_OBJECTS.contains(p),
+                "feature {}: {p} is in no list of render::FEATURE_LISTS nor in render::FEATURE_OBJECTS; RenderedNode::needs \
                  would miss it",
                 f.name
             );
@@ -473,6 +474,7 @@ proptest! {
             bgp_peerings: Vec::new(),
             mirror_targets: Vec::new(),
             mirror_selectors: Vec::new(),
+            underlays: Vec::new(),
             render_version: None,
             vrfs: shuffled(&inputs.vrfs, seed),
             layer2s: shuffled(&inputs.layer2s, seed ^ 1),

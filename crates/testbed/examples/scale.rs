@@ -53,6 +53,7 @@ fn node_config(i: usize) -> NodeConfig {
         bgp_peers: Vec::new(),
         mirror_tunnels: Vec::new(),
         mirrors: Vec::new(),
+        underlay: None,
         vrfs,
         layer2s,
         routes,

@@ -63,6 +63,37 @@ pub struct UnderlaySettings {
     pub timers: Option<TimerSettings>,
 }
 
+impl UnderlaySettings {
+    /// The settings of a node an Underlay input selects (its `spec.config.underlay`): that underlay's
+    /// ASN, neighbours and timers with the node's own VTEP address and router id.
+    pub fn of_input(
+        u: &netwave_api::UnderlayConfig,
+        vtep: Ipv4Addr,
+        router_id: Option<Ipv4Addr>,
+    ) -> UnderlaySettings {
+        let remote_as = |r: &str| match r.parse::<u32>() {
+            Ok(n) => RemoteAsSetting::Number(n),
+            Err(_) => RemoteAsSetting::Keyword(r.to_string()),
+        };
+        UnderlaySettings {
+            asn: u.asn,
+            vtep_address: vtep.to_string(),
+            router_id: router_id.map(|r| r.to_string()),
+            neighbors: (u.neighbors.iter())
+                .map(|n| NeighborSettings {
+                    address: n.address.clone(),
+                    interface: n.interface.clone(),
+                    remote_as: remote_as(&n.remote_as),
+                })
+                .collect(),
+            timers: u.timers.map(|t| TimerSettings {
+                keepalive: t.keepalive,
+                hold: t.hold,
+            }),
+        }
+    }
+}
+
 /// One underlay BGP neighbour: by `address` (numbered) or by `interface` (unnumbered), not both.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use netwave_api::validate::RESERVED_TABLES;
 use netwave_api::{
     NamedBgpPeering, NamedLayer2, NamedMirrorSelector, NamedMirrorTarget, NamedRoutingTable,
-    NamedVrf, RevisionInputs,
+    NamedUnderlay, NamedVrf, RevisionInputs,
 };
 use sha2::{Digest, Sha256};
 
@@ -45,6 +45,7 @@ pub(crate) struct Index<'a> {
     /// on the nodes that have its source and its target's VRF, see `render::mirror`).
     pub mirror_targets: Vec<&'a NamedMirrorTarget>,
     pub mirror_selectors: Vec<&'a NamedMirrorSelector>,
+    pub underlays: Vec<&'a NamedUnderlay>,
     /// Sorted by name, one per name.
     pub nodes: Vec<&'a NodeInfo>,
     /// Distinct selector of each object (parallel to `vrfs`, `l2s`, `rts`); `None` when invalid.
@@ -52,6 +53,7 @@ pub(crate) struct Index<'a> {
     pub l2_sel: Vec<Option<u32>>,
     pub rt_sel: Vec<Option<u32>>,
     pub peering_sel: Vec<Option<u32>>,
+    pub underlay_sel: Vec<Option<u32>>,
     /// Table of each VRF, parallel to `vrfs`.
     pub vrf_tables: Vec<u32>,
     /// Table of each VRF's source-based-routing VRF (`s-<vrf>`), parallel to `vrfs`; `None` without
@@ -71,6 +73,7 @@ impl<'a> Index<'a> {
         let peerings = canonical_refs(&inputs.bgp_peerings, |o| &o.name);
         let mirror_targets = canonical_refs(&inputs.mirror_targets, |o| &o.name);
         let mirror_selectors = canonical_refs(&inputs.mirror_selectors, |o| &o.name);
+        let underlays = canonical_refs(&inputs.underlays, |o| &o.name);
 
         let mut distinct: BTreeMap<Selector, u32> = BTreeMap::new();
         let mut selector_errors = Vec::new();
@@ -111,6 +114,10 @@ impl<'a> Index<'a> {
                     o.spec.node_selector.as_ref(),
                 )
             })
+            .collect();
+        let underlay_sel: Vec<_> = underlays
+            .iter()
+            .map(|o| compile(InputKind::Underlay, &o.name, o.spec.node_selector.as_ref()))
             .collect();
         let mut selectors: Vec<(u32, Selector)> =
             distinct.into_iter().map(|(s, i)| (i, s)).collect();
@@ -154,11 +161,13 @@ impl<'a> Index<'a> {
             peerings,
             mirror_targets,
             mirror_selectors,
+            underlays,
             nodes: sorted_nodes,
             vrf_sel,
             l2_sel,
             rt_sel,
             peering_sel,
+            underlay_sel,
             vrf_tables,
             sbr_tables,
             selector_errors,

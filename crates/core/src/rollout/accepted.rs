@@ -110,6 +110,15 @@ pub fn input_verdicts(
             },
         );
     }
+    for (i, o) in ix.underlays.iter().enumerate() {
+        objects.insert(
+            InputRef::new(InputKind::Underlay, &o.name),
+            ObjectVerdict {
+                selected_nodes: count(ix.underlay_sel[i]),
+                ..ObjectVerdict::default()
+            },
+        );
+    }
     // Mirrors have no selector: a MirrorSelector is on the nodes that have its source and its
     // target's VRF, a MirrorTarget on the nodes of its selectors.
     let placements = crate::render::mirror::placements(&ix);
@@ -389,6 +398,7 @@ mod tests {
             bgp_peerings: Vec::new(),
             mirror_targets: Vec::new(),
             mirror_selectors: Vec::new(),
+            underlays: Vec::new(),
             render_version: None,
             vrfs: vec![
                 vrf("tenant-a", 1001, None, "10.0.76.80/28"),

@@ -153,6 +153,7 @@ pub fn inputs(
         bgp_peerings: Vec::new(),
         mirror_targets: Vec::new(),
         mirror_selectors: Vec::new(),
+        underlays: Vec::new(),
         render_version: None,
         vrfs,
         layer2s: l2s,
