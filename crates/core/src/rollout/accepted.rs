@@ -83,45 +83,62 @@ pub fn input_verdicts(
             },
         );
     }
-    for (i, o) in ix.l2s.iter().enumerate() {
-        objects.insert(
-            InputRef::new(InputKind::Layer2, &o.name),
-            ObjectVerdict {
-                selected_nodes: count(ix.l2_sel[i]),
-                ..ObjectVerdict::default()
-            },
-        );
+    let selected: [(InputKind, Vec<&str>, &[Option<u32>]); 4] = [
+        (
+            InputKind::Layer2,
+            ix.l2s.iter().map(|o| o.name.as_str()).collect(),
+            &ix.l2_sel,
+        ),
+        (
+            InputKind::RoutingTable,
+            ix.rts.iter().map(|o| o.name.as_str()).collect(),
+            &ix.rt_sel,
+        ),
+        (
+            InputKind::BgpPeering,
+            ix.peerings.iter().map(|o| o.name.as_str()).collect(),
+            &ix.peering_sel,
+        ),
+        (
+            InputKind::Underlay,
+            ix.underlays.iter().map(|o| o.name.as_str()).collect(),
+            &ix.underlay_sel,
+        ),
+    ];
+    for (kind, names, sels) in selected {
+        for (name, &sel) in names.into_iter().zip(sels) {
+            objects.insert(
+                InputRef::new(kind, name),
+                ObjectVerdict {
+                    selected_nodes: count(sel),
+                    ..ObjectVerdict::default()
+                },
+            );
+        }
     }
-    for (i, o) in ix.rts.iter().enumerate() {
-        objects.insert(
-            InputRef::new(InputKind::RoutingTable, &o.name),
-            ObjectVerdict {
-                selected_nodes: count(ix.rt_sel[i]),
-                ..ObjectVerdict::default()
-            },
-        );
+    mirror_verdicts(&ix, &mut objects);
+    let checked = fleet::validate(inputs, nodes, params);
+    for (findings, errors) in [(&checked.errors, true), (&checked.warnings, false)] {
+        for f in findings {
+            for o in &f.objects {
+                if let Some(v) = objects.get_mut(o) {
+                    let list = if errors {
+                        &mut v.errors
+                    } else {
+                        &mut v.warnings
+                    };
+                    list.push(f.to_string());
+                }
+            }
+        }
     }
-    for (i, o) in ix.peerings.iter().enumerate() {
-        objects.insert(
-            InputRef::new(InputKind::BgpPeering, &o.name),
-            ObjectVerdict {
-                selected_nodes: count(ix.peering_sel[i]),
-                ..ObjectVerdict::default()
-            },
-        );
-    }
-    for (i, o) in ix.underlays.iter().enumerate() {
-        objects.insert(
-            InputRef::new(InputKind::Underlay, &o.name),
-            ObjectVerdict {
-                selected_nodes: count(ix.underlay_sel[i]),
-                ..ObjectVerdict::default()
-            },
-        );
-    }
-    // Mirrors have no selector: a MirrorSelector is on the nodes that have its source and its
-    // target's VRF, a MirrorTarget on the nodes of its selectors.
-    let placements = crate::render::mirror::placements(&ix);
+    InputVerdicts { objects }
+}
+
+/// Mirrors have no selector: a MirrorSelector is on the nodes that have its source and its target's
+/// VRF, a MirrorTarget on the nodes of its selectors.
+fn mirror_verdicts(ix: &Index<'_>, objects: &mut BTreeMap<InputRef, ObjectVerdict>) {
+    let placements = crate::render::mirror::placements(ix);
     let nodes_in = |groups: &std::collections::BTreeSet<usize>| -> u32 {
         groups
             .iter()
@@ -163,22 +180,6 @@ pub fn input_verdicts(
             },
         );
     }
-    let checked = fleet::validate(inputs, nodes, params);
-    for (findings, errors) in [(&checked.errors, true), (&checked.warnings, false)] {
-        for f in findings {
-            for o in &f.objects {
-                if let Some(v) = objects.get_mut(o) {
-                    let list = if errors {
-                        &mut v.errors
-                    } else {
-                        &mut v.warnings
-                    };
-                    list.push(f.to_string());
-                }
-            }
-        }
-    }
-    InputVerdicts { objects }
 }
 
 /// `a; b; c and 4 more`.
