@@ -83,7 +83,7 @@ pub fn input_verdicts(
             },
         );
     }
-    let selected: [(InputKind, Vec<&str>, &[Option<u32>]); 4] = [
+    let selected: [Selected<'_>; 4] = [
         (
             InputKind::Layer2,
             ix.l2s.iter().map(|o| o.name.as_str()).collect(),
@@ -134,6 +134,9 @@ pub fn input_verdicts(
     }
     InputVerdicts { objects }
 }
+
+/// A kind whose objects each have a selector: its object names and their selectors (parallel).
+type Selected<'a> = (InputKind, Vec<&'a str>, &'a [Option<u32>]);
 
 /// Mirrors have no selector: a MirrorSelector is on the nodes that have its source and its target's
 /// VRF, a MirrorTarget on the nodes of its selectors.
