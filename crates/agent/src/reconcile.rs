@@ -769,6 +769,16 @@ impl Agent {
                     });
                     after.extend(mirrors);
                 }
+                if fail.is_none() {
+                    let fabric = self.underlay_established(&t.config, applied_at).await;
+                    fail = first_gating_failure(&fabric).map(|r| {
+                        (
+                            Reason::HealthCheckFailed,
+                            format!("{}: {}", r.name, r.message.as_deref().unwrap_or("failed")),
+                        )
+                    });
+                    after.extend(fabric);
+                }
                 (fail, after, n)
             }
         };
@@ -934,18 +944,7 @@ impl Agent {
                     )),
                     Err(_) => continue,
                 };
-                results[i] = Some(ProbeResult {
-                    name: name(s),
-                    gating: true,
-                    result: if verdict.is_ok() {
-                        crate::health::PASSED
-                    } else {
-                        crate::health::FAILED
-                    }
-                    .into(),
-                    message,
-                    duration_seconds: Some((elapsed.as_secs_f64() * 1000.0).round() / 1000.0),
-                });
+                results[i] = Some(session_result(name(s), &verdict, message, elapsed));
                 if verdict.is_ok() {
                     tracing::info!(
                         peering = %s.peering,
@@ -955,6 +954,80 @@ impl Agent {
                         "BGPPeering session Established"
                     );
                 }
+            }
+            if results.iter().all(Option::is_some) {
+                return results.into_iter().flatten().collect();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The health gate of an underlay change (#47): when the config's underlay (an Underlay input's,
+    /// `spec.config.underlay`) differs from the one the node ran (its last good config's; the bootstrap
+    /// `--frr-config` when either has none), every neighbour of the new one must be Established within
+    /// its hold time of the apply (at least 10 s: FRR connects at once, and a session needs a few
+    /// round trips). A wrong neighbour address, ASN or interface then fails the node, which goes back
+    /// to its last good config and so to the underlay it ran. An unchanged underlay adds no probe
+    /// (the health settings' `bgpPeers` gate on sessions that were up). One result per neighbour.
+    async fn underlay_established(
+        &self,
+        config: &NodeConfig,
+        applied_at: Instant,
+    ) -> Vec<ProbeResult> {
+        let Some(frr) = self.frr.as_ref() else {
+            return Vec::new();
+        };
+        let before = self
+            .last_good()
+            .ok()
+            .flatten()
+            .and_then(|lg| lg.config.underlay);
+        if config.underlay == before {
+            return Vec::new();
+        }
+        let bootstrap = frr.underlay();
+        let (peers, hold): (Vec<String>, u16) = match &config.underlay {
+            Some(u) => (
+                (u.neighbors.iter())
+                    .filter_map(|n| n.address.clone().or_else(|| n.interface.clone()))
+                    .collect(),
+                u.timers
+                    .map_or(netwave_core::frr::underlay::DATACENTER_HOLD, |t| t.hold),
+            ),
+            None => (
+                bootstrap
+                    .neighbors()
+                    .iter()
+                    .map(|n| n.peer.to_string())
+                    .collect(),
+                (bootstrap.timers())
+                    .map_or(netwave_core::frr::underlay::DATACENTER_HOLD, |t| t.hold),
+            ),
+        };
+        let within = Duration::from_secs(u64::from(hold.max(10)));
+        let mut results: Vec<Option<ProbeResult>> = vec![None; peers.len()];
+        loop {
+            let summary = frr.bgp_summary().await.map_err(|e| e.to_string());
+            let elapsed = applied_at.elapsed();
+            for (i, peer) in peers.iter().enumerate() {
+                if results[i].is_some() {
+                    continue;
+                }
+                let verdict = (summary.clone()).and_then(|s| crate::health::bgp_session(&s, peer));
+                let message = match &verdict {
+                    Ok(()) => None,
+                    Err(why) if elapsed >= within => Some(format!(
+                        "not Established within {} s of the underlay change: {why}",
+                        within.as_secs()
+                    )),
+                    Err(_) => continue,
+                };
+                results[i] = Some(session_result(
+                    format!("bgp-underlay {peer}"),
+                    &verdict,
+                    message,
+                    elapsed,
+                ));
             }
             if results.iter().all(Option::is_some) {
                 return results.into_iter().flatten().collect();
@@ -1166,6 +1239,28 @@ impl DriftError {
             DriftError::Netlink(e) => e.category(),
             DriftError::Frr(e) => e.category(),
         }
+    }
+}
+
+/// A gating probe result of a BGP session: passed or failed (`message` says why), its duration the
+/// time since the apply.
+fn session_result(
+    name: String,
+    verdict: &Result<(), String>,
+    message: Option<String>,
+    elapsed: Duration,
+) -> ProbeResult {
+    let result = if verdict.is_ok() {
+        crate::health::PASSED
+    } else {
+        crate::health::FAILED
+    };
+    ProbeResult {
+        name,
+        gating: true,
+        result: result.into(),
+        message,
+        duration_seconds: Some((elapsed.as_secs_f64() * 1000.0).round() / 1000.0),
     }
 }
 

@@ -658,6 +658,96 @@ fn a_revision_that_breaks_the_bgp_session_is_rolled_back_and_the_session_returns
     });
 }
 
+/// An underlay input (#47) with one iBGP neighbour, keepalive 1 s, hold 3 s.
+fn with_underlay(mut config: NodeConfig, neighbor: &str) -> NodeConfig {
+    config.underlay = Some(netwave_api::UnderlayConfig {
+        name: "fabric".into(),
+        asn: 65000,
+        neighbors: vec![netwave_api::UnderlayNeighborSpec {
+            address: Some(neighbor.into()),
+            interface: None,
+            remote_as: "internal".into(),
+        }],
+        timers: Some(netwave_api::UnderlayTimersSpec {
+            keepalive: 1,
+            hold: 3,
+        }),
+    });
+    config
+}
+
+/// The underlay through the gate (#47): an underlay that moves the node's fabric session to a
+/// neighbour that never answers fails the node once the session is not Established within 10 s, and
+/// the agent rolls back to the last good config, whose underlay brings the old session back. No
+/// `bgpPeers` in the health settings: the gate comes from the underlay change itself.
+#[test]
+fn an_underlay_change_to_a_neighbour_that_never_answers_is_rolled_back() {
+    let test = "an_underlay_change_to_a_neighbour_that_never_answers_is_rolled_back";
+    if !needs_frr(test) {
+        return;
+    }
+    in_netns(test, || async {
+        let Pair {
+            peer: _peer,
+            b,
+            fr,
+            frr,
+            mut a,
+            _state,
+        } = pair(|| Ok(()), &[]).await?;
+        let cfg = HealthConfig {
+            bgp_peers: Vec::new(),
+            ..a.prober.cfg.clone()
+        };
+        a.prober = Prober::new(cfg, a.netlink.clone(), None);
+
+        // r1: the underlay input names B, as the bootstrap did: B's session must come up.
+        let r1 = with_underlay(segments(&[10]), "198.18.8.2");
+        let out = a.apply(&target("r1", r1.clone())).await;
+        ensure!(out.reason.is_none(), "r1: {}", out.message);
+        let p = out
+            .probes
+            .iter()
+            .find(|p| p.name == "bgp-underlay 198.18.8.2");
+        ensure!(
+            p.is_some_and(|p| p.gating && p.result == health::PASSED),
+            "{:?}",
+            out.probes
+        );
+        let r1_frr = body(&frr.render(&r1)?);
+        ensure!(fr.running()? == r1_frr, "FRR runs r1's render");
+
+        // r2: a neighbour nobody answers at.
+        let r2 = with_underlay(segments(&[10]), "198.18.8.3");
+        let start = Instant::now();
+        let out = a.apply(&target("r2", r2)).await;
+        let took = start.elapsed();
+        ensure!(out.reason == Some(Reason::HealthCheckFailed), "{out:?}");
+        ensure!(
+            out.message
+                .starts_with("HealthCheckFailed: bgp-underlay 198.18.8.3"),
+            "{}",
+            out.message
+        );
+        ensure!(out.rolled_back, "{out:?}");
+        let running = fr.running()?;
+        ensure!(
+            running == r1_frr && !running.contains("198.18.8.3"),
+            "FRR is back on r1's underlay:\n{running}"
+        );
+        let back = wait_session(&frr, "198.18.8.2", true, Duration::from_secs(30)).await?;
+        eprintln!(
+            "r2 refused after {:.1} s (no session to 198.18.8.3), rolled back; the session to \
+             198.18.8.2 Established again {:.1} s later",
+            took.as_secs_f64(),
+            back.as_secs_f64()
+        );
+        drop(b);
+        drop(fr);
+        Ok(())
+    });
+}
+
 /// A node config with one BGPPeering: a listen range on 198.18.9.0/24 in the default VRF for AS
 /// `remote_asn`, hold 3 s, accepting 198.18.53.0/24 and longer, sending nothing.
 fn with_peering(mut config: NodeConfig, remote_asn: u32) -> NodeConfig {
