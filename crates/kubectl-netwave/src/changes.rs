@@ -144,6 +144,25 @@ pub fn config_diff(before: &NodeConfig, after: &NodeConfig) -> Vec<String> {
         }
         k
     });
+    keyed(&mut out, &before.bgp_peers, &after.bgp_peers, |p| {
+        format!("bgp-peering {}", p.name)
+    });
+    keyed(
+        &mut out,
+        &before.mirror_tunnels,
+        &after.mirror_tunnels,
+        |t| format!("mirror-tunnel {}", t.name),
+    );
+    keyed(&mut out, &before.mirrors, &after.mirrors, |m| {
+        format!("mirror {}", m.name)
+    });
+    // The node's effective underlay: an Underlay input's, or the agent's bootstrap when none.
+    keyed(
+        &mut out,
+        before.underlay.as_slice(),
+        after.underlay.as_slice(),
+        |u| format!("underlay {}", u.name),
+    );
     out
 }
 
@@ -335,6 +354,32 @@ mod tests {
                 "+ layer2 vlan 102 (vlan 102, vni 1102, mtu 9000, bridge l2.102, vxlan vx.102, \
                  neighSuppression false)",
                 "- route table 300 10.0.0.0/8",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_underlay_change_names_the_fields_that_change() {
+        let underlay = |asn: u32, neighbor: &str| -> NodeConfig {
+            serde_json::from_value(serde_json::json!({"underlay": {
+                "name": "fabric", "asn": asn,
+                "neighbors": [{"address": neighbor, "remoteAs": "internal"}],
+            }}))
+            .unwrap()
+        };
+        assert_eq!(
+            config_diff(
+                &underlay(65000, "198.18.0.254"),
+                &underlay(65010, "198.18.0.253")
+            ),
+            vec![
+                "~ underlay fabric: asn 65000 → 65010, neighbors [{\"address\":\"198.18.0.254\",\"remoteAs\":\"internal\"}] → [{\"address\":\"198.18.0.253\",\"remoteAs\":\"internal\"}]"
+            ]
+        );
+        assert_eq!(
+            config_diff(&NodeConfig::default(), &underlay(65000, "198.18.0.254")),
+            vec![
+                "+ underlay fabric (name fabric, asn 65000, neighbors [{\"address\":\"198.18.0.254\",\"remoteAs\":\"internal\"}])"
             ]
         );
     }
