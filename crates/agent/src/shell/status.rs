@@ -239,7 +239,7 @@ mod tests {
         assert!(!announces_this_agent(&older));
         let st = announcing(Some(&older), &caps);
         assert!(announces_this_agent(&st));
-        assert_eq!(st.agent_features, Some(vec!["ruleFwmark".to_string()]));
+        assert_eq!(st.agent_features, Some(FeatureSet::all().names()));
         assert_eq!(
             (st.phase.as_deref(), st.observed_revision.as_deref()),
             (Some("Provisioned"), Some("r1"))
