@@ -977,34 +977,13 @@ impl Agent {
         let Some(frr) = self.frr.as_ref() else {
             return Vec::new();
         };
-        let before = self
-            .last_good()
-            .ok()
-            .flatten()
-            .and_then(|lg| lg.config.underlay);
-        if config.underlay == before {
+        let before = (self.last_good().ok().flatten()).and_then(|lg| lg.config.underlay);
+        let Some((peers, within)) =
+            netwave_core::frr::underlay_sessions(config, before.as_ref(), frr.underlay())
+        else {
             return Vec::new();
-        }
-        let bootstrap = frr.underlay();
-        let (peers, hold): (Vec<String>, u16) = match &config.underlay {
-            Some(u) => (
-                (u.neighbors.iter())
-                    .filter_map(|n| n.address.clone().or_else(|| n.interface.clone()))
-                    .collect(),
-                u.timers
-                    .map_or(netwave_core::frr::underlay::DATACENTER_HOLD, |t| t.hold),
-            ),
-            None => (
-                bootstrap
-                    .neighbors()
-                    .iter()
-                    .map(|n| n.peer.to_string())
-                    .collect(),
-                (bootstrap.timers())
-                    .map_or(netwave_core::frr::underlay::DATACENTER_HOLD, |t| t.hold),
-            ),
         };
-        let within = Duration::from_secs(u64::from(hold.max(10)));
+        let within = Duration::from_secs(within);
         let mut results: Vec<Option<ProbeResult>> = vec![None; peers.len()];
         loop {
             let summary = frr.bgp_summary().await.map_err(|e| e.to_string());

@@ -194,6 +194,37 @@ pub fn bgp_content(config: &NodeConfig) -> Vec<String> {
         .collect()
 }
 
+/// The fabric sessions an underlay change must bring up (#47), and within how many seconds of the
+/// apply: `None` when the node's underlay does not change (`config.underlay` equals `before`, the one
+/// it ran). Otherwise every neighbour of the new effective underlay (the config's, or `bootstrap`'s
+/// when it has none), within its hold time and at least 10 s (FRR connects at once, and a session
+/// needs a few round trips).
+pub fn underlay_sessions(
+    config: &NodeConfig,
+    before: Option<&netwave_api::UnderlayConfig>,
+    bootstrap: &Underlay,
+) -> Option<(Vec<String>, u64)> {
+    if config.underlay.as_ref() == before {
+        return None;
+    }
+    let (peers, hold): (Vec<String>, Option<u16>) = match &config.underlay {
+        Some(u) => (
+            (u.neighbors.iter())
+                .filter_map(|n| n.address.clone().or_else(|| n.interface.clone()))
+                .collect(),
+            u.timers.map(|t| t.hold),
+        ),
+        None => (
+            (bootstrap.neighbors().iter())
+                .map(|n| n.peer.to_string())
+                .collect(),
+            bootstrap.timers().map(|t| t.hold),
+        ),
+    };
+    let hold = hold.unwrap_or(underlay::DATACENTER_HOLD);
+    Some((peers, u64::from(hold.max(10))))
+}
+
 /// Renders a node's FRR configuration.
 ///
 /// Aggregates are `aggregate-address` in the VRF's BGP instance, not blackhole static routes as the

@@ -641,7 +641,7 @@ fn bgp_peer_config(p: &NamedBgpPeering, l2s: &[&NamedLayer2]) -> BgpPeerConfig {
 }
 
 /// An Underlay as a node's config carries it: as written (fleet validation checked it).
-fn underlay_config(u: &NamedUnderlay) -> UnderlayConfig {
+pub(crate) fn underlay_config(u: &NamedUnderlay) -> UnderlayConfig {
     UnderlayConfig {
         name: u.name.clone(),
         asn: u.spec.asn,

@@ -219,3 +219,48 @@ fn frr_takes_the_inputs_underlay_with_the_nodes_own_vtep() {
         "{err}"
     );
 }
+
+#[test]
+fn only_an_underlay_change_is_gated_on_the_new_neighbours_sessions() {
+    use netwave_core::frr::underlay_sessions;
+    let u = underlay("edge", 65010, &[]);
+    let input = netwave_api::UnderlayConfig {
+        name: u.name,
+        asn: u.spec.asn,
+        neighbors: u.spec.neighbors,
+        timers: u.spec.timers,
+    };
+    let with = NodeConfig {
+        underlay: Some(input.clone()),
+        ..NodeConfig::default()
+    };
+    // Unchanged: no gate of its own.
+    assert_eq!(underlay_sessions(&with, Some(&input), &bootstrap()), None);
+    assert_eq!(
+        underlay_sessions(&NodeConfig::default(), None, &bootstrap()),
+        None
+    );
+    // New: its neighbours, within the hold time but at least 10 s.
+    assert_eq!(
+        underlay_sessions(&with, None, &bootstrap()),
+        Some((vec!["198.18.0.254".to_string()], 10))
+    );
+    // Back to the bootstrap: the bootstrap's neighbours, FRR's default hold time (9 s) raised to 10 s.
+    assert_eq!(
+        underlay_sessions(&NodeConfig::default(), Some(&input), &bootstrap()),
+        Some((vec!["198.18.0.2".to_string()], 10))
+    );
+    let mut slow = input.clone();
+    slow.timers = Some(UnderlayTimersSpec {
+        keepalive: 10,
+        hold: 30,
+    });
+    let slow_config = NodeConfig {
+        underlay: Some(slow),
+        ..NodeConfig::default()
+    };
+    assert_eq!(
+        underlay_sessions(&slow_config, Some(&input), &bootstrap()).map(|(_, s)| s),
+        Some(30)
+    );
+}

@@ -15,13 +15,7 @@ use crate::frr::{Underlay, UnderlaySettings};
 impl Validator<'_> {
     pub(super) fn underlays(&mut self) {
         for i in 0..self.ix.underlays.len() {
-            let u = self.ix.underlays[i];
-            let config = UnderlayConfig {
-                name: u.name.clone(),
-                asn: u.spec.asn,
-                neighbors: u.spec.neighbors.clone(),
-                timers: u.spec.timers,
-            };
+            let config = crate::render::underlay_config(self.ix.underlays[i]);
             if let Err(e) = Underlay::new(settings_for_check(&config)) {
                 let field = format!("spec.{}", e.field);
                 self.object_error(Check::ObjectSpec, Obj::Underlay(i), &field, e.message);
